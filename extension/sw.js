@@ -1,0 +1,54 @@
+// Service worker entry: a deliberately thin shim around the wasm engine.
+//
+// Every decision (which port to trust, what a message means, how to resume a
+// run after Chrome killed this worker) is made in Rust. This file only
+// registers Chrome's listeners and forwards each event, in arrival order.
+//
+// Listeners must be registered synchronously during the first evaluation of
+// the script: Chrome wakes a stopped worker for an event and dispatches it only
+// to listeners that exist once the script has run. The wasm module needs a few
+// milliseconds to instantiate, so events that arrive earlier are queued, never
+// dropped. There is no top-level await: service worker modules may not use it
+// (registration fails), and awaiting before addListener would lose the very
+// event that woke the worker.
+import init, { Engine } from "./pkg/sw_agent.js";
+
+let engine = null;
+let nextPortId = 1;
+const pending = [];
+
+function deliver(call) {
+  if (engine === null) {
+    pending.push(call);
+    return;
+  }
+  try {
+    const result = call(engine);
+    if (result && typeof result.then === "function") {
+      result.then(undefined, (err) => console.error("[sw-agent] engine call failed", err));
+    }
+  } catch (err) {
+    console.error("[sw-agent] engine call failed", err);
+  }
+}
+
+// Settles once the engine runs (or startup failed and was logged once).
+const ready = init({ module_or_path: chrome.runtime.getURL("pkg/sw_agent_bg.wasm") })
+  .then(() => Engine.start())
+  .then((started) => {
+    engine = started;
+    for (const call of pending.splice(0)) deliver(call);
+  })
+  .catch((err) => console.error("[sw-agent] engine failed to start; events stay queued", err));
+
+chrome.runtime.onConnect.addListener((port) => {
+  const id = nextPortId++;
+  // No message can arrive before this callback returns, so on_connect is
+  // always delivered before the port's first message.
+  port.onMessage.addListener((msg) => deliver((e) => e.on_message(id, msg)));
+  port.onDisconnect.addListener(() => deliver((e) => e.on_disconnect(id)));
+  deliver((e) => e.on_connect(id, port));
+});
+chrome.alarms.onAlarm.addListener((alarm) => deliver((e) => e.on_alarm(alarm.name)));
+chrome.runtime.onInstalled.addListener(() => deliver((e) => e.on_installed()));
+chrome.runtime.onStartup.addListener(() => deliver((e) => e.on_startup()));

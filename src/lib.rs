@@ -1,0 +1,19 @@
+//! sw_agent: a durable LLM agent loop for Chrome MV3 extension service workers.
+//!
+//! The crate is split into a sans-IO core (`protocol`, `model`, `engine`,
+//! `provider`, `tools`, `store`) that runs natively and deterministically, and
+//! a thin wasm platform layer (`platform`, wasm32 only) that performs the IO:
+//! IndexedDB through rexie, `fetch` streaming, chrome.runtime Ports, timers,
+//! alarms. `sim` is the native driver used by tests and by embedders who want
+//! to test their own tools.
+
+pub mod engine;
+pub mod model;
+pub mod protocol;
+pub mod provider;
+pub mod sim;
+pub mod store;
+pub mod tools;
+
+#[cfg(target_arch = "wasm32")]
+pub mod platform;

@@ -1,0 +1,347 @@
+//! Durable data model: threads, the append-only node tree, runs, pending
+//! steers, queued turns and command receipts.
+//!
+//! Owns: the record shapes persisted in the store and sent in snapshots, and
+//! small pure helpers over them (rebuilding the active path).
+//!
+//! Must not: do IO, read clocks, know the loop.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::ErrorInfo;
+
+/// Store schema version; bump with a migration when a record shape changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Maximum number of queued turns per thread.
+pub const MAX_QUEUE: usize = 8;
+
+/// A conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Thread {
+    pub id: String,
+    pub title: String,
+    /// Last node of the active path (None for an empty thread).
+    pub leaf_id: Option<String>,
+    pub created_at: u64,
+    pub updated_at: u64,
+    /// Increases with every write that changes the thread record.
+    pub revision: u64,
+    /// Thread this one was forked from.
+    #[serde(default)]
+    pub parent_thread_id: Option<String>,
+    /// Accumulated token usage of all runs.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl Thread {
+    pub fn summary(&self) -> ThreadSummary {
+        ThreadSummary {
+            id: self.id.clone(),
+            title: self.title.clone(),
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// The thread list entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadSummary {
+    pub id: String,
+    pub title: String,
+    pub updated_at: u64,
+}
+
+/// Token usage as reported by a provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    #[serde(default)]
+    pub cache_read: u64,
+    #[serde(default)]
+    pub cache_write: u64,
+    #[serde(default)]
+    pub reasoning: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.reasoning += other.reasoning;
+    }
+}
+
+/// Why the provider stopped one response, or why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished its answer.
+    End,
+    /// The model wants tools to run (only for an assistant message).
+    ToolUse,
+    MaxTokens,
+    ContentFilter,
+    Interrupted,
+    BudgetPause,
+    Error,
+    /// The failure breaker disabled tools and the model gave its final reply.
+    ToolsDisabled,
+}
+
+/// Outcome of a tool call as the model and the UI see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Ok,
+    Error,
+    /// Dispatched, then cut off by an interrupt.
+    Interrupted,
+    /// Never dispatched (interrupt or failure before it started).
+    Aborted,
+    /// The user or a policy declined it.
+    Denied,
+}
+
+/// Severity of a display-only notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeLevel {
+    Info,
+    Warning,
+    Error,
+}
+
+/// One node of the append-only conversation tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    pub id: String,
+    pub thread_id: String,
+    pub parent_id: Option<String>,
+    pub created_at: u64,
+    #[serde(flatten)]
+    pub body: NodeBody,
+}
+
+/// What a node holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum NodeBody {
+    /// Start of a turn.
+    TurnContext {
+        turn_id: String,
+        model: String,
+    },
+    UserMessage {
+        text: String,
+        #[serde(default)]
+        steered: bool,
+    },
+    AssistantMessage {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
+        stop_reason: StopReason,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        /// A prefix kept after an interrupt or an error.
+        #[serde(default)]
+        interrupted: bool,
+        model: String,
+    },
+    ToolCall {
+        call_id: String,
+        /// The assistant message that requested this call.
+        assistant_id: String,
+        name: String,
+        label: String,
+        arguments: serde_json::Value,
+    },
+    ToolResult {
+        call_id: String,
+        name: String,
+        status: ToolStatus,
+        /// What the model sees.
+        content: String,
+        /// UI-only details (highlight box, thumbnail); never sent to the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<serde_json::Value>,
+    },
+    Notice {
+        level: NoticeLevel,
+        text: String,
+    },
+}
+
+impl Node {
+    pub fn kind_name(&self) -> &'static str {
+        match self.body {
+            NodeBody::TurnContext { .. } => "turn_context",
+            NodeBody::UserMessage { .. } => "user_message",
+            NodeBody::AssistantMessage { .. } => "assistant_message",
+            NodeBody::ToolCall { .. } => "tool_call",
+            NodeBody::ToolResult { .. } => "tool_result",
+            NodeBody::Notice { .. } => "notice",
+        }
+    }
+}
+
+/// Run states (DESIGN.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Queued,
+    StreamingModel,
+    ExecutingTools,
+    WaitingApproval,
+    WaitingInteraction,
+    Completed,
+    Interrupted,
+    Failed,
+    BudgetPaused,
+    PausedUncertain,
+}
+
+impl RunState {
+    /// Terminal states never change again (a later `run.resume` starts a new run).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunState::Completed | RunState::Interrupted | RunState::Failed | RunState::BudgetPaused
+        )
+    }
+}
+
+/// The frozen provider settings of a run (never the API key).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderProfile {
+    /// `openai` or `anthropic`.
+    pub kind: String,
+    pub base_url: String,
+    pub model: String,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Temperature ×100, kept integral so the profile stays `Eq` and digestible.
+    #[serde(default)]
+    pub temperature_centi: Option<u32>,
+}
+
+impl ProviderProfile {
+    pub fn is_configured(&self) -> bool {
+        !self.base_url.trim().is_empty() && !self.model.trim().is_empty()
+    }
+}
+
+/// A tool call that was dispatched and may have had an effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlightTool {
+    pub call_id: String,
+    pub name: String,
+}
+
+/// One turn's execution, persisted with its cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    /// Also the turn id.
+    pub id: String,
+    pub thread_id: String,
+    pub state: RunState,
+    pub created_at: u64,
+    pub updated_at: u64,
+    pub revision: u64,
+    /// Number of provider requests made so far.
+    pub step: u32,
+    pub profile: ProviderProfile,
+    /// Consecutive tool failures (the failure breaker).
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// Set when the breaker disabled tools for the final reply.
+    #[serde(default)]
+    pub tools_disabled: bool,
+    /// A never-retry tool that was dispatched and has no result yet.
+    #[serde(default)]
+    pub in_flight_tool: Option<InFlightTool>,
+    #[serde(default)]
+    pub stop_reason: Option<StopReason>,
+    #[serde(default)]
+    pub error: Option<ErrorInfo>,
+    /// Usage of this run so far.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// A durable steer waiting for the next provider request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingSteer {
+    pub id: String,
+    pub thread_id: String,
+    pub run_id: String,
+    /// Admission order; materialization follows it.
+    pub admission_seq: u64,
+    pub text: String,
+    pub created_at: u64,
+}
+
+/// A queued next turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueItem {
+    pub id: String,
+    pub thread_id: String,
+    /// Position key: lower runs first.
+    pub position: u64,
+    pub text: String,
+    pub created_at: u64,
+}
+
+/// Durable outcome of a command, keyed by client and submission id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    /// `clientId + "\u{1f}" + submissionId`.
+    pub key: String,
+    pub op_type: String,
+    /// SHA-256 of the canonical payload (transport fields excluded).
+    pub fingerprint: String,
+    /// The ACK result that was sent.
+    pub result: serde_json::Value,
+    pub created_at: u64,
+}
+
+/// Rebuild the active path (root first) ending at `leaf_id` from a node set.
+///
+/// Stops at a missing parent or a cycle instead of looping, so a damaged store
+/// yields the intact suffix rather than hanging the worker.
+pub fn path_to_leaf(nodes: &[Node], leaf_id: Option<&str>) -> Vec<Node> {
+    let by_id: HashMap<&str, &Node> = nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    let mut path = Vec::new();
+    let mut cursor = leaf_id;
+    while let Some(id) = cursor {
+        let Some(node) = by_id.get(id) else { break };
+        if path.len() > nodes.len() {
+            break;
+        }
+        path.push((*node).clone());
+        cursor = node.parent_id.as_deref();
+    }
+    path.reverse();
+    path
+}

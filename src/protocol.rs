@@ -1,0 +1,457 @@
+//! Wire protocol between clients (the side panel, embedders) and the engine.
+//!
+//! Owns: the `Op` (client → engine) and `Event` (engine → client) enums, the
+//! page-channel messages (engine ⇄ content script) and the serializable
+//! `ErrorInfo`. Every type here is plain data with serde derives; the wire
+//! form is JSON with `type` tags and camelCase fields (see `docs/protocol.md`).
+//!
+//! Must not: contain engine logic, touch JS, read a clock.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Node, QueueItem, Run, StopReason, ThreadSummary, Usage};
+
+/// Protocol version announced in `initialized`; bump on breaking changes.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Identity of a command: who sent it and which user action it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Submission {
+    /// Stable per client instance (one side panel load).
+    pub client_id: String,
+    /// Unique per user action; a repeated id is a retry of the same action.
+    pub submission_id: String,
+}
+
+/// User input of a turn, a steer or a queued turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserInput {
+    /// The text the user typed.
+    pub text: String,
+}
+
+/// A client operation. Each variant documents the events it causes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+#[non_exhaustive]
+pub enum Op {
+    /// Subscribe to a thread (null: the most recent one) → `initialized`.
+    #[serde(rename = "initialize")]
+    Initialize {
+        #[serde(flatten)]
+        submission: Submission,
+        #[serde(default)]
+        thread_id: Option<String>,
+    },
+    /// Create an empty thread → `command.ack{threadId}`, `threads.updated`, `initialized`.
+    #[serde(rename = "thread.create")]
+    ThreadCreate {
+        #[serde(flatten)]
+        submission: Submission,
+    },
+    /// Delete a thread and everything in it → `command.ack`, `threads.updated`.
+    #[serde(rename = "thread.delete")]
+    ThreadDelete {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+    },
+    /// Start a turn (or queue it when one is running) → `command.ack`, `turn.start`, items…, `turn.complete`.
+    #[serde(rename = "turn.submit")]
+    TurnSubmit {
+        #[serde(flatten)]
+        submission: Submission,
+        #[serde(default)]
+        thread_id: Option<String>,
+        input: UserInput,
+    },
+    /// Add input to the running turn → `command.ack{steerId}` after the steer is durable.
+    #[serde(rename = "turn.steer")]
+    TurnSteer {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        expected_turn_id: String,
+        input: UserInput,
+    },
+    /// Queue a next turn → `command.ack{queueItemId}`, `queue.updated`.
+    #[serde(rename = "turn.enqueue")]
+    TurnEnqueue {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        input: UserInput,
+    },
+    /// Remove a queued turn → `command.ack`, `queue.updated`.
+    #[serde(rename = "queue.remove")]
+    QueueRemove {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        item_id: String,
+    },
+    /// Stop the running turn now → `command.ack`, `turn.complete{interrupted}`.
+    #[serde(rename = "turn.interrupt")]
+    TurnInterrupt {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+    },
+    /// Continue a thread whose last run was interrupted or failed → `command.ack`, `turn.start`, …
+    /// `input` defaults to "Continue." (the model sees it as the user's message).
+    #[serde(rename = "run.resume")]
+    RunResume {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        #[serde(default)]
+        input: Option<UserInput>,
+    },
+    /// Decide a `paused_uncertain` write → `command.ack`, then the run continues.
+    #[serde(rename = "run.resolveUncertain")]
+    RunResolveUncertain {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        choice: UncertainChoice,
+    },
+}
+
+/// What to do with a write whose outcome is unknown after a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UncertainChoice {
+    /// Dispatch it again (the user accepts a possible repeat).
+    Retry,
+    /// The user saw that it happened: record success.
+    MarkDone,
+    /// Record failure; the model decides what next.
+    Fail,
+}
+
+impl Op {
+    /// The submission identity every op carries.
+    pub fn submission(&self) -> &Submission {
+        match self {
+            Op::Initialize { submission, .. }
+            | Op::ThreadCreate { submission }
+            | Op::ThreadDelete { submission, .. }
+            | Op::TurnSubmit { submission, .. }
+            | Op::TurnSteer { submission, .. }
+            | Op::TurnEnqueue { submission, .. }
+            | Op::QueueRemove { submission, .. }
+            | Op::TurnInterrupt { submission, .. }
+            | Op::RunResume { submission, .. }
+            | Op::RunResolveUncertain { submission, .. } => submission,
+        }
+    }
+
+    /// The wire name of the op (`turn.submit`, …).
+    pub fn op_type(&self) -> &'static str {
+        match self {
+            Op::Initialize { .. } => "initialize",
+            Op::ThreadCreate { .. } => "thread.create",
+            Op::ThreadDelete { .. } => "thread.delete",
+            Op::TurnSubmit { .. } => "turn.submit",
+            Op::TurnSteer { .. } => "turn.steer",
+            Op::TurnEnqueue { .. } => "turn.enqueue",
+            Op::QueueRemove { .. } => "queue.remove",
+            Op::TurnInterrupt { .. } => "turn.interrupt",
+            Op::RunResume { .. } => "run.resume",
+            Op::RunResolveUncertain { .. } => "run.resolveUncertain",
+        }
+    }
+}
+
+/// Kinds of errors that cross the wire. The UI maps each to plain words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The message could not be decoded as an op.
+    InvalidOp,
+    /// The op is well-formed but not allowed now (bad ids, wrong state).
+    InvalidCommand,
+    /// The sender may not issue ops (a content script, a web page).
+    Forbidden,
+    /// No such thread / item.
+    NotFound,
+    /// The queue already holds its maximum number of turns.
+    QueueFull,
+    /// No provider is configured.
+    NotConfigured,
+    /// The provider rejected the API key.
+    Auth,
+    /// The provider does not know the model.
+    ModelNotFound,
+    /// The request was larger than the model's context window.
+    ContextOverflow,
+    /// The provider is rate limiting.
+    RateLimited,
+    /// The provider is overloaded or failing (5xx, 529).
+    ProviderUnavailable,
+    /// The provider sent something we cannot parse.
+    ProviderProtocol,
+    /// The network failed.
+    Network,
+    /// The local store failed.
+    Storage,
+    /// A tool failed in a way that ends the run.
+    Tool,
+    /// An internal invariant failed.
+    Internal,
+}
+
+/// A serializable error: what happened, in words a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorInfo {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ErrorInfo {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ErrorInfo {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+/// Kind of a streaming item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    AssistantMessage,
+    ToolCall,
+}
+
+/// One increment of a streaming item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delta {
+    pub kind: DeltaKind,
+    pub text: String,
+}
+
+/// What a delta adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeltaKind {
+    Text,
+    Reasoning,
+    ToolProgress,
+}
+
+/// The thread a client sees after `initialize`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadView {
+    pub id: String,
+    pub title: String,
+    /// The active path, root first.
+    pub nodes: Vec<Node>,
+    /// The latest run of the thread, if any.
+    pub run: Option<Run>,
+    pub queue: Vec<QueueItem>,
+    pub pending_steers: Vec<PendingSteerView>,
+}
+
+/// A steer that is durable but not yet part of the conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingSteerView {
+    pub id: String,
+    pub text: String,
+}
+
+/// Everything a (re)connecting client needs to render.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub protocol_version: u32,
+    pub threads: Vec<ThreadSummary>,
+    pub thread: Option<ThreadView>,
+}
+
+/// Token usage totals reported with `token.usage`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageTotals {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// An engine event. `seq` and `epoch` are added by [`EventEnvelope`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+#[non_exhaustive]
+pub enum Event {
+    #[serde(rename = "initialized")]
+    Initialized { snapshot: Snapshot },
+    #[serde(rename = "command.ack")]
+    CommandAck {
+        submission_id: String,
+        op_type: String,
+        result: serde_json::Value,
+    },
+    #[serde(rename = "command.reject")]
+    CommandReject {
+        submission_id: String,
+        op_type: String,
+        error: ErrorInfo,
+    },
+    #[serde(rename = "threads.updated")]
+    ThreadsUpdated { threads: Vec<ThreadSummary> },
+    #[serde(rename = "turn.start")]
+    TurnStart { thread_id: String, turn_id: String },
+    #[serde(rename = "item.start")]
+    ItemStart {
+        thread_id: String,
+        turn_id: String,
+        item_id: String,
+        kind: ItemKind,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        label: Option<String>,
+    },
+    #[serde(rename = "item.delta")]
+    ItemDelta {
+        thread_id: String,
+        turn_id: String,
+        item_id: String,
+        delta: Delta,
+    },
+    #[serde(rename = "item.complete")]
+    ItemComplete {
+        thread_id: String,
+        turn_id: String,
+        node: Node,
+    },
+    #[serde(rename = "token.usage")]
+    TokenUsage {
+        thread_id: String,
+        turn_id: String,
+        usage: Usage,
+        turn_total: UsageTotals,
+        thread_total: UsageTotals,
+    },
+    #[serde(rename = "queue.updated")]
+    QueueUpdated {
+        thread_id: String,
+        queue: Vec<QueueItem>,
+    },
+    #[serde(rename = "run.status")]
+    RunStatus {
+        thread_id: String,
+        turn_id: String,
+        state: crate::model::RunState,
+    },
+    #[serde(rename = "turn.complete")]
+    TurnComplete {
+        thread_id: String,
+        turn_id: String,
+        stop_reason: StopReason,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        error: Option<ErrorInfo>,
+    },
+}
+
+impl Event {
+    /// The thread an event belongs to, if it is thread-scoped.
+    pub fn thread_id(&self) -> Option<&str> {
+        match self {
+            Event::TurnStart { thread_id, .. }
+            | Event::ItemStart { thread_id, .. }
+            | Event::ItemDelta { thread_id, .. }
+            | Event::ItemComplete { thread_id, .. }
+            | Event::TokenUsage { thread_id, .. }
+            | Event::QueueUpdated { thread_id, .. }
+            | Event::RunStatus { thread_id, .. }
+            | Event::TurnComplete { thread_id, .. } => Some(thread_id),
+            _ => None,
+        }
+    }
+}
+
+/// An event as sent on the wire: the event plus ordering metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventEnvelope {
+    /// Increases by one per event of this engine instance.
+    pub seq: u64,
+    /// Random per engine instance; a new epoch means the SW restarted.
+    pub epoch: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Engine → content script (page channel). Never carries a client op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum PageRequest {
+    #[serde(rename = "tool.execute")]
+    ToolExecute {
+        call_id: String,
+        name: String,
+        params: serde_json::Value,
+    },
+}
+
+/// Content script → engine (page channel).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum PageMessage {
+    #[serde(rename = "tool.progress")]
+    ToolProgress { call_id: String, text: String },
+    #[serde(rename = "tool.result")]
+    ToolResult {
+        call_id: String,
+        ok: bool,
+        content: String,
+        #[serde(default)]
+        details: Option<serde_json::Value>,
+    },
+}
+
+/// Who sent a message on the panel channel, as classified from the Port's sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// An extension page of this extension (side panel, options): may issue ops.
+    ExtensionPage,
+    /// A content script or any web page: may never issue ops.
+    Untrusted,
+}
+
+/// Classify a Port sender. `own_origin` is `chrome-extension://<id>`.
+///
+/// A sender is trusted only if it has no tab context... unless it is an
+/// extension page opened as a tab, which has a tab but whose URL is ours.
+/// Content scripts report the *page's* URL, so the URL check is what matters.
+pub fn classify_sender(
+    own_origin: &str,
+    sender_url: Option<&str>,
+    sender_origin: Option<&str>,
+) -> ClientKind {
+    let Some(url) = sender_url else {
+        return ClientKind::Untrusted;
+    };
+    let prefix = format!("{}/", own_origin.trim_end_matches('/'));
+    let url_ok = url.starts_with(&prefix);
+    // When Chrome reports an origin it must agree with the URL.
+    let origin_ok =
+        sender_origin.is_none_or(|o| o.trim_end_matches('/') == own_origin.trim_end_matches('/'));
+    if url_ok && origin_ok && !own_origin.is_empty() {
+        ClientKind::ExtensionPage
+    } else {
+        ClientKind::Untrusted
+    }
+}

@@ -1,0 +1,199 @@
+//! Provider-neutral request/response types and the adapters that turn them
+//! into wire requests and parse wire streams back.
+//!
+//! Owns: the outbound request shape the engine builds (`ProviderRequest`), the
+//! events a stream yields (`StreamEvent`), the assembled response
+//! (`ProviderResponse`), typed provider errors, and the SSE parser.
+//!
+//! Must not: fetch, await, or read clocks (the platform driver does IO and
+//! feeds bytes in).
+
+pub mod openai;
+pub mod sse;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ProviderProfile, StopReason, Usage};
+use crate::protocol::{ErrorInfo, ErrorKind};
+
+/// One message of the outbound view sent to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ChatMessage {
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+        tool_calls: Vec<OutboundToolCall>,
+    },
+    ToolResult {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// A tool call as replayed to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboundToolCall {
+    pub id: String,
+    pub name: String,
+    /// JSON arguments as an object.
+    pub arguments: serde_json::Value,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the parameters.
+    pub parameters: serde_json::Value,
+}
+
+/// Everything needed to make one provider request, minus the API key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderRequest {
+    pub profile: ProviderProfile,
+    pub system: String,
+    pub messages: Vec<ChatMessage>,
+    /// Empty when tools are disabled.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// A tool call as the provider sent it (ids not yet normalized).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawToolCall {
+    pub id: String,
+    pub name: String,
+    /// The raw JSON argument text; may be invalid JSON.
+    pub arguments: String,
+}
+
+/// The assembled result of one streamed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderResponse {
+    pub text: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<RawToolCall>,
+    pub stop_reason: StopReason,
+    pub usage: Option<Usage>,
+    pub model: String,
+}
+
+/// What an adapter yields while a stream is running.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    TextDelta(String),
+    ReasoningDelta(String),
+}
+
+/// A typed provider failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Whether trying again later may succeed.
+    pub retryable: bool,
+    /// Server-suggested delay (Retry-After / retry-after-ms).
+    pub retry_after_ms: Option<u64>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>, retryable: bool) -> Self {
+        ProviderError {
+            kind,
+            message: message.into(),
+            retryable,
+            retry_after_ms: None,
+        }
+    }
+
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo::new(self.kind, self.message.clone())
+    }
+}
+
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+/// Map an HTTP status and error message to a typed error, in user words.
+pub fn error_from_status(
+    status: u16,
+    provider_message: &str,
+    retry_after_ms: Option<u64>,
+) -> ProviderError {
+    let detail = if provider_message.is_empty() {
+        String::new()
+    } else {
+        format!(" (provider said: {provider_message})")
+    };
+    let lower = provider_message.to_ascii_lowercase();
+    let (kind, message, retryable) = match status {
+        401 | 403 => (
+            ErrorKind::Auth,
+            format!("The provider rejected the API key (HTTP {status}). Check the key in Settings.{detail}"),
+            false,
+        ),
+        404 => (
+            ErrorKind::ModelNotFound,
+            format!("The model or endpoint was not found (HTTP 404). Check the base URL and model name in Settings.{detail}"),
+            false,
+        ),
+        400 | 413 if lower.contains("context") || lower.contains("too long") || lower.contains("maximum") && lower.contains("token") => (
+            ErrorKind::ContextOverflow,
+            format!("The conversation is too long for the model's context window.{detail}"),
+            false,
+        ),
+        429 => (
+            ErrorKind::RateLimited,
+            format!("The provider is rate limiting requests (HTTP 429); retrying later may work.{detail}"),
+            true,
+        ),
+        408 | 409 => (
+            ErrorKind::ProviderUnavailable,
+            format!("The provider timed out (HTTP {status}).{detail}"),
+            true,
+        ),
+        529 => (
+            ErrorKind::ProviderUnavailable,
+            format!("The provider is overloaded (HTTP 529); try again shortly.{detail}"),
+            true,
+        ),
+        500..=599 => (
+            ErrorKind::ProviderUnavailable,
+            format!("The provider failed (HTTP {status}); try again shortly.{detail}"),
+            true,
+        ),
+        _ => (
+            ErrorKind::InvalidCommand,
+            format!("The provider refused the request (HTTP {status}).{detail}"),
+            false,
+        ),
+    };
+    ProviderError {
+        kind,
+        message,
+        retryable,
+        retry_after_ms,
+    }
+}
+
+/// Parse `Retry-After` (seconds or HTTP date is not supported: seconds only)
+/// and `retry-after-ms` headers into milliseconds.
+pub fn parse_retry_after(retry_after: Option<&str>, retry_after_ms: Option<&str>) -> Option<u64> {
+    if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(ms as u64);
+        }
+    }
+    retry_after
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| (s * 1000.0) as u64)
+}

@@ -1,0 +1,323 @@
+//! OpenAI chat-completions adapter (also OpenRouter, Ollama, LM Studio, vLLM,
+//! llama.cpp server: anything OpenAI-compatible).
+//!
+//! Owns: the request body, the endpoint URL, assembling a streamed response
+//! from `chat.completion.chunk` events (text, reasoning, tool-call fragments
+//! keyed by `index`, `finish_reason`, the usage chunk), and error bodies.
+//!
+//! Must not: do IO.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::sse::SseEvent;
+use super::{
+    error_from_status, ChatMessage, ProviderError, ProviderRequest, ProviderResponse, RawToolCall,
+    StreamEvent,
+};
+use crate::model::{StopReason, Usage};
+use crate::protocol::ErrorKind;
+
+/// `…/chat/completions` under the configured base URL (which usually ends in `/v1`).
+pub fn endpoint(base_url: &str) -> String {
+    let base = base_url.trim().trim_end_matches('/');
+    if base.ends_with("/chat/completions") {
+        base.to_string()
+    } else {
+        format!("{base}/chat/completions")
+    }
+}
+
+/// The JSON body of a streaming chat-completions request.
+pub fn build_body(request: &ProviderRequest) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.is_empty() {
+        messages.push(json!({ "role": "system", "content": request.system }));
+    }
+    for message in &request.messages {
+        messages.push(match message {
+            ChatMessage::User { text } => json!({ "role": "user", "content": text }),
+            ChatMessage::Assistant { text, tool_calls } => {
+                let mut m = json!({ "role": "assistant", "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text.clone()) } });
+                if !tool_calls.is_empty() {
+                    m["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": { "name": c.name, "arguments": c.arguments.to_string() },
+                            })
+                        })
+                        .collect();
+                }
+                m
+            }
+            ChatMessage::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                let content = if *is_error {
+                    format!("Error: {content}")
+                } else {
+                    content.clone()
+                };
+                json!({ "role": "tool", "tool_call_id": call_id, "content": content })
+            }
+        });
+    }
+    let mut body = json!({
+        "model": request.profile.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": { "include_usage": true },
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": { "name": t.name, "description": t.description, "parameters": t.parameters },
+                })
+            })
+            .collect();
+    }
+    if let Some(max) = request.profile.max_output_tokens {
+        body["max_tokens"] = json!(max);
+    }
+    if let Some(t) = request.profile.temperature_centi {
+        body["temperature"] = json!(f64::from(t) / 100.0);
+    }
+    body
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles one streamed response.
+#[derive(Debug, Default)]
+pub struct OpenAiStream {
+    text: String,
+    reasoning: String,
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    model: String,
+    done: bool,
+}
+
+impl OpenAiStream {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed one SSE event; returns deltas to show.
+    pub fn on_event(&mut self, event: &SseEvent) -> Result<Vec<StreamEvent>, ProviderError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(Vec::new());
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::ProviderProtocol,
+                format!("The provider sent a stream chunk that is not JSON: {e}"),
+                true,
+            )
+        })?;
+        if let Some(err) = chunk.get("error") {
+            return Err(stream_error(err));
+        }
+        if let Some(model) = chunk.get("model").and_then(Value::as_str) {
+            if self.model.is_empty() {
+                self.model = model.to_string();
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(parse_usage(usage));
+        }
+        let mut out = Vec::new();
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+            return Ok(out);
+        };
+        for choice in choices {
+            // Only the first choice is used (we never ask for n > 1).
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.get("delta") {
+                if let Some(text) = delta.get("content").and_then(Value::as_str) {
+                    if !text.is_empty() {
+                        self.text.push_str(text);
+                        out.push(StreamEvent::TextDelta(text.to_string()));
+                    }
+                }
+                for key in ["reasoning_content", "reasoning"] {
+                    if let Some(text) = delta.get(key).and_then(Value::as_str) {
+                        if !text.is_empty() {
+                            self.reasoning.push_str(text);
+                            out.push(StreamEvent::ReasoningDelta(text.to_string()));
+                        }
+                    }
+                }
+                if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                    for (position, call) in calls.iter().enumerate() {
+                        let index = call
+                            .get("index")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(position as u64);
+                        let entry = self.calls.entry(index).or_default();
+                        if let Some(id) = call.get("id").and_then(Value::as_str) {
+                            if entry.id.is_empty() {
+                                entry.id = id.to_string();
+                            }
+                        }
+                        if let Some(function) = call.get("function") {
+                            if let Some(name) = function.get("name").and_then(Value::as_str) {
+                                entry.name.push_str(name);
+                            }
+                            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
+                                entry.arguments.push_str(args);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finish = Some(reason.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stream ended: assemble the response or report a truncated stream.
+    pub fn finish(self) -> Result<ProviderResponse, ProviderError> {
+        let Some(finish) = self.finish else {
+            return Err(ProviderError::new(
+                ErrorKind::Network,
+                "The provider's stream ended before the response was complete.",
+                true,
+            ));
+        };
+        let stop_reason = match finish.as_str() {
+            "stop" | "end_turn" => StopReason::End,
+            "tool_calls" | "function_call" => StopReason::ToolUse,
+            "length" => StopReason::MaxTokens,
+            "content_filter" => StopReason::ContentFilter,
+            other => {
+                return Err(ProviderError::new(
+                    ErrorKind::ProviderProtocol,
+                    format!("The provider sent an unknown finish_reason {other:?}."),
+                    false,
+                ))
+            }
+        };
+        Ok(ProviderResponse {
+            text: self.text,
+            reasoning: self.reasoning,
+            tool_calls: self
+                .calls
+                .into_values()
+                .filter(|c| !c.name.is_empty() || !c.arguments.is_empty() || !c.id.is_empty())
+                .map(|c| RawToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: c.arguments,
+                })
+                .collect(),
+            stop_reason,
+            usage: self.usage,
+            model: self.model,
+        })
+    }
+}
+
+fn parse_usage(usage: &Value) -> Usage {
+    let get = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    Usage {
+        input: get(usage.get("prompt_tokens")),
+        output: get(usage.get("completion_tokens")),
+        cache_read: get(usage.pointer("/prompt_tokens_details/cached_tokens")),
+        cache_write: 0,
+        reasoning: get(usage.pointer("/completion_tokens_details/reasoning_tokens")),
+    }
+}
+
+fn stream_error(err: &Value) -> ProviderError {
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown error");
+    let code = err.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
+    error_from_status(if code >= 400 { code } else { 500 }, message, None)
+}
+
+/// Parse an HTTP error body (`{"error":{"message":…}}`) into a typed error.
+pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> ProviderError {
+    let message = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("message"))
+                .or_else(|| v.get("error"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| body.chars().take(300).collect());
+    error_from_status(status, &message, retry_after_ms)
+}
+
+#[cfg(test)]
+#[path = "openai_tests.rs"]
+mod tests;
+
+/// SSE parsing plus chunk assembly: what the driver feeds response bytes to.
+#[derive(Debug, Default)]
+pub struct OpenAiDecoder {
+    parser: super::sse::SseParser,
+    stream: OpenAiStream,
+}
+
+impl OpenAiDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed response bytes; returns deltas to show.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
+        let mut out = Vec::new();
+        for event in self.parser.push(bytes) {
+            out.extend(self.stream.on_event(&event)?);
+        }
+        Ok(out)
+    }
+
+    /// The body ended. An unterminated last event that does not parse means
+    /// the body was cut off: a retryable network error, not a protocol one.
+    pub fn finish(mut self) -> Result<ProviderResponse, ProviderError> {
+        for event in self.parser.finish() {
+            if let Err(e) = self.stream.on_event(&event) {
+                if e.kind == ErrorKind::ProviderProtocol {
+                    return Err(ProviderError::new(
+                        ErrorKind::Network,
+                        "The provider's stream was cut off in the middle of a message.",
+                        true,
+                    ));
+                }
+                return Err(e);
+            }
+        }
+        self.stream.finish()
+    }
+}

@@ -1,0 +1,198 @@
+use super::*;
+use crate::model::ProviderProfile;
+use crate::provider::{OutboundToolCall, ToolSpec};
+
+/// A stream in the documented chat-completions format: text, two parallel
+/// tool calls with fragmented arguments, finish_reason, usage chunk, [DONE].
+const RECORDED: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me \u{e9}\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"thinking\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":\"read_page\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_b\",\"type\":\"function\",\"function\":{\"name\":\"click\",\"arguments\":\"{\\\"re\"}}]},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"f\\\":\\\"e3\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-x\",\"choices\":[],\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":30,\"total_tokens\":150}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+fn run(chunks: &[&[u8]]) -> (Vec<StreamEvent>, Result<ProviderResponse, ProviderError>) {
+    let mut decoder = OpenAiDecoder::new();
+    let mut deltas = Vec::new();
+    for c in chunks {
+        match decoder.push(c) {
+            Ok(d) => deltas.extend(d),
+            Err(err) => return (deltas, Err(err)),
+        }
+    }
+    (deltas, decoder.finish())
+}
+
+fn expected_response() -> ProviderResponse {
+    ProviderResponse {
+        text: "Let me \u{e9}".into(),
+        reasoning: "thinking".into(),
+        tool_calls: vec![
+            RawToolCall {
+                id: "call_a".into(),
+                name: "read_page".into(),
+                arguments: "{}".into(),
+            },
+            RawToolCall {
+                id: "call_b".into(),
+                name: "click".into(),
+                arguments: "{\"ref\":\"e3\"}".into(),
+            },
+        ],
+        stop_reason: StopReason::ToolUse,
+        usage: Some(Usage {
+            input: 120,
+            output: 30,
+            ..Usage::default()
+        }),
+        model: "gpt-x".into(),
+    }
+}
+
+#[test]
+fn recorded_stream_assembles_parallel_tool_calls_and_usage() {
+    let (deltas, response) = run(&[RECORDED.as_bytes()]);
+    assert_eq!(response.unwrap(), expected_response());
+    assert_eq!(
+        deltas,
+        vec![
+            StreamEvent::TextDelta("Let me \u{e9}".into()),
+            StreamEvent::ReasoningDelta("thinking".into())
+        ]
+    );
+}
+
+#[test]
+fn recorded_stream_split_at_every_byte_gives_same_response() {
+    let bytes = RECORDED.as_bytes();
+    for cut in 0..=bytes.len() {
+        let (_, response) = run(&[&bytes[..cut], &bytes[cut..]]);
+        assert_eq!(response.unwrap(), expected_response(), "split at {cut}");
+    }
+}
+
+#[test]
+fn finish_reasons_map_to_stop_reasons() {
+    for (wire, expected) in [
+        ("stop", StopReason::End),
+        ("tool_calls", StopReason::ToolUse),
+        ("length", StopReason::MaxTokens),
+        ("content_filter", StopReason::ContentFilter),
+    ] {
+        let s = format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{wire}\"}}]}}\n\n");
+        let (_, r) = run(&[s.as_bytes()]);
+        assert_eq!(r.unwrap().stop_reason, expected);
+    }
+}
+
+#[test]
+fn truncated_stream_is_a_retryable_error() {
+    let cut = RECORDED.find("finish_reason\":\"tool_calls").unwrap() - 60;
+    let (_, r) = run(&[&RECORDED.as_bytes()[..cut]]);
+    let err = r.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Network);
+    assert!(err.retryable);
+}
+
+#[test]
+fn error_event_mid_stream_is_typed() {
+    let a = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    let b = "data: {\"error\":{\"message\":\"Overloaded\",\"code\":529}}\n\n";
+    let (deltas, r) = run(&[a.as_bytes(), b.as_bytes()]);
+    assert_eq!(deltas.len(), 1);
+    let err = r.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ProviderUnavailable);
+    assert!(err.retryable);
+}
+
+#[test]
+fn non_json_chunk_is_a_protocol_error() {
+    let (_, r) = run(&[b"data: {not json\n\n"]);
+    assert_eq!(r.unwrap_err().kind, ErrorKind::ProviderProtocol);
+}
+
+#[test]
+fn http_errors_are_typed_with_user_words() {
+    let e = error_from_http(
+        401,
+        r#"{"error":{"message":"Incorrect API key provided"}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::Auth);
+    assert!(e.message.contains("API key"));
+    assert!(!e.retryable);
+    let e = error_from_http(
+        404,
+        r#"{"error":{"message":"The model `x` does not exist"}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::ModelNotFound);
+    let e = error_from_http(
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::ContextOverflow);
+    let e = error_from_http(429, "rate limited", Some(2000));
+    assert_eq!(
+        (e.kind, e.retryable, e.retry_after_ms),
+        (ErrorKind::RateLimited, true, Some(2000))
+    );
+    let e = error_from_http(503, "<html>bad gateway</html>", None);
+    assert_eq!(e.kind, ErrorKind::ProviderUnavailable);
+}
+
+#[test]
+fn body_has_stream_usage_tools_and_tool_results() {
+    let request = ProviderRequest {
+        profile: ProviderProfile {
+            kind: "openai".into(),
+            base_url: "http://x/v1".into(),
+            model: "m".into(),
+            max_output_tokens: Some(100),
+            temperature_centi: Some(20),
+        },
+        system: "sys".into(),
+        messages: vec![
+            ChatMessage::User { text: "hi".into() },
+            ChatMessage::Assistant {
+                text: String::new(),
+                tool_calls: vec![OutboundToolCall {
+                    id: "c1".into(),
+                    name: "read_page".into(),
+                    arguments: json!({}),
+                }],
+            },
+            ChatMessage::ToolResult {
+                call_id: "c1".into(),
+                content: "page".into(),
+                is_error: false,
+            },
+        ],
+        tools: vec![ToolSpec {
+            name: "read_page".into(),
+            description: "d".into(),
+            parameters: json!({"type":"object","properties":{}}),
+        }],
+    };
+    let body = build_body(&request);
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["stream_options"]["include_usage"], json!(true));
+    assert_eq!(body["messages"][0]["role"], json!("system"));
+    assert_eq!(
+        body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+        json!("{}")
+    );
+    assert_eq!(body["messages"][2]["content"], Value::Null);
+    assert_eq!(body["messages"][3]["tool_call_id"], json!("c1"));
+    assert_eq!(body["tools"][0]["function"]["name"], json!("read_page"));
+    assert_eq!(body["max_tokens"], json!(100));
+    assert_eq!(body["temperature"], json!(0.2));
+    assert_eq!(endpoint("http://h/v1/"), "http://h/v1/chat/completions");
+}

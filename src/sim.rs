@@ -1,0 +1,458 @@
+//! A native driver for the engine: in-memory store, scripted provider,
+//! scripted tools, virtual clock, in-process ("direct") transport, and crash
+//! injection at any effect boundary.
+//!
+//! Owns: executing engine effects deterministically so the whole loop,
+//! including crash and recovery, runs natively in microseconds. Used by the
+//! crate's tests and usable by embedders to test their own tools.
+//!
+//! Must not: contain engine decisions (it only executes effects and records).
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+
+use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::model::{ProviderProfile, StopReason, Usage};
+use crate::protocol::{ClientKind, Event, EventEnvelope, Op};
+use crate::provider::{ProviderError, ProviderRequest, ProviderResponse, RawToolCall, StreamEvent};
+use crate::store::{MemoryStore, StoreError};
+
+/// What the scripted provider answers to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// Stream this text in chunks, then stop with `stop`.
+    Text { text: String, stop: StopReason },
+    /// Optional text, then these tool calls (stop reason `tool_use` unless given).
+    ToolCalls {
+        text: String,
+        calls: Vec<RawToolCall>,
+        stop: StopReason,
+    },
+    /// Stream `partial` text, then fail.
+    Error {
+        partial: String,
+        error: ProviderError,
+    },
+}
+
+impl Reply {
+    pub fn text(text: &str) -> Self {
+        Reply::Text {
+            text: text.to_string(),
+            stop: StopReason::End,
+        }
+    }
+
+    pub fn call(id: &str, name: &str, arguments: &str) -> Self {
+        Reply::ToolCalls {
+            text: String::new(),
+            calls: vec![RawToolCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                arguments: arguments.to_string(),
+            }],
+            stop: StopReason::ToolUse,
+        }
+    }
+}
+
+/// Decides the reply to each request (a function of the request survives crashes).
+pub type Policy = Box<dyn FnMut(&ProviderRequest) -> Reply>;
+/// Executes a tool call: (name, params) → outcome.
+pub type ToolFn = Box<dyn FnMut(&str, &Value) -> ToolOutcome>;
+
+/// Something the outside world will feed to the engine later.
+#[derive(Debug, Clone)]
+enum Input {
+    Delta {
+        request_id: u64,
+        event: StreamEvent,
+    },
+    Done {
+        request_id: u64,
+        result: Result<ProviderResponse, ProviderError>,
+    },
+    ToolResult {
+        dispatch_id: u64,
+        outcome: ToolOutcome,
+    },
+}
+
+/// A tool dispatch as the world saw it (the side effect happened).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    pub call_id: String,
+    pub name: String,
+    pub params: Value,
+}
+
+/// Where a crash may be injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// The next persist is lost (crash before commit).
+    BeforeCommit,
+    /// The next persist commits but the engine dies before the ack.
+    AfterCommit,
+}
+
+/// The native driver.
+pub struct Sim {
+    pub config: EngineConfig,
+    pub profile: ProviderProfile,
+    pub store: MemoryStore,
+    pub engine: Engine,
+    pub now: u64,
+    /// Every event delivered to every client, in order.
+    pub events: Vec<(ConnId, EventEnvelope)>,
+    /// Every provider request made.
+    pub requests: Vec<ProviderRequest>,
+    /// Every tool dispatch the world performed.
+    pub dispatches: Vec<Dispatch>,
+    /// Commits observed (for checking invariants against event order).
+    pub commit_log: Vec<u64>,
+    pub heartbeat: bool,
+    pub crashes: u32,
+    policy: Policy,
+    tool: ToolFn,
+    inputs: VecDeque<(u64, Input)>,
+    seed: u64,
+    next_conn: ConnId,
+    chunk: usize,
+    /// Failures to inject into the next persists.
+    pub fail_next_persists: u32,
+    /// Driver-observed invariant violations (ack before commit, announce
+    /// before commit, turn.complete before the terminal write).
+    pub violations: Vec<String>,
+}
+
+impl Sim {
+    pub fn new(seed: u64, policy: Policy, tool: ToolFn) -> Self {
+        let config = EngineConfig::default();
+        let profile = ProviderProfile {
+            kind: "openai".into(),
+            base_url: "http://127.0.0.1:1/v1".into(),
+            model: "sim-model".into(),
+            max_output_tokens: None,
+            temperature_centi: None,
+        };
+        let store = MemoryStore::new();
+        let engine = Engine::new(config.clone(), profile.clone(), seed, store.image(), 0);
+        Sim {
+            config,
+            profile,
+            store,
+            engine,
+            now: 0,
+            events: Vec::new(),
+            requests: Vec::new(),
+            dispatches: Vec::new(),
+            commit_log: Vec::new(),
+            heartbeat: false,
+            crashes: 0,
+            policy,
+            tool,
+            inputs: VecDeque::new(),
+            seed,
+            next_conn: 1,
+            chunk: 3,
+            fail_next_persists: 0,
+            violations: Vec::new(),
+        }
+    }
+
+    /// Connect a trusted client (the side panel) and return its id.
+    pub fn connect(&mut self) -> ConnId {
+        self.connect_as(ClientKind::ExtensionPage)
+    }
+
+    pub fn connect_as(&mut self, kind: ClientKind) -> ConnId {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.engine.handle_connect(conn, kind);
+        conn
+    }
+
+    /// Send an op from a client (the direct transport).
+    pub fn send(&mut self, conn: ConnId, op: Op) {
+        self.engine.handle_op(self.now, conn, op);
+    }
+
+    /// Send a raw JSON message, as a Port would deliver it.
+    pub fn send_raw(&mut self, conn: ConnId, message: Value) {
+        self.engine.handle_message(self.now, conn, message);
+    }
+
+    /// Kill the engine and rebuild it from the store: in-flight provider
+    /// streams and tool results are lost, committed units survive.
+    pub fn crash(&mut self) {
+        self.crashes += 1;
+        self.inputs.clear();
+        self.seed = self
+            .seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.engine = Engine::new(
+            self.config.clone(),
+            self.profile.clone(),
+            self.seed,
+            self.store.image(),
+            self.now,
+        );
+        self.next_conn += 1000; // old connections are gone
+    }
+
+    /// Whether nothing is left to do.
+    pub fn is_idle(&self) -> bool {
+        self.inputs.is_empty() && self.engine.poll_timeout().is_none()
+    }
+
+    /// Execute one pending effect (or deliver one input). Returns false when idle.
+    pub fn step(&mut self) -> bool {
+        self.step_with(None)
+    }
+
+    /// Like `step`, but crash at `crash` if the effect is a persist.
+    pub fn step_with(&mut self, crash: Option<CrashPoint>) -> bool {
+        self.now += 1;
+        if let Some(at) = self.engine.poll_timeout() {
+            if at <= self.now {
+                self.engine.handle_timeout(self.now);
+            }
+        }
+        if let Some(effect) = self.engine.poll_effect() {
+            self.execute(effect, crash);
+            return true;
+        }
+        if let Some((_, input)) = self.inputs.pop_front() {
+            self.deliver(input);
+            return true;
+        }
+        if let Some(at) = self.engine.poll_timeout() {
+            self.now = self.now.max(at);
+            self.engine.handle_timeout(self.now);
+            return true;
+        }
+        false
+    }
+
+    /// Drive until idle; panics on livelock (more than `max_steps`).
+    pub fn run(&mut self, max_steps: usize) {
+        for _ in 0..max_steps {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!("simulation did not settle within {max_steps} steps (livelock?)");
+    }
+
+    /// Drain only the engine's queued effects (no new provider/tool input).
+    pub fn drain_effects(&mut self) {
+        while let Some(effect) = self.engine.poll_effect() {
+            self.execute(effect, None);
+        }
+    }
+
+    fn execute(&mut self, effect: Effect, crash: Option<CrashPoint>) {
+        match effect {
+            Effect::Persist { token, unit } => {
+                if crash == Some(CrashPoint::BeforeCommit) {
+                    self.crash();
+                    return;
+                }
+                if self.fail_next_persists > 0 {
+                    self.fail_next_persists -= 1;
+                    self.engine.handle_store_error(
+                        self.now,
+                        token,
+                        StoreError {
+                            message: "injected failure".into(),
+                            retryable: true,
+                        },
+                    );
+                    return;
+                }
+                self.store.apply(&unit);
+                self.commit_log.push(token);
+                if crash == Some(CrashPoint::AfterCommit) {
+                    self.crash();
+                    return;
+                }
+                self.engine.handle_store_ack(self.now, token);
+            }
+            Effect::LoadThread { thread_id } => {
+                let nodes = self.store.thread_nodes(&thread_id);
+                self.engine
+                    .handle_thread_loaded(self.now, &thread_id, nodes);
+            }
+            Effect::CallProvider {
+                request_id,
+                request,
+            } => {
+                let reply = (self.policy)(&request);
+                self.requests.push(request);
+                self.queue_reply(request_id, reply);
+            }
+            Effect::AbortProvider { request_id } => {
+                self.inputs.retain(|(_, i)| match i {
+                    Input::Delta { request_id: r, .. } | Input::Done { request_id: r, .. } => {
+                        *r != request_id
+                    }
+                    _ => true,
+                });
+            }
+            Effect::DispatchTool {
+                dispatch_id,
+                call_id,
+                name,
+                params,
+                ..
+            } => {
+                let outcome = (self.tool)(&name, &params);
+                self.dispatches.push(Dispatch {
+                    call_id,
+                    name,
+                    params,
+                });
+                self.inputs.push_back((
+                    dispatch_id,
+                    Input::ToolResult {
+                        dispatch_id,
+                        outcome,
+                    },
+                ));
+            }
+            Effect::AbortTool { dispatch_id } => {
+                self.inputs.retain(|(_, i)| !matches!(i, Input::ToolResult { dispatch_id: d, .. } if *d == dispatch_id));
+            }
+            Effect::Send { conn, event } => {
+                self.check_event_is_durable(&event.event);
+                self.events.push((conn, event));
+            }
+            Effect::SetHeartbeat { active } => self.heartbeat = active,
+        }
+    }
+
+    fn queue_reply(&mut self, request_id: u64, reply: Reply) {
+        let (text, result) = match reply {
+            Reply::Text { text, stop } => {
+                let response = ProviderResponse {
+                    text: text.clone(),
+                    reasoning: String::new(),
+                    tool_calls: Vec::new(),
+                    stop_reason: stop,
+                    usage: Some(Usage {
+                        input: 10,
+                        output: 5,
+                        ..Usage::default()
+                    }),
+                    model: String::new(),
+                };
+                (text, Ok(response))
+            }
+            Reply::ToolCalls { text, calls, stop } => {
+                let response = ProviderResponse {
+                    text: text.clone(),
+                    reasoning: String::new(),
+                    tool_calls: calls,
+                    stop_reason: stop,
+                    usage: Some(Usage {
+                        input: 10,
+                        output: 5,
+                        ..Usage::default()
+                    }),
+                    model: String::new(),
+                };
+                (text, Ok(response))
+            }
+            Reply::Error { partial, error } => (partial, Err(error)),
+        };
+        let chars: Vec<char> = text.chars().collect();
+        for chunk in chars.chunks(self.chunk.max(1)) {
+            self.inputs.push_back((
+                request_id,
+                Input::Delta {
+                    request_id,
+                    event: StreamEvent::TextDelta(chunk.iter().collect()),
+                },
+            ));
+        }
+        self.inputs
+            .push_back((request_id, Input::Done { request_id, result }));
+    }
+
+    fn deliver(&mut self, input: Input) {
+        match input {
+            Input::Delta { request_id, event } => self
+                .engine
+                .handle_provider_delta(self.now, request_id, event),
+            Input::Done { request_id, result } => self
+                .engine
+                .handle_provider_done(self.now, request_id, result),
+            Input::ToolResult {
+                dispatch_id,
+                outcome,
+            } => self
+                .engine
+                .handle_tool_result(self.now, dispatch_id, outcome),
+        }
+    }
+
+    /// ack_after_commit, complete_after_writes and "announce after commit",
+    /// checked at the moment an event leaves the engine.
+    fn check_event_is_durable(&mut self, event: &Event) {
+        match event {
+            Event::CommandAck {
+                submission_id,
+                op_type,
+                result,
+            } => {
+                let nothing_written = op_type == "initialize"
+                    || (op_type == "turn.interrupt" && result.get("turnId") == Some(&Value::Null));
+                let suffix = format!("\u{1f}{submission_id}");
+                if !nothing_written && !self.store.receipts.keys().any(|k| k.ends_with(&suffix)) {
+                    self.violations
+                        .push(format!("ack_after_commit: {op_type} {submission_id} acked before its receipt committed"));
+                }
+            }
+            Event::ItemComplete { node, .. } => {
+                if self.store.nodes.get(&node.id) != Some(node) {
+                    self.violations.push(format!(
+                        "item.complete for node {} before it committed",
+                        node.id
+                    ));
+                }
+            }
+            Event::TurnComplete { turn_id, error, .. } => {
+                let terminal = self
+                    .store
+                    .runs
+                    .get(turn_id)
+                    .is_some_and(|r| r.state.is_terminal());
+                // A storage failure is reported as such: the run resumes from its last checkpoint.
+                let storage_failure = error
+                    .as_ref()
+                    .is_some_and(|e| e.kind == crate::protocol::ErrorKind::Storage);
+                if !terminal && !storage_failure {
+                    self.violations
+                        .push(format!("complete_after_writes: turn.complete for {turn_id} before its terminal write"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Events delivered to one client.
+    pub fn events_for(&self, conn: ConnId) -> Vec<&Event> {
+        self.events
+            .iter()
+            .filter(|(c, _)| *c == conn)
+            .map(|(_, e)| &e.event)
+            .collect()
+    }
+
+    /// Number of pending inputs (provider chunks, tool results) not yet delivered.
+    pub fn pending_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+}

@@ -1,0 +1,242 @@
+//! Persistence vocabulary: records, units of work, the loaded image, and an
+//! in-memory store used by native drivers and tests.
+//!
+//! Owns: what one checkpoint writes (`UnitOfWork`, applied atomically: one
+//! IndexedDB readwrite transaction in the browser), the object-store names,
+//! and what the engine reads back at start (`StoreImage`).
+//!
+//! Must not: know the loop or decide what to write.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Node, PendingSteer, QueueItem, Receipt, Run, Thread};
+
+/// Object store names. One logical checkpoint touches any subset in one transaction.
+pub mod stores {
+    pub const THREADS: &str = "threads";
+    pub const NODES: &str = "nodes";
+    pub const RUNS: &str = "runs";
+    pub const STEERS: &str = "steers";
+    pub const QUEUE: &str = "queue";
+    pub const RECEIPTS: &str = "receipts";
+    pub const ALL: [&str; 6] = [THREADS, NODES, RUNS, STEERS, QUEUE, RECEIPTS];
+}
+
+/// A record to put.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Record {
+    Thread(Thread),
+    Node(Node),
+    Run(Run),
+    Steer(PendingSteer),
+    QueueItem(QueueItem),
+    Receipt(Receipt),
+}
+
+impl Record {
+    pub fn store_name(&self) -> &'static str {
+        match self {
+            Record::Thread(_) => stores::THREADS,
+            Record::Node(_) => stores::NODES,
+            Record::Run(_) => stores::RUNS,
+            Record::Steer(_) => stores::STEERS,
+            Record::QueueItem(_) => stores::QUEUE,
+            Record::Receipt(_) => stores::RECEIPTS,
+        }
+    }
+}
+
+/// A record to delete, by store and primary key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordKey {
+    pub store: &'static str,
+    pub key: String,
+}
+
+/// Everything one checkpoint writes, applied all-or-nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UnitOfWork {
+    pub puts: Vec<Record>,
+    pub deletes: Vec<RecordKey>,
+}
+
+impl UnitOfWork {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn put(&mut self, record: Record) -> &mut Self {
+        self.puts.push(record);
+        self
+    }
+
+    pub fn delete(&mut self, store: &'static str, key: impl Into<String>) -> &mut Self {
+        self.deletes.push(RecordKey {
+            store,
+            key: key.into(),
+        });
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.puts.is_empty() && self.deletes.is_empty()
+    }
+
+    /// The distinct object stores this unit touches (the transaction's scope).
+    pub fn store_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self
+            .puts
+            .iter()
+            .map(Record::store_name)
+            .chain(self.deletes.iter().map(|d| d.store))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+/// What the engine reads at start: every thread, run, steer, queue item and
+/// receipt, and the nodes of the threads that have an unfinished run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreImage {
+    pub threads: Vec<Thread>,
+    pub runs: Vec<Run>,
+    pub steers: Vec<PendingSteer>,
+    pub queue: Vec<QueueItem>,
+    pub receipts: Vec<Receipt>,
+    /// Nodes of the threads listed in `loaded_threads`.
+    pub nodes: Vec<Node>,
+    pub loaded_threads: Vec<String>,
+}
+
+/// A store failure, typed. `retryable` tells whether trying again may help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// An in-memory store with the same atomicity as the IndexedDB one.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    pub threads: BTreeMap<String, Thread>,
+    pub nodes: BTreeMap<String, Node>,
+    pub runs: BTreeMap<String, Run>,
+    pub steers: BTreeMap<String, PendingSteer>,
+    pub queue: BTreeMap<String, QueueItem>,
+    pub receipts: BTreeMap<String, Receipt>,
+    /// Number of units applied (one per transaction).
+    pub commits: u64,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Apply a unit of work atomically (nothing here can fail half-way).
+    pub fn apply(&mut self, unit: &UnitOfWork) {
+        for record in &unit.puts {
+            match record {
+                Record::Thread(t) => {
+                    self.threads.insert(t.id.clone(), t.clone());
+                }
+                Record::Node(n) => {
+                    self.nodes.insert(n.id.clone(), n.clone());
+                }
+                Record::Run(r) => {
+                    self.runs.insert(r.id.clone(), r.clone());
+                }
+                Record::Steer(s) => {
+                    self.steers.insert(s.id.clone(), s.clone());
+                }
+                Record::QueueItem(q) => {
+                    self.queue.insert(q.id.clone(), q.clone());
+                }
+                Record::Receipt(r) => {
+                    self.receipts.insert(r.key.clone(), r.clone());
+                }
+            }
+        }
+        for key in &unit.deletes {
+            match key.store {
+                stores::THREADS => {
+                    self.threads.remove(&key.key);
+                }
+                stores::NODES => {
+                    self.nodes.remove(&key.key);
+                }
+                stores::RUNS => {
+                    self.runs.remove(&key.key);
+                }
+                stores::STEERS => {
+                    self.steers.remove(&key.key);
+                }
+                stores::QUEUE => {
+                    self.queue.remove(&key.key);
+                }
+                stores::RECEIPTS => {
+                    self.receipts.remove(&key.key);
+                }
+                _ => {}
+            }
+        }
+        self.commits += 1;
+    }
+
+    /// The image a fresh engine starts from.
+    pub fn image(&self) -> StoreImage {
+        let runs: Vec<Run> = self.runs.values().cloned().collect();
+        let queue: Vec<QueueItem> = self.queue.values().cloned().collect();
+        let loaded_threads: Vec<String> = threads_to_load(&runs, &queue);
+        let nodes = self
+            .nodes
+            .values()
+            .filter(|n| loaded_threads.contains(&n.thread_id))
+            .cloned()
+            .collect();
+        StoreImage {
+            threads: self.threads.values().cloned().collect(),
+            runs,
+            steers: self.steers.values().cloned().collect(),
+            queue,
+            receipts: self.receipts.values().cloned().collect(),
+            nodes,
+            loaded_threads,
+        }
+    }
+
+    /// All nodes of one thread (what `Effect::LoadThread` asks for).
+    pub fn thread_nodes(&self, thread_id: &str) -> Vec<Node> {
+        self.nodes
+            .values()
+            .filter(|n| n.thread_id == thread_id)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Threads whose nodes must be loaded at start: those with an unfinished run
+/// or a queued turn waiting to start.
+pub fn threads_to_load(runs: &[Run], queue: &[QueueItem]) -> Vec<String> {
+    let mut ids: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.state.is_terminal())
+        .map(|r| r.thread_id.clone())
+        .chain(queue.iter().map(|q| q.thread_id.clone()))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}

@@ -1,0 +1,378 @@
+//! Tool descriptors, the registry, parameter validation and catalog digests.
+//!
+//! Owns: the one normalized, read-only descriptor per tool from which the
+//! provider's JSON Schema and the run's tool catalog are generated; parameter
+//! validation against that schema (a failure becomes an error tool result the
+//! model can correct); the SHA-256 digest of each catalog entry.
+//!
+//! Must not: execute DOM actions (content scripts do) or do IO.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::provider::ToolSpec;
+
+/// Where a tool runs and how much it is trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    L0,
+    L1,
+    L2,
+    Mcp,
+    Builtin,
+}
+
+/// Whether a tool changes anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effects {
+    Read,
+    Write,
+}
+
+/// What recovery may do with a call that was dispatched before a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recovery {
+    /// Running it again is harmless.
+    RetrySafe,
+    /// Look at the world before deciding.
+    InspectFirst,
+    /// Never dispatch twice for one call id; an unknown outcome asks the user.
+    NeverRetry,
+}
+
+/// How a tool is executed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Binding {
+    /// A page tool run by the content script in the target tab.
+    Page,
+}
+
+/// The normalized, read-only description of one tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolDescriptor {
+    pub name: String,
+    /// Shown in the UI.
+    pub label: String,
+    /// Shown to the model.
+    pub description: String,
+    /// JSON Schema of the parameters (an object schema).
+    pub parameters: Value,
+    pub level: Level,
+    pub effects: Effects,
+    pub recovery: Recovery,
+    pub binding: Binding,
+}
+
+impl ToolDescriptor {
+    /// The provider-facing schema.
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+        }
+    }
+
+    /// SHA-256 over schema, security metadata and binding (hex).
+    pub fn digest(&self) -> String {
+        let canonical = json!({
+            "name": self.name,
+            "parameters": self.parameters,
+            "level": self.level,
+            "effects": self.effects,
+            "recovery": self.recovery,
+            "binding": self.binding,
+        });
+        hex(&Sha256::digest(canonical.to_string().as_bytes()))
+    }
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryError(pub String);
+
+impl std::fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+/// The set of tools a run may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolRegistry {
+    tools: Vec<ToolDescriptor>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The built-in page tools of the extension.
+    pub fn page_tools() -> Self {
+        let mut registry = Self::new();
+        for descriptor in [
+            ToolDescriptor {
+                name: "read_page".into(),
+                label: "Read page".into(),
+                description: "Read the current tab: title, URL, visible text, and a list of interactive elements, each with a ref like e12 that other tools accept. Call this first, and again after the page changed.".into(),
+                parameters: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+                level: Level::L0,
+                effects: Effects::Read,
+                recovery: Recovery::RetrySafe,
+                binding: Binding::Page,
+            },
+            ToolDescriptor {
+                name: "click".into(),
+                label: "Click".into(),
+                description: "Click an element of the current tab. Pass the ref from read_page (preferred), or the element's visible text.".into(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "ref": { "type": "string", "description": "Element ref from read_page, e.g. e12." },
+                        "text": { "type": "string", "description": "Visible text or accessible name of the element, used when no ref is known." }
+                    },
+                    "additionalProperties": false
+                }),
+                level: Level::L1,
+                effects: Effects::Write,
+                recovery: Recovery::NeverRetry,
+                binding: Binding::Page,
+            },
+        ] {
+            // Built-in descriptors are valid by construction; a failure here is a programming error caught by tests.
+            if let Err(e) = registry.register(descriptor) {
+                debug_assert!(false, "built-in tool rejected: {e}");
+            }
+        }
+        registry
+    }
+
+    /// Add a tool after validating its name and schema.
+    pub fn register(&mut self, descriptor: ToolDescriptor) -> Result<(), RegistryError> {
+        let name_ok = !descriptor.name.is_empty()
+            && descriptor.name.len() <= 64
+            && descriptor
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(RegistryError(format!(
+                "tool name {:?} must be 1-64 characters of a-z, A-Z, 0-9, _ or -",
+                descriptor.name
+            )));
+        }
+        if descriptor.label.trim().is_empty() || descriptor.description.trim().is_empty() {
+            return Err(RegistryError(format!(
+                "tool {:?} needs a label and a description",
+                descriptor.name
+            )));
+        }
+        if descriptor.parameters.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(RegistryError(format!(
+                "tool {:?}: parameters must be a JSON Schema of type object",
+                descriptor.name
+            )));
+        }
+        if let Some(existing) = self.get(&descriptor.name) {
+            return Err(RegistryError(format!(
+                "tool {:?} is already registered (existing: {:?}/{:?}/{:?}, new: {:?}/{:?}/{:?})",
+                descriptor.name,
+                existing.level,
+                existing.effects,
+                existing.recovery,
+                descriptor.level,
+                descriptor.effects,
+                descriptor.recovery
+            )));
+        }
+        self.tools.push(descriptor);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ToolDescriptor> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    pub fn descriptors(&self) -> &[ToolDescriptor] {
+        &self.tools
+    }
+
+    /// Provider-facing schemas, in registration order.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.iter().map(ToolDescriptor::spec).collect()
+    }
+
+    /// Parse and validate raw model arguments for a tool.
+    ///
+    /// The error text is written for the model: it says what to fix.
+    pub fn validate(
+        &self,
+        name: &str,
+        raw_arguments: &str,
+    ) -> Result<(&ToolDescriptor, Value), String> {
+        let Some(tool) = self.get(name) else {
+            let known: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+            return Err(format!(
+                "Unknown tool {name:?}. Available tools: {}.",
+                known.join(", ")
+            ));
+        };
+        let trimmed = raw_arguments.trim();
+        let value: Value = if trimmed.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(trimmed).map_err(|e| {
+                format!("The arguments for {name} are not valid JSON ({e}). Send a JSON object.")
+            })?
+        };
+        validate_value(&tool.parameters, &value, "arguments")
+            .map_err(|e| format!("Invalid arguments for {name}: {e}"))?;
+        Ok((tool, value))
+    }
+}
+
+/// Check a value against the subset of JSON Schema the registry uses
+/// (type, properties, required, additionalProperties, enum, items).
+fn validate_value(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+        let ok = match expected {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "boolean" => value.is_boolean(),
+            "number" => value.is_number(),
+            "integer" => value.as_i64().is_some() || value.as_u64().is_some(),
+            "null" => value.is_null(),
+            _ => true,
+        };
+        if !ok {
+            return Err(format!("{at} must be of type {expected}"));
+        }
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        if !options.contains(value) {
+            return Err(format!(
+                "{at} must be one of {}",
+                Value::Array(options.clone())
+            ));
+        }
+    }
+    if let (Some(object), Some(properties)) = (
+        value.as_object(),
+        schema.get("properties").and_then(Value::as_object),
+    ) {
+        if let Some(required) = schema.get("required").and_then(Value::as_array) {
+            for key in required.iter().filter_map(Value::as_str) {
+                if !object.contains_key(key) {
+                    return Err(format!("{at}.{key} is required"));
+                }
+            }
+        }
+        let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+        for (key, item) in object {
+            match properties.get(key) {
+                Some(sub) => validate_value(sub, item, &format!("{at}.{key}"))?,
+                None if closed => {
+                    let known: Vec<&String> = properties.keys().collect();
+                    return Err(format!(
+                        "{at}.{key} is not a known parameter (known: {known:?})"
+                    ));
+                }
+                None => {}
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in array.iter().enumerate() {
+            validate_value(items, item, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tools_register_and_have_stable_digests() {
+        let a = ToolRegistry::page_tools();
+        let b = ToolRegistry::page_tools();
+        assert_eq!(a.descriptors().len(), 2);
+        for (x, y) in a.descriptors().iter().zip(b.descriptors()) {
+            assert_eq!(x.digest(), y.digest());
+            assert_eq!(x.digest().len(), 64);
+        }
+        let read = a.get("read_page").unwrap();
+        let click = a.get("click").unwrap();
+        assert_ne!(read.digest(), click.digest());
+        assert_eq!(click.recovery, Recovery::NeverRetry);
+    }
+
+    #[test]
+    fn digest_changes_with_security_metadata() {
+        let registry = ToolRegistry::page_tools();
+        let mut click = registry.get("click").unwrap().clone();
+        let before = click.digest();
+        click.recovery = Recovery::RetrySafe;
+        assert_ne!(before, click.digest());
+    }
+
+    #[test]
+    fn validation_errors_are_for_the_model() {
+        let r = ToolRegistry::page_tools();
+        assert!(r.validate("click", r#"{"ref":"e1"}"#).is_ok());
+        assert!(r.validate("read_page", "").is_ok());
+        assert!(r
+            .validate("click", "{bad")
+            .unwrap_err()
+            .contains("not valid JSON"));
+        assert!(r
+            .validate("click", r#"{"ref":5}"#)
+            .unwrap_err()
+            .contains("type string"));
+        assert!(r
+            .validate("click", r#"{"selector":"x"}"#)
+            .unwrap_err()
+            .contains("not a known parameter"));
+        assert!(r
+            .validate("nope", "{}")
+            .unwrap_err()
+            .contains("Unknown tool"));
+        assert!(r
+            .validate("click", "[1]")
+            .unwrap_err()
+            .contains("type object"));
+    }
+
+    #[test]
+    fn duplicate_and_bad_registrations_are_refused() {
+        let mut r = ToolRegistry::page_tools();
+        let mut dup = r.get("click").unwrap().clone();
+        dup.effects = Effects::Read;
+        let err = r.register(dup).unwrap_err();
+        assert!(err.0.contains("already registered") && err.0.contains("Read"));
+        let mut bad = r.get("click").unwrap().clone();
+        bad.name = "has space".into();
+        assert!(r.register(bad).is_err());
+    }
+}

@@ -1,0 +1,6 @@
+mod protocol;
+mod recovery;
+mod simulation;
+mod steering;
+pub mod support;
+mod turn;

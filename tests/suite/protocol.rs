@@ -1,0 +1,171 @@
+//! Wire round trips: every op and event survives JSON unchanged, in the documented shape.
+
+use serde_json::json;
+use sw_agent::model::{Node, NodeBody, RunState, StopReason, ToolStatus};
+use sw_agent::protocol::*;
+
+use super::support::*;
+
+fn round_trip_op(op: Op) {
+    let json = serde_json::to_value(&op).unwrap();
+    let back: Op = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(back, op, "{json}");
+}
+
+#[test]
+fn ops_round_trip() {
+    round_trip_op(submit("s", None, "hi"));
+    round_trip_op(submit("s", Some("t1"), "hi"));
+    round_trip_op(steer("s", "t", "r", "more"));
+    round_trip_op(enqueue("s", "t", "later"));
+    round_trip_op(interrupt("s", "t"));
+    round_trip_op(resume("s", "t"));
+    round_trip_op(resolve("s", "t", UncertainChoice::MarkDone));
+    round_trip_op(initialize("s", None));
+    round_trip_op(Op::ThreadCreate {
+        submission: submission("s"),
+    });
+    round_trip_op(Op::ThreadDelete {
+        submission: submission("s"),
+        thread_id: "t".into(),
+    });
+    round_trip_op(Op::QueueRemove {
+        submission: submission("s"),
+        thread_id: "t".into(),
+        item_id: "q".into(),
+    });
+}
+
+#[test]
+fn op_wire_shape_matches_docs() {
+    let op: Op = serde_json::from_value(json!({
+        "type": "turn.steer", "clientId": "c", "submissionId": "s",
+        "threadId": "t", "expectedTurnId": "r", "input": { "text": "x" }
+    }))
+    .unwrap();
+    assert_eq!(op, steer("s", "t", "r", "x").with_client("c"));
+    let v = serde_json::to_value(resolve("s", "t", UncertainChoice::MarkDone)).unwrap();
+    assert_eq!(v["type"], json!("run.resolveUncertain"));
+    assert_eq!(v["choice"], json!("mark_done"));
+}
+
+trait WithClient {
+    fn with_client(self, c: &str) -> Self;
+}
+
+impl WithClient for Op {
+    fn with_client(mut self, c: &str) -> Self {
+        if let Op::TurnSteer { submission, .. } = &mut self {
+            submission.client_id = c.into();
+        }
+        self
+    }
+}
+
+#[test]
+fn events_round_trip_with_seq_and_epoch() {
+    let node = Node {
+        id: "n1".into(),
+        thread_id: "t".into(),
+        parent_id: None,
+        created_at: 5,
+        body: NodeBody::ToolResult {
+            call_id: "c".into(),
+            name: "click".into(),
+            status: ToolStatus::Ok,
+            content: "done".into(),
+            details: Some(json!({ "rect": { "x": 1 } })),
+        },
+    };
+    let events = vec![
+        Event::ItemComplete {
+            thread_id: "t".into(),
+            turn_id: "r".into(),
+            node: node.clone(),
+        },
+        Event::TurnComplete {
+            thread_id: "t".into(),
+            turn_id: "r".into(),
+            stop_reason: StopReason::BudgetPause,
+            error: None,
+        },
+        Event::RunStatus {
+            thread_id: "t".into(),
+            turn_id: "r".into(),
+            state: RunState::PausedUncertain,
+        },
+        Event::CommandReject {
+            submission_id: "s".into(),
+            op_type: "turn.steer".into(),
+            error: ErrorInfo::new(ErrorKind::QueueFull, "full"),
+        },
+        Event::ItemDelta {
+            thread_id: "t".into(),
+            turn_id: "r".into(),
+            item_id: "i".into(),
+            delta: Delta {
+                kind: DeltaKind::ToolProgress,
+                text: "50%".into(),
+            },
+        },
+    ];
+    for event in events {
+        let envelope = EventEnvelope {
+            seq: 9,
+            epoch: "e1".into(),
+            event,
+        };
+        let v = serde_json::to_value(&envelope).unwrap();
+        assert_eq!(v["seq"], json!(9));
+        assert!(v["type"].is_string());
+        let back: EventEnvelope = serde_json::from_value(v).unwrap();
+        assert_eq!(back, envelope);
+    }
+    let v = serde_json::to_value(Event::ItemComplete {
+        thread_id: "t".into(),
+        turn_id: "r".into(),
+        node,
+    })
+    .unwrap();
+    assert_eq!(v["type"], json!("item.complete"));
+    assert_eq!(v["node"]["kind"], json!("tool_result"));
+    assert_eq!(v["node"]["callId"], json!("c"));
+    assert_eq!(v["node"]["threadId"], json!("t"));
+    let v = serde_json::to_value(Event::TurnComplete {
+        thread_id: "t".into(),
+        turn_id: "r".into(),
+        stop_reason: StopReason::BudgetPause,
+        error: None,
+    })
+    .unwrap();
+    assert_eq!(v["stopReason"], json!("budget_pause"));
+}
+
+#[test]
+fn page_messages_round_trip_and_cannot_carry_ops() {
+    let m: PageMessage = serde_json::from_value(json!({
+        "type": "tool.result", "callId": "c", "ok": true, "content": "x"
+    }))
+    .unwrap();
+    assert_eq!(
+        m,
+        PageMessage::ToolResult {
+            call_id: "c".into(),
+            ok: true,
+            content: "x".into(),
+            details: None
+        }
+    );
+    let op_as_page = serde_json::from_value::<PageMessage>(json!({
+        "type": "turn.submit", "clientId": "c", "submissionId": "s", "input": { "text": "x" }
+    }));
+    assert!(op_as_page.is_err());
+    let r = PageRequest::ToolExecute {
+        call_id: "c".into(),
+        name: "click".into(),
+        params: json!({ "ref": "e1" }),
+    };
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["type"], json!("tool.execute"));
+    assert_eq!(serde_json::from_value::<PageRequest>(v).unwrap(), r);
+}

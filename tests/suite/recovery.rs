@@ -1,0 +1,272 @@
+//! Crash and resume at specific points.
+
+use sw_agent::model::{NodeBody, RunState, StopReason, ToolStatus};
+use sw_agent::protocol::{Event, UncertainChoice};
+use sw_agent::sim::{CrashPoint, Sim};
+
+use super::support::*;
+
+fn start(seed: u64) -> (Sim, u64) {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    (sim, conn)
+}
+
+fn thread_id(sim: &Sim) -> String {
+    sim.store.threads.keys().next().unwrap().clone()
+}
+
+#[test]
+fn auto_resume_streaming_run_after_crash_mid_stream() {
+    let (mut sim, _) = start(31);
+    while sim.requests.is_empty() {
+        sim.step();
+    }
+    sim.step(); // one delta delivered
+    sim.crash();
+    assert_eq!(sim.requests.len(), 1);
+    // No client op: the new engine rebuilds the request from the durable path.
+    sim.run(10_000);
+    assert!(sim.requests.len() >= 2);
+    assert_eq!(sim.requests[1].messages, sim.requests[0].messages);
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn auto_resume_streaming_run_but_user_interrupt_stays_interrupted() {
+    let (mut sim, conn) = start(32);
+    while sim.requests.is_empty() {
+        sim.step();
+    }
+    let thread = thread_id(&sim);
+    sim.send(conn, interrupt("i1", &thread));
+    sim.run(10_000);
+    let requests = sim.requests.len();
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(
+        sim.requests.len(),
+        requests,
+        "an interrupted run is not resumed"
+    );
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Interrupted
+    );
+    assert!(!sim.heartbeat);
+    // The user continues it explicitly.
+    let conn = reconnect(&mut sim);
+    sim.send(conn, resume("r1", &thread));
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+fn crash_while_click_in_flight(seed: u64) -> Sim {
+    let (mut sim, _) = start(seed);
+    while !sim.dispatches.iter().any(|d| d.name == "click") {
+        assert!(sim.step());
+    }
+    // The click happened on the page; its result never reached the store.
+    sim.crash();
+    sim.run(10_000);
+    sim
+}
+
+#[test]
+fn never_retry_at_most_once_in_flight_write_becomes_paused_uncertain() {
+    let sim = crash_while_click_in_flight(33);
+    let clicks = sim.dispatches.iter().filter(|d| d.name == "click").count();
+    assert_eq!(clicks, 1, "never re-dispatched by recovery");
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::PausedUncertain);
+    assert!(run.in_flight_tool.is_some());
+    assert!(sim.heartbeat, "an unfinished run keeps the heartbeat");
+    // Another crash does not change that.
+    let mut sim = sim;
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+}
+
+#[test]
+fn never_retry_at_most_once_resolved_mark_done_continues() {
+    let mut sim = crash_while_click_in_flight(34);
+    let conn = reconnect(&mut sim);
+    let thread = thread_id(&sim);
+    sim.send(conn, resolve("u1", &thread, UncertainChoice::MarkDone));
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    let status = paths(&sim)[0].iter().rev().find_map(|n| match &n.body {
+        NodeBody::ToolResult { name, status, .. } if name == "click" => Some(*status),
+        _ => None,
+    });
+    assert_eq!(status, Some(ToolStatus::Ok));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn never_retry_at_most_once_resolved_fail_tells_the_model() {
+    let mut sim = crash_while_click_in_flight(35);
+    let conn = reconnect(&mut sim);
+    let thread = thread_id(&sim);
+    sim.send(conn, resolve("u1", &thread, UncertainChoice::Fail));
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+    let result = paths(&sim)[0].iter().rev().find_map(|n| match &n.body {
+        NodeBody::ToolResult {
+            name,
+            status,
+            content,
+            ..
+        } if name == "click" => Some((*status, content.clone())),
+        _ => None,
+    });
+    let (status, content) = result.unwrap();
+    assert_eq!(status, ToolStatus::Error);
+    assert!(content.contains("outcome is unknown"));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn never_retry_at_most_once_resolved_retry_dispatches_once_more_by_user_choice() {
+    let mut sim = crash_while_click_in_flight(36);
+    let conn = reconnect(&mut sim);
+    let thread = thread_id(&sim);
+    sim.send(conn, resolve("u1", &thread, UncertainChoice::Retry));
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        2
+    );
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    assert!(sim.events_for(conn).iter().any(
+        |e| matches!(e, Event::CommandAck { op_type, .. } if op_type == "run.resolveUncertain")
+    ));
+}
+
+#[test]
+fn retry_safe_read_reruns_by_itself_after_crash_mid_tool() {
+    let (mut sim, _) = start(37);
+    while sim.dispatches.is_empty() {
+        assert!(sim.step());
+    }
+    assert_eq!(sim.dispatches[0].name, "read_page");
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches
+            .iter()
+            .filter(|d| d.name == "read_page")
+            .count(),
+        2
+    );
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn steer_exactly_once_in_order_pending_steer_survives_crash() {
+    let (mut sim, conn) = start(38);
+    while sim.requests.is_empty() {
+        sim.step();
+    }
+    let (thread, turn) = current_ids(&sim);
+    sim.send(
+        conn,
+        steer("steer-durable", &thread.unwrap(), &turn.unwrap(), "durable"),
+    );
+    sim.drain_effects(); // committed and ACKed
+    assert_eq!(sim.store.steers.len(), 1);
+    sim.crash();
+    sim.run(10_000);
+    assert!(sim.store.steers.is_empty());
+    check_invariants(&sim, &["durable".into()]).unwrap();
+    let n = paths(&sim)[0]
+        .iter()
+        .filter(|n| matches!(&n.body, NodeBody::UserMessage { text, steered: true } if text == "durable"))
+        .count();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn ack_after_commit_crash_between_commit_and_ack_replays_on_retry() {
+    let mut sim = Sim::new(39, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.step_with(Some(CrashPoint::AfterCommit));
+    // Committed, never ACKed (the client saw nothing). The panel re-sends it.
+    assert!(sim.events_for(conn).is_empty());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    assert!(matches!(sim.events_for(conn)[0], Event::CommandAck { .. }));
+    assert_eq!(sim.store.runs.len(), 1);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn crash_before_commit_loses_only_the_unacknowledged_write() {
+    let mut sim = Sim::new(40, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.step_with(Some(CrashPoint::BeforeCommit));
+    assert!(sim.store.threads.is_empty());
+    assert!(sim.events_for(conn).is_empty(), "nothing was acknowledged");
+}
+
+#[test]
+fn snapshot_after_restart_loads_the_thread_lazily() {
+    let (mut sim, _) = start(41);
+    sim.run(10_000);
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", None));
+    sim.run(100);
+    let snapshot = sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::Initialized { snapshot } => Some(snapshot.clone()),
+        _ => None,
+    });
+    let thread = snapshot.unwrap().thread.unwrap();
+    assert_eq!(thread.nodes.len(), paths(&sim)[0].len());
+    assert_eq!(thread.run.unwrap().state, RunState::Completed);
+}
+
+#[test]
+fn queued_turn_survives_crash_and_runs() {
+    let (mut sim, conn) = start(42);
+    let thread = loop {
+        sim.step();
+        if let (Some(t), Some(_)) = current_ids(&sim) {
+            break t;
+        }
+    };
+    sim.send(conn, enqueue("q1", &thread, "second task"));
+    sim.drain_effects();
+    assert_eq!(sim.store.queue.len(), 1);
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(sim.store.runs.len(), 2);
+    assert!(sim
+        .store
+        .runs
+        .values()
+        .all(|r| r.state == RunState::Completed));
+    assert!(sim.store.queue.is_empty());
+}

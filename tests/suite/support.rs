@@ -1,0 +1,351 @@
+//! Builders and invariant checks shared by the native suites.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+use sw_agent::engine::ToolOutcome;
+use sw_agent::model::{path_to_leaf, Node, NodeBody, StopReason};
+use sw_agent::protocol::{Event, Op, Submission, UncertainChoice, UserInput};
+use sw_agent::provider::{ChatMessage, ProviderRequest};
+use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
+
+pub fn submission(id: &str) -> Submission {
+    Submission {
+        client_id: "client-1".into(),
+        submission_id: id.into(),
+    }
+}
+
+pub fn submit(id: &str, thread: Option<&str>, text: &str) -> Op {
+    Op::TurnSubmit {
+        submission: submission(id),
+        thread_id: thread.map(str::to_string),
+        input: UserInput { text: text.into() },
+    }
+}
+
+pub fn steer(id: &str, thread: &str, turn: &str, text: &str) -> Op {
+    Op::TurnSteer {
+        submission: submission(id),
+        thread_id: thread.into(),
+        expected_turn_id: turn.into(),
+        input: UserInput { text: text.into() },
+    }
+}
+
+pub fn enqueue(id: &str, thread: &str, text: &str) -> Op {
+    Op::TurnEnqueue {
+        submission: submission(id),
+        thread_id: thread.into(),
+        input: UserInput { text: text.into() },
+    }
+}
+
+pub fn interrupt(id: &str, thread: &str) -> Op {
+    Op::TurnInterrupt {
+        submission: submission(id),
+        thread_id: thread.into(),
+    }
+}
+
+pub fn resume(id: &str, thread: &str) -> Op {
+    Op::RunResume {
+        submission: submission(id),
+        thread_id: thread.into(),
+        input: None,
+    }
+}
+
+pub fn resolve(id: &str, thread: &str, choice: UncertainChoice) -> Op {
+    Op::RunResolveUncertain {
+        submission: submission(id),
+        thread_id: thread.into(),
+        choice,
+    }
+}
+
+pub fn initialize(id: &str, thread: Option<&str>) -> Op {
+    Op::Initialize {
+        submission: submission(id),
+        thread_id: thread.map(str::to_string),
+    }
+}
+
+/// The tiny agent of the demo: read the page, click Subscribe, report.
+/// A pure function of the request, so it answers the same after a crash.
+pub fn agent_policy() -> Policy {
+    Box::new(|request: &ProviderRequest| match request.messages.last() {
+        Some(ChatMessage::ToolResult { content, .. }) if content.starts_with("PAGE") => {
+            Reply::call("", "click", r#"{"ref":"e1"}"#)
+        }
+        Some(ChatMessage::ToolResult { .. }) => Reply::text("Done: clicked Subscribe."),
+        _ if request.tools.is_empty() => Reply::text("Tools are disabled; stopping."),
+        _ => Reply::call("call_read", "read_page", "{}"),
+    })
+}
+
+/// Page tools that always work; the page counts clicks.
+pub fn page_tools() -> ToolFn {
+    Box::new(|name: &str, _params: &Value| match name {
+        "read_page" => ToolOutcome {
+            ok: true,
+            content: "PAGE Acme\n[e1] button \"Subscribe\"".into(),
+            details: None,
+        },
+        "click" => ToolOutcome {
+            ok: true,
+            content: "Clicked button \"Subscribe\" (e1).".into(),
+            details: Some(json!({ "ref": "e1" })),
+        },
+        other => ToolOutcome {
+            ok: false,
+            content: format!("unknown tool {other}"),
+            details: None,
+        },
+    })
+}
+
+/// A client reconnecting after a crash: connect and subscribe to the thread.
+pub fn reconnect(sim: &mut Sim) -> u64 {
+    let conn = sim.connect();
+    let thread = sim.store.threads.keys().next().cloned();
+    sim.send(conn, initialize("init-after-crash", thread.as_deref()));
+    conn
+}
+
+/// The thread id and latest turn id seen by a client.
+pub fn current_ids(sim: &Sim) -> (Option<String>, Option<String>) {
+    let mut thread = None;
+    let mut turn = None;
+    for (_, envelope) in &sim.events {
+        if let Event::TurnStart { thread_id, turn_id } = &envelope.event {
+            thread = Some(thread_id.clone());
+            turn = Some(turn_id.clone());
+        }
+    }
+    (thread, turn)
+}
+
+/// The durable path of every thread in the store.
+pub fn paths(sim: &Sim) -> Vec<Vec<Node>> {
+    sim.store
+        .threads
+        .values()
+        .map(|t| {
+            let nodes: Vec<Node> = sim
+                .store
+                .nodes
+                .values()
+                .filter(|n| n.thread_id == t.id)
+                .cloned()
+                .collect();
+            path_to_leaf(&nodes, t.leaf_id.as_deref())
+        })
+        .collect()
+}
+
+pub fn kinds(path: &[Node]) -> Vec<&'static str> {
+    path.iter().map(Node::kind_name).collect()
+}
+
+/// Every invariant the native driver can check on a finished simulation.
+/// `steer_texts` are the steers in the order they were sent; `acked` the
+/// submission ids the engine ACKed.
+pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String> {
+    if let Some(v) = sim.violations.first() {
+        return Err(v.clone());
+    }
+    let acked_steers: HashSet<String> = acked_steer_texts(sim);
+    let all_paths = paths(sim);
+    let runs_terminal = sim.store.runs.values().all(|r| r.state.is_terminal());
+    for path in &all_paths {
+        check_path_shape(path, runs_terminal)?;
+    }
+    // steer_exactly_once_in_order
+    let mut steered: Vec<String> = Vec::new();
+    for path in &all_paths {
+        for node in path {
+            if let NodeBody::UserMessage {
+                text,
+                steered: true,
+            } = &node.body
+            {
+                steered.push(text.clone());
+            }
+        }
+    }
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for s in &steered {
+        *counts.entry(s.as_str()).or_default() += 1;
+    }
+    for (text, n) in &counts {
+        if *n > 1 {
+            return Err(format!(
+                "steer_exactly_once_in_order: steer {text:?} appears {n} times"
+            ));
+        }
+    }
+    if runs_terminal {
+        for text in &acked_steers {
+            let durable_pending = sim.store.steers.values().any(|s| &s.text == text);
+            if !counts.contains_key(text.as_str()) && !durable_pending {
+                return Err(format!(
+                    "steer_exactly_once_in_order: acked steer {text:?} was lost"
+                ));
+            }
+        }
+    }
+    let order: HashMap<&str, usize> = steer_texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let positions: Vec<usize> = steered
+        .iter()
+        .filter_map(|t| order.get(t.as_str()).copied())
+        .collect();
+    if positions.windows(2).any(|w| w[0] > w[1]) {
+        return Err(format!(
+            "steer_exactly_once_in_order: steers out of admission order: {steered:?}"
+        ));
+    }
+    // one_cutoff_per_request and no_orphan_tool_calls, per request.
+    for (i, request) in sim.requests.iter().enumerate() {
+        check_request(request).map_err(|e| format!("request {i}: {e}"))?;
+        let in_request: Vec<usize> = request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                ChatMessage::User { text } => order.get(text.as_str()).copied(),
+                _ => None,
+            })
+            .collect();
+        if in_request.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(format!(
+                "one_cutoff_per_request: request {i} has steers out of order or twice"
+            ));
+        }
+    }
+    // never_retry_at_most_once
+    let mut seen = HashSet::new();
+    for d in &sim.dispatches {
+        if d.name == "click" && !seen.insert(d.call_id.clone()) {
+            return Err(format!(
+                "never_retry_at_most_once: click {} dispatched twice",
+                d.call_id
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn acked_steer_texts(sim: &Sim) -> HashSet<String> {
+    let acked: HashSet<&str> = sim
+        .events
+        .iter()
+        .filter_map(|(_, e)| match &e.event {
+            Event::CommandAck {
+                submission_id,
+                op_type,
+                result,
+            } if op_type == "turn.steer" && result.get("steerId").is_some() => {
+                Some(submission_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    // Steer submissions are named "steer-<text>" by the simulation.
+    acked
+        .iter()
+        .filter_map(|id| id.strip_prefix("steer-").map(str::to_string))
+        .collect()
+}
+
+/// tool_call_ids_normalized + no_orphan_tool_calls + steers never between a call and its result.
+pub fn check_path_shape(path: &[Node], terminal: bool) -> Result<(), String> {
+    let mut call_ids = HashSet::new();
+    let mut open: Vec<String> = Vec::new();
+    let mut results: HashMap<String, usize> = HashMap::new();
+    for node in path {
+        match &node.body {
+            NodeBody::ToolCall { call_id, .. } => {
+                if call_id.is_empty() || !call_ids.insert(call_id.clone()) {
+                    return Err(format!(
+                        "tool_call_ids_normalized: bad or duplicate id {call_id:?}"
+                    ));
+                }
+                open.push(call_id.clone());
+            }
+            NodeBody::ToolResult { call_id, .. } => {
+                *results.entry(call_id.clone()).or_default() += 1;
+                open.retain(|c| c != call_id);
+            }
+            NodeBody::UserMessage { steered, text } => {
+                if !open.is_empty() {
+                    return Err(format!(
+                        "steer_exactly_once_in_order: user message {text:?} (steered: {steered}) between a tool call and its result"
+                    ));
+                }
+            }
+            NodeBody::AssistantMessage { .. } if !open.is_empty() => {
+                return Err(format!(
+                    "no_orphan_tool_calls: {open:?} have no result before the next response"
+                ));
+            }
+            _ => {}
+        }
+    }
+    if let Some((id, n)) = results.iter().find(|(_, n)| **n > 1) {
+        return Err(format!("no_orphan_tool_calls: call {id} has {n} results"));
+    }
+    if terminal && !open.is_empty() {
+        return Err(format!(
+            "no_orphan_tool_calls: {open:?} without result in a terminal state"
+        ));
+    }
+    Ok(())
+}
+
+/// Every tool call in a request has exactly one result right after its message.
+pub fn check_request(request: &ProviderRequest) -> Result<(), String> {
+    let mut open: Vec<&str> = Vec::new();
+    for message in &request.messages {
+        match message {
+            ChatMessage::Assistant { tool_calls, .. } => {
+                if !open.is_empty() {
+                    return Err(format!("no_orphan_tool_calls: {open:?} unanswered"));
+                }
+                open = tool_calls.iter().map(|c| c.id.as_str()).collect();
+            }
+            ChatMessage::ToolResult { call_id, .. } => {
+                if !open.contains(&call_id.as_str()) {
+                    return Err(format!(
+                        "no_orphan_tool_calls: result for unknown call {call_id}"
+                    ));
+                }
+                open.retain(|c| *c != call_id);
+            }
+            ChatMessage::User { .. } => {
+                if !open.is_empty() {
+                    return Err(format!(
+                        "no_orphan_tool_calls: user message before results of {open:?}"
+                    ));
+                }
+            }
+        }
+    }
+    if !open.is_empty() {
+        return Err(format!(
+            "no_orphan_tool_calls: {open:?} unanswered at request end"
+        ));
+    }
+    Ok(())
+}
+
+/// The last turn.complete stop reason seen.
+pub fn last_stop(sim: &Sim) -> Option<StopReason> {
+    sim.events.iter().rev().find_map(|(_, e)| match &e.event {
+        Event::TurnComplete { stop_reason, .. } => Some(*stop_reason),
+        _ => None,
+    })
+}

@@ -1,0 +1,1122 @@
+// Side panel app: renders one thread and turns user actions into ops.
+//
+// It is a view over the engine in the service worker, reached through a Port
+// named "panel" (docs/protocol.md §1). The engine owns all state; the panel
+// keeps only what it needs to draw and re-draws everything from each
+// `initialized` snapshot, so reconnecting after the worker was killed is just
+// "connect, initialize, replace". Model text is only ever put in the DOM with
+// textContent / text nodes, never parsed as HTML.
+
+const $ = (id) => document.getElementById(id);
+
+const dom = {
+  connection: $("connection"),
+  connectionText: $("connection-text"),
+  newThread: $("new-thread-button"),
+  threadList: $("thread-list"),
+  settingsToggle: $("settings-toggle"),
+  settingsSection: $("settings-section"),
+  settingsForm: $("settings-form"),
+  settingsProvider: $("settings-provider"),
+  settingsBaseUrl: $("settings-base-url"),
+  settingsModel: $("settings-model"),
+  settingsApiKey: $("settings-api-key"),
+  settingsMaxTokens: $("settings-max-tokens"),
+  settingsTemperature: $("settings-temperature"),
+  settingsStatus: $("settings-status"),
+  settingsSave: $("settings-save"),
+  status: $("status"),
+  statusText: $("status-text"),
+  usageText: $("usage-text"),
+  errorBanner: $("error-banner"),
+  errorText: $("error-text"),
+  errorDismiss: $("error-dismiss"),
+  messages: $("messages"),
+  steerList: null,
+  queueSection: $("queue-section"),
+  queueList: $("queue-list"),
+  composer: $("composer"),
+  input: $("task-input"),
+  note: $("composer-note"),
+  send: $("send-button"),
+  enqueue: $("enqueue-button"),
+  stop: $("stop-button"),
+  continue: $("continue-button"),
+};
+
+const RUNNING_STATES = new Set([
+  "queued", "streaming_model", "executing_tools", "waiting_approval", "waiting_interaction",
+]);
+const STATE_TEXT = {
+  idle: "Idle",
+  queued: "Starting…",
+  streaming_model: "Thinking…",
+  executing_tools: "Working on the page…",
+  waiting_approval: "Waiting for your approval",
+  waiting_interaction: "Waiting for your input",
+  completed: "Done",
+  interrupted: "Stopped",
+  failed: "Failed",
+  budget_paused: "Paused: budget reached",
+  paused_uncertain: "Paused: not sure whether the last page action happened",
+};
+// Run state to show when `turn.complete` arrives before a terminal `run.status`.
+const STATE_FOR_STOP_REASON = {
+  end: "completed",
+  max_tokens: "completed",
+  content_filter: "completed",
+  tools_disabled: "completed",
+  interrupted: "interrupted",
+  budget_pause: "budget_paused",
+  error: "failed",
+};
+const STOP_REASON_TEXT = {
+  max_tokens: "Stopped: output token limit reached",
+  content_filter: "Stopped by the provider's content filter",
+  tools_disabled: "Stopped: tools are disabled",
+  budget_pause: "Paused: budget reached",
+};
+const OP_VERBS = {
+  "initialize": "load the thread",
+  "thread.create": "create a thread",
+  "thread.delete": "delete the thread",
+  "turn.submit": "send the message",
+  "turn.steer": "steer the running turn",
+  "turn.enqueue": "queue the message",
+  "queue.remove": "remove the queued message",
+  "turn.interrupt": "stop the turn",
+  "run.resume": "continue the run",
+};
+const DEFAULT_BASE_URLS = {
+  openai: "https://api.openai.com/v1",
+  anthropic: "https://api.anthropic.com/v1",
+};
+const RECONNECT_MIN_MS = 100;
+const RECONNECT_MAX_MS = 2000;
+
+const clientId = crypto.randomUUID();
+
+const state = {
+  port: null,
+  connected: false,
+  reconnectDelay: RECONNECT_MIN_MS,
+  reconnectTimer: null,
+  epoch: null,
+  seq: null,
+  threadId: null,
+  threads: [],
+  runState: "idle",
+  turnId: null,
+  lastStopReason: null,
+  queue: [],
+  pendingSteers: [],
+  /** submissionId → { message, text? }: ops not yet acked, re-sent after a reconnect. */
+  pendingOps: new Map(),
+};
+
+/** What is on screen, keyed the way events address it. Reset by each snapshot. */
+const view = {
+  elementsById: new Map(),
+  cardsByCallId: new Map(),
+  resultsByCallId: new Map(),
+  /** itemId → { kind, element, text, reasoning, progress } for items still streaming. */
+  streaming: new Map(),
+  stickToBottom: true,
+  scrollScheduled: false,
+};
+
+// ------------------------------------------------------------ connection ---
+
+function connect() {
+  state.reconnectTimer = null;
+  let port;
+  try {
+    port = chrome.runtime.connect({ name: "panel" });
+  } catch (err) {
+    console.warn("[sw-agent] connect failed", err);
+    scheduleReconnect();
+    return;
+  }
+  state.port = port;
+  port.onMessage.addListener((message) => {
+    if (state.port !== port) return;
+    try {
+      handleEvent(message);
+    } catch (err) {
+      console.error("[sw-agent] failed to handle event", message && message.type, err);
+    }
+  });
+  port.onDisconnect.addListener(() => {
+    void chrome.runtime.lastError; // read it so Chrome does not log it as unchecked
+    if (state.port !== port) return;
+    state.port = null;
+    setConnected(false);
+    scheduleReconnect();
+  });
+  sendInitialize();
+  // Ops the engine may not have received: the same submissionId makes a
+  // repeat safe (the engine replays the stored outcome of a committed op).
+  for (const { message } of state.pendingOps.values()) post(message);
+}
+
+function scheduleReconnect() {
+  if (state.reconnectTimer !== null) return;
+  setConnectionText("Reconnecting…");
+  const delay = state.reconnectDelay;
+  state.reconnectDelay = Math.min(delay * 2, RECONNECT_MAX_MS);
+  state.reconnectTimer = setTimeout(connect, delay);
+}
+
+function setConnected(connected) {
+  state.connected = connected;
+  dom.connection.dataset.connected = String(connected);
+  if (connected) {
+    state.reconnectDelay = RECONNECT_MIN_MS;
+    setConnectionText("Connected");
+  } else {
+    setConnectionText("Reconnecting…");
+  }
+}
+
+function setConnectionText(text) {
+  if (dom.connectionText.textContent !== text) dom.connectionText.textContent = text;
+}
+
+function post(message) {
+  if (state.port === null) return false;
+  try {
+    state.port.postMessage(message);
+    return true;
+  } catch (err) {
+    console.warn("[sw-agent] postMessage failed", err);
+    return false;
+  }
+}
+
+function sendInitialize() {
+  post({ type: "initialize", clientId, submissionId: crypto.randomUUID(), threadId: state.threadId });
+}
+
+/** Sends an op; it stays pending (and is re-sent on reconnect) until acked or rejected. */
+function sendOp(type, fields, meta = {}) {
+  const message = { type, clientId, submissionId: crypto.randomUUID(), ...fields };
+  state.pendingOps.set(message.submissionId, { message, ...meta });
+  if (!post(message)) setNote("Not connected yet; it will be sent when the connection is back.");
+  return message.submissionId;
+}
+
+// ---------------------------------------------------------------- events ---
+
+function handleEvent(event) {
+  if (event === null || typeof event !== "object" || typeof event.type !== "string") return;
+  if (!state.connected) setConnected(true);
+  if (typeof event.epoch === "string" && event.epoch !== state.epoch) {
+    state.epoch = event.epoch;
+    dom.connection.dataset.epoch = event.epoch;
+  }
+  if (typeof event.seq === "number") state.seq = event.seq;
+
+  switch (event.type) {
+    case "initialized": return applySnapshot(event.snapshot);
+    case "command.ack": return onAck(event);
+    case "command.reject": return onReject(event);
+    case "threads.updated": return renderThreads(event.threads);
+    default: break;
+  }
+  if (state.threadId === null || event.threadId !== state.threadId) return;
+
+  switch (event.type) {
+    case "turn.start": return onTurnStart(event);
+    case "item.start": return onItemStart(event);
+    case "item.delta": return onItemDelta(event);
+    case "item.complete": return onItemComplete(event);
+    case "token.usage": return renderUsage(event);
+    case "queue.updated":
+      state.queue = Array.isArray(event.queue) ? event.queue : [];
+      return renderQueue();
+    case "run.status":
+      if (event.turnId) state.turnId = event.turnId;
+      if (typeof event.state === "string") state.runState = event.state;
+      return renderRunState();
+    case "turn.complete": return onTurnComplete(event);
+    default: return undefined;
+  }
+}
+
+function applySnapshot(snapshot) {
+  const threads = snapshot && Array.isArray(snapshot.threads) ? snapshot.threads : [];
+  const thread = snapshot && snapshot.thread ? snapshot.thread : null;
+  const threadChanged = (thread ? thread.id : null) !== state.threadId;
+  state.threadId = thread ? thread.id : null;
+  renderThreads(threads);
+
+  view.elementsById.clear();
+  view.cardsByCallId.clear();
+  view.resultsByCallId.clear();
+  view.streaming.clear();
+  dom.messages.replaceChildren();
+  if (thread && Array.isArray(thread.nodes)) {
+    for (const node of thread.nodes) placeNode(node);
+  }
+  if (!thread || dom.messages.childElementCount === 0) {
+    const empty = document.createElement("p");
+    empty.className = "empty-hint";
+    empty.textContent = "Describe a task and the agent will work on the current page.";
+    dom.messages.append(empty);
+  }
+
+  const run = thread && thread.run ? thread.run : null;
+  state.runState = run && typeof run.state === "string" ? run.state : "idle";
+  state.turnId = run && run.id ? run.id : null;
+  state.lastStopReason = run && run.stopReason ? run.stopReason : null;
+  state.queue = thread && Array.isArray(thread.queue) ? thread.queue : [];
+  state.pendingSteers = thread && Array.isArray(thread.pendingSteers) ? thread.pendingSteers.slice() : [];
+
+  hideError();
+  if (run && run.error && (run.state === "failed" || run.state === "paused_uncertain")) {
+    showError(plainError(run.error));
+  }
+  if (threadChanged) dom.usageText.textContent = "";
+  renderQueue();
+  renderPendingSteers();
+  renderRunState();
+  view.stickToBottom = true;
+  scheduleScroll();
+  document.body.dataset.ready = "true";
+}
+
+function onAck(event) {
+  const pending = state.pendingOps.get(event.submissionId);
+  if (!pending) return;
+  state.pendingOps.delete(event.submissionId);
+  const result = event.result && typeof event.result === "object" ? event.result : {};
+  switch (event.opType || pending.message.type) {
+    case "thread.create":
+      if (typeof result.threadId === "string") state.threadId = result.threadId;
+      break;
+    case "turn.submit":
+      if (typeof result.threadId === "string" && result.threadId !== state.threadId) {
+        // The submit created a thread: show it (the snapshot brings what we missed).
+        state.threadId = result.threadId;
+        sendInitialize();
+      }
+      if (result.queued === true) setNote("A turn is running; your message is queued as the next turn.");
+      break;
+    case "turn.steer":
+      if (result.downgraded === true) setNote("Could not steer; queued as next turn");
+      break;
+    case "run.resume":
+      if (typeof result.turnId === "string") {
+        state.turnId = result.turnId;
+        renderRunState();
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+function onReject(event) {
+  const pending = state.pendingOps.get(event.submissionId);
+  state.pendingOps.delete(event.submissionId);
+  const opType = event.opType || (pending && pending.message.type) || "";
+  const verb = OP_VERBS[opType] || "do that";
+  showError(`Could not ${verb}: ${plainError(event.error)}`);
+  // Give the user their words back so nothing typed is lost.
+  if (pending && pending.text && dom.input.value.trim() === "") dom.input.value = pending.text;
+}
+
+function onTurnStart(event) {
+  state.turnId = event.turnId || state.turnId;
+  state.lastStopReason = null;
+  if (!RUNNING_STATES.has(state.runState)) state.runState = "queued";
+  hideError();
+  renderRunState();
+}
+
+function onTurnComplete(event) {
+  if (event.turnId) state.turnId = event.turnId;
+  state.lastStopReason = event.stopReason || null;
+  if (RUNNING_STATES.has(state.runState) || state.runState === "idle") {
+    state.runState = STATE_FOR_STOP_REASON[event.stopReason] || "completed";
+  }
+  if (event.error) {
+    showError(plainError(event.error));
+  } else if (STOP_REASON_TEXT[event.stopReason]) {
+    setNote(STOP_REASON_TEXT[event.stopReason]);
+  }
+  // Whatever still streams belonged to this turn and will not grow any more.
+  for (const [itemId, entry] of view.streaming) {
+    if (entry.kind === "assistant_message") {
+      entry.element.classList.remove("streaming");
+      entry.element.removeAttribute("aria-busy");
+      view.streaming.delete(itemId);
+      view.elementsById.set(itemId, entry.element);
+    }
+  }
+  renderRunState();
+}
+
+// --------------------------------------------------------------- streaming ---
+
+function onItemStart(event) {
+  const itemId = event.itemId;
+  if (typeof itemId !== "string" || view.streaming.has(itemId) || view.elementsById.has(itemId)) return;
+  removeEmptyHint();
+  if (event.kind === "tool_call") {
+    const card = buildToolCard({ id: itemId, label: event.label, status: "running" });
+    dom.messages.append(card);
+    view.streaming.set(itemId, { kind: "tool_call", element: card });
+  } else {
+    startAssistantStream(itemId);
+  }
+  scheduleScroll();
+}
+
+function startAssistantStream(itemId) {
+  const element = document.createElement("article");
+  element.className = "node assistant streaming";
+  element.dataset.kind = "assistant_message";
+  element.dataset.nodeId = itemId;
+  element.setAttribute("aria-busy", "true");
+  const body = document.createElement("div");
+  body.className = "message-text plain";
+  const text = document.createTextNode("");
+  body.append(text);
+  element.append(body);
+  dom.messages.append(element);
+  const entry = { kind: "assistant_message", element, text, reasoning: null };
+  view.streaming.set(itemId, entry);
+  return entry;
+}
+
+function onItemDelta(event) {
+  const delta = event.delta;
+  if (!delta || typeof delta.text !== "string" || typeof event.itemId !== "string") return;
+  const itemId = event.itemId;
+  if (delta.kind === "toolProgress") {
+    const card = (view.streaming.get(itemId) || {}).element
+      || view.elementsById.get(itemId)
+      || view.cardsByCallId.get(itemId);
+    if (card) appendProgress(card, delta.text);
+    scheduleScroll();
+    return;
+  }
+  let entry = view.streaming.get(itemId);
+  if (!entry) {
+    // Final node already drawn (e.g. a snapshot raced the stream): nothing to grow.
+    if (view.elementsById.has(itemId)) return;
+    // Joined mid-stream (reconnect): start from here; item.complete fills the rest.
+    removeEmptyHint();
+    entry = startAssistantStream(itemId);
+  }
+  if (entry.kind !== "assistant_message") return;
+  if (delta.kind === "reasoning") {
+    if (entry.reasoning === null) entry.reasoning = addReasoning(entry.element, "", true);
+    entry.reasoning.appendData(delta.text);
+  } else {
+    entry.text.appendData(delta.text);
+  }
+  scheduleScroll();
+}
+
+function onItemComplete(event) {
+  if (!event.node || typeof event.node !== "object") return;
+  removeEmptyHint();
+  placeNode(event.node);
+  scheduleScroll();
+}
+
+// ----------------------------------------------------------------- nodes ---
+
+/** Draws a durable node: replaces its streaming (or older) element, or appends. */
+function placeNode(node) {
+  if (typeof node.id !== "string") return;
+  if (node.kind === "tool_result") {
+    placeToolResult(node);
+    return;
+  }
+  const streamingEntry = view.streaming.get(node.id);
+  const existing = streamingEntry ? streamingEntry.element : view.elementsById.get(node.id);
+  view.streaming.delete(node.id);
+  const element = renderNode(node);
+  if (element === null) {
+    if (existing) existing.remove();
+    view.elementsById.delete(node.id);
+    return;
+  }
+  if (existing && existing.isConnected) existing.replaceWith(element);
+  else dom.messages.append(element);
+  view.elementsById.set(node.id, element);
+
+  if (node.kind === "tool_call" && typeof node.callId === "string") {
+    if (existing && existing !== element) carryProgress(existing, element);
+    view.cardsByCallId.set(node.callId, element);
+    const result = view.resultsByCallId.get(node.callId);
+    if (result) setCardResult(element, result);
+  }
+  if (node.kind === "user_message" && node.steered) dropPendingSteer(node.text);
+}
+
+function renderNode(node) {
+  switch (node.kind) {
+    case "user_message": return renderUserMessage(node);
+    case "assistant_message": return renderAssistantMessage(node);
+    case "tool_call": return buildToolCard({
+      id: node.id,
+      callId: node.callId,
+      name: node.name,
+      label: node.label,
+      args: node.arguments,
+      status: "running",
+    });
+    case "notice": return renderNotice(node);
+    case "turn_context": return null; // bookkeeping for the engine, nothing to read
+    default: return renderUnknown(node);
+  }
+}
+
+function nodeElement(node, tag, className) {
+  const element = document.createElement(tag);
+  element.className = `node ${className}`;
+  element.dataset.kind = node.kind;
+  element.dataset.nodeId = node.id;
+  return element;
+}
+
+function renderUserMessage(node) {
+  const element = nodeElement(node, "article", "user");
+  element.setAttribute("aria-label", node.steered ? "You (steering)" : "You");
+  if (node.steered) element.append(badge("steer", "Sent while the agent was working"));
+  const body = document.createElement("div");
+  body.className = "message-text plain";
+  body.textContent = typeof node.text === "string" ? node.text : "";
+  element.append(body);
+  return element;
+}
+
+function renderAssistantMessage(node) {
+  const element = nodeElement(node, "article", "assistant");
+  element.setAttribute("aria-label", "Agent");
+  const text = typeof node.text === "string" ? node.text : "";
+  const reasoning = typeof node.reasoning === "string" ? node.reasoning : "";
+  if (reasoning) addReasoning(element, reasoning, false);
+  if (text) {
+    const body = document.createElement("div");
+    body.className = "message-text";
+    body.append(renderMarkdown(text));
+    element.append(body);
+  }
+  if (node.interrupted) element.append(badge("interrupted", "The reply was cut off"));
+  else if (STOP_REASON_TEXT[node.stopReason]) element.append(badge("stopped", STOP_REASON_TEXT[node.stopReason]));
+  // A reply that only called tools has nothing to read.
+  if (!text && !reasoning && !node.interrupted) element.hidden = true;
+  return element;
+}
+
+function addReasoning(element, text, open) {
+  const details = document.createElement("details");
+  details.className = "reasoning";
+  details.open = open;
+  const summary = document.createElement("summary");
+  summary.textContent = "Reasoning";
+  const body = document.createElement("div");
+  body.className = "reasoning-text";
+  const textNode = document.createTextNode(text);
+  body.append(textNode);
+  details.append(summary, body);
+  element.prepend(details);
+  return textNode;
+}
+
+function renderNotice(node) {
+  const element = nodeElement(node, "div", "notice");
+  const level = ["info", "warning", "error"].includes(node.level) ? node.level : "info";
+  element.dataset.level = level;
+  if (level === "error") element.setAttribute("role", "note");
+  element.textContent = typeof node.text === "string" ? node.text : "";
+  return element;
+}
+
+function renderUnknown(node) {
+  const element = nodeElement(node, "div", "notice");
+  element.dataset.level = "info";
+  element.textContent = typeof node.text === "string" && node.text ? node.text : `(${String(node.kind)})`;
+  return element;
+}
+
+function badge(text, title) {
+  const element = document.createElement("span");
+  element.className = `badge badge-${text}`;
+  element.textContent = text;
+  element.title = title;
+  return element;
+}
+
+// ------------------------------------------------------------- tool cards ---
+
+function buildToolCard({ id, callId, name, label, args, status }) {
+  const card = document.createElement("article");
+  card.className = "node tool-call";
+  card.dataset.kind = "tool_call";
+  card.dataset.nodeId = id;
+  if (typeof callId === "string") card.dataset.callId = callId;
+  card.dataset.status = status;
+
+  const header = document.createElement("header");
+  header.className = "tool-header";
+  const title = document.createElement("span");
+  title.className = "tool-label";
+  title.textContent = label || name || "Tool call";
+  header.append(title);
+  if (name && label && label !== name) {
+    const nameElement = document.createElement("code");
+    nameElement.className = "tool-name";
+    nameElement.textContent = name;
+    header.append(nameElement);
+  }
+  const statusElement = document.createElement("span");
+  statusElement.className = "tool-status";
+  statusElement.textContent = status;
+  header.append(statusElement);
+  card.append(header);
+  card.setAttribute("aria-label", `Tool: ${title.textContent}`);
+
+  if (args !== undefined) {
+    const argsElement = document.createElement("pre");
+    argsElement.className = "tool-args";
+    argsElement.textContent = prettyJson(args);
+    card.append(argsElement);
+  }
+  const progress = document.createElement("pre");
+  progress.className = "tool-progress";
+  progress.hidden = true;
+  progress.append(document.createTextNode(""));
+  card.append(progress);
+  return card;
+}
+
+function prettyJson(value) {
+  try {
+    return JSON.stringify(value, null, 2) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+function appendProgress(card, text) {
+  const progress = card.querySelector(":scope > .tool-progress");
+  if (!progress) return;
+  progress.hidden = false;
+  progress.firstChild.appendData(text);
+}
+
+function carryProgress(from, to) {
+  const old = from.querySelector(":scope > .tool-progress");
+  if (old && !old.hidden) appendProgress(to, old.textContent);
+}
+
+function placeToolResult(node) {
+  const callId = typeof node.callId === "string" ? node.callId : "";
+  view.resultsByCallId.set(callId, node);
+  const card = view.cardsByCallId.get(callId);
+  if (card) {
+    setCardResult(card, node);
+    return;
+  }
+  // No call on screen to attach to: show the result on its own.
+  const element = nodeElement(node, "article", "tool-call orphan-result");
+  element.dataset.callId = callId;
+  element.dataset.status = node.status || "ok";
+  const header = document.createElement("header");
+  header.className = "tool-header";
+  const title = document.createElement("span");
+  title.className = "tool-label";
+  title.textContent = node.name || "Tool result";
+  header.append(title);
+  element.append(header, buildResultSection(node, false));
+  const existing = view.elementsById.get(node.id);
+  if (existing && existing.isConnected) existing.replaceWith(element);
+  else dom.messages.append(element);
+  view.elementsById.set(node.id, element);
+}
+
+function setCardResult(card, node) {
+  const status = typeof node.status === "string" ? node.status : "ok";
+  card.dataset.status = status;
+  const statusElement = card.querySelector(":scope > .tool-header > .tool-status");
+  if (statusElement) statusElement.textContent = status;
+  const existing = card.querySelector(":scope > .tool-result");
+  const section = buildResultSection(node, true);
+  if (existing) existing.replaceWith(section);
+  else card.append(section);
+  view.elementsById.set(node.id, section);
+}
+
+function buildResultSection(node, asChild) {
+  const details = document.createElement("details");
+  details.className = asChild ? "node tool-result" : "tool-result";
+  if (asChild) {
+    details.dataset.kind = "tool_result";
+    details.dataset.nodeId = node.id;
+    details.dataset.status = node.status || "ok";
+  }
+  const summary = document.createElement("summary");
+  const content = typeof node.content === "string" ? node.content : prettyJson(node.content);
+  const firstLine = content.split("\n", 1)[0];
+  summary.textContent = `Result (${node.status || "ok"})${firstLine ? `: ${firstLine.slice(0, 100)}` : ""}`;
+  const body = document.createElement("pre");
+  body.className = "tool-result-text";
+  body.textContent = content;
+  details.append(summary, body);
+  return details;
+}
+
+// -------------------------------------------------------------- markdown ---
+// A small, safe subset: paragraphs, fenced code, `code`, **bold**, lists and
+// headings. Everything becomes elements + text nodes; no HTML is parsed.
+
+const FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([^`]*)$/;
+const LIST_ITEM = /^\s{0,6}([-*+]|\d{1,9}[.)])\s+(.*)$/;
+const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
+
+function renderMarkdown(source) {
+  const fragment = document.createDocumentFragment();
+  const lines = source.replace(/\r\n?/g, "\n").split("\n");
+  let index = 0;
+  while (index < lines.length) {
+    const line = lines[index];
+    const fence = FENCE.exec(line);
+    if (fence) {
+      const marker = fence[1];
+      const code = [];
+      index += 1;
+      while (index < lines.length && !lines[index].trim().startsWith(marker)) {
+        code.push(lines[index]);
+        index += 1;
+      }
+      index += 1; // closing fence (or end of text)
+      const pre = document.createElement("pre");
+      const codeElement = document.createElement("code");
+      const language = fence[2].trim().split(/\s+/)[0];
+      if (language) codeElement.dataset.language = language;
+      codeElement.textContent = code.join("\n");
+      pre.append(codeElement);
+      fragment.append(pre);
+      continue;
+    }
+    if (line.trim() === "") {
+      index += 1;
+      continue;
+    }
+    const heading = HEADING.exec(line);
+    if (heading) {
+      const level = Math.min(heading[1].length + 2, 6);
+      const element = document.createElement(`h${level}`);
+      appendInline(element, heading[2]);
+      fragment.append(element);
+      index += 1;
+      continue;
+    }
+    const item = LIST_ITEM.exec(line);
+    if (item) {
+      const ordered = /\d/.test(item[1]);
+      const list = document.createElement(ordered ? "ol" : "ul");
+      if (ordered && parseInt(item[1], 10) !== 1) list.start = parseInt(item[1], 10);
+      let current = null;
+      while (index < lines.length) {
+        const next = LIST_ITEM.exec(lines[index]);
+        if (next && /\d/.test(next[1]) === ordered) {
+          current = document.createElement("li");
+          appendInline(current, next[2]);
+          list.append(current);
+        } else if (current && !next && lines[index].trim() !== "" && /^\s+/.test(lines[index]) && !FENCE.test(lines[index])) {
+          current.append(document.createElement("br"));
+          appendInline(current, lines[index].trim());
+        } else {
+          break;
+        }
+        index += 1;
+      }
+      fragment.append(list);
+      continue;
+    }
+    const paragraph = document.createElement("p");
+    let first = true;
+    while (index < lines.length) {
+      const next = lines[index];
+      if (next.trim() === "" || FENCE.test(next) || HEADING.test(next) || (!first && LIST_ITEM.test(next))) break;
+      if (!first) paragraph.append(document.createElement("br"));
+      appendInline(paragraph, next);
+      first = false;
+      index += 1;
+    }
+    fragment.append(paragraph);
+  }
+  return fragment;
+}
+
+function appendInline(parent, text) {
+  const codeSpan = /`([^`]+)`/g;
+  let last = 0;
+  for (let match = codeSpan.exec(text); match !== null; match = codeSpan.exec(text)) {
+    appendBold(parent, text.slice(last, match.index));
+    const code = document.createElement("code");
+    code.textContent = match[1];
+    parent.append(code);
+    last = match.index + match[0].length;
+  }
+  appendBold(parent, text.slice(last));
+}
+
+function appendBold(parent, text) {
+  const bold = /\*\*(?=\S)([^*]*?\S)\*\*|__(?=\S)([^_]*?\S)__/g;
+  let last = 0;
+  for (let match = bold.exec(text); match !== null; match = bold.exec(text)) {
+    if (match.index > last) parent.append(document.createTextNode(text.slice(last, match.index)));
+    const strong = document.createElement("strong");
+    strong.textContent = match[1] ?? match[2];
+    parent.append(strong);
+    last = match.index + match[0].length;
+  }
+  if (last < text.length) parent.append(document.createTextNode(text.slice(last)));
+}
+
+// ------------------------------------------------------- other rendering ---
+
+function renderThreads(threads) {
+  if (Array.isArray(threads)) {
+    state.threads = threads
+      .filter((thread) => thread && typeof thread.id === "string")
+      .slice()
+      .sort((a, b) => (b.updatedAt || 0) - (a.updatedAt || 0));
+  }
+  const select = dom.threadList;
+  const options = [];
+  const known = state.threads.some((thread) => thread.id === state.threadId);
+  if (state.threadId === null || !known) {
+    const fresh = document.createElement("option");
+    fresh.value = state.threadId || "";
+    fresh.textContent = state.threadId === null ? "New thread" : "Current thread";
+    options.push(fresh);
+  }
+  for (const thread of state.threads) {
+    const option = document.createElement("option");
+    option.value = thread.id;
+    option.dataset.threadId = thread.id;
+    option.textContent = thread.title && thread.title.trim() ? thread.title : "Untitled thread";
+    if (thread.updatedAt) option.title = `Updated ${new Date(thread.updatedAt).toLocaleString()}`;
+    options.push(option);
+  }
+  select.replaceChildren(...options);
+  select.value = state.threadId || "";
+}
+
+function renderQueue() {
+  const items = state.queue.filter((item) => item && typeof item.id === "string");
+  dom.queueList.replaceChildren(...items.map((item) => {
+    const li = document.createElement("li");
+    li.dataset.queueItemId = item.id;
+    const text = document.createElement("span");
+    text.className = "queue-text";
+    text.textContent = item.text || "";
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "icon-button";
+    remove.textContent = "×";
+    remove.setAttribute("aria-label", `Remove queued message: ${clipText(item.text || "", 60)}`);
+    remove.addEventListener("click", () => {
+      if (state.threadId) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
+    });
+    li.append(text, remove);
+    return li;
+  }));
+  updateWaitingSection();
+}
+
+function renderPendingSteers() {
+  if (dom.steerList === null) {
+    dom.steerList = document.createElement("ul");
+    dom.steerList.id = "steer-list";
+    dom.steerList.className = "steer-list";
+    dom.steerList.setAttribute("aria-label", "Steering messages the agent has not read yet");
+    dom.queueSection.prepend(dom.steerList);
+  }
+  dom.steerList.replaceChildren(...state.pendingSteers.map((steer) => {
+    const li = document.createElement("li");
+    li.dataset.steerId = steer.id;
+    li.append(badge("steer", "The agent reads this at its next step"), document.createTextNode(` ${steer.text || ""}`));
+    return li;
+  }));
+  updateWaitingSection();
+}
+
+function dropPendingSteer(text) {
+  const index = state.pendingSteers.findIndex((steer) => steer.text === text);
+  if (index === -1) return;
+  state.pendingSteers.splice(index, 1);
+  renderPendingSteers();
+}
+
+function updateWaitingSection() {
+  dom.queueSection.hidden = state.queue.length === 0 && state.pendingSteers.length === 0;
+  dom.queueList.hidden = state.queue.length === 0;
+  $("queue-heading").hidden = state.queue.length === 0;
+}
+
+function renderRunState() {
+  dom.status.dataset.state = state.runState;
+  dom.status.dataset.turnId = state.turnId || "";
+  dom.statusText.textContent = STATE_TEXT[state.runState] || state.runState.replace(/_/g, " ");
+  const running = isRunning();
+  dom.stop.disabled = !running;
+  dom.send.textContent = running ? "Steer" : "Send";
+  dom.send.title = running ? "Add this to the running turn (Enter)" : "Send (Enter)";
+  const canContinue = !running && state.threadId !== null
+    && (state.runState === "interrupted" || state.runState === "failed" || state.lastStopReason === "interrupted");
+  dom.continue.hidden = !canContinue;
+}
+
+function renderUsage(event) {
+  const parts = [];
+  if (event.turnTotal !== undefined) parts.push(`turn ${formatUsage(event.turnTotal)}`);
+  if (event.threadTotal !== undefined) parts.push(`thread ${formatUsage(event.threadTotal)}`);
+  if (parts.length === 0 && event.usage) parts.push(formatUsage(event.usage));
+  dom.usageText.textContent = parts.length ? `Tokens: ${parts.join(" · ")}` : "";
+}
+
+function formatUsage(usage) {
+  if (typeof usage === "number") return usage.toLocaleString();
+  if (usage && typeof usage === "object") {
+    return `${Number(usage.input || 0).toLocaleString()} in / ${Number(usage.output || 0).toLocaleString()} out`;
+  }
+  return "";
+}
+
+function isRunning() {
+  return RUNNING_STATES.has(state.runState);
+}
+
+function plainError(error) {
+  if (!error || typeof error !== "object") return "Something went wrong.";
+  if (typeof error.message === "string" && error.message.trim()) return error.message.trim();
+  if (typeof error.kind === "string") return `${error.kind.replace(/[_-]/g, " ")}.`;
+  return "Something went wrong.";
+}
+
+function showError(text) {
+  dom.errorText.textContent = text;
+  dom.errorBanner.hidden = false;
+}
+
+function hideError() {
+  dom.errorBanner.hidden = true;
+  dom.errorText.textContent = "";
+}
+
+function setNote(text) {
+  dom.note.textContent = text;
+}
+
+function removeEmptyHint() {
+  const hint = dom.messages.querySelector(":scope > .empty-hint");
+  if (hint) hint.remove();
+}
+
+function clipText(text, max) {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/** At most one scroll per frame, and only if the reader was at the bottom. */
+function scheduleScroll() {
+  if (view.scrollScheduled) return;
+  view.scrollScheduled = true;
+  requestAnimationFrame(() => {
+    view.scrollScheduled = false;
+    if (view.stickToBottom) dom.messages.scrollTop = dom.messages.scrollHeight;
+  });
+}
+
+// ----------------------------------------------------------------- input ---
+
+function submitInput(mode) {
+  const text = dom.input.value.trim();
+  if (text === "") return;
+  setNote("");
+  if (mode === "enqueue" && state.threadId !== null) {
+    sendOp("turn.enqueue", { threadId: state.threadId, input: { text } }, { text });
+  } else if (isRunning() && state.threadId !== null && state.turnId !== null) {
+    sendOp("turn.steer", { threadId: state.threadId, expectedTurnId: state.turnId, input: { text } }, { text });
+  } else {
+    sendOp("turn.submit", { threadId: state.threadId, input: { text } }, { text });
+  }
+  dom.input.value = "";
+  view.stickToBottom = true;
+}
+
+function interrupt() {
+  if (state.threadId === null) return;
+  sendOp("turn.interrupt", { threadId: state.threadId });
+}
+
+dom.composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  submitInput("auto");
+});
+
+dom.input.addEventListener("keydown", (event) => {
+  if (event.isComposing) return;
+  if (event.key === "Enter") {
+    if (event.shiftKey && event.altKey) {
+      event.preventDefault();
+      submitInput("enqueue");
+    } else if (!event.shiftKey && !event.altKey && !event.ctrlKey && !event.metaKey) {
+      event.preventDefault();
+      submitInput("auto");
+    }
+  } else if (event.key === "Escape") {
+    event.preventDefault();
+    interrupt();
+  }
+});
+
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && !event.defaultPrevented && event.target !== dom.input && isRunning()) {
+    interrupt();
+  }
+});
+
+dom.enqueue.addEventListener("click", () => submitInput("enqueue"));
+dom.stop.addEventListener("click", interrupt);
+dom.continue.addEventListener("click", () => {
+  if (state.threadId !== null) sendOp("run.resume", { threadId: state.threadId });
+});
+dom.newThread.addEventListener("click", () => sendOp("thread.create", {}));
+dom.threadList.addEventListener("change", () => {
+  const threadId = dom.threadList.value;
+  if (!threadId || threadId === state.threadId) return;
+  // Events of the old thread stop counting now; the snapshot redraws everything.
+  state.threadId = threadId;
+  setNote("");
+  sendInitialize();
+});
+dom.errorDismiss.addEventListener("click", hideError);
+dom.messages.addEventListener("scroll", () => {
+  const { scrollTop, scrollHeight, clientHeight } = dom.messages;
+  view.stickToBottom = scrollHeight - scrollTop - clientHeight < 40;
+}, { passive: true });
+
+// -------------------------------------------------------------- settings ---
+
+async function loadSettings() {
+  try {
+    const { settings } = await chrome.storage.local.get("settings");
+    const current = settings && typeof settings === "object" ? settings : {};
+    const provider = current.provider === "anthropic" ? "anthropic" : "openai";
+    dom.settingsProvider.value = provider;
+    dom.settingsBaseUrl.value = typeof current.baseUrl === "string" ? current.baseUrl : DEFAULT_BASE_URLS[provider];
+    dom.settingsModel.value = typeof current.model === "string" ? current.model : "";
+    dom.settingsApiKey.value = typeof current.apiKey === "string" ? current.apiKey : "";
+    dom.settingsMaxTokens.value = Number.isFinite(current.maxOutputTokens) ? String(current.maxOutputTokens) : "4096";
+    dom.settingsTemperature.value = Number.isFinite(current.temperature) ? String(current.temperature) : "";
+    dom.settingsBaseUrl.placeholder = DEFAULT_BASE_URLS[provider];
+  } catch (err) {
+    setSettingsStatus(`Could not load settings: ${err && err.message ? err.message : err}`, true);
+  }
+}
+
+function readSettingsForm() {
+  const provider = dom.settingsProvider.value === "anthropic" ? "anthropic" : "openai";
+  const baseUrl = dom.settingsBaseUrl.value.trim() || DEFAULT_BASE_URLS[provider];
+  try {
+    const url = new URL(baseUrl);
+    if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error("not http");
+  } catch {
+    return { error: "Base URL must be an http(s) address, like https://api.openai.com/v1.", field: dom.settingsBaseUrl };
+  }
+  const model = dom.settingsModel.value.trim();
+  if (model === "") return { error: "Enter a model name.", field: dom.settingsModel };
+  const maxTokensText = dom.settingsMaxTokens.value.trim();
+  let maxOutputTokens = null;
+  if (maxTokensText !== "") {
+    maxOutputTokens = Number(maxTokensText);
+    if (!Number.isInteger(maxOutputTokens) || maxOutputTokens < 1) {
+      return { error: "Max output tokens must be a whole number of at least 1.", field: dom.settingsMaxTokens };
+    }
+  }
+  const temperatureText = dom.settingsTemperature.value.trim();
+  let temperature = null;
+  if (temperatureText !== "") {
+    temperature = Number(temperatureText);
+    if (!Number.isFinite(temperature) || temperature < 0 || temperature > 2) {
+      return { error: "Temperature must be a number from 0 to 2, or empty for the model's default.", field: dom.settingsTemperature };
+    }
+  }
+  return {
+    settings: {
+      provider,
+      baseUrl: baseUrl.replace(/\/+$/, ""),
+      model,
+      apiKey: dom.settingsApiKey.value.trim(),
+      maxOutputTokens,
+      temperature,
+    },
+  };
+}
+
+async function saveSettings(event) {
+  event.preventDefault();
+  const { settings, error, field } = readSettingsForm();
+  if (error) {
+    setSettingsStatus(error, true);
+    field.setAttribute("aria-invalid", "true");
+    field.focus();
+    return;
+  }
+  for (const input of dom.settingsForm.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  setSettingsStatus("Saving…", false);
+  dom.settingsSave.disabled = true;
+  try {
+    const { settings: previous } = await chrome.storage.local.get("settings");
+    // Keep keys this form does not know about (written by a newer version).
+    const merged = { ...(previous && typeof previous === "object" ? previous : {}), ...settings };
+    await chrome.storage.local.set({ settings: merged });
+    setSettingsStatus("Saved", false);
+  } catch (err) {
+    setSettingsStatus(`Could not save: ${err && err.message ? err.message : err}`, true);
+  } finally {
+    dom.settingsSave.disabled = false;
+  }
+}
+
+function setSettingsStatus(text, isError) {
+  dom.settingsStatus.textContent = text;
+  dom.settingsStatus.classList.toggle("error", isError);
+}
+
+dom.settingsForm.addEventListener("submit", saveSettings);
+dom.settingsForm.addEventListener("input", () => setSettingsStatus("", false));
+dom.settingsProvider.addEventListener("change", () => {
+  const provider = dom.settingsProvider.value;
+  const baseUrl = dom.settingsBaseUrl.value.trim().replace(/\/+$/, "");
+  // Swap the address only if it was the other provider's default (or empty).
+  if (baseUrl === "" || Object.values(DEFAULT_BASE_URLS).includes(baseUrl)) {
+    dom.settingsBaseUrl.value = DEFAULT_BASE_URLS[provider] || "";
+  }
+  dom.settingsBaseUrl.placeholder = DEFAULT_BASE_URLS[provider] || "";
+});
+dom.settingsToggle.addEventListener("click", () => {
+  const opening = dom.settingsSection.hidden;
+  dom.settingsSection.hidden = !opening;
+  dom.settingsToggle.setAttribute("aria-expanded", String(opening));
+  if (opening) {
+    setSettingsStatus("", false);
+    loadSettings().then(() => dom.settingsProvider.focus());
+  }
+});
+
+// ----------------------------------------------------------------- start ---
+
+renderRunState();
+loadSettings();
+connect();
