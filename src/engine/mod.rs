@@ -261,9 +261,11 @@ enum Then {
     },
     ToolResultPersisted,
     RunPaused,
+    /// `decided` interrupts have receipts in this unit; later ones changed nothing.
     RunFinished {
         stop: StopReason,
         error: Option<ErrorInfo>,
+        decided: usize,
     },
     SteerAdmitted {
         seq: u64,
@@ -417,7 +419,12 @@ impl Engine {
         for tid in ids {
             self.recover_thread(now, &tid);
         }
-        self.update_heartbeat();
+        // Always state the heartbeat at start: an alarm left by a previous
+        // instance must be cleared when nothing is active any more.
+        self.heartbeat = self.has_active_runs();
+        self.effects.push_back(Effect::SetHeartbeat {
+            active: self.heartbeat,
+        });
     }
 
     // ----------------------------------------------------------------- outputs
@@ -1754,6 +1761,7 @@ pick a different element or tool, or explain the problem to the user.",
             Then::RunFinished {
                 stop: finish.stop,
                 error: finish.error,
+                decided: interrupts.len(),
             },
         );
         self.set_phase(tid, Phase::Persisting(token));
@@ -1964,7 +1972,11 @@ pick a different element or tool, or explain the problem to the user.",
                     None => self.run_next_tool(now, &tid),
                 }
             }
-            Then::RunFinished { stop, error } => {
+            Then::RunFinished {
+                stop,
+                error,
+                decided,
+            } => {
                 let interrupts = self
                     .threads
                     .get_mut(&tid)
@@ -1977,8 +1989,14 @@ pick a different element or tool, or explain the problem to the user.",
                     .map(|r| r.id.clone())
                     .unwrap_or_default();
                 self.announce(&tid, &unit);
-                for reply in &interrupts {
-                    self.ack(reply, json!({ "turnId": turn_id }));
+                for (i, reply) in interrupts.iter().enumerate() {
+                    // An interrupt that arrived after the terminal state was decided changed nothing.
+                    let result = if i < decided {
+                        json!({ "turnId": turn_id })
+                    } else {
+                        json!({ "turnId": Value::Null })
+                    };
+                    self.ack(reply, result);
                 }
                 // complete_after_writes: the terminal checkpoint has committed.
                 self.broadcast(
@@ -2668,7 +2686,3 @@ fn fingerprint(op: &Op) -> String {
     // serde_json's default map is ordered by key: the encoding is canonical.
     crate::tools::hex(&Sha256::digest(value.to_string().as_bytes()))
 }
-
-#[cfg(test)]
-#[path = "engine_tests.rs"]
-mod tests;

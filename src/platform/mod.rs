@@ -1,1 +1,535 @@
-//! placeholder
+//! The wasm platform layer: the only code that does IO.
+//!
+//! Owns: the driver that executes engine effects in the service worker
+//! (IndexedDB commits, streaming fetch, Ports to the panel and to content
+//! scripts, timers, alarms) and feeds results back; the `Engine` class that
+//! `extension/sw.js` calls.
+//!
+//! Must not: make engine decisions. `JsValue` errors become typed errors in
+//! `error::js_to_error`.
+
+pub mod chrome;
+pub mod error;
+pub mod fetch;
+pub mod idb;
+pub mod port;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+
+use futures::channel::mpsc;
+use futures::{FutureExt, StreamExt};
+use gloo_timers::callback::Timeout;
+use gloo_timers::future::TimeoutFuture;
+use serde::Serialize;
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::spawn_local;
+use web_sys::AbortController;
+
+use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::model::ProviderProfile;
+use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
+use crate::provider::openai::{self, OpenAiDecoder};
+use crate::provider::{
+    error_from_status, parse_retry_after, ProviderError, ProviderRequest, ProviderResponse,
+};
+use crate::store::UnitOfWork;
+use error::JsError;
+use idb::IdbStore;
+use port::Port;
+
+/// IndexedDB database name.
+pub const DB_NAME: &str = "sw-agent";
+/// The alarm that wakes a killed worker while a run is active.
+pub const HEARTBEAT_ALARM: &str = "sw-agent-heartbeat";
+/// A page tool that does not answer within this time fails (ms).
+const TOOL_TIMEOUT_MS: u32 = 60_000;
+
+fn now() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+fn warn(message: &str) {
+    web_sys::console::warn_1(&JsValue::from_str(&format!("[sw-agent] {message}")));
+}
+
+/// Provider settings from `chrome.storage.local.settings`, split into the
+/// profile the engine may see and the API key only fetch may see.
+pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
+    let value: Value = serde_wasm_bindgen::from_value(settings.clone()).unwrap_or(Value::Null);
+    let text = |k: &str| {
+        value
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let kind = match text("provider").as_str() {
+        "anthropic" => "anthropic".to_string(),
+        _ => "openai".to_string(),
+    };
+    let max_output_tokens = value
+        .get("maxOutputTokens")
+        .and_then(|v| {
+            v.as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        })
+        .filter(|n| *n >= 1.0 && *n <= 1_000_000.0)
+        .map(|n| n as u32);
+    let temperature_centi = value
+        .get("temperature")
+        .and_then(|v| {
+            v.as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        })
+        .filter(|t| (0.0..=2.0).contains(t))
+        .map(|t| (t * 100.0).round() as u32);
+    let profile = ProviderProfile {
+        kind,
+        base_url: text("baseUrl"),
+        model: text("model"),
+        max_output_tokens,
+        temperature_centi,
+    };
+    (profile, text("apiKey"))
+}
+
+struct Driver {
+    engine: RefCell<Engine>,
+    store: IdbStore,
+    own_origin: String,
+    ports: RefCell<HashMap<ConnId, Port>>,
+    provider_aborts: RefCell<HashMap<u64, AbortController>>,
+    page_ports: RefCell<HashMap<u64, Port>>,
+    timer: RefCell<Option<(u64, Timeout)>>,
+    me: Weak<Driver>,
+}
+
+impl Driver {
+    /// Feed one input to the engine, then execute what it produced.
+    fn input(&self, f: impl FnOnce(&mut Engine, u64)) {
+        f(&mut self.engine.borrow_mut(), now());
+        self.pump();
+    }
+
+    fn pump(&self) {
+        loop {
+            let effect = self.engine.borrow_mut().poll_effect();
+            match effect {
+                Some(effect) => self.execute(effect),
+                None => break,
+            }
+        }
+        self.schedule_timer();
+    }
+
+    fn rc(&self) -> Rc<Driver> {
+        self.me
+            .upgrade()
+            .expect("driver lives as long as the worker")
+    }
+
+    fn execute(&self, effect: Effect) {
+        match effect {
+            Effect::Persist { token, unit } => {
+                let d = self.rc();
+                spawn_local(async move { d.persist(token, unit).await });
+            }
+            Effect::LoadThread { thread_id } => {
+                let d = self.rc();
+                spawn_local(async move {
+                    match d.store.thread_nodes(&thread_id).await {
+                        Ok((nodes, skipped)) => {
+                            for s in skipped {
+                                warn(&format!("skipped an undecodable record: {s}"));
+                            }
+                            d.input(|e, now| e.handle_thread_loaded(now, &thread_id, nodes));
+                        }
+                        Err(err) => d.input(|e, _| e.handle_thread_load_error(&thread_id, err)),
+                    }
+                });
+            }
+            Effect::CallProvider {
+                request_id,
+                request,
+            } => {
+                let d = self.rc();
+                spawn_local(async move { d.call_provider(request_id, request).await });
+            }
+            Effect::AbortProvider { request_id } => {
+                if let Some(controller) = self.provider_aborts.borrow_mut().remove(&request_id) {
+                    controller.abort();
+                }
+            }
+            Effect::DispatchTool {
+                dispatch_id,
+                call_id,
+                name,
+                params,
+                ..
+            } => {
+                let d = self.rc();
+                spawn_local(
+                    async move { d.run_page_tool(dispatch_id, call_id, name, params).await },
+                );
+            }
+            Effect::AbortTool { dispatch_id } => {
+                if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
+                    port.disconnect();
+                }
+            }
+            Effect::Send { conn, event } => {
+                let message =
+                    match event.serialize(&serde_wasm_bindgen::Serializer::json_compatible()) {
+                        Ok(m) => m,
+                        Err(e) => return warn(&format!("could not encode an event: {e}")),
+                    };
+                let port = self.ports.borrow().get(&conn).cloned();
+                if let Some(port) = port {
+                    if port.post(&message).is_err() {
+                        self.ports.borrow_mut().remove(&conn);
+                    }
+                }
+            }
+            Effect::SetHeartbeat { active } => spawn_local(async move {
+                let result = if active {
+                    chrome::set_alarm(HEARTBEAT_ALARM, 0.5).await
+                } else {
+                    chrome::clear_alarm(HEARTBEAT_ALARM).await
+                };
+                if let Err(e) = result {
+                    warn(&format!("heartbeat alarm: {e}"));
+                }
+            }),
+        }
+    }
+
+    async fn persist(&self, token: u64, unit: UnitOfWork) {
+        match self.store.commit(&unit).await {
+            Ok(()) => self.input(|e, now| e.handle_store_ack(now, token)),
+            Err(err) => self.input(|e, now| e.handle_store_error(now, token, err)),
+        }
+    }
+
+    fn schedule_timer(&self) {
+        let next = self.engine.borrow().poll_timeout();
+        let mut timer = self.timer.borrow_mut();
+        match next {
+            None => *timer = None,
+            Some(at) if timer.as_ref().is_some_and(|(t, _)| *t == at) => {}
+            Some(at) => {
+                let delay = at.saturating_sub(now()).min(u64::from(u32::MAX)) as u32;
+                let weak = self.me.clone();
+                *timer = Some((
+                    at,
+                    Timeout::new(delay, move || {
+                        if let Some(d) = weak.upgrade() {
+                            d.timer.borrow_mut().take();
+                            d.input(|e, now| e.handle_timeout(now));
+                        }
+                    }),
+                ));
+            }
+        }
+    }
+
+    async fn call_provider(&self, request_id: u64, request: ProviderRequest) {
+        let controller = match AbortController::new() {
+            Ok(c) => c,
+            Err(e) => {
+                let err = ProviderError::new(
+                    ErrorKind::Internal,
+                    error::js_to_error(e).to_string(),
+                    false,
+                );
+                return self.input(|e, now| e.handle_provider_done(now, request_id, Err(err)));
+            }
+        };
+        self.provider_aborts
+            .borrow_mut()
+            .insert(request_id, controller.clone());
+        let result = self
+            .stream_provider(request_id, &request, &controller)
+            .await;
+        let aborted = self
+            .provider_aborts
+            .borrow_mut()
+            .remove(&request_id)
+            .is_none();
+        if aborted {
+            return; // the engine asked for the abort and expects nothing more
+        }
+        self.input(|e, now| e.handle_provider_done(now, request_id, result));
+    }
+
+    async fn stream_provider(
+        &self,
+        request_id: u64,
+        request: &ProviderRequest,
+        controller: &AbortController,
+    ) -> Result<ProviderResponse, ProviderError> {
+        if request.profile.kind == "anthropic" {
+            return Err(ProviderError::new(
+                ErrorKind::NotConfigured,
+                "The Anthropic API adapter is not available yet. Use an OpenAI-compatible endpoint (for example an Anthropic-compatible gateway) in Settings.",
+                false,
+            ));
+        }
+        // The key is read fresh for each request and never leaves this function
+        // except in the Authorization header.
+        let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
+        let (_, api_key) = parse_settings(&settings);
+        let url = openai::endpoint(&request.profile.base_url);
+        let body = openai::build_body(request).to_string();
+        let auth = format!("Bearer {api_key}");
+        let headers: Vec<(&str, &str)> = if api_key.is_empty() {
+            Vec::new()
+        } else {
+            vec![("authorization", auth.as_str())]
+        };
+        let network = |e: JsError| {
+            ProviderError::new(
+                ErrorKind::Network,
+                format!(
+                    "Could not reach the provider at {url} ({}). Check the base URL in Settings and that the server is running.",
+                    e.message
+                ),
+                true,
+            )
+        };
+        let mut response = fetch::post_json(&url, &headers, &body, controller)
+            .await
+            .map_err(network)?;
+        if !(200..300).contains(&response.status) {
+            let status = response.status;
+            let retry_after = parse_retry_after(
+                response.header("retry-after").as_deref(),
+                response.header("retry-after-ms").as_deref(),
+            );
+            let text = response.text().await.unwrap_or_default();
+            return Err(openai::error_from_http(status, &text, retry_after));
+        }
+        let mut decoder = OpenAiDecoder::new();
+        while let Some(chunk) = response.next_chunk().await.map_err(network)? {
+            let deltas = decoder.push(&chunk)?;
+            for delta in deltas {
+                self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
+            }
+        }
+        decoder.finish()
+    }
+
+    async fn run_page_tool(&self, dispatch_id: u64, call_id: String, name: String, params: Value) {
+        let work = self.page_tool(dispatch_id, &call_id, &name, params).fuse();
+        let timeout = TimeoutFuture::new(TOOL_TIMEOUT_MS).fuse();
+        futures::pin_mut!(work, timeout);
+        let result = futures::select! {
+            r = work => r,
+            _ = timeout => Err(format!("The page did not answer within {} seconds.", TOOL_TIMEOUT_MS / 1000)),
+        };
+        if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
+            port.disconnect();
+        }
+        let outcome = result.unwrap_or_else(|message| ToolOutcome {
+            ok: false,
+            content: message,
+            details: None,
+        });
+        self.input(|e, now| e.handle_tool_result(now, dispatch_id, outcome));
+    }
+
+    async fn page_tool(
+        &self,
+        dispatch_id: u64,
+        call_id: &str,
+        name: &str,
+        params: Value,
+    ) -> Result<ToolOutcome, String> {
+        let tab = target_tab().await?;
+        chrome::inject_content_script(tab).await.map_err(|e| {
+            format!(
+                "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
+                e.message
+            )
+        })?;
+        let port = Port(
+            chrome::connect_tab(tab, "page")
+                .map_err(|e| format!("Could not reach the page: {e}"))?,
+        );
+        let (sender, mut receiver) = mpsc::unbounded::<Option<JsValue>>();
+        let on_message = {
+            let sender = sender.clone();
+            Closure::<dyn FnMut(JsValue)>::new(move |m: JsValue| {
+                let _ = sender.unbounded_send(Some(m));
+            })
+        };
+        let on_disconnect = Closure::<dyn FnMut(JsValue)>::new(move |_| {
+            let _ = sender.unbounded_send(None);
+        });
+        port.on_message(&on_message).map_err(|e| e.to_string())?;
+        port.on_disconnect(&on_disconnect)
+            .map_err(|e| e.to_string())?;
+        self.page_ports
+            .borrow_mut()
+            .insert(dispatch_id, port.clone());
+        let request = PageRequest::ToolExecute {
+            call_id: call_id.to_string(),
+            name: name.to_string(),
+            params,
+        };
+        let message = request
+            .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+            .map_err(|e| e.to_string())?;
+        port.post(&message)
+            .map_err(|e| format!("Could not reach the page: {e}"))?;
+        while let Some(item) = receiver.next().await {
+            let Some(raw) = item else {
+                return Err("The page closed or navigated away before the tool finished.".into());
+            };
+            let Ok(message) = serde_wasm_bindgen::from_value::<PageMessage>(raw) else {
+                warn("ignored a malformed message from a content script");
+                continue;
+            };
+            match message {
+                PageMessage::ToolProgress { call_id: c, text } if c == call_id => {
+                    self.input(|e, now| e.handle_tool_progress(now, dispatch_id, text));
+                }
+                PageMessage::ToolResult {
+                    call_id: c,
+                    ok,
+                    content,
+                    details,
+                } if c == call_id => {
+                    return Ok(ToolOutcome {
+                        ok,
+                        content,
+                        details,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Err("The page closed before the tool finished.".into())
+    }
+}
+
+/// The tab page tools act on: the active web tab of the focused window, or
+/// else the most recently used web tab (the side panel may be a tab itself).
+async fn target_tab() -> Result<i32, String> {
+    let is_web = |url: &str| {
+        url.starts_with("http://") || url.starts_with("https://") || url.starts_with("file://")
+    };
+    let failed = |e: JsError| format!("Could not list tabs: {e}");
+    let active = chrome::query_tabs(true).await.map_err(failed)?;
+    if let Some(tab) = active.iter().find(|t| is_web(&t.url)) {
+        return Ok(tab.id);
+    }
+    let all = chrome::query_tabs(false).await.map_err(failed)?;
+    all.iter()
+        .filter(|t| is_web(&t.url))
+        .max_by(|a, b| a.last_accessed.total_cmp(&b.last_accessed))
+        .map(|t| t.id)
+        .ok_or_else(|| {
+            "No web page is open. Open the page you want me to work on in a tab, then try again."
+                .to_string()
+        })
+}
+
+/// The engine as `extension/sw.js` sees it.
+#[wasm_bindgen(js_name = Engine)]
+pub struct EngineHandle {
+    driver: Rc<Driver>,
+}
+
+#[wasm_bindgen(js_class = Engine)]
+impl EngineHandle {
+    /// Open the database, recover unfinished runs and start driving them.
+    pub async fn start() -> Result<EngineHandle, wasm_bindgen::JsError> {
+        let store = IdbStore::open(DB_NAME)
+            .await
+            .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
+        let (image, skipped) = store
+            .load_image()
+            .await
+            .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
+        for s in skipped {
+            warn(&format!("skipped an undecodable record: {s}"));
+        }
+        let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
+        let (profile, _) = parse_settings(&settings);
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed).map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))?;
+        let engine = Engine::new(
+            EngineConfig::default(),
+            profile,
+            u64::from_le_bytes(seed),
+            image,
+            now(),
+        );
+        let driver = Rc::new_cyclic(|me| Driver {
+            engine: RefCell::new(engine),
+            store,
+            own_origin: chrome::own_origin(),
+            ports: RefCell::new(HashMap::new()),
+            provider_aborts: RefCell::new(HashMap::new()),
+            page_ports: RefCell::new(HashMap::new()),
+            timer: RefCell::new(None),
+            me: me.clone(),
+        });
+        let weak = Rc::downgrade(&driver);
+        chrome::on_settings_changed(move |settings| {
+            if let Some(d) = weak.upgrade() {
+                let (profile, _) = parse_settings(&settings);
+                d.input(|e, _| e.handle_settings(profile));
+            }
+        });
+        driver.pump();
+        Ok(EngineHandle { driver })
+    }
+
+    /// A Port connected (`id` is assigned by sw.js).
+    pub fn on_connect(&self, id: f64, port: JsValue) {
+        let port = Port(port);
+        let (url, origin) = port.sender();
+        let kind = classify_sender(&self.driver.own_origin, url.as_deref(), origin.as_deref());
+        self.driver.ports.borrow_mut().insert(id as ConnId, port);
+        self.driver
+            .input(|e, _| e.handle_connect(id as ConnId, kind));
+    }
+
+    pub fn on_message(&self, id: f64, message: JsValue) {
+        let value: Value = serde_wasm_bindgen::from_value(message).unwrap_or(Value::Null);
+        self.driver
+            .input(|e, now| e.handle_message(now, id as ConnId, value));
+    }
+
+    pub fn on_disconnect(&self, id: f64) {
+        self.driver.ports.borrow_mut().remove(&(id as ConnId));
+        self.driver.input(|e, _| e.handle_disconnect(id as ConnId));
+    }
+
+    /// The heartbeat alarm woke the worker; starting the engine already resumed runs.
+    pub fn on_alarm(&self, _name: String) {
+        self.driver.pump();
+    }
+
+    pub fn on_installed(&self) {
+        spawn_local(async {
+            if let Err(e) = chrome::open_panel_on_action_click().await {
+                warn(&format!("could not set the side panel behaviour: {e}"));
+            }
+        });
+    }
+
+    pub fn on_startup(&self) {
+        self.driver.pump();
+    }
+}
+
+/// Convert a provider error for display (kept for embedders' diagnostics).
+pub fn provider_error_for_status(status: u16, message: &str) -> ProviderError {
+    error_from_status(status, message, None)
+}

@@ -195,8 +195,12 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
             }
         }
     }
+    // Admission order of the steers the engine accepted as steers (a steer it
+    // downgraded to a queued turn is ordered by the queue, not by admission).
+    let accepted: HashSet<&str> = steered.iter().map(String::as_str).collect();
     let order: HashMap<&str, usize> = steer_texts
         .iter()
+        .filter(|t| acked_steers.contains(*t) || accepted.contains(t.as_str()))
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
@@ -221,8 +225,16 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
             })
             .collect();
         if in_request.windows(2).any(|w| w[0] >= w[1]) {
+            let users: Vec<&str> = request
+                .messages
+                .iter()
+                .filter_map(|m| match m {
+                    ChatMessage::User { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
             return Err(format!(
-                "one_cutoff_per_request: request {i} has steers out of order or twice"
+                "one_cutoff_per_request: request {i} has steers out of order or twice: {users:?}"
             ));
         }
     }

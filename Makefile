@@ -1,0 +1,39 @@
+# The two commands for a new user: `make demo` and `make test`.
+# Both install what is missing first (scripts/install-deps.sh).
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: deps build demo test test-native test-wasm test-node test-e2e lint bench clean
+
+deps:
+	bash scripts/install-deps.sh
+
+build: deps
+	bash scripts/build.sh
+
+demo: build
+	node scripts/demo.mjs
+
+# Every test layer; stops at the first failing layer.
+test: deps test-native lint build test-node test-wasm test-e2e
+	@echo "== all test layers passed"
+
+test-native:
+	cargo test
+
+test-wasm:
+	bash scripts/test-wasm.sh
+
+test-node:
+	node --test tests/mock-llm/ tests/support/
+
+test-e2e:
+	node tests/e2e/run.mjs
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+
+clean:
+	rm -rf dist target/pkg target/demo target/e2e

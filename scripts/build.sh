@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build the wasm package with the settings of wasm-pack.toml and assemble the
+# unpacked extension in dist/extension/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(python3 scripts/wasm_pack_config.py)"
+
+profile_flag="--release"
+case "$WP_BUILD_PROFILE" in
+  release) profile_flag="--release" ;;
+  dev) profile_flag="--dev" ;;
+  profiling) profile_flag="--profiling" ;;
+  *) echo "wasm-pack.toml: unknown build.profile $WP_BUILD_PROFILE" >&2; exit 1 ;;
+esac
+
+# --no-opt: wasm-pack would download binaryen; we run npm's wasm-opt below.
+wasm-pack build --mode no-install --target "$WP_BUILD_TARGET" "$profile_flag" \
+  --out-dir "$WP_BUILD_OUT_DIR" --out-name "$WP_BUILD_OUT_NAME" --no-opt --no-pack
+
+wasm="$WP_BUILD_OUT_DIR/${WP_BUILD_OUT_NAME}_bg.wasm"
+if [ "$WP_BUILD_WASM_OPT" = "binaryen-npm" ]; then
+  opt=node_modules/.bin/wasm-opt
+  [ -x "$opt" ] || { echo "missing $opt: run 'make deps' (npm install)" >&2; exit 1; }
+  before=$(stat -c %s "$wasm")
+  # shellcheck disable=SC2086
+  "$opt" $WP_BUILD_WASM_OPT_FLAGS "$wasm" -o "$wasm.opt"
+  mv "$wasm.opt" "$wasm"
+  echo "wasm-opt: $before -> $(stat -c %s "$wasm") bytes"
+fi
+
+out=dist/extension
+rm -rf "$out"
+mkdir -p "$out/pkg" "$out/sidepanel"
+cp -r extension/. "$out/"
+cp -r www/. "$out/sidepanel/"
+cp "$WP_BUILD_OUT_DIR/$WP_BUILD_OUT_NAME.js" "$wasm" "$out/pkg/"
+node -e '
+  const m = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const fail = (why) => { console.error("manifest: " + why); process.exit(1); };
+  if (m.manifest_version !== 3) fail("manifest_version must be 3");
+  if (m.background?.type !== "module") fail("service worker must be a module");
+  if (!/wasm-unsafe-eval/.test(m.content_security_policy?.extension_pages ?? "")) fail("CSP needs wasm-unsafe-eval");
+' "$out/manifest.json"
+echo "built $out ($(du -sh "$out" | cut -f1)); wasm $(stat -c %s "$out/pkg/${WP_BUILD_OUT_NAME}_bg.wasm") bytes, gzip $(gzip -9c "$out/pkg/${WP_BUILD_OUT_NAME}_bg.wasm" | wc -c) bytes"

@@ -1,0 +1,156 @@
+//! Bindings to the chrome.* APIs the engine uses, and small typed wrappers.
+//! Every wrapper returns `Result<_, JsError>`; nothing here decides anything.
+
+use js_sys::{Array, Object, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use super::error::{js_to_error, JsError};
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = id, thread_local_v2)]
+    static RUNTIME_ID: JsValue;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "storage", "local"], js_name = get)]
+    fn storage_local_get(keys: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "alarms"], js_name = create)]
+    fn alarms_create(name: &str, info: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "alarms"], js_name = clear)]
+    fn alarms_clear(name: &str) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "scripting"], js_name = executeScript)]
+    fn scripting_execute_script(injection: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = query)]
+    fn tabs_query(query: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = connect)]
+    fn tabs_connect(tab_id: i32, info: &JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "sidePanel"], js_name = setPanelBehavior)]
+    fn side_panel_set_behavior(behavior: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "onChanged"], js_name = addListener)]
+    fn storage_on_changed_add(callback: &Closure<dyn FnMut(JsValue, JsValue)>);
+}
+
+/// `chrome-extension://<id>`: the origin of this extension's own pages.
+pub fn own_origin() -> String {
+    let id = RUNTIME_ID.with(|v| v.as_string()).unwrap_or_default();
+    if id.is_empty() {
+        String::new()
+    } else {
+        format!("chrome-extension://{id}")
+    }
+}
+
+fn object(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in pairs {
+        let _ = Reflect::set(&o, &JsValue::from_str(k), v);
+    }
+    o.into()
+}
+
+pub fn get(value: &JsValue, key: &str) -> JsValue {
+    Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+async fn await_promise(p: Result<Promise, JsValue>) -> Result<JsValue, JsError> {
+    let p = p.map_err(js_to_error)?;
+    JsFuture::from(p).await.map_err(js_to_error)
+}
+
+/// The stored `settings` object (or undefined).
+pub async fn load_settings() -> Result<JsValue, JsError> {
+    let all = await_promise(storage_local_get(&JsValue::from_str("settings"))).await?;
+    Ok(get(&all, "settings"))
+}
+
+/// Call `callback(newSettings)` whenever `settings` changes in storage.local.
+pub fn on_settings_changed(mut callback: impl FnMut(JsValue) + 'static) {
+    let closure =
+        Closure::<dyn FnMut(JsValue, JsValue)>::new(move |changes: JsValue, area: JsValue| {
+            if area.as_string().as_deref() != Some("local") {
+                return;
+            }
+            let change = get(&changes, "settings");
+            if !change.is_undefined() {
+                callback(get(&change, "newValue"));
+            }
+        });
+    storage_on_changed_add(&closure);
+    // The listener lives as long as the worker.
+    closure.forget();
+}
+
+pub async fn set_alarm(name: &str, period_minutes: f64) -> Result<(), JsError> {
+    let info = object(&[("periodInMinutes", JsValue::from_f64(period_minutes))]);
+    await_promise(alarms_create(name, &info)).await.map(|_| ())
+}
+
+pub async fn clear_alarm(name: &str) -> Result<(), JsError> {
+    await_promise(alarms_clear(name)).await.map(|_| ())
+}
+
+pub async fn open_panel_on_action_click() -> Result<(), JsError> {
+    let behavior = object(&[("openPanelOnActionClick", JsValue::TRUE)]);
+    await_promise(side_panel_set_behavior(&behavior))
+        .await
+        .map(|_| ())
+}
+
+/// A tab as far as tool targeting cares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TabInfo {
+    pub id: i32,
+    pub url: String,
+    pub active: bool,
+    pub last_accessed: f64,
+}
+
+/// All tabs, or only the active tab of the last focused window.
+pub async fn query_tabs(active_in_last_focused: bool) -> Result<Vec<TabInfo>, JsError> {
+    let query = if active_in_last_focused {
+        object(&[
+            ("active", JsValue::TRUE),
+            ("lastFocusedWindow", JsValue::TRUE),
+        ])
+    } else {
+        Object::new().into()
+    };
+    let tabs = await_promise(tabs_query(&query)).await?;
+    Ok(Array::from(&tabs)
+        .iter()
+        .filter_map(|t| {
+            Some(TabInfo {
+                id: get(&t, "id").as_f64()? as i32,
+                url: get(&t, "url").as_string().unwrap_or_default(),
+                active: get(&t, "active").as_bool().unwrap_or(false),
+                last_accessed: get(&t, "lastAccessed").as_f64().unwrap_or(0.0),
+            })
+        })
+        .collect())
+}
+
+/// Inject the page-tool content script (idempotent on the page side).
+pub async fn inject_content_script(tab_id: i32) -> Result<(), JsError> {
+    let injection = object(&[
+        ("target", object(&[("tabId", JsValue::from(tab_id))])),
+        (
+            "files",
+            Array::of1(&JsValue::from_str("content/content.js")).into(),
+        ),
+    ]);
+    await_promise(scripting_execute_script(&injection))
+        .await
+        .map(|_| ())
+}
+
+/// Open a Port to the content script of a tab.
+pub fn connect_tab(tab_id: i32, name: &str) -> Result<JsValue, JsError> {
+    tabs_connect(tab_id, &object(&[("name", JsValue::from_str(name))])).map_err(js_to_error)
+}

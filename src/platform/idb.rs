@@ -1,0 +1,266 @@
+//! The IndexedDB store, through rexie.
+//!
+//! One `UnitOfWork` = one readwrite transaction over exactly the stores it
+//! touches. Inside it only IndexedDB requests are awaited (all issued in the
+//! same task), so it cannot auto-commit early.
+//!
+//! Durability: Chrome's default for readwrite transactions is "relaxed" and
+//! rexie exposes no option to change it. `complete` therefore means the write
+//! is committed and visible to every later reader, survives the service worker
+//! being killed and the browser being closed normally, but may be lost if the
+//! operating system crashes or the machine loses power before the OS flushes
+//! its buffers. That is what an ACK promises (see README "Durability").
+
+use futures::future::join_all;
+use rexie::{Index, KeyRange, ObjectStore, Rexie, TransactionMode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use wasm_bindgen::JsValue;
+
+use crate::model::{Node, PendingSteer, QueueItem, Receipt, Run, Thread};
+use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
+
+/// Database version; bump together with `model::SCHEMA_VERSION` migrations.
+const DB_VERSION: u32 = 1;
+
+fn store_error(e: impl std::fmt::Display) -> StoreError {
+    StoreError {
+        message: format!("IndexedDB: {e}"),
+        retryable: true,
+    }
+}
+
+fn to_js<T: Serialize>(value: &T) -> Result<JsValue, StoreError> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| StoreError {
+            message: format!("could not encode a record: {e}"),
+            retryable: false,
+        })
+}
+
+/// Decode every record, skipping (and reporting) the ones that do not decode:
+/// one damaged record must not make the whole database unreadable.
+fn decode_all<T: DeserializeOwned>(
+    values: Vec<JsValue>,
+    store: &str,
+    skipped: &mut Vec<String>,
+) -> Vec<T> {
+    values
+        .into_iter()
+        .filter_map(|v| match serde_wasm_bindgen::from_value::<T>(v) {
+            Ok(x) => Some(x),
+            Err(e) => {
+                skipped.push(format!("{store}: {e}"));
+                None
+            }
+        })
+        .collect()
+}
+
+/// The engine's IndexedDB database.
+pub struct IdbStore {
+    db: Rexie,
+}
+
+/// Records that could not be decoded (left untouched in the database).
+pub type Skipped = Vec<String>;
+
+impl IdbStore {
+    /// Open (creating or upgrading) the database `name`.
+    pub async fn open(name: &str) -> Result<Self, StoreError> {
+        let by_thread = || Index::new("threadId", "threadId");
+        let db = Rexie::builder(name)
+            .version(DB_VERSION)
+            .add_object_store(ObjectStore::new(stores::THREADS).key_path("id"))
+            .add_object_store(
+                ObjectStore::new(stores::NODES)
+                    .key_path("id")
+                    .add_index(by_thread()),
+            )
+            .add_object_store(
+                ObjectStore::new(stores::RUNS)
+                    .key_path("id")
+                    .add_index(by_thread()),
+            )
+            .add_object_store(
+                ObjectStore::new(stores::STEERS)
+                    .key_path("id")
+                    .add_index(by_thread()),
+            )
+            .add_object_store(
+                ObjectStore::new(stores::QUEUE)
+                    .key_path("id")
+                    .add_index(by_thread()),
+            )
+            .add_object_store(ObjectStore::new(stores::RECEIPTS).key_path("key"))
+            .build()
+            .await
+            .map_err(store_error)?;
+        Ok(IdbStore { db })
+    }
+
+    pub fn close(self) {
+        self.db.close();
+    }
+
+    /// Delete the database `name` (tests).
+    pub async fn delete(name: &str) -> Result<(), StoreError> {
+        Rexie::delete(name).await.map_err(store_error)
+    }
+
+    /// Commit a unit of work in one readwrite transaction.
+    pub async fn commit(&self, unit: &UnitOfWork) -> Result<(), StoreError> {
+        if unit.is_empty() {
+            return Ok(());
+        }
+        // Encode everything before the transaction opens: no work but IDB
+        // requests happens while it is active.
+        let mut puts = Vec::with_capacity(unit.puts.len());
+        for record in &unit.puts {
+            let value = match record {
+                Record::Thread(x) => to_js(x)?,
+                Record::Node(x) => to_js(x)?,
+                Record::Run(x) => to_js(x)?,
+                Record::Steer(x) => to_js(x)?,
+                Record::QueueItem(x) => to_js(x)?,
+                Record::Receipt(x) => to_js(x)?,
+            };
+            puts.push((record.store_name(), value));
+        }
+        let tx = self
+            .db
+            .transaction(&unit.store_names(), TransactionMode::ReadWrite)
+            .map_err(store_error)?;
+        let mut handles = Vec::new();
+        for name in unit.store_names() {
+            handles.push((name, tx.store(name).map_err(store_error)?));
+        }
+        let store = |name: &str| handles.iter().find(|(n, _)| *n == name).map(|(_, s)| s);
+        let mut requests = Vec::with_capacity(puts.len() + unit.deletes.len());
+        for (name, value) in &puts {
+            let s = store(name).ok_or_else(|| store_error(format!("no store {name}")))?;
+            requests.push(futures::future::Either::Left(async move {
+                s.put(value, None).await.map(|_| ())
+            }));
+        }
+        for key in &unit.deletes {
+            let s =
+                store(key.store).ok_or_else(|| store_error(format!("no store {}", key.store)))?;
+            let k = JsValue::from_str(&key.key);
+            requests.push(futures::future::Either::Right(
+                async move { s.delete(k).await },
+            ));
+        }
+        // join_all polls every request once in this task: all are issued
+        // before anything else can run, and the transaction stays active.
+        let results = join_all(requests).await;
+        if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+            return Err(store_error(e));
+        }
+        drop(handles);
+        tx.done().await.map_err(store_error)?;
+        Ok(())
+    }
+
+    /// Read what a starting engine needs (see [`StoreImage`]).
+    pub async fn load_image(&self) -> Result<(StoreImage, Skipped), StoreError> {
+        let mut skipped = Vec::new();
+        let tx = self
+            .db
+            .transaction(&stores::ALL, TransactionMode::ReadOnly)
+            .map_err(store_error)?;
+        let all = |name: &'static str| {
+            let store = tx.store(name);
+            async move {
+                let store = store.map_err(store_error)?;
+                store.get_all(None, None).await.map_err(store_error)
+            }
+        };
+        let (threads, runs, steers, queue, receipts) = futures::join!(
+            all(stores::THREADS),
+            all(stores::RUNS),
+            all(stores::STEERS),
+            all(stores::QUEUE),
+            all(stores::RECEIPTS)
+        );
+        let threads: Vec<Thread> = decode_all(threads?, stores::THREADS, &mut skipped);
+        let runs: Vec<Run> = decode_all(runs?, stores::RUNS, &mut skipped);
+        let steers: Vec<PendingSteer> = decode_all(steers?, stores::STEERS, &mut skipped);
+        let queue: Vec<QueueItem> = decode_all(queue?, stores::QUEUE, &mut skipped);
+        let receipts: Vec<Receipt> = decode_all(receipts?, stores::RECEIPTS, &mut skipped);
+        drop(tx);
+        let loaded_threads = threads_to_load(&runs, &queue);
+        let mut nodes = Vec::new();
+        for thread_id in &loaded_threads {
+            nodes.extend(self.thread_nodes_inner(thread_id, &mut skipped).await?);
+        }
+        let image = StoreImage {
+            threads,
+            runs,
+            steers,
+            queue,
+            receipts,
+            nodes,
+            loaded_threads,
+        };
+        Ok((image, skipped))
+    }
+
+    /// Every node of one thread.
+    pub async fn thread_nodes(&self, thread_id: &str) -> Result<(Vec<Node>, Skipped), StoreError> {
+        let mut skipped = Vec::new();
+        let nodes = self.thread_nodes_inner(thread_id, &mut skipped).await?;
+        Ok((nodes, skipped))
+    }
+
+    async fn thread_nodes_inner(
+        &self,
+        thread_id: &str,
+        skipped: &mut Vec<String>,
+    ) -> Result<Vec<Node>, StoreError> {
+        let tx = self
+            .db
+            .transaction(&[stores::NODES], TransactionMode::ReadOnly)
+            .map_err(store_error)?;
+        let index = tx
+            .store(stores::NODES)
+            .and_then(|s| s.index("threadId"))
+            .map_err(store_error)?;
+        let range = KeyRange::only(&JsValue::from_str(thread_id)).map_err(store_error)?;
+        let values = index
+            .get_all(Some(range), None)
+            .await
+            .map_err(store_error)?;
+        Ok(decode_all(values, stores::NODES, skipped))
+    }
+
+    /// Every record of one store as raw JS values (tests and diagnostics).
+    pub async fn dump(&self, store: &str) -> Result<Vec<JsValue>, StoreError> {
+        let tx = self
+            .db
+            .transaction(&[store], TransactionMode::ReadOnly)
+            .map_err(store_error)?;
+        let s = tx.store(store).map_err(store_error)?;
+        s.get_all(None, None).await.map_err(store_error)
+    }
+}
+
+impl IdbStore {
+    /// Put a raw JSON record (tests of damaged data).
+    pub async fn put_raw_for_tests(&self, store: &str, json: &str) -> Result<(), StoreError> {
+        let value =
+            js_sys::JSON::parse(json).map_err(|e| store_error(super::error::js_to_error(e)))?;
+        let tx = self
+            .db
+            .transaction(&[store], TransactionMode::ReadWrite)
+            .map_err(store_error)?;
+        tx.store(store)
+            .map_err(store_error)?
+            .put(&value, None)
+            .await
+            .map_err(store_error)?;
+        tx.done().await.map_err(store_error)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+// One end-to-end session: the mock LLM, the static test-page server, Chromium
+// with the built extension, the test page tab and the side panel tab, with the
+// provider configured through the panel's settings UI. Shared by the e2e suite
+// and the demo.
+//
+// Must not: leave servers or browsers running after close(), or use fixed
+// sleeps (everything waits on a condition).
+
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { startMockLlm } from '../mock-llm/server.mjs';
+import { startStaticServer } from './static-server.mjs';
+import {
+  REPO_ROOT,
+  launchWithExtension,
+  openPanel,
+  configureProvider,
+  readPanel,
+  transcriptLines,
+  waitFor,
+  portLog,
+} from './browser.mjs';
+
+export const TEST_API_KEY = 'sk-test-SECRET-123';
+export const TEST_MODEL = 'mock-1';
+
+/** Run states after which a run does nothing more by itself. */
+export const SETTLED_STATES = ['completed', 'failed', 'interrupted', 'budget_paused', 'paused_uncertain'];
+
+/**
+ * Starts everything and returns handles. The shop page is the active tab when
+ * this resolves (the panel tab stays open in the background and is driven
+ * from there), so "the active tab" the engine acts on is the test page.
+ */
+export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html' } = {}) {
+  const closers = [];
+  const session = { closers };
+  try {
+    session.mock = await startMockLlm({ quiet: true });
+    closers.push(() => session.mock.close());
+    if (script) session.mock.setScript(script);
+    session.pages = await startStaticServer();
+    closers.push(() => session.pages.close());
+    session.browser = await launchWithExtension();
+    closers.push(() => session.browser.close());
+    session.context = session.browser.context;
+    session.extensionId = session.browser.extensionId;
+
+    session.shop = session.context.pages()[0] ?? (await session.context.newPage());
+    await session.shop.goto(session.pages.url(page));
+    session.panel = await openPanel(session.context, session.extensionId);
+    await configureProvider(session.panel, { provider: 'openai', baseUrl: session.mock.url, model, apiKey });
+    // The panel opened as a tab is the active tab now; the task is about the page.
+    await session.shop.bringToFront();
+  } catch (error) {
+    const written = await saveArtifacts(session, 'session-startup', error);
+    if (written.length) process.stderr.write(`session: startup failed; artifacts: ${written.join(', ')}\n`);
+    await closeAll(closers);
+    throw error;
+  }
+  session.close = () => closeAll(closers);
+  return session;
+}
+
+async function closeAll(closers) {
+  for (const close of closers.splice(0).reverse()) {
+    try {
+      await close();
+    } catch {
+      // best effort: one failing close must not keep the others open
+    }
+  }
+}
+
+/** The page's Subscribe click counter (body[data-subscribe-clicks]). */
+export async function subscribeClicks(shop) {
+  return Number(await shop.evaluate(() => document.body.dataset.subscribeClicks ?? window.subscribeClicks ?? 0));
+}
+
+/**
+ * Waits until the panel shows a settled run state for a turn other than
+ * `previousTurnId`, and returns the panel state.
+ */
+export async function waitForSettledTurn(panel, { previousTurnId = '', timeout = 180000, states = SETTLED_STATES } = {}) {
+  return waitFor(
+    async () => {
+      const state = await readPanel(panel);
+      return states.includes(state.state) && state.turnId && state.turnId !== previousTurnId ? state : null;
+    },
+    { timeout, interval: 200, message: `the run to settle (${states.join('|')})` },
+  );
+}
+
+/** Top-level (not nested) rendered nodes. */
+export function topLevelNodes(panelState) {
+  return panelState.nodes.filter((node) => !node.parentNodeId);
+}
+
+/** tool_call cards with the tool_result nodes rendered inside them. */
+export function toolCards(panelState) {
+  return panelState.nodes
+    .filter((node) => node.kind === 'tool_call')
+    .map((card) => ({
+      ...card,
+      results: panelState.nodes.filter((node) => node.kind === 'tool_result' && node.parentNodeId === card.nodeId),
+    }));
+}
+
+/**
+ * Checks, on what the provider actually received, that every tool call of an
+ * assistant message has exactly one tool result before the next provider
+ * request (invariant no_orphan_tool_calls), and that no tool-call id repeats
+ * across assistant messages. Returns a list of problems (empty when fine).
+ */
+export function orphanToolCallProblems(requests) {
+  const problems = [];
+  for (const request of requests) {
+    const messages = Array.isArray(request.body?.messages) ? request.body.messages : [];
+    const seenIds = new Set();
+    for (let i = 0; i < messages.length; i += 1) {
+      const message = messages[i];
+      if (message.role !== 'assistant' || !Array.isArray(message.tool_calls)) continue;
+      for (const call of message.tool_calls) {
+        if (seenIds.has(call.id)) problems.push(`request #${request.index}: tool call id ${call.id} appears twice`);
+        seenIds.add(call.id);
+        const results = messages.filter((m) => m.role === 'tool' && m.tool_call_id === call.id);
+        if (results.length !== 1) {
+          problems.push(`request #${request.index}: tool call ${call.id} (${call.function?.name}) has ${results.length} results`);
+        }
+      }
+    }
+  }
+  return problems;
+}
+
+/**
+ * Writes failure artifacts to target/e2e/<slug>.*: a screenshot of the panel,
+ * the transcript and panel state, the mock's requests, the browser console
+ * and the panel's Port log. Never throws.
+ */
+export async function saveArtifacts(session, slug, error) {
+  const dir = path.join(REPO_ROOT, 'target', 'e2e');
+  const base = path.join(dir, slug);
+  const written = [];
+  try {
+    mkdirSync(dir, { recursive: true });
+  } catch {
+    return written;
+  }
+  const attempt = async (label, fn) => {
+    try {
+      await fn();
+    } catch (artifactError) {
+      written.push(`${label}: failed (${artifactError.message})`);
+    }
+  };
+  const report = [`test: ${slug}`, `error: ${error?.stack ?? error}`, ''];
+  if (session?.panel) {
+    await attempt('screenshot', async () => {
+      await session.panel.screenshot({ path: `${base}.png`, fullPage: true });
+      written.push(`${base}.png`);
+    });
+    await attempt('panel', async () => {
+      const state = await readPanel(session.panel);
+      report.push(`panel: state=${state.state} turnId=${state.turnId} connected=${state.connected} epoch=${state.epoch}`);
+      if (state.error) report.push(`error banner: ${state.error}`);
+      report.push('transcript:', ...transcriptLines(state), '');
+    });
+    await attempt('ports', async () => {
+      const log = (await portLog(session.panel)) ?? [];
+      report.push(`port log (${log.length} entries, last 80):`);
+      for (const entry of log.slice(-80)) report.push(`  ${entry.dir} #${entry.connection} ${entry.json ?? ''}`.slice(0, 400));
+      report.push('');
+    });
+  }
+  if (session?.shop) {
+    await attempt('page', async () => {
+      report.push(`page: ${session.shop.url()} subscribeClicks=${await subscribeClicks(session.shop)}`, '');
+    });
+  }
+  if (session?.mock) {
+    report.push('mock requests:');
+    for (const request of session.mock.requests()) {
+      const messages = request.body?.messages ?? [];
+      report.push(
+        `  #${request.index} source=${request.source} outcome=${request.outcome} messages=${messages.length} last=${JSON.stringify(messages.at(-1) ?? null).slice(0, 300)}`,
+      );
+    }
+    report.push('');
+  }
+  if (session?.browser) {
+    report.push('browser console (last 100):');
+    for (const entry of session.browser.consoleLog.slice(-100)) report.push(`  [${entry.type}] ${entry.source}: ${entry.text}`.slice(0, 600));
+  }
+  await attempt('report', async () => {
+    writeFileSync(`${base}.txt`, `${report.join('\n')}\n`);
+    written.push(`${base}.txt`);
+  });
+  return written;
+}

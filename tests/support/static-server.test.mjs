@@ -1,0 +1,35 @@
+// Unit tests of the static test-page server (no browser needed).
+// Run: node --test tests/support/
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startStaticServer } from './static-server.mjs';
+
+let server;
+before(async () => {
+  server = await startStaticServer();
+});
+after(async () => {
+  await server.close();
+});
+
+test('serves the test page and its assets from 127.0.0.1 with content types', async () => {
+  assert.match(server.origin, /^http:\/\/127\.0\.0\.1:\d+$/);
+  const page = await fetch(server.url('shop.html'));
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /^text\/html/);
+  const html = await page.text();
+  assert.match(html, /<h1>Acme Newsletter<\/h1>/);
+  assert.match(html, /SECRET HIDDEN TEXT/);
+  for (const name of ['Subscribe', 'Unsubscribe', 'Contact']) assert.match(html, new RegExp(`>${name}</button>`));
+  const script = await fetch(server.url('shop.js'));
+  assert.match(script.headers.get('content-type'), /^text\/javascript/);
+  assert.match(await script.text(), /subscribeClicks/);
+});
+
+test('missing files are 404 and nothing outside the root is served', async () => {
+  assert.equal((await fetch(server.url('nope.html'))).status, 404);
+  assert.equal((await fetch(`${server.origin}/..%2fstatic-server.mjs`)).status, 403);
+  assert.equal((await fetch(`${server.origin}/..%2f..%2fpackage.json`)).status, 403);
+  assert.equal((await fetch(server.url('shop.html'), { method: 'POST' })).status, 405);
+});
