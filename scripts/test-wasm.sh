@@ -8,8 +8,8 @@ headless=""
 [ "$WP_TEST_HEADLESS" = "true" ] && headless="--headless"
 for browser in $WP_TEST_BROWSERS; do
   case "$browser" in
-    chrome) driver=(--chromedriver "$WP_TEST_CHROMEDRIVER") ;;
-    firefox) driver=(--geckodriver "$WP_TEST_GECKODRIVER") ;;
+    chrome) driver=(--chrome --chromedriver "$WP_TEST_CHROMEDRIVER") ;;
+    firefox) driver=(--firefox --geckodriver "$WP_TEST_GECKODRIVER") ;;
     *) echo "wasm-pack.toml: unknown browser $browser" >&2; exit 1 ;;
   esac
   echo "== wasm tests in $browser"

@@ -415,13 +415,11 @@ impl Sim {
                         .push(format!("ack_after_commit: {op_type} {submission_id} acked before its receipt committed"));
                 }
             }
-            Event::ItemComplete { node, .. } => {
-                if self.store.nodes.get(&node.id) != Some(node) {
-                    self.violations.push(format!(
-                        "item.complete for node {} before it committed",
-                        node.id
-                    ));
-                }
+            Event::ItemComplete { node, .. } if self.store.nodes.get(&node.id) != Some(node) => {
+                self.violations.push(format!(
+                    "item.complete for node {} before it committed",
+                    node.id
+                ));
             }
             Event::TurnComplete { turn_id, error, .. } => {
                 let terminal = self

@@ -79,6 +79,8 @@ pub type ConnId = u64;
 /// Work the driver must do.
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
+// Effects are moved once from the engine to the driver; boxing would only add allocations.
+#[allow(clippy::large_enum_variant)]
 pub enum Effect {
     /// Commit this unit atomically, then call `handle_store_ack(token)` (or `handle_store_error`).
     Persist { token: u64, unit: UnitOfWork },
@@ -2060,13 +2062,11 @@ pick a different element or tool, or explain the problem to the user.",
         };
         let Some(exec) = t.exec.as_ref() else { return };
         match exec.phase.clone() {
-            Phase::AwaitingSteers { cutoff } => {
-                if !t.admitting.iter().any(|s| *s <= cutoff) {
-                    if !exec.interrupts.is_empty() {
-                        self.take_pending_finish(now, tid);
-                    } else {
-                        self.materialize_and_call(now, tid, cutoff);
-                    }
+            Phase::AwaitingSteers { cutoff } if !t.admitting.iter().any(|s| *s <= cutoff) => {
+                if !exec.interrupts.is_empty() {
+                    self.take_pending_finish(now, tid);
+                } else {
+                    self.materialize_and_call(now, tid, cutoff);
                 }
             }
             Phase::Closing if t.admitting.is_empty() && exec.interrupts.is_empty() => {

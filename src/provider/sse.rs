@@ -127,15 +127,10 @@ impl SseParser {
                 self.has_data = true;
             }
             "event" => self.event = value.to_string(),
-            "id" => {
-                if !value.contains('\0') {
-                    self.last_id = Some(value.to_string());
-                }
-            }
-            "retry" => {
-                if !value.is_empty() && value.bytes().all(|c| c.is_ascii_digit()) {
-                    self.retry_ms = value.parse().ok();
-                }
+            // An id containing NUL is ignored, per the spec.
+            "id" if !value.contains('\0') => self.last_id = Some(value.to_string()),
+            "retry" if !value.is_empty() && value.bytes().all(|c| c.is_ascii_digit()) => {
+                self.retry_ms = value.parse().ok();
             }
             _ => {}
         }

@@ -292,12 +292,10 @@ pub fn check_path_shape(path: &[Node], terminal: bool) -> Result<(), String> {
                 *results.entry(call_id.clone()).or_default() += 1;
                 open.retain(|c| c != call_id);
             }
-            NodeBody::UserMessage { steered, text } => {
-                if !open.is_empty() {
-                    return Err(format!(
-                        "steer_exactly_once_in_order: user message {text:?} (steered: {steered}) between a tool call and its result"
-                    ));
-                }
+            NodeBody::UserMessage { steered, text } if !open.is_empty() => {
+                return Err(format!(
+                    "steer_exactly_once_in_order: user message {text:?} (steered: {steered}) between a tool call and its result"
+                ));
             }
             NodeBody::AssistantMessage { .. } if !open.is_empty() => {
                 return Err(format!(
