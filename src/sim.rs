@@ -121,6 +121,9 @@ pub struct Sim {
     chunk: usize,
     /// Failures to inject into the next persists.
     pub fail_next_persists: u32,
+    /// When set, persists are parked in `held` instead of committed (a slow disk).
+    pub hold_persists: bool,
+    pub held: Vec<(u64, crate::store::UnitOfWork)>,
     /// Driver-observed invariant violations (ack before commit, announce
     /// before commit, turn.complete before the terminal write).
     pub violations: Vec<String>,
@@ -157,6 +160,8 @@ impl Sim {
             next_conn: 1,
             chunk: 3,
             fail_next_persists: 0,
+            hold_persists: false,
+            held: Vec::new(),
             violations: Vec::new(),
         }
     }
@@ -236,6 +241,16 @@ impl Sim {
         false
     }
 
+    /// Commit and acknowledge every parked persist, in order.
+    pub fn release_persists(&mut self) {
+        self.hold_persists = false;
+        for (token, unit) in std::mem::take(&mut self.held) {
+            self.store.apply(&unit);
+            self.commit_log.push(token);
+            self.engine.handle_store_ack(self.now, token);
+        }
+    }
+
     /// Drive until idle; panics on livelock (more than `max_steps`).
     pub fn run(&mut self, max_steps: usize) {
         for _ in 0..max_steps {
@@ -258,6 +273,10 @@ impl Sim {
             Effect::Persist { token, unit } => {
                 if crash == Some(CrashPoint::BeforeCommit) {
                     self.crash();
+                    return;
+                }
+                if self.hold_persists {
+                    self.held.push((token, unit));
                     return;
                 }
                 if self.fail_next_persists > 0 {

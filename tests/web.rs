@@ -250,7 +250,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
 }
 
 #[wasm_bindgen_test]
-fn settings_parse_keeps_the_key_out_of_the_profile() {
+fn api_key_never_persisted_settings_split_keeps_key_out_of_profile() {
     let settings = js_sys::JSON::parse(
         r#"{"provider":"openai","baseUrl":" http://x/v1 ","model":"m","apiKey":"sk-secret","maxOutputTokens":null,"temperature":0.3}"#,
     )

@@ -484,3 +484,46 @@ fn title_is_first_line_of_first_message() {
     let long = "x".repeat(100);
     assert_eq!(sw_agent::engine::title_from(&long).chars().count(), 81);
 }
+
+#[test]
+fn complete_after_writes_turn_complete_waits_for_the_terminal_commit() {
+    let mut sim = Sim::new(9, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    // Run until the final answer is being written, then stall the disk.
+    loop {
+        let terminal_next = sim
+            .store
+            .runs
+            .values()
+            .any(|r| r.state == RunState::StreamingModel && r.step >= 3);
+        if terminal_next {
+            break;
+        }
+        assert!(sim.step());
+    }
+    sim.hold_persists = true;
+    sim.run(10_000);
+    assert!(!sim.held.is_empty(), "writes are parked");
+    let completes = |sim: &Sim| {
+        sim.events_for(conn)
+            .iter()
+            .filter(|e| matches!(e, Event::TurnComplete { .. }))
+            .count()
+    };
+    assert_eq!(
+        completes(&sim),
+        0,
+        "no turn.complete while writes are pending"
+    );
+    assert!(sim.store.runs.values().all(|r| !r.state.is_terminal()));
+    sim.release_persists();
+    sim.run(10_000);
+    assert_eq!(completes(&sim), 1);
+    assert!(sim
+        .store
+        .runs
+        .values()
+        .all(|r| r.state == RunState::Completed));
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}

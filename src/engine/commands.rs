@@ -1,0 +1,332 @@
+//! Client ops: validation, downgrades, and the checkpoint each op decides.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+impl Engine {
+    // --------------------------------------------------------------- commands
+
+    pub(super) fn op_initialize(&mut self, conn: ConnId, thread_id: Option<String>) {
+        let target = thread_id
+            .filter(|id| self.threads.contains_key(id))
+            .or_else(|| {
+                self.threads
+                    .values()
+                    .max_by_key(|t| (t.thread.updated_at, t.thread.id.clone()))
+                    .map(|t| t.thread.id.clone())
+            });
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.subscribed = target.clone();
+        }
+        let snapshot = self.snapshot(target.as_deref());
+        self.send(conn, Event::Initialized { snapshot });
+    }
+
+    pub(super) fn op_thread_create(&mut self, now: u64, reply: Reply) {
+        let thread = Thread {
+            id: self.ids.next_id("t"),
+            title: String::new(),
+            leaf_id: None,
+            created_at: now,
+            updated_at: now,
+            revision: 1,
+            parent_thread_id: None,
+            usage: Usage::default(),
+        };
+        let result = json!({ "threadId": thread.id });
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Thread(thread.clone()));
+        self.command(now, &thread.id, unit, reply, result, Follow::ThreadCreated);
+    }
+
+    pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if t.exec.is_some() {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This thread has a running turn; stop it before deleting the thread.",
+            );
+        }
+        let mut unit = UnitOfWork::new();
+        unit.delete(stores::THREADS, thread_id);
+        for node in &t.path {
+            unit.delete(stores::NODES, node.id.clone());
+        }
+        for run_id in &t.run_ids {
+            unit.delete(stores::RUNS, run_id.clone());
+        }
+        for steer in &t.steers {
+            unit.delete(stores::STEERS, steer.id.clone());
+        }
+        for item in &t.queue {
+            unit.delete(stores::QUEUE, item.id.clone());
+        }
+        let result = json!({ "threadId": thread_id });
+        self.command(0, thread_id, unit, reply, result, Follow::ThreadDeleted);
+    }
+
+    pub(super) fn op_submit(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: Option<String>,
+        text: String,
+    ) {
+        if text.trim().is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
+        }
+        match thread_id {
+            Some(tid) => {
+                let Some(t) = self.threads.get(&tid) else {
+                    return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+                };
+                if t.exec.is_some() {
+                    self.op_enqueue(now, reply, &tid, text, false);
+                } else {
+                    self.start_turn(now, &tid, text, Some(reply), None);
+                }
+            }
+            None => {
+                let thread = Thread {
+                    id: self.ids.next_id("t"),
+                    title: String::new(),
+                    leaf_id: None,
+                    created_at: now,
+                    updated_at: now,
+                    revision: 0,
+                    parent_thread_id: None,
+                    usage: Usage::default(),
+                };
+                let tid = thread.id.clone();
+                // The thread exists in memory only until the first checkpoint commits
+                // (the checkpoint writes it); a failure removes it again.
+                self.threads
+                    .insert(tid.clone(), ThreadState::new(thread, true));
+                if let Some(c) = self.conns.get_mut(&reply.conn) {
+                    c.subscribed = Some(tid.clone());
+                }
+                self.start_turn(now, &tid, text, Some(reply), None);
+            }
+        }
+    }
+
+    pub(super) fn op_steer(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        expected_turn_id: &str,
+        text: String,
+    ) {
+        if text.trim().is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
+        }
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let running = t.latest_run.as_ref().filter(|_| t.exec.is_some());
+        let steerable = t
+            .exec
+            .as_ref()
+            .is_some_and(|e| e.admission_open && e.interrupts.is_empty() && e.finish.is_none());
+        match running {
+            Some(run) if run.id != expected_turn_id => {
+                let message = format!(
+                    "Turn {expected_turn_id} is not the running turn (running: {}).",
+                    run.id
+                );
+                self.reject(&reply, ErrorKind::InvalidCommand, &message)
+            }
+            Some(run) if steerable => {
+                let steer = PendingSteer {
+                    id: self.ids.next_id("s"),
+                    thread_id: thread_id.to_string(),
+                    run_id: run.id.clone(),
+                    admission_seq: self.next_steer_seq,
+                    text,
+                    created_at: now,
+                };
+                self.next_steer_seq += 1;
+                let seq = steer.admission_seq;
+                let steer_id = steer.id.clone();
+                let mut unit = UnitOfWork::new();
+                unit.put(Record::Steer(steer));
+                let result = json!({ "steerId": steer_id });
+                self.threads
+                    .get_mut(thread_id)
+                    .expect("exists")
+                    .admitting
+                    .insert(seq);
+                self.persist_command(
+                    now,
+                    thread_id,
+                    unit,
+                    Then::SteerAdmitted { seq },
+                    reply,
+                    result,
+                );
+            }
+            // No steerable turn (none running, or it is ending): queue it instead.
+            _ => self.op_enqueue(now, reply, thread_id, text, true),
+        }
+    }
+
+    pub(super) fn op_enqueue(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        text: String,
+        downgraded: bool,
+    ) {
+        if text.trim().is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
+        }
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if t.queue.len() + t.queue_inflight >= MAX_QUEUE {
+            return self.reject(
+                &reply,
+                ErrorKind::QueueFull,
+                &format!("The queue already holds {MAX_QUEUE} turns; remove one first."),
+            );
+        }
+        let item = QueueItem {
+            id: self.ids.next_id("q"),
+            thread_id: thread_id.to_string(),
+            position: self.next_queue_position,
+            text,
+            created_at: now,
+        };
+        self.next_queue_position += 1;
+        let mut result = json!({ "queueItemId": item.id, "queued": true, "threadId": thread_id });
+        if downgraded {
+            result["downgraded"] = json!(true);
+        }
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::QueueItem(item));
+        self.threads
+            .get_mut(thread_id)
+            .expect("exists")
+            .queue_inflight += 1;
+        self.command(now, thread_id, unit, reply, result, Follow::StartQueued);
+    }
+
+    pub(super) fn op_queue_remove(&mut self, reply: Reply, thread_id: &str, item_id: &str) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if !t.queue.iter().any(|q| q.id == item_id) {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "That queued turn no longer exists.",
+            );
+        }
+        let mut unit = UnitOfWork::new();
+        unit.delete(stores::QUEUE, item_id);
+        let result = json!({ "itemId": item_id });
+        self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
+    }
+
+    pub(super) fn op_interrupt(&mut self, now: u64, reply: Reply, thread_id: &str) {
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let Some(exec) = t.exec.as_mut() else {
+            // Always allowed: nothing runs, so there is nothing to stop.
+            return self.ack(&reply, json!({ "turnId": Value::Null }));
+        };
+        exec.interrupts.push(reply);
+        let phase = exec.phase.clone();
+        let finish = Finish {
+            state: RunState::Interrupted,
+            stop: StopReason::Interrupted,
+            error: None,
+        };
+        match phase {
+            Phase::Persisting(_) => {
+                // Decided now, written after the in-flight checkpoint commits.
+                if exec.finish.is_none() {
+                    exec.finish = Some(finish);
+                }
+            }
+            Phase::Finishing { .. } => {}
+            Phase::Streaming { request_id } => {
+                self.effects.push_back(Effect::AbortProvider { request_id });
+                self.finish_run(now, thread_id, finish);
+            }
+            Phase::Tool { dispatch_id, .. } => {
+                self.effects.push_back(Effect::AbortTool { dispatch_id });
+                self.finish_run(now, thread_id, finish);
+            }
+            Phase::AwaitingSteers { .. } | Phase::Closing | Phase::Uncertain { .. } => {
+                self.finish_run(now, thread_id, finish)
+            }
+        }
+    }
+
+    pub(super) fn op_resume(&mut self, now: u64, reply: Reply, thread_id: &str, text: String) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if t.exec.is_some() {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "A turn is already running in this thread.",
+            );
+        }
+        if text.trim().is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
+        }
+        self.start_turn(now, thread_id, text, Some(reply), None);
+    }
+
+    pub(super) fn op_resolve(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        choice: UncertainChoice,
+    ) {
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let Some(Phase::Uncertain { index }) = t.exec.as_ref().map(|e| e.phase.clone()) else {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "No action is waiting for a decision.",
+            );
+        };
+        let turn_id = t.latest_run.as_ref().map(|r| r.id.clone());
+        let decided = Some((reply, json!({ "turnId": turn_id, "choice": choice })));
+        match choice {
+            UncertainChoice::Retry => self.mark_and_dispatch(now, thread_id, index, decided),
+            UncertainChoice::MarkDone => self.persist_tool_result_for(
+                now,
+                thread_id,
+                index,
+                ToolStatus::Ok,
+                "The worker restarted while this action ran; the user confirmed that it completed.".into(),
+                None,
+                decided,
+            ),
+            UncertainChoice::Fail => self.persist_tool_result_for(
+                now,
+                thread_id,
+                index,
+                ToolStatus::Error,
+                "The worker restarted while this action ran and its outcome is unknown; the user marked it as failed. Check the page before trying again.".into(),
+                None,
+                decided,
+            ),
+        }
+    }
+}

@@ -1,0 +1,991 @@
+//! The loop of one run: start, steer cutoff, provider request, tools,
+//! terminal checkpoint, recovery, and what happens after each commit.
+use std::collections::HashSet;
+
+use serde_json::{json, Value};
+
+use super::*;
+
+impl Engine {
+    // -------------------------------------------------------------- the loop
+
+    pub(super) fn start_turn(
+        &mut self,
+        now: u64,
+        tid: &str,
+        text: String,
+        reply: Option<Reply>,
+        from_queue: Option<String>,
+    ) {
+        let profile = self.profile.clone();
+        let run_id = self.ids.next_id("r");
+        let t = self.threads.get_mut(tid).expect("caller checked");
+        let mut thread = t.thread.clone();
+        let parent = t.leaf_id();
+        let context_node = Node {
+            id: self.ids.next_id("n"),
+            thread_id: tid.to_string(),
+            parent_id: parent,
+            created_at: now,
+            body: NodeBody::TurnContext {
+                turn_id: run_id.clone(),
+                model: profile.model.clone(),
+            },
+        };
+        let user_node = Node {
+            id: self.ids.next_id("n"),
+            thread_id: tid.to_string(),
+            parent_id: Some(context_node.id.clone()),
+            created_at: now,
+            body: NodeBody::UserMessage {
+                text: text.clone(),
+                steered: false,
+            },
+        };
+        if thread.title.is_empty() {
+            thread.title = title_from(&text);
+        }
+        thread.leaf_id = Some(user_node.id.clone());
+        thread.updated_at = now;
+        thread.revision += 1;
+        let run = Run {
+            id: run_id.clone(),
+            thread_id: tid.to_string(),
+            state: RunState::StreamingModel,
+            created_at: now,
+            updated_at: now,
+            revision: 1,
+            step: 0,
+            profile,
+            consecutive_failures: 0,
+            tools_disabled: false,
+            in_flight_tool: None,
+            stop_reason: None,
+            error: None,
+            usage: Usage::default(),
+        };
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Thread(thread))
+            .put(Record::Node(context_node))
+            .put(Record::Node(user_node))
+            .put(Record::Run(run));
+        if let Some(item_id) = from_queue {
+            unit.delete(stores::QUEUE, item_id);
+        }
+        let decided = reply.map(|reply| {
+            (
+                reply,
+                json!({ "threadId": tid, "turnId": run_id, "queued": false }),
+            )
+        });
+        let token = self.persist_with(now, tid, unit, Then::RunStarted, decided);
+        self.threads.get_mut(tid).expect("exists").exec = Some(Exec::new(Phase::Persisting(token)));
+        self.update_heartbeat();
+    }
+
+    /// Start the next provider request: cutoff, materialize steers, call.
+    pub(super) fn begin_step(&mut self, now: u64, tid: &str) {
+        let cutoff = self.next_steer_seq.saturating_sub(1);
+        let t = self.threads.get_mut(tid).expect("active thread");
+        let exec = t.exec.as_mut().expect("active run");
+        exec.admission_open = true;
+        if t.admitting.iter().any(|seq| *seq <= cutoff) {
+            exec.phase = Phase::AwaitingSteers { cutoff };
+            return;
+        }
+        self.materialize_and_call(now, tid, cutoff);
+    }
+
+    pub(super) fn materialize_and_call(&mut self, now: u64, tid: &str, cutoff: u64) {
+        let t = &self.threads[tid];
+        let steers: Vec<PendingSteer> = t
+            .steers
+            .iter()
+            .filter(|s| s.admission_seq <= cutoff)
+            .cloned()
+            .collect();
+        if steers.is_empty() {
+            return self.call_provider(now, tid);
+        }
+        let mut unit = UnitOfWork::new();
+        self.steer_nodes(now, tid, &steers, &mut unit);
+        let t = &self.threads[tid];
+        let mut run = t.latest_run.clone().expect("active run");
+        run.revision += 1;
+        run.updated_at = now;
+        run.state = RunState::StreamingModel;
+        unit.put(Record::Run(run));
+        let token = self.persist(tid, unit, Then::SteersMaterialized);
+        self.set_phase(tid, Phase::Persisting(token));
+    }
+
+    /// user_message{steered} nodes for `steers` after the current leaf, the
+    /// deletes of their pending records, and the thread's new leaf.
+    pub(super) fn steer_nodes(
+        &mut self,
+        now: u64,
+        tid: &str,
+        steers: &[PendingSteer],
+        unit: &mut UnitOfWork,
+    ) {
+        let t = &self.threads[tid];
+        let mut parent = unit_leaf(unit).or_else(|| t.leaf_id());
+        let mut thread = t.thread.clone();
+        for steer in steers {
+            let node = Node {
+                id: self.ids.next_id("n"),
+                thread_id: tid.to_string(),
+                parent_id: parent.clone(),
+                created_at: now,
+                body: NodeBody::UserMessage {
+                    text: steer.text.clone(),
+                    steered: true,
+                },
+            };
+            parent = Some(node.id.clone());
+            unit.put(Record::Node(node));
+            unit.delete(stores::STEERS, steer.id.clone());
+        }
+        thread.leaf_id = parent;
+        thread.updated_at = now;
+        thread.revision += 1;
+        put_thread(unit, thread);
+    }
+
+    pub(super) fn call_provider(&mut self, now: u64, tid: &str) {
+        let request_id = self.next_handle();
+        let item_id = self.ids.next_id("n");
+        let t = self.threads.get_mut(tid).expect("active thread");
+        let run = t.latest_run.as_mut().expect("active run");
+        run.step += 1;
+        let run = run.clone();
+        let mut messages = outbound_messages(&t.path);
+        if run.tools_disabled {
+            messages.push(crate::provider::ChatMessage::User {
+                text: format!(
+                    "[Engine note] {BREAKER_DISABLE_AFTER} tool calls in a row failed, so tools are now disabled. \
+Give your final answer to the user: what you did, what failed, and what they could do next."
+                ),
+            });
+        } else if run.consecutive_failures >= BREAKER_REMIND_AFTER {
+            messages.push(crate::provider::ChatMessage::User {
+                text: format!(
+                    "[Engine note] The last {} tool calls failed. Change your approach: re-read the page, \
+pick a different element or tool, or explain the problem to the user.",
+                    run.consecutive_failures
+                ),
+            });
+        }
+        let request = ProviderRequest {
+            profile: run.profile.clone(),
+            system: self.config.system_prompt.clone(),
+            messages,
+            tools: if run.tools_disabled {
+                Vec::new()
+            } else {
+                self.config.registry.specs()
+            },
+        };
+        let exec = t.exec.as_mut().expect("active run");
+        exec.phase = Phase::Streaming { request_id };
+        exec.item_id = item_id.clone();
+        exec.text.clear();
+        exec.reasoning.clear();
+        exec.deltas = DeltaBuffer::default();
+        self.broadcast(
+            tid,
+            Event::ItemStart {
+                thread_id: tid.to_string(),
+                turn_id: run.id.clone(),
+                item_id,
+                kind: ItemKind::AssistantMessage,
+                label: None,
+            },
+        );
+        let _ = now;
+        self.effects.push_back(Effect::CallProvider {
+            request_id,
+            request,
+        });
+    }
+
+    pub(super) fn on_response(&mut self, now: u64, tid: &str, response: ProviderResponse) {
+        let t = &self.threads[tid];
+        let run = t.latest_run.clone().expect("active run");
+        let exec = t.exec.as_ref().expect("active run");
+        let item_id = exec.item_id.clone();
+        if !response.tool_calls.is_empty() && response.stop_reason != StopReason::ToolUse {
+            // Fail closed before any side effect: keep the text, drop the calls.
+            let error = ErrorInfo::new(
+                ErrorKind::ProviderProtocol,
+                format!(
+                    "The model returned tool calls with stop reason {:?}; no tool was run.",
+                    response.stop_reason
+                ),
+            );
+            return self.finish_run(
+                now,
+                tid,
+                Finish {
+                    state: RunState::Failed,
+                    stop: StopReason::Error,
+                    error: Some(error),
+                },
+            );
+        }
+        let tools_disabled = run.tools_disabled;
+        // With tools disabled, calls are never run; the reply ends the turn.
+        let raw_calls = if tools_disabled {
+            Vec::new()
+        } else {
+            response.tool_calls.clone()
+        };
+        let final_stop = if tools_disabled {
+            StopReason::ToolsDisabled
+        } else if raw_calls.is_empty() && response.stop_reason == StopReason::ToolUse {
+            StopReason::End
+        } else {
+            response.stop_reason
+        };
+        let usage = response.usage.unwrap_or_default();
+        let assistant = Node {
+            id: item_id.clone(),
+            thread_id: tid.to_string(),
+            parent_id: t.leaf_id(),
+            created_at: now,
+            body: NodeBody::AssistantMessage {
+                text: response.text.clone(),
+                reasoning: (!response.reasoning.is_empty()).then(|| response.reasoning.clone()),
+                stop_reason: if raw_calls.is_empty() {
+                    final_stop
+                } else {
+                    StopReason::ToolUse
+                },
+                usage: response.usage,
+                interrupted: false,
+                model: if response.model.is_empty() {
+                    run.profile.model.clone()
+                } else {
+                    response.model.clone()
+                },
+            },
+        };
+        let mut unit = UnitOfWork::new();
+        let mut parent = assistant.id.clone();
+        unit.put(Record::Node(assistant));
+        // Ids used by this response so far; the thread's ids are checked in place
+        // (no per-step copy of a set that grows with the thread).
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut prepared = Vec::with_capacity(raw_calls.len());
+        for raw in &raw_calls {
+            // tool_call_ids_normalized: empty or duplicate ids get thread-unique ones.
+            let taken = seen.contains(&raw.id) || self.threads[tid].call_ids.contains(&raw.id);
+            let call_id = if raw.id.trim().is_empty() || taken {
+                self.ids.next_id("call_")
+            } else {
+                raw.id.clone()
+            };
+            seen.insert(call_id.clone());
+            let validated = self.config.registry.validate(&raw.name, &raw.arguments);
+            let (label, recovery) = match self.config.registry.get(&raw.name) {
+                Some(d) => (d.label.clone(), d.recovery),
+                None => (raw.name.clone(), Recovery::NeverRetry),
+            };
+            let arguments = match &validated {
+                Ok((_, v)) => v.clone(),
+                Err(_) => serde_json::from_str::<Value>(&raw.arguments)
+                    .unwrap_or_else(|_| Value::String(raw.arguments.clone())),
+            };
+            let node = Node {
+                id: self.ids.next_id("n"),
+                thread_id: tid.to_string(),
+                parent_id: Some(parent.clone()),
+                created_at: now,
+                body: NodeBody::ToolCall {
+                    call_id: call_id.clone(),
+                    assistant_id: item_id.clone(),
+                    name: raw.name.clone(),
+                    label,
+                    arguments,
+                },
+            };
+            parent = node.id.clone();
+            unit.put(Record::Node(node));
+            prepared.push(PreparedCall {
+                call_id,
+                name: raw.name.clone(),
+                params: validated.map(|(_, v)| v),
+                recovery,
+                done: false,
+            });
+        }
+        let t = &self.threads[tid];
+        let mut thread = t.thread.clone();
+        thread.leaf_id = Some(parent);
+        thread.updated_at = now;
+        thread.revision += 1;
+        thread.usage.add(&usage);
+        let mut run = run;
+        run.usage.add(&usage);
+        run.revision += 1;
+        run.updated_at = now;
+        run.state = if prepared.is_empty() {
+            RunState::StreamingModel
+        } else {
+            RunState::ExecutingTools
+        };
+        unit.put(Record::Thread(thread)).put(Record::Run(run));
+        let token = self.persist(tid, unit, Then::AssistantPersisted { final_stop });
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .expect("exists")
+            .exec
+            .as_mut()
+            .expect("active");
+        exec.calls = prepared;
+        exec.phase = Phase::Persisting(token);
+        exec.text.clear();
+        exec.reasoning.clear();
+    }
+
+    /// Dispatch the next call without a result, or start the next request.
+    pub(super) fn run_next_tool(&mut self, now: u64, tid: &str) {
+        let t = &self.threads[tid];
+        let exec = t.exec.as_ref().expect("active run");
+        let Some(index) = exec.calls.iter().position(|c| !c.done) else {
+            return self.begin_step(now, tid);
+        };
+        let call = exec.calls[index].clone();
+        let run = t.latest_run.clone().expect("active run");
+        if run.consecutive_failures >= BREAKER_DISABLE_AFTER {
+            return self.persist_tool_result(
+                now,
+                tid,
+                index,
+                ToolStatus::Aborted,
+                "Not run: too many tool calls failed in a row; tools are disabled for this turn."
+                    .into(),
+                None,
+            );
+        }
+        match call.params {
+            Err(message) => {
+                self.persist_tool_result(now, tid, index, ToolStatus::Error, message, None)
+            }
+            Ok(_) if call.recovery == Recovery::NeverRetry => {
+                self.mark_and_dispatch(now, tid, index, None)
+            }
+            Ok(_) => self.dispatch(tid, index),
+        }
+    }
+
+    /// Record the dispatch of a never-retry call before it happens: after a
+    /// crash the call is uncertain, never silently repeated
+    /// (never_retry_at_most_once).
+    pub(super) fn mark_and_dispatch(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        decided: Option<(Reply, Value)>,
+    ) {
+        let t = &self.threads[tid];
+        let call = &t.exec.as_ref().expect("active run").calls[index];
+        let mut run = t.latest_run.clone().expect("active run");
+        run.in_flight_tool = Some(InFlightTool {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+        });
+        run.state = RunState::ExecutingTools;
+        run.revision += 1;
+        run.updated_at = now;
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Run(run));
+        let token = self.persist_with(now, tid, unit, Then::DispatchMarked { index }, decided);
+        self.set_phase(tid, Phase::Persisting(token));
+    }
+
+    pub(super) fn dispatch(&mut self, tid: &str, index: usize) {
+        let dispatch_id = self.next_handle();
+        let t = self.threads.get_mut(tid).expect("active thread");
+        let exec = t.exec.as_mut().expect("active run");
+        let call = exec.calls[index].clone();
+        exec.phase = Phase::Tool { dispatch_id, index };
+        let params = call.params.unwrap_or(Value::Null);
+        self.effects.push_back(Effect::DispatchTool {
+            dispatch_id,
+            thread_id: tid.to_string(),
+            call_id: call.call_id,
+            name: call.name,
+            params,
+        });
+    }
+
+    pub(super) fn persist_tool_result(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        status: ToolStatus,
+        content: String,
+        details: Option<Value>,
+    ) {
+        self.persist_tool_result_for(now, tid, index, status, content, details, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn persist_tool_result_for(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        status: ToolStatus,
+        content: String,
+        details: Option<Value>,
+        decided: Option<(Reply, Value)>,
+    ) {
+        let t = &self.threads[tid];
+        let exec = t.exec.as_ref().expect("active run");
+        let call = &exec.calls[index];
+        let node = Node {
+            id: self.ids.next_id("n"),
+            thread_id: tid.to_string(),
+            parent_id: t.leaf_id(),
+            created_at: now,
+            body: NodeBody::ToolResult {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                status,
+                content,
+                details,
+            },
+        };
+        let mut run = t.latest_run.clone().expect("active run");
+        match status {
+            ToolStatus::Ok => run.consecutive_failures = 0,
+            ToolStatus::Error => run.consecutive_failures += 1,
+            // Denials and aborts are not tool failures for the breaker.
+            ToolStatus::Denied | ToolStatus::Aborted | ToolStatus::Interrupted => {}
+        }
+        if run.consecutive_failures >= BREAKER_DISABLE_AFTER {
+            run.tools_disabled = true;
+        }
+        run.in_flight_tool = None;
+        run.state = RunState::ExecutingTools;
+        run.revision += 1;
+        run.updated_at = now;
+        let mut thread = t.thread.clone();
+        thread.leaf_id = Some(node.id.clone());
+        thread.updated_at = now;
+        thread.revision += 1;
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Node(node))
+            .put(Record::Thread(thread))
+            .put(Record::Run(run));
+        let token = self.persist_with(now, tid, unit, Then::ToolResultPersisted, decided);
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .expect("exists")
+            .exec
+            .as_mut()
+            .expect("active");
+        exec.calls[index].done = true;
+        exec.phase = Phase::Persisting(token);
+    }
+
+    /// Write the terminal state: the streamed prefix, synthetic results for
+    /// calls without one, pending steers, the run's end, in one checkpoint.
+    pub(super) fn finish_run(&mut self, now: u64, tid: &str, finish: Finish) {
+        let t = self.threads.get_mut(tid).expect("active thread");
+        let exec = t.exec.as_mut().expect("active run");
+        let phase = match exec.phase.clone() {
+            Phase::Finishing { prior } => *prior,
+            other => other,
+        };
+        if !t.admitting.is_empty() {
+            // In-flight steers will be ACKed; they must be materialized first.
+            exec.finish = Some(finish);
+            exec.phase = Phase::Finishing {
+                prior: Box::new(phase),
+            };
+            return;
+        }
+        let prefix = std::mem::take(&mut exec.text);
+        let reasoning = std::mem::take(&mut exec.reasoning);
+        let item_id = exec.item_id.clone();
+        let open_calls: Vec<(usize, PreparedCall)> = exec
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.done)
+            .map(|(i, c)| (i, c.clone()))
+            .collect();
+        for (i, _) in &open_calls {
+            exec.calls[*i].done = true;
+        }
+        let steers = t.steers.clone();
+        let mut run = t.latest_run.clone().expect("active run");
+        let mut unit = UnitOfWork::new();
+        let mut parent = t.leaf_id();
+        let model = run.profile.model.clone();
+        if matches!(phase, Phase::Streaming { .. }) && (!prefix.is_empty() || !reasoning.is_empty())
+        {
+            // streamed_text_survives: what the user saw is kept, without half-formed calls.
+            let node = Node {
+                id: item_id,
+                thread_id: tid.to_string(),
+                parent_id: parent.clone(),
+                created_at: now,
+                body: NodeBody::AssistantMessage {
+                    text: prefix,
+                    reasoning: (!reasoning.is_empty()).then_some(reasoning),
+                    stop_reason: finish.stop,
+                    usage: None,
+                    interrupted: true,
+                    model,
+                },
+            };
+            parent = Some(node.id.clone());
+            unit.put(Record::Node(node));
+        }
+        let running_index = match phase {
+            Phase::Tool { index, .. } | Phase::Uncertain { index } => Some(index),
+            _ => None,
+        };
+        for (index, call) in open_calls {
+            let (status, content) = if Some(index) == running_index {
+                (
+                    ToolStatus::Interrupted,
+                    "Interrupted by the user while running; it may or may not have taken effect.",
+                )
+            } else {
+                (
+                    ToolStatus::Aborted,
+                    "Not run: the turn ended before this call was dispatched.",
+                )
+            };
+            let node = Node {
+                id: self.ids.next_id("n"),
+                thread_id: tid.to_string(),
+                parent_id: parent.clone(),
+                created_at: now,
+                body: NodeBody::ToolResult {
+                    call_id: call.call_id,
+                    name: call.name,
+                    status,
+                    content: content.to_string(),
+                    details: None,
+                },
+            };
+            parent = Some(node.id.clone());
+            unit.put(Record::Node(node));
+        }
+        if let Some(error) = &finish.error {
+            let node = Node {
+                id: self.ids.next_id("n"),
+                thread_id: tid.to_string(),
+                parent_id: parent.clone(),
+                created_at: now,
+                body: NodeBody::Notice {
+                    level: NoticeLevel::Error,
+                    text: error.message.clone(),
+                },
+            };
+            parent = Some(node.id.clone());
+            unit.put(Record::Node(node));
+        }
+        let t = &self.threads[tid];
+        let mut thread = t.thread.clone();
+        thread.leaf_id = parent;
+        put_thread(&mut unit, thread);
+        if !steers.is_empty() {
+            self.steer_nodes(now, tid, &steers, &mut unit);
+        } else if let Some(Record::Thread(thread)) = unit
+            .puts
+            .iter_mut()
+            .find(|r| matches!(r, Record::Thread(_)))
+        {
+            thread.updated_at = now;
+            thread.revision += 1;
+        }
+        run.state = finish.state;
+        run.stop_reason = Some(finish.stop);
+        run.error = finish.error.clone();
+        run.in_flight_tool = None;
+        run.revision += 1;
+        run.updated_at = now;
+        let turn_result = json!({ "turnId": run.id });
+        unit.put(Record::Run(run));
+        let interrupts = self.threads[tid]
+            .exec
+            .as_ref()
+            .map(|e| e.interrupts.clone())
+            .unwrap_or_default();
+        for reply in &interrupts {
+            self.add_receipt(now, &mut unit, reply, &turn_result);
+        }
+        let token = self.persist(
+            tid,
+            unit,
+            Then::RunFinished {
+                stop: finish.stop,
+                error: finish.error,
+                decided: interrupts.len(),
+            },
+        );
+        self.set_phase(tid, Phase::Persisting(token));
+    }
+
+    pub(super) fn recover_thread(&mut self, now: u64, tid: &str) {
+        let t = &self.threads[tid];
+        let Some(run) = t.latest_run.clone() else {
+            return self.maybe_start_queued(now, tid);
+        };
+        if run.state.is_terminal() {
+            if run.state == RunState::Completed {
+                self.maybe_start_queued(now, tid);
+            }
+            return;
+        }
+        let calls = open_tool_calls(&t.path, &self.config.registry);
+        let mut exec = Exec::new(Phase::Closing);
+        exec.calls = calls;
+        let uncertain = run.in_flight_tool.as_ref().and_then(|f| {
+            exec.calls
+                .iter()
+                .position(|c| c.call_id == f.call_id && !c.done)
+        });
+        self.threads.get_mut(tid).expect("exists").exec = Some(exec);
+        match (run.state, uncertain) {
+            (RunState::PausedUncertain, Some(index)) => {
+                self.set_phase(tid, Phase::Uncertain { index })
+            }
+            (_, Some(index)) => {
+                // A never-retry write was dispatched and has no result: ask the user.
+                let mut run = run;
+                run.state = RunState::PausedUncertain;
+                run.revision += 1;
+                run.updated_at = now;
+                let mut unit = UnitOfWork::new();
+                unit.put(Record::Run(run));
+                let token = self.persist(tid, unit, Then::RunPaused);
+                self.set_phase(tid, Phase::Persisting(token));
+                let _ = index;
+            }
+            (
+                RunState::ExecutingTools
+                | RunState::WaitingApproval
+                | RunState::WaitingInteraction
+                | RunState::PausedUncertain,
+                None,
+            ) => self.run_next_tool(now, tid),
+            // streaming_model (or queued): rebuild the request from the durable path.
+            _ => self.begin_step(now, tid),
+        }
+    }
+
+    pub(super) fn maybe_start_queued(&mut self, now: u64, tid: &str) {
+        let t = &self.threads[tid];
+        if t.exec.is_some() || !t.loaded {
+            return;
+        }
+        if let Some(item) = t.queue.first().cloned() {
+            self.start_turn(now, tid, item.text, None, Some(item.id));
+        }
+    }
+
+    // ------------------------------------------------------ commit follow-ups
+
+    pub(super) fn after_commit(&mut self, now: u64, pending: Pending) {
+        let Pending {
+            thread_id: tid,
+            unit,
+            then,
+            reply,
+            ..
+        } = pending;
+        let conn = reply.as_ref().map(|(r, _)| r.conn);
+        if let Some((reply, result)) = reply {
+            self.ack(&reply, result);
+        }
+        match then {
+            Then::Command { follow } => match follow {
+                Follow::QueueUpdated => self.emit_queue(&tid),
+                Follow::StartQueued => {
+                    if let Some(t) = self.threads.get_mut(&tid) {
+                        t.queue_inflight = t.queue_inflight.saturating_sub(1);
+                    }
+                    self.emit_queue(&tid);
+                    self.maybe_start_queued(now, &tid);
+                }
+                Follow::ThreadCreated => {
+                    self.broadcast_threads();
+                    if let Some(conn) = conn {
+                        if let Some(c) = self.conns.get_mut(&conn) {
+                            c.subscribed = Some(tid.clone());
+                        }
+                        let snapshot = self.snapshot(Some(&tid));
+                        self.send(conn, Event::Initialized { snapshot });
+                    }
+                }
+                Follow::ThreadDeleted => self.broadcast_threads(),
+            },
+            Then::SteerAdmitted { seq } => {
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.admitting.remove(&seq);
+                }
+                self.admissions_settled(now, &tid);
+            }
+            Then::RunStarted => {
+                let turn_id = self.threads[&tid]
+                    .latest_run
+                    .as_ref()
+                    .map(|r| r.id.clone())
+                    .unwrap_or_default();
+                self.broadcast_threads();
+                if unit.deletes.iter().any(|d| d.store == stores::QUEUE) {
+                    self.emit_queue(&tid);
+                }
+                self.broadcast(
+                    &tid,
+                    Event::TurnStart {
+                        thread_id: tid.clone(),
+                        turn_id,
+                    },
+                );
+                self.announce(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                if !self.threads[&tid]
+                    .latest_run
+                    .as_ref()
+                    .is_some_and(|r| r.profile.is_configured())
+                {
+                    return self.finish_run(
+                        now,
+                        &tid,
+                        Finish {
+                            state: RunState::Failed,
+                            stop: StopReason::Error,
+                            error: Some(ErrorInfo::new(
+                                ErrorKind::NotConfigured,
+                                "No model provider is configured. Open Settings, set the base URL and model, then press Continue.",
+                            )),
+                        },
+                    );
+                }
+                self.begin_step(now, &tid);
+            }
+            Then::SteersMaterialized => {
+                self.announce(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                self.call_provider(now, &tid);
+            }
+            Then::AssistantPersisted { final_stop } => {
+                self.announce(&tid, &unit);
+                self.emit_usage(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                let has_calls = self.threads[&tid]
+                    .exec
+                    .as_ref()
+                    .is_some_and(|e| !e.calls.is_empty());
+                if has_calls {
+                    self.run_next_tool(now, &tid);
+                } else {
+                    // The final answer: close admission, let in-flight steers land.
+                    let exec = self
+                        .threads
+                        .get_mut(&tid)
+                        .expect("exists")
+                        .exec
+                        .as_mut()
+                        .expect("active");
+                    exec.admission_open = false;
+                    exec.phase = Phase::Closing;
+                    exec.finish = None;
+                    self.pending_final_stop(&tid, final_stop);
+                    self.admissions_settled(now, &tid);
+                }
+            }
+            Then::DispatchMarked { index } => {
+                self.announce(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                self.dispatch(&tid, index);
+            }
+            Then::ToolResultPersisted => {
+                self.announce(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                self.run_next_tool(now, &tid);
+            }
+            Then::RunPaused => {
+                self.announce(&tid, &unit);
+                let index = self.threads[&tid].exec.as_ref().and_then(|e| {
+                    let run = self.threads[&tid].latest_run.as_ref()?;
+                    let f = run.in_flight_tool.as_ref()?;
+                    e.calls.iter().position(|c| c.call_id == f.call_id)
+                });
+                match index {
+                    Some(index) => {
+                        self.set_phase(&tid, Phase::Uncertain { index });
+                        self.take_pending_finish(now, &tid);
+                    }
+                    None => self.run_next_tool(now, &tid),
+                }
+            }
+            Then::RunFinished {
+                stop,
+                error,
+                decided,
+            } => {
+                let interrupts = self
+                    .threads
+                    .get_mut(&tid)
+                    .and_then(|t| t.exec.take())
+                    .map(|e| e.interrupts)
+                    .unwrap_or_default();
+                let turn_id = self.threads[&tid]
+                    .latest_run
+                    .as_ref()
+                    .map(|r| r.id.clone())
+                    .unwrap_or_default();
+                self.announce(&tid, &unit);
+                for (i, reply) in interrupts.iter().enumerate() {
+                    // An interrupt that arrived after the terminal state was decided changed nothing.
+                    let result = if i < decided {
+                        json!({ "turnId": turn_id })
+                    } else {
+                        json!({ "turnId": Value::Null })
+                    };
+                    self.ack(reply, result);
+                }
+                // complete_after_writes: the terminal checkpoint has committed.
+                self.broadcast(
+                    &tid,
+                    Event::TurnComplete {
+                        thread_id: tid.clone(),
+                        turn_id,
+                        stop_reason: stop,
+                        error,
+                    },
+                );
+                self.update_heartbeat();
+                if self.threads[&tid].latest_run.as_ref().map(|r| r.state)
+                    == Some(RunState::Completed)
+                {
+                    self.maybe_start_queued(now, &tid);
+                }
+            }
+        }
+    }
+
+    /// The final stop reason is kept on the exec while admissions settle.
+    pub(super) fn pending_final_stop(&mut self, tid: &str, stop: StopReason) {
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .expect("exists")
+            .exec
+            .as_mut()
+            .expect("active");
+        exec.finish = Some(Finish {
+            state: RunState::Completed,
+            stop,
+            error: None,
+        });
+    }
+
+    /// If an interrupt (or a terminal decision) arrived during a checkpoint, write it now.
+    pub(super) fn take_pending_finish(&mut self, now: u64, tid: &str) -> bool {
+        let t = self.threads.get_mut(tid).expect("exists");
+        let Some(exec) = t.exec.as_mut() else {
+            return true;
+        };
+        if exec.interrupts.is_empty() {
+            return false;
+        }
+        let finish = exec.finish.take().unwrap_or(Finish {
+            state: RunState::Interrupted,
+            stop: StopReason::Interrupted,
+            error: None,
+        });
+        exec.phase = Phase::Closing;
+        self.finish_run(now, tid, finish);
+        true
+    }
+
+    /// An admission committed or failed: move on whatever waited for it.
+    pub(super) fn admissions_settled(&mut self, now: u64, tid: &str) {
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
+        let Some(exec) = t.exec.as_ref() else { return };
+        match exec.phase.clone() {
+            Phase::AwaitingSteers { cutoff } if !t.admitting.iter().any(|s| *s <= cutoff) => {
+                if !exec.interrupts.is_empty() {
+                    self.take_pending_finish(now, tid);
+                } else {
+                    self.materialize_and_call(now, tid, cutoff);
+                }
+            }
+            Phase::Closing if t.admitting.is_empty() && exec.interrupts.is_empty() => {
+                if t.steers.is_empty() {
+                    let finish = exec.finish.clone().unwrap_or(Finish {
+                        state: RunState::Completed,
+                        stop: StopReason::End,
+                        error: None,
+                    });
+                    self.finish_run(now, tid, finish);
+                } else {
+                    // A steer landed with the final answer: one more request.
+                    self.threads
+                        .get_mut(tid)
+                        .expect("exists")
+                        .exec
+                        .as_mut()
+                        .expect("active")
+                        .finish = None;
+                    self.begin_step(now, tid);
+                }
+            }
+            Phase::Finishing { .. } if t.admitting.is_empty() => {
+                let finish = exec.finish.clone().unwrap_or(Finish {
+                    state: RunState::Interrupted,
+                    stop: StopReason::Interrupted,
+                    error: None,
+                });
+                self.finish_run(now, tid, finish);
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn drop_exec_if_unstarted(&mut self, tid: &str) {
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        let unstarted = t
+            .exec
+            .as_ref()
+            .is_some_and(|e| matches!(e.phase, Phase::Persisting(_)))
+            && t.latest_run.as_ref().is_none_or(|r| r.state.is_terminal());
+        if unstarted {
+            t.exec = None;
+        }
+        if t.thread.revision == 0 {
+            // A thread created with this turn was never written.
+            self.threads.remove(tid);
+        }
+        self.update_heartbeat();
+    }
+}

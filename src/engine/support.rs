@@ -1,0 +1,478 @@
+//! Engine plumbing: checkpoints and receipts, ACKs and events, delta
+//! coalescing, snapshots, and mirroring committed units into memory.
+
+use serde_json::Value;
+
+use super::*;
+
+impl Engine {
+    // --------------------------------------------------------------- helpers
+
+    pub(super) fn next_handle(&mut self) -> u64 {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        h
+    }
+
+    pub(super) fn set_phase(&mut self, tid: &str, phase: Phase) {
+        if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
+            exec.phase = phase;
+        }
+    }
+
+    pub(super) fn persist(&mut self, tid: &str, unit: UnitOfWork, then: Then) -> u64 {
+        self.persist_with(0, tid, unit, then, None)
+    }
+
+    /// Queue a checkpoint; when it decides a command, its receipt joins the
+    /// same unit and the ACK waits for the commit (ack_after_commit).
+    pub(super) fn persist_with(
+        &mut self,
+        now: u64,
+        tid: &str,
+        mut unit: UnitOfWork,
+        then: Then,
+        decided: Option<(Reply, Value)>,
+    ) -> u64 {
+        if let Some((reply, result)) = &decided {
+            self.add_receipt(now, &mut unit, reply, result);
+        }
+        let token = self.next_handle();
+        self.pending.insert(
+            token,
+            Pending {
+                thread_id: tid.to_string(),
+                unit: unit.clone(),
+                then,
+                reply: decided,
+                attempts: 0,
+            },
+        );
+        self.effects.push_back(Effect::Persist { token, unit });
+        token
+    }
+
+    pub(super) fn persist_command(
+        &mut self,
+        now: u64,
+        tid: &str,
+        unit: UnitOfWork,
+        then: Then,
+        reply: Reply,
+        result: Value,
+    ) -> u64 {
+        self.persist_with(now, tid, unit, then, Some((reply, result)))
+    }
+
+    pub(super) fn command(
+        &mut self,
+        now: u64,
+        tid: &str,
+        unit: UnitOfWork,
+        reply: Reply,
+        result: Value,
+        follow: Follow,
+    ) {
+        self.persist_command(now, tid, unit, Then::Command { follow }, reply, result);
+    }
+
+    pub(super) fn add_receipt(
+        &mut self,
+        now: u64,
+        unit: &mut UnitOfWork,
+        reply: &Reply,
+        result: &Value,
+    ) {
+        let key = receipt_key(&reply.submission);
+        self.inflight_receipts
+            .insert(key.clone(), (reply.fingerprint.clone(), Vec::new()));
+        unit.put(Record::Receipt(Receipt {
+            key,
+            op_type: reply.op_type.to_string(),
+            fingerprint: reply.fingerprint.clone(),
+            result: result.clone(),
+            created_at: now,
+        }));
+    }
+
+    /// receipt_replay_or_reject: a known submission id replays or is rejected.
+    pub(super) fn replay_receipt(&mut self, reply: &Reply) -> bool {
+        let key = receipt_key(&reply.submission);
+        if let Some(receipt) = self.receipts.get(&key) {
+            if receipt.fingerprint == reply.fingerprint && receipt.op_type == reply.op_type {
+                let result = receipt.result.clone();
+                self.ack(reply, result);
+            } else {
+                self.reject(
+                    reply,
+                    ErrorKind::InvalidCommand,
+                    "This submission id was already used for a different command.",
+                );
+            }
+            return true;
+        }
+        if let Some((fp, waiters)) = self.inflight_receipts.get_mut(&key) {
+            if *fp == reply.fingerprint {
+                waiters.push(reply.clone());
+            } else {
+                let reply = reply.clone();
+                self.reject(
+                    &reply,
+                    ErrorKind::InvalidCommand,
+                    "This submission id was already used for a different command.",
+                );
+            }
+            return true;
+        }
+        false
+    }
+
+    pub(super) fn ack(&mut self, reply: &Reply, result: Value) {
+        let waiters = self
+            .inflight_receipts
+            .remove(&receipt_key(&reply.submission))
+            .map(|(_, w)| w)
+            .unwrap_or_default();
+        for r in std::iter::once(reply).chain(waiters.iter()) {
+            self.send(
+                r.conn,
+                Event::CommandAck {
+                    submission_id: r.submission.submission_id.clone(),
+                    op_type: r.op_type.to_string(),
+                    result: result.clone(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn reject(&mut self, reply: &Reply, kind: ErrorKind, message: &str) {
+        self.send(
+            reply.conn,
+            Event::CommandReject {
+                submission_id: reply.submission.submission_id.clone(),
+                op_type: reply.op_type.to_string(),
+                error: ErrorInfo::new(kind, message),
+            },
+        );
+    }
+
+    pub(super) fn send(&mut self, conn: ConnId, event: Event) {
+        self.seq += 1;
+        self.effects.push_back(Effect::Send {
+            conn,
+            event: EventEnvelope {
+                seq: self.seq,
+                epoch: self.epoch.clone(),
+                event,
+            },
+        });
+    }
+
+    pub(super) fn subscribers(&self, tid: &str) -> Vec<ConnId> {
+        let mut conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.kind == ClientKind::ExtensionPage && c.subscribed.as_deref() == Some(tid)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        conns.sort_unstable();
+        conns
+    }
+
+    pub(super) fn broadcast(&mut self, tid: &str, event: Event) {
+        if !matches!(event, Event::ItemDelta { .. }) {
+            self.flush_pending_deltas(tid);
+        }
+        for conn in self.subscribers(tid) {
+            self.send(conn, event.clone());
+        }
+    }
+
+    pub(super) fn broadcast_threads(&mut self) {
+        let threads = self.thread_summaries();
+        let mut conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.kind == ClientKind::ExtensionPage)
+            .map(|(id, _)| *id)
+            .collect();
+        conns.sort_unstable();
+        for conn in conns {
+            self.send(
+                conn,
+                Event::ThreadsUpdated {
+                    threads: threads.clone(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn flush_deltas(&mut self, now: u64, tid: &str) {
+        if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
+            if exec.deltas.pending.is_empty() {
+                exec.deltas.flush_at = None;
+                return;
+            }
+            exec.deltas.last_sent_at = Some(now);
+        }
+        self.flush_pending_deltas(tid);
+    }
+
+    pub(super) fn flush_pending_deltas(&mut self, tid: &str) {
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        let turn_id = t
+            .latest_run
+            .as_ref()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        let Some(exec) = t.exec.as_mut() else { return };
+        exec.deltas.flush_at = None;
+        if exec.deltas.pending.is_empty() {
+            return;
+        }
+        let deltas = std::mem::take(&mut exec.deltas.pending);
+        let item_id = exec.item_id.clone();
+        for delta in deltas {
+            let event = Event::ItemDelta {
+                thread_id: tid.to_string(),
+                turn_id: turn_id.clone(),
+                item_id: item_id.clone(),
+                delta,
+            };
+            for conn in self.subscribers(tid) {
+                self.send(conn, event.clone());
+            }
+        }
+    }
+
+    /// Announce every node a committed unit wrote, and the run's state.
+    pub(super) fn announce(&mut self, tid: &str, unit: &UnitOfWork) {
+        let turn_id = self
+            .threads
+            .get(tid)
+            .and_then(|t| t.latest_run.as_ref())
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        for record in &unit.puts {
+            match record {
+                Record::Node(node) => self.broadcast(
+                    tid,
+                    Event::ItemComplete {
+                        thread_id: tid.to_string(),
+                        turn_id: turn_id.clone(),
+                        node: node.clone(),
+                    },
+                ),
+                Record::Run(run) => self.broadcast(
+                    tid,
+                    Event::RunStatus {
+                        thread_id: tid.to_string(),
+                        turn_id: run.id.clone(),
+                        state: run.state,
+                    },
+                ),
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) fn emit_usage(&mut self, tid: &str, unit: &UnitOfWork) {
+        let usage = unit.puts.iter().find_map(|r| match r {
+            Record::Node(Node {
+                body: NodeBody::AssistantMessage { usage: Some(u), .. },
+                ..
+            }) => Some(*u),
+            _ => None,
+        });
+        let Some(usage) = usage else { return };
+        let t = &self.threads[tid];
+        let Some(run) = t.latest_run.as_ref() else {
+            return;
+        };
+        let event = Event::TokenUsage {
+            thread_id: tid.to_string(),
+            turn_id: run.id.clone(),
+            usage,
+            turn_total: UsageTotals {
+                input: run.usage.input,
+                output: run.usage.output,
+            },
+            thread_total: UsageTotals {
+                input: t.thread.usage.input,
+                output: t.thread.usage.output,
+            },
+        };
+        self.broadcast(tid, event);
+    }
+
+    pub(super) fn emit_queue(&mut self, tid: &str) {
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
+        let queue = t.queue.clone();
+        self.broadcast(
+            tid,
+            Event::QueueUpdated {
+                thread_id: tid.to_string(),
+                queue,
+            },
+        );
+    }
+
+    pub(super) fn update_heartbeat(&mut self) {
+        let active = self.has_active_runs();
+        if active != self.heartbeat {
+            self.heartbeat = active;
+            self.effects.push_back(Effect::SetHeartbeat { active });
+        }
+    }
+
+    pub(super) fn thread_streaming(&self, request_id: u64) -> Option<String> {
+        self.threads
+            .iter()
+            .find(|(_, t)| {
+                t.exec
+                    .as_ref()
+                    .is_some_and(|e| e.phase == Phase::Streaming { request_id })
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    pub(super) fn thread_running_tool(&self, dispatch_id: u64) -> Option<(String, usize)> {
+        self.threads
+            .iter()
+            .find_map(|(id, t)| match t.exec.as_ref().map(|e| &e.phase) {
+                Some(Phase::Tool {
+                    dispatch_id: d,
+                    index,
+                }) if *d == dispatch_id => Some((id.clone(), *index)),
+                _ => None,
+            })
+    }
+
+    pub(super) fn thread_needing_load(&self, op: &Op) -> Option<String> {
+        let tid = match op {
+            Op::Initialize { thread_id, .. } => thread_id.clone().or_else(|| {
+                self.threads
+                    .values()
+                    .max_by_key(|t| (t.thread.updated_at, t.thread.id.clone()))
+                    .map(|t| t.thread.id.clone())
+            }),
+            Op::ThreadDelete { thread_id, .. }
+            | Op::TurnSteer { thread_id, .. }
+            | Op::TurnEnqueue { thread_id, .. }
+            | Op::RunResume { thread_id, .. } => Some(thread_id.clone()),
+            Op::TurnSubmit { thread_id, .. } => thread_id.clone(),
+            _ => None,
+        }?;
+        let t = self.threads.get(&tid)?;
+        (!t.loaded).then_some(tid)
+    }
+
+    pub(super) fn thread_summaries(&self) -> Vec<crate::model::ThreadSummary> {
+        let mut list: Vec<_> = self
+            .threads
+            .values()
+            .filter(|t| t.thread.revision > 0)
+            .map(|t| t.thread.summary())
+            .collect();
+        list.sort_by(|a, b| {
+            b.updated_at
+                .cmp(&a.updated_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        list
+    }
+
+    pub(super) fn snapshot(&self, tid: Option<&str>) -> Snapshot {
+        let thread = tid.and_then(|id| self.threads.get(id)).map(|t| ThreadView {
+            id: t.thread.id.clone(),
+            title: t.thread.title.clone(),
+            nodes: t.path.clone(),
+            run: t.latest_run.clone(),
+            queue: t.queue.clone(),
+            pending_steers: t
+                .steers
+                .iter()
+                .map(|s| PendingSteerView {
+                    id: s.id.clone(),
+                    text: s.text.clone(),
+                })
+                .collect(),
+        });
+        Snapshot {
+            protocol_version: PROTOCOL_VERSION,
+            threads: self.thread_summaries(),
+            thread,
+        }
+    }
+
+    /// Mirror a committed unit into memory (the store is the source of truth).
+    pub(super) fn apply_to_memory(&mut self, unit: &UnitOfWork) {
+        for record in &unit.puts {
+            match record {
+                Record::Thread(thread) => {
+                    let t = self
+                        .threads
+                        .entry(thread.id.clone())
+                        .or_insert_with(|| ThreadState::new(thread.clone(), true));
+                    t.thread = thread.clone();
+                }
+                Record::Node(node) => {
+                    if let Some(t) = self.threads.get_mut(&node.thread_id) {
+                        if let NodeBody::ToolCall { call_id, .. } = &node.body {
+                            t.call_ids.insert(call_id.clone());
+                        }
+                        t.path.push(node.clone());
+                    }
+                }
+                Record::Run(run) => {
+                    if let Some(t) = self.threads.get_mut(&run.thread_id) {
+                        if !t.run_ids.contains(&run.id) {
+                            t.run_ids.push(run.id.clone());
+                        }
+                        t.latest_run = Some(run.clone());
+                    }
+                }
+                Record::Steer(steer) => {
+                    if let Some(t) = self.threads.get_mut(&steer.thread_id) {
+                        t.steers.push(steer.clone());
+                        t.steers.sort_by_key(|s| s.admission_seq);
+                    }
+                }
+                Record::QueueItem(item) => {
+                    if let Some(t) = self.threads.get_mut(&item.thread_id) {
+                        t.queue.retain(|q| q.id != item.id);
+                        t.queue.push(item.clone());
+                        t.queue.sort_by_key(|q| q.position);
+                    }
+                }
+                Record::Receipt(receipt) => {
+                    self.receipts.insert(receipt.key.clone(), receipt.clone());
+                }
+            }
+        }
+        for key in &unit.deletes {
+            match key.store {
+                stores::THREADS => {
+                    self.threads.remove(&key.key);
+                }
+                stores::STEERS => {
+                    for t in self.threads.values_mut() {
+                        t.steers.retain(|s| s.id != key.key);
+                    }
+                }
+                stores::QUEUE => {
+                    for t in self.threads.values_mut() {
+                        t.queue.retain(|q| q.id != key.key);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
