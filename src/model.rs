@@ -162,6 +162,10 @@ pub enum NodeBody {
         #[serde(default)]
         interrupted: bool,
         model: String,
+        /// Provider-private data (e.g. thinking signatures), replayed only to
+        /// the provider that produced it; never shown to the model otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_private: Option<serde_json::Value>,
     },
     ToolCall {
         call_id: String,

@@ -349,6 +349,17 @@ pub enum Event {
         thread_id: String,
         queue: Vec<QueueItem>,
     },
+    /// A provider request failed with a retryable error before any text was
+    /// shown; it is sent again after `delayMs`.
+    #[serde(rename = "run.retry")]
+    RunRetry {
+        thread_id: String,
+        turn_id: String,
+        attempt: u32,
+        max_attempts: u32,
+        delay_ms: u64,
+        error: ErrorInfo,
+    },
     #[serde(rename = "run.status")]
     RunStatus {
         thread_id: String,
@@ -376,6 +387,7 @@ impl Event {
             | Event::TokenUsage { thread_id, .. }
             | Event::QueueUpdated { thread_id, .. }
             | Event::RunStatus { thread_id, .. }
+            | Event::RunRetry { thread_id, .. }
             | Event::TurnComplete { thread_id, .. } => Some(thread_id),
             _ => None,
         }

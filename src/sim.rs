@@ -307,6 +307,7 @@ impl Sim {
             Effect::CallProvider {
                 request_id,
                 request,
+                ..
             } => {
                 let reply = (self.policy)(&request);
                 self.requests.push(request);
@@ -366,6 +367,7 @@ impl Sim {
                         ..Usage::default()
                     }),
                     model: String::new(),
+                    private: None,
                 };
                 (text, Ok(response))
             }
@@ -381,6 +383,7 @@ impl Sim {
                         ..Usage::default()
                     }),
                     model: String::new(),
+                    private: None,
                 };
                 (text, Ok(response))
             }

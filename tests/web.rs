@@ -184,6 +184,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
         stop_reason: stop,
         usage: None,
         model: "m".into(),
+        private: None,
     };
     let mut script = vec![
         response(

@@ -265,9 +265,10 @@ impl Engine {
                 self.effects.push_back(Effect::AbortTool { dispatch_id });
                 self.finish_run(now, thread_id, finish);
             }
-            Phase::AwaitingSteers { .. } | Phase::Closing | Phase::Uncertain { .. } => {
-                self.finish_run(now, thread_id, finish)
-            }
+            Phase::AwaitingSteers { .. }
+            | Phase::Closing
+            | Phase::Uncertain { .. }
+            | Phase::Backoff { .. } => self.finish_run(now, thread_id, finish),
         }
     }
 

@@ -18,11 +18,16 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
             NodeBody::UserMessage { text, .. } => {
                 messages.push(ChatMessage::User { text: text.clone() })
             }
-            NodeBody::AssistantMessage { text, .. } => {
+            NodeBody::AssistantMessage {
+                text,
+                provider_private,
+                ..
+            } => {
                 assistant_index.push((node.id.as_str(), messages.len()));
                 messages.push(ChatMessage::Assistant {
                     text: text.clone(),
                     tool_calls: Vec::new(),
+                    private: provider_private.clone(),
                 });
             }
             NodeBody::ToolCall {

@@ -57,6 +57,27 @@ briefly with what you did.";
 /// Text used by `run.resume` when the client sends none.
 pub const CONTINUE_TEXT: &str = "Continue.";
 
+/// When and how often a failed provider request is tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts per request, the first included.
+    pub max_attempts: u32,
+    /// Delay before the first retry; doubles each time (ms).
+    pub base_delay_ms: u64,
+    /// Upper bound of one delay, also for server-suggested ones (ms).
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            base_delay_ms: 1_000,
+            max_delay_ms: 60_000,
+        }
+    }
+}
+
 /// Static configuration of an engine.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -64,6 +85,9 @@ pub struct EngineConfig {
     pub registry: ToolRegistry,
     /// Minimum spacing between coalesced delta messages to one client (ms).
     pub delta_interval_ms: u64,
+    pub retry: RetryPolicy,
+    /// A stream that sends nothing for this long is aborted and retried (ms).
+    pub stream_idle_timeout_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -72,6 +96,8 @@ impl Default for EngineConfig {
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
             registry: ToolRegistry::page_tools(),
             delta_interval_ms: 16,
+            retry: RetryPolicy::default(),
+            stream_idle_timeout_ms: 90_000,
         }
     }
 }
@@ -90,9 +116,12 @@ pub enum Effect {
     /// Read every node of the thread and call `handle_thread_loaded`.
     LoadThread { thread_id: String },
     /// Start a streaming request; feed `handle_provider_delta` / `handle_provider_done`.
+    /// A stream silent for `idle_timeout_ms` is aborted and reported as a
+    /// retryable network error.
     CallProvider {
         request_id: u64,
         request: ProviderRequest,
+        idle_timeout_ms: u64,
     },
     /// Abort that request now; no more input for it is expected.
     AbortProvider { request_id: u64 },
@@ -151,6 +180,10 @@ enum Phase {
     Streaming {
         request_id: u64,
     },
+    /// Waiting to retry the request after a retryable failure.
+    Backoff {
+        until: u64,
+    },
     Tool {
         dispatch_id: u64,
         index: usize,
@@ -193,6 +226,12 @@ struct Exec {
     reasoning: String,
     calls: Vec<PreparedCall>,
     deltas: DeltaBuffer,
+    /// The request of the current step, kept for retries.
+    request: Option<ProviderRequest>,
+    /// Failed attempts of the current request.
+    attempt: u32,
+    /// A delta of the current request reached the clients (no retry after that).
+    delta_seen: bool,
 }
 
 impl Exec {
@@ -207,6 +246,9 @@ impl Exec {
             reasoning: String::new(),
             calls: Vec::new(),
             deltas: DeltaBuffer::default(),
+            request: None,
+            attempt: 0,
+            delta_seen: false,
         }
     }
 }
@@ -445,7 +487,14 @@ impl Engine {
     pub fn poll_timeout(&self) -> Option<u64> {
         self.threads
             .values()
-            .filter_map(|t| t.exec.as_ref().and_then(|e| e.deltas.flush_at))
+            .filter_map(|t| t.exec.as_ref())
+            .flat_map(|e| {
+                let backoff = match e.phase {
+                    Phase::Backoff { until } => Some(until),
+                    _ => None,
+                };
+                e.deltas.flush_at.into_iter().chain(backoff)
+            })
             .min()
     }
 
@@ -720,6 +769,7 @@ impl Engine {
         let interval = self.config.delta_interval_ms;
         let t = self.threads.get_mut(&tid).expect("found above");
         let exec = t.exec.as_mut().expect("streaming implies exec");
+        exec.delta_seen = true;
         let delta = match event {
             StreamEvent::TextDelta(text) => {
                 exec.text.push_str(&text);
@@ -761,6 +811,7 @@ impl Engine {
         self.flush_deltas(now, &tid);
         match result {
             Ok(response) => self.on_response(now, &tid, response),
+            Err(error) if self.schedule_retry(now, &tid, &error) => {}
             Err(error) => {
                 let info = error.info();
                 self.finish_run(
@@ -821,6 +872,19 @@ impl Engine {
 
     /// Time passed; flush coalesced deltas that are due.
     pub fn handle_timeout(&mut self, now: u64) {
+        let retry_due: Vec<String> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| {
+                t.exec
+                    .as_ref()
+                    .is_some_and(|e| matches!(e.phase, Phase::Backoff { until } if until <= now))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for tid in retry_due {
+            self.send_request(&tid);
+        }
         let due: Vec<String> = self
             .threads
             .iter()

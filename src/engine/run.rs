@@ -153,7 +153,6 @@ impl Engine {
     }
 
     pub(super) fn call_provider(&mut self, now: u64, tid: &str) {
-        let request_id = self.next_handle();
         let item_id = self.ids.next_id("n");
         let t = self.threads.get_mut(tid).expect("active thread");
         let run = t.latest_run.as_mut().expect("active run");
@@ -187,11 +186,9 @@ pick a different element or tool, or explain the problem to the user.",
             },
         };
         let exec = t.exec.as_mut().expect("active run");
-        exec.phase = Phase::Streaming { request_id };
         exec.item_id = item_id.clone();
-        exec.text.clear();
-        exec.reasoning.clear();
-        exec.deltas = DeltaBuffer::default();
+        exec.request = Some(request);
+        exec.attempt = 0;
         self.broadcast(
             tid,
             Event::ItemStart {
@@ -203,10 +200,79 @@ pick a different element or tool, or explain the problem to the user.",
             },
         );
         let _ = now;
+        self.send_request(tid);
+    }
+
+    /// Send (or re-send) the current step's request.
+    pub(super) fn send_request(&mut self, tid: &str) {
+        let request_id = self.next_handle();
+        let idle_timeout_ms = self.config.stream_idle_timeout_ms;
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .expect("active run");
+        let Some(request) = exec.request.clone() else {
+            return;
+        };
+        exec.phase = Phase::Streaming { request_id };
+        exec.text.clear();
+        exec.reasoning.clear();
+        exec.delta_seen = false;
+        exec.deltas = DeltaBuffer::default();
         self.effects.push_back(Effect::CallProvider {
             request_id,
             request,
+            idle_timeout_ms,
         });
+    }
+
+    /// Retry a failed request later if the error allows it, no delta reached
+    /// the user yet, and attempts remain. Returns whether a retry was scheduled.
+    pub(super) fn schedule_retry(&mut self, now: u64, tid: &str, error: &ProviderError) -> bool {
+        let policy = self.config.retry.clone();
+        let Some(exec) = self.threads.get(tid).and_then(|t| t.exec.as_ref()) else {
+            return false;
+        };
+        let attempt = exec.attempt + 1;
+        if !error.retryable || exec.delta_seen || attempt >= policy.max_attempts {
+            return false;
+        }
+        let backoff = policy
+            .base_delay_ms
+            .saturating_mul(1u64 << (attempt - 1).min(20))
+            .min(policy.max_delay_ms);
+        // Up to +25% jitter so many clients do not retry in lockstep.
+        let jitter = self.ids.next_u64() % (backoff / 4 + 1);
+        let delay = error
+            .retry_after_ms
+            .map(|ms| ms.min(policy.max_delay_ms))
+            .unwrap_or(backoff + jitter);
+        let until = now + delay;
+        let turn_id = self.threads[tid]
+            .latest_run
+            .as_ref()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .expect("checked");
+        exec.attempt = attempt;
+        exec.phase = Phase::Backoff { until };
+        self.broadcast(
+            tid,
+            Event::RunRetry {
+                thread_id: tid.to_string(),
+                turn_id,
+                attempt,
+                max_attempts: policy.max_attempts,
+                delay_ms: delay,
+                error: error.info(),
+            },
+        );
+        true
     }
 
     pub(super) fn on_response(&mut self, now: u64, tid: &str, response: ProviderResponse) {
@@ -268,6 +334,7 @@ pick a different element or tool, or explain the problem to the user.",
                 } else {
                     response.model.clone()
                 },
+                provider_private: response.private.clone(),
             },
         };
         let mut unit = UnitOfWork::new();
@@ -545,6 +612,7 @@ pick a different element or tool, or explain the problem to the user.",
                     usage: None,
                     interrupted: true,
                     model,
+                    provider_private: None,
                 },
             };
             parent = Some(node.id.clone());

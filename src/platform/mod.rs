@@ -31,9 +31,9 @@ use web_sys::AbortController;
 use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
-use crate::provider::openai::{self, OpenAiDecoder};
 use crate::provider::{
-    error_from_status, parse_retry_after, ProviderError, ProviderRequest, ProviderResponse,
+    error_from_http, http_request, parse_retry_after, Decoder, ProviderError, ProviderRequest,
+    ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
 use error::JsError;
@@ -155,9 +155,12 @@ impl Driver {
             Effect::CallProvider {
                 request_id,
                 request,
+                idle_timeout_ms,
             } => {
                 let d = self.rc();
-                spawn_local(async move { d.call_provider(request_id, request).await });
+                spawn_local(
+                    async move { d.call_provider(request_id, request, idle_timeout_ms).await },
+                );
             }
             Effect::AbortProvider { request_id } => {
                 if let Some(controller) = self.provider_aborts.borrow_mut().remove(&request_id) {
@@ -236,7 +239,7 @@ impl Driver {
         }
     }
 
-    async fn call_provider(&self, request_id: u64, request: ProviderRequest) {
+    async fn call_provider(&self, request_id: u64, request: ProviderRequest, idle_timeout_ms: u64) {
         let controller = match AbortController::new() {
             Ok(c) => c,
             Err(e) => {
@@ -252,14 +255,14 @@ impl Driver {
             .borrow_mut()
             .insert(request_id, controller.clone());
         let result = self
-            .stream_provider(request_id, &request, &controller)
+            .stream_provider(request_id, &request, &controller, idle_timeout_ms)
             .await;
-        let aborted = self
+        let aborted_by_engine = self
             .provider_aborts
             .borrow_mut()
             .remove(&request_id)
             .is_none();
-        if aborted {
+        if aborted_by_engine {
             return; // the engine asked for the abort and expects nothing more
         }
         self.input(|e, now| e.handle_provider_done(now, request_id, result));
@@ -270,26 +273,15 @@ impl Driver {
         request_id: u64,
         request: &ProviderRequest,
         controller: &AbortController,
+        idle_timeout_ms: u64,
     ) -> Result<ProviderResponse, ProviderError> {
-        if request.profile.kind == "anthropic" {
-            return Err(ProviderError::new(
-                ErrorKind::NotConfigured,
-                "The Anthropic API adapter is not available yet. Use an OpenAI-compatible endpoint (for example an Anthropic-compatible gateway) in Settings.",
-                false,
-            ));
-        }
-        // The key is read fresh for each request and never leaves this function
-        // except in the Authorization header.
+        // The key is read fresh for each request (it may rotate) and only
+        // ever goes into a request header.
         let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
         let (_, api_key) = parse_settings(&settings);
-        let url = openai::endpoint(&request.profile.base_url);
-        let body = openai::build_body(request).to_string();
-        let auth = format!("Bearer {api_key}");
-        let headers: Vec<(&str, &str)> = if api_key.is_empty() {
-            Vec::new()
-        } else {
-            vec![("authorization", auth.as_str())]
-        };
+        let transport = Transport::from_kind(&request.profile.kind);
+        let http = http_request(request, &api_key);
+        let url = http.url.clone();
         let network = |e: JsError| {
             ProviderError::new(
                 ErrorKind::Network,
@@ -300,9 +292,29 @@ impl Driver {
                 true,
             )
         };
-        let mut response = fetch::post_json(&url, &headers, &body, controller)
-            .await
-            .map_err(network)?;
+        let stalled = || {
+            controller.abort();
+            ProviderError::new(
+                ErrorKind::Network,
+                format!(
+                    "The provider sent nothing for {} s; the request was aborted.",
+                    idle_timeout_ms / 1000
+                ),
+                true,
+            )
+        };
+        let idle = || TimeoutFuture::new(idle_timeout_ms.min(u64::from(u32::MAX)) as u32).fuse();
+        let headers: Vec<(&str, &str)> = http
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let response = fetch::post_json(&http.url, &headers, &http.body, controller).fuse();
+        futures::pin_mut!(response);
+        let mut response = futures::select! {
+            r = response => r.map_err(network)?,
+            _ = idle() => return Err(stalled()),
+        };
         if !(200..300).contains(&response.status) {
             let status = response.status;
             let retry_after = parse_retry_after(
@@ -310,12 +322,20 @@ impl Driver {
                 response.header("retry-after-ms").as_deref(),
             );
             let text = response.text().await.unwrap_or_default();
-            return Err(openai::error_from_http(status, &text, retry_after));
+            return Err(error_from_http(transport, status, &text, retry_after));
         }
-        let mut decoder = OpenAiDecoder::new();
-        while let Some(chunk) = response.next_chunk().await.map_err(network)? {
-            let deltas = decoder.push(&chunk)?;
-            for delta in deltas {
+        let mut decoder = Decoder::new(transport);
+        loop {
+            let chunk = {
+                let next = response.next_chunk().fuse();
+                futures::pin_mut!(next);
+                futures::select! {
+                    c = next => c.map_err(network)?,
+                    _ = idle() => return Err(stalled()),
+                }
+            };
+            let Some(chunk) = chunk else { break };
+            for delta in decoder.push(&chunk)? {
                 self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
             }
         }
@@ -527,9 +547,4 @@ impl EngineHandle {
     pub fn on_startup(&self) {
         self.driver.pump();
     }
-}
-
-/// Convert a provider error for display (kept for embedders' diagnostics).
-pub fn provider_error_for_status(status: u16, message: &str) -> ProviderError {
-    error_from_status(status, message, None)
 }

@@ -8,6 +8,7 @@
 //! Must not: fetch, await, or read clocks (the platform driver does IO and
 //! feeds bytes in).
 
+pub mod anthropic;
 pub mod openai;
 pub mod sse;
 
@@ -25,6 +26,9 @@ pub enum ChatMessage {
     Assistant {
         text: String,
         tool_calls: Vec<OutboundToolCall>,
+        /// Provider-private data of this message (e.g. Anthropic thinking
+        /// signatures), keyed by provider; each adapter reads only its own key.
+        private: Option<serde_json::Value>,
     },
     ToolResult {
         call_id: String,
@@ -79,6 +83,9 @@ pub struct ProviderResponse {
     pub stop_reason: StopReason,
     pub usage: Option<Usage>,
     pub model: String,
+    /// Provider-private data to replay to the same provider only.
+    #[serde(default)]
+    pub private: Option<serde_json::Value>,
 }
 
 /// What an adapter yields while a stream is running.
@@ -196,4 +203,96 @@ pub fn parse_retry_after(retry_after: Option<&str>, retry_after_ms: Option<&str>
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(|s| (s * 1000.0) as u64)
+}
+
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// OpenAI chat completions (and every compatible server).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Transport {
+    /// The transport for a profile's `kind` (`openai` is the default).
+    pub fn from_kind(kind: &str) -> Self {
+        match kind {
+            "anthropic" => Transport::Anthropic,
+            _ => Transport::OpenAi,
+        }
+    }
+}
+
+/// An HTTP request ready to be sent by the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Build the wire request. The API key goes into a header and nowhere else.
+pub fn http_request(request: &ProviderRequest, api_key: &str) -> HttpRequest {
+    match Transport::from_kind(&request.profile.kind) {
+        Transport::OpenAi => {
+            let mut headers = Vec::new();
+            if !api_key.is_empty() {
+                headers.push(("authorization".to_string(), format!("Bearer {api_key}")));
+            }
+            HttpRequest {
+                url: openai::endpoint(&request.profile.base_url),
+                headers,
+                body: openai::build_body(request).to_string(),
+            }
+        }
+        Transport::Anthropic => HttpRequest {
+            url: anthropic::endpoint(&request.profile.base_url),
+            headers: anthropic::headers(api_key),
+            body: anthropic::build_body(request).to_string(),
+        },
+    }
+}
+
+/// A typed error from an HTTP error response, in the provider's own format.
+pub fn error_from_http(
+    transport: Transport,
+    status: u16,
+    body: &str,
+    retry_after_ms: Option<u64>,
+) -> ProviderError {
+    match transport {
+        Transport::OpenAi => openai::error_from_http(status, body, retry_after_ms),
+        Transport::Anthropic => anthropic::error_from_http(status, body, retry_after_ms),
+    }
+}
+
+/// Turns response bytes into deltas and, at the end, a response.
+#[derive(Debug)]
+pub enum Decoder {
+    OpenAi(openai::OpenAiDecoder),
+    Anthropic(anthropic::AnthropicDecoder),
+}
+
+impl Decoder {
+    pub fn new(transport: Transport) -> Self {
+        match transport {
+            Transport::OpenAi => Decoder::OpenAi(openai::OpenAiDecoder::new()),
+            Transport::Anthropic => Decoder::Anthropic(anthropic::AnthropicDecoder::new()),
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
+        match self {
+            Decoder::OpenAi(d) => d.push(bytes),
+            Decoder::Anthropic(d) => d.push(bytes),
+        }
+    }
+
+    pub fn finish(self) -> Result<ProviderResponse, ProviderError> {
+        match self {
+            Decoder::OpenAi(d) => d.finish(),
+            Decoder::Anthropic(d) => d.finish(),
+        }
+    }
 }

@@ -38,7 +38,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     for message in &request.messages {
         messages.push(match message {
             ChatMessage::User { text } => json!({ "role": "user", "content": text }),
-            ChatMessage::Assistant { text, tool_calls } => {
+            ChatMessage::Assistant { text, tool_calls, .. } => {
                 let mut m = json!({ "role": "assistant", "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text.clone()) } });
                 if !tool_calls.is_empty() {
                     m["tool_calls"] = tool_calls
@@ -239,6 +239,7 @@ impl OpenAiStream {
             stop_reason,
             usage: self.usage,
             model: self.model,
+            private: None,
         })
     }
 }

@@ -52,6 +52,7 @@ fn expected_response() -> ProviderResponse {
             ..Usage::default()
         }),
         model: "gpt-x".into(),
+        private: None,
     }
 }
 
@@ -168,6 +169,7 @@ fn body_has_stream_usage_tools_and_tool_results() {
                     name: "read_page".into(),
                     arguments: json!({}),
                 }],
+                private: None,
             },
             ChatMessage::ToolResult {
                 call_id: "c1".into(),

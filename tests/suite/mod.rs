@@ -1,5 +1,6 @@
 mod protocol;
 mod recovery;
+mod retry;
 mod simulation;
 mod steering;
 pub mod support;

@@ -1,0 +1,471 @@
+//! Anthropic Messages adapter (`POST /v1/messages`, `stream: true`).
+//!
+//! Owns: the request body (system prompt and tools in Anthropic's shape,
+//! tool results as `tool_result` blocks in user turns, alternating roles),
+//! assembling a streamed response from `message_start`,
+//! `content_block_start/delta/stop`, `message_delta`, `message_stop`, `ping`
+//! and mid-stream `error` events, and parsing error bodies.
+//!
+//! Thinking blocks and their signatures are provider-private: they are kept
+//! in `ProviderResponse::private` under the `"anthropic"` key, replayed only
+//! to Anthropic, and never shown to other providers.
+//!
+//! Must not: do IO.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::sse::{SseEvent, SseParser};
+use super::{
+    error_from_status, ChatMessage, ProviderError, ProviderRequest, ProviderResponse, RawToolCall,
+    StreamEvent,
+};
+use crate::model::{StopReason, Usage};
+use crate::protocol::ErrorKind;
+
+/// API version header value.
+pub const API_VERSION: &str = "2023-06-01";
+/// Anthropic requires `max_tokens`; used when the settings leave it empty.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The key under which this adapter keeps provider-private data.
+pub const PRIVATE_KEY: &str = "anthropic";
+
+/// `…/messages` under the base URL (usually `https://api.anthropic.com/v1`).
+pub fn endpoint(base_url: &str) -> String {
+    let base = base_url.trim().trim_end_matches('/');
+    if base.ends_with("/messages") {
+        base.to_string()
+    } else {
+        format!("{base}/messages")
+    }
+}
+
+/// Request headers, including the one that allows calls from a browser context.
+pub fn headers(api_key: &str) -> Vec<(String, String)> {
+    let mut h = vec![
+        ("anthropic-version".to_string(), API_VERSION.to_string()),
+        (
+            "anthropic-dangerous-direct-browser-access".to_string(),
+            "true".to_string(),
+        ),
+    ];
+    if !api_key.is_empty() {
+        h.push(("x-api-key".to_string(), api_key.to_string()));
+    }
+    h
+}
+
+/// Push content blocks into the last message if it has `role`, else start one
+/// (Anthropic requires user and assistant turns to alternate).
+fn push_blocks(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
+    if blocks.is_empty() {
+        return;
+    }
+    if let Some(last) = messages.last_mut() {
+        if last["role"] == role {
+            if let Some(content) = last["content"].as_array_mut() {
+                content.extend(blocks);
+                return;
+            }
+        }
+    }
+    messages.push(json!({ "role": role, "content": blocks }));
+}
+
+/// The JSON body of a streaming Messages request.
+pub fn build_body(request: &ProviderRequest) -> Value {
+    let mut messages: Vec<Value> = Vec::new();
+    for message in &request.messages {
+        match message {
+            ChatMessage::User { text } => {
+                push_blocks(
+                    &mut messages,
+                    "user",
+                    vec![json!({ "type": "text", "text": text })],
+                );
+            }
+            ChatMessage::Assistant {
+                text,
+                tool_calls,
+                private,
+            } => {
+                let mut blocks = Vec::new();
+                if let Some(thinking) = private
+                    .as_ref()
+                    .and_then(|p| p.get(PRIVATE_KEY))
+                    .and_then(|p| p.get("thinking"))
+                    .and_then(Value::as_array)
+                {
+                    blocks.extend(thinking.iter().cloned());
+                }
+                if !text.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": text }));
+                }
+                for call in tool_calls {
+                    let input = if call.arguments.is_object() {
+                        call.arguments.clone()
+                    } else {
+                        json!({})
+                    };
+                    blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": input }));
+                }
+                if blocks.is_empty() {
+                    // An empty assistant turn is invalid; keep the alternation explicit.
+                    blocks.push(json!({ "type": "text", "text": "(no text)" }));
+                }
+                push_blocks(&mut messages, "assistant", blocks);
+            }
+            ChatMessage::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => push_blocks(
+                &mut messages,
+                "user",
+                vec![
+                    json!({ "type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error }),
+                ],
+            ),
+        }
+    }
+    let mut body = json!({
+        "model": request.profile.model,
+        "max_tokens": request.profile.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "messages": messages,
+        "stream": true,
+    });
+    if !request.system.is_empty() {
+        body["system"] = json!(request.system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
+            .collect();
+    }
+    if let Some(t) = request.profile.temperature_centi {
+        body["temperature"] = json!((f64::from(t) / 100.0).min(1.0));
+    }
+    body
+}
+
+#[derive(Debug)]
+enum Block {
+    Text,
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    Redacted(Value),
+    Other,
+}
+
+/// Assembles one streamed Messages response.
+#[derive(Debug, Default)]
+pub struct AnthropicStream {
+    text: String,
+    reasoning: String,
+    blocks: BTreeMap<u64, Block>,
+    order: Vec<u64>,
+    stop_reason: Option<String>,
+    usage: Usage,
+    saw_usage: bool,
+    model: String,
+    stopped: bool,
+}
+
+fn protocol_error(message: impl Into<String>) -> ProviderError {
+    ProviderError::new(ErrorKind::ProviderProtocol, message, true)
+}
+
+impl AnthropicStream {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed one SSE event; returns deltas to show.
+    pub fn on_event(&mut self, event: &SseEvent) -> Result<Vec<StreamEvent>, ProviderError> {
+        if event.data.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+            protocol_error(format!("The provider sent an event that is not JSON: {e}"))
+        })?;
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str())
+            .to_string();
+        let mut out = Vec::new();
+        let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match kind.as_str() {
+            "message_start" => {
+                let message = &data["message"];
+                if let Some(m) = message.get("model").and_then(Value::as_str) {
+                    self.model = m.to_string();
+                }
+                self.read_usage(&message["usage"]);
+            }
+            "content_block_start" => {
+                let block = &data["content_block"];
+                let b = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .filter(|t| !t.is_empty())
+                        {
+                            self.text.push_str(t);
+                            out.push(StreamEvent::TextDelta(t.to_string()));
+                        }
+                        Block::Text
+                    }
+                    Some("tool_use") => Block::ToolUse {
+                        id: block
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        name: block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        json: String::new(),
+                    },
+                    Some("thinking") => Block::Thinking {
+                        thinking: block
+                            .get("thinking")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        signature: block
+                            .get("signature")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    },
+                    Some("redacted_thinking") => Block::Redacted(block.clone()),
+                    _ => Block::Other,
+                };
+                if !self.blocks.contains_key(&index) {
+                    self.order.push(index);
+                }
+                self.blocks.insert(index, b);
+            }
+            "content_block_delta" => {
+                let delta = &data["delta"];
+                let block = self.blocks.get_mut(&index).ok_or_else(|| {
+                    protocol_error(format!("delta for unknown content block {index}"))
+                })?;
+                match (delta.get("type").and_then(Value::as_str), block) {
+                    (Some("text_delta"), _) => {
+                        let t = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        if !t.is_empty() {
+                            self.text.push_str(t);
+                            out.push(StreamEvent::TextDelta(t.to_string()));
+                        }
+                    }
+                    (Some("input_json_delta"), Block::ToolUse { json, .. }) => {
+                        json.push_str(
+                            delta
+                                .get("partial_json")
+                                .and_then(Value::as_str)
+                                .unwrap_or(""),
+                        );
+                    }
+                    (Some("thinking_delta"), Block::Thinking { thinking, .. }) => {
+                        let t = delta.get("thinking").and_then(Value::as_str).unwrap_or("");
+                        thinking.push_str(t);
+                        if !t.is_empty() {
+                            self.reasoning.push_str(t);
+                            out.push(StreamEvent::ReasoningDelta(t.to_string()));
+                        }
+                    }
+                    (Some("signature_delta"), Block::Thinking { signature, .. }) => {
+                        signature
+                            .push_str(delta.get("signature").and_then(Value::as_str).unwrap_or(""));
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" | "ping" => {}
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(reason.to_string());
+                }
+                self.read_usage(&data["usage"]);
+            }
+            "message_stop" => self.stopped = true,
+            "error" => {
+                let err = &data["error"];
+                return Err(error_from_type(
+                    err.get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("api_error"),
+                    err.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown error"),
+                    None,
+                ));
+            }
+            _ => {} // unknown event types are ignored, as the API asks
+        }
+        Ok(out)
+    }
+
+    fn read_usage(&mut self, usage: &Value) {
+        if !usage.is_object() {
+            return;
+        }
+        let get = |k: &str| usage.get(k).and_then(Value::as_u64);
+        // message_delta carries cumulative counts; message_start the prompt side.
+        if let Some(v) = get("input_tokens") {
+            self.usage.input = v;
+        }
+        if let Some(v) = get("output_tokens") {
+            self.usage.output = v;
+        }
+        if let Some(v) = get("cache_read_input_tokens") {
+            self.usage.cache_read = v;
+        }
+        if let Some(v) = get("cache_creation_input_tokens") {
+            self.usage.cache_write = v;
+        }
+        self.saw_usage = true;
+    }
+
+    /// The stream ended: assemble the response or report a truncated stream.
+    pub fn finish(self) -> Result<ProviderResponse, ProviderError> {
+        let Some(reason) = self.stop_reason else {
+            return Err(ProviderError::new(
+                ErrorKind::Network,
+                "The provider's stream ended before the response was complete.",
+                true,
+            ));
+        };
+        let stop_reason = match reason.as_str() {
+            "end_turn" | "stop_sequence" | "pause_turn" => StopReason::End,
+            "tool_use" => StopReason::ToolUse,
+            "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
+            "refusal" => StopReason::ContentFilter,
+            other => {
+                return Err(protocol_error(format!(
+                    "The provider sent an unknown stop_reason {other:?}."
+                )))
+            }
+        };
+        let mut tool_calls = Vec::new();
+        let mut thinking = Vec::new();
+        let mut blocks = self.blocks;
+        for index in self.order {
+            match blocks.remove(&index) {
+                Some(Block::ToolUse { id, name, json }) => tool_calls.push(RawToolCall {
+                    id,
+                    name,
+                    arguments: if json.trim().is_empty() {
+                        "{}".into()
+                    } else {
+                        json
+                    },
+                }),
+                Some(Block::Thinking {
+                    thinking: t,
+                    signature,
+                }) => thinking
+                    .push(json!({ "type": "thinking", "thinking": t, "signature": signature })),
+                Some(Block::Redacted(v)) => thinking.push(v),
+                _ => {}
+            }
+        }
+        let private = (!thinking.is_empty()).then(|| {
+            let mut m = Map::new();
+            m.insert(PRIVATE_KEY.into(), json!({ "thinking": thinking }));
+            Value::Object(m)
+        });
+        Ok(ProviderResponse {
+            text: self.text,
+            reasoning: self.reasoning,
+            tool_calls,
+            stop_reason,
+            usage: self.saw_usage.then_some(self.usage),
+            model: self.model,
+            private,
+        })
+    }
+}
+
+/// Map an Anthropic error type (and HTTP status when known) to a typed error.
+pub fn error_from_type(kind: &str, message: &str, retry_after_ms: Option<u64>) -> ProviderError {
+    let status = match kind {
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        "api_error" => 500,
+        "timeout_error" => 504,
+        _ => 400,
+    };
+    error_from_status(status, message, retry_after_ms)
+}
+
+/// Parse an HTTP error body (`{"type":"error","error":{"type":…,"message":…}}`).
+pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> ProviderError {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(|v| v.pointer("/error/message").and_then(Value::as_str))
+        .map(str::to_string)
+        .unwrap_or_else(|| body.chars().take(300).collect());
+    error_from_status(status, &message, retry_after_ms)
+}
+
+/// SSE parsing plus event assembly.
+#[derive(Debug, Default)]
+pub struct AnthropicDecoder {
+    parser: SseParser,
+    stream: AnthropicStream,
+}
+
+impl AnthropicDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
+        let mut out = Vec::new();
+        for event in self.parser.push(bytes) {
+            out.extend(self.stream.on_event(&event)?);
+        }
+        Ok(out)
+    }
+
+    pub fn finish(mut self) -> Result<ProviderResponse, ProviderError> {
+        for event in self.parser.finish() {
+            if let Err(e) = self.stream.on_event(&event) {
+                if e.kind == ErrorKind::ProviderProtocol {
+                    return Err(ProviderError::new(
+                        ErrorKind::Network,
+                        "The provider's stream was cut off in the middle of an event.",
+                        true,
+                    ));
+                }
+                return Err(e);
+            }
+        }
+        self.stream.finish()
+    }
+}
+
+#[cfg(test)]
+#[path = "anthropic_tests.rs"]
+mod tests;

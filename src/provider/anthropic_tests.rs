@@ -1,0 +1,254 @@
+use super::*;
+use crate::model::ProviderProfile;
+use crate::provider::{OutboundToolCall, ToolSpec};
+
+/// A stream in the documented Messages SSE format: thinking with a
+/// signature, text, two parallel tool_use blocks with fragmented JSON,
+/// pings, usage in message_start and message_delta.
+const RECORDED: &str = concat!(
+    "event: message_start\n",
+    "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":321,\"output_tokens\":1,\"cache_read_input_tokens\":100}}}\n\n",
+    "event: content_block_start\n",
+    "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n",
+    "event: ping\n",
+    "data: {\"type\": \"ping\"}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Need the page \u{2014} \"}}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"SIG==\"}}\n\n",
+    "event: content_block_stop\n",
+    "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: content_block_start\n",
+    "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Reading \u{e9}\"}}\n\n",
+    "event: content_block_stop\n",
+    "data: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+    "event: content_block_start\n",
+    "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_a\",\"name\":\"read_page\",\"input\":{}}}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n",
+    "event: content_block_stop\n",
+    "data: {\"type\":\"content_block_stop\",\"index\":2}\n\n",
+    "event: content_block_start\n",
+    "data: {\"type\":\"content_block_start\",\"index\":3,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_b\",\"name\":\"click\",\"input\":{}}}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"ref\\\": \\\"e\"}}\n\n",
+    "event: content_block_delta\n",
+    "data: {\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"3\\\"}\"}}\n\n",
+    "event: content_block_stop\n",
+    "data: {\"type\":\"content_block_stop\",\"index\":3}\n\n",
+    "event: message_delta\n",
+    "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":57}}\n\n",
+    "event: message_stop\n",
+    "data: {\"type\":\"message_stop\"}\n\n",
+);
+
+fn run(chunks: &[&[u8]]) -> (Vec<StreamEvent>, Result<ProviderResponse, ProviderError>) {
+    let mut decoder = AnthropicDecoder::new();
+    let mut deltas = Vec::new();
+    for c in chunks {
+        match decoder.push(c) {
+            Ok(d) => deltas.extend(d),
+            Err(e) => return (deltas, Err(e)),
+        }
+    }
+    (deltas, decoder.finish())
+}
+
+fn expected() -> ProviderResponse {
+    ProviderResponse {
+        text: "Reading \u{e9}".into(),
+        reasoning: "Need the page \u{2014} ".into(),
+        tool_calls: vec![
+            RawToolCall {
+                id: "toolu_a".into(),
+                name: "read_page".into(),
+                arguments: "{}".into(),
+            },
+            RawToolCall {
+                id: "toolu_b".into(),
+                name: "click".into(),
+                arguments: "{\"ref\": \"e3\"}".into(),
+            },
+        ],
+        stop_reason: StopReason::ToolUse,
+        usage: Some(Usage {
+            input: 321,
+            output: 57,
+            cache_read: 100,
+            cache_write: 0,
+            reasoning: 0,
+        }),
+        model: "claude-x".into(),
+        private: Some(json!({ "anthropic": { "thinking": [
+            { "type": "thinking", "thinking": "Need the page \u{2014} ", "signature": "SIG==" }
+        ] } })),
+    }
+}
+
+#[test]
+fn recorded_stream_assembles_thinking_text_and_parallel_tools() {
+    let (deltas, r) = run(&[RECORDED.as_bytes()]);
+    assert_eq!(r.unwrap(), expected());
+    assert_eq!(
+        deltas,
+        vec![
+            StreamEvent::ReasoningDelta("Need the page \u{2014} ".into()),
+            StreamEvent::TextDelta("Reading \u{e9}".into())
+        ]
+    );
+}
+
+#[test]
+fn recorded_stream_split_at_every_byte_gives_same_response() {
+    let bytes = RECORDED.as_bytes();
+    for cut in 0..=bytes.len() {
+        let (_, r) = run(&[&bytes[..cut], &bytes[cut..]]);
+        assert_eq!(r.unwrap(), expected(), "split at {cut}");
+    }
+}
+
+#[test]
+fn overloaded_error_event_mid_stream_is_retryable() {
+    let head = &RECORDED[..RECORDED.find("event: content_block_start").unwrap()];
+    let err = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let (_, r) = run(&[head.as_bytes(), err.as_bytes()]);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ProviderUnavailable);
+    assert!(e.retryable);
+}
+
+#[test]
+fn truncated_stream_is_a_retryable_network_error() {
+    let cut = RECORDED.find("message_delta").unwrap();
+    let (_, r) = run(&[&RECORDED.as_bytes()[..cut]]);
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Network);
+    assert!(e.retryable);
+}
+
+#[test]
+fn stop_reasons_map() {
+    for (wire, want) in [
+        ("end_turn", StopReason::End),
+        ("max_tokens", StopReason::MaxTokens),
+        ("refusal", StopReason::ContentFilter),
+        ("stop_sequence", StopReason::End),
+    ] {
+        let s = format!(
+            "data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{wire}\"}},\"usage\":{{\"output_tokens\":1}}}}\n\n"
+        );
+        assert_eq!(run(&[s.as_bytes()]).1.unwrap().stop_reason, want);
+    }
+}
+
+#[test]
+fn http_errors_are_typed() {
+    let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 250000 tokens > 200000 maximum"}}"#;
+    assert_eq!(
+        error_from_http(400, body, None).kind,
+        ErrorKind::ContextOverflow
+    );
+    let body =
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    assert_eq!(error_from_http(401, body, None).kind, ErrorKind::Auth);
+    let e = error_from_http(
+        529,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        Some(1000),
+    );
+    assert_eq!(
+        (e.kind, e.retryable, e.retry_after_ms),
+        (ErrorKind::ProviderUnavailable, true, Some(1000))
+    );
+}
+
+fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
+    ProviderRequest {
+        profile: ProviderProfile {
+            kind: "anthropic".into(),
+            base_url: "https://api.anthropic.com/v1".into(),
+            model: "claude-x".into(),
+            max_output_tokens: None,
+            temperature_centi: None,
+        },
+        system: "be brief".into(),
+        messages,
+        tools: vec![ToolSpec {
+            name: "read_page".into(),
+            description: "d".into(),
+            parameters: json!({"type":"object","properties":{}}),
+        }],
+    }
+}
+
+#[test]
+fn body_alternates_roles_and_puts_tool_results_in_user_turns() {
+    let body = build_body(&request(vec![
+        ChatMessage::User { text: "go".into() },
+        ChatMessage::Assistant {
+            text: "reading".into(),
+            tool_calls: vec![OutboundToolCall {
+                id: "toolu_a".into(),
+                name: "read_page".into(),
+                arguments: json!({}),
+            }],
+            private: expected().private,
+        },
+        ChatMessage::ToolResult {
+            call_id: "toolu_a".into(),
+            content: "PAGE".into(),
+            is_error: false,
+        },
+        ChatMessage::User {
+            text: "also this (steer)".into(),
+        },
+    ]));
+    assert_eq!(body["system"], json!("be brief"));
+    assert_eq!(body["max_tokens"], json!(DEFAULT_MAX_TOKENS));
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["tools"][0]["input_schema"]["type"], json!("object"));
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, vec!["user", "assistant", "user"]);
+    let assistant = &messages[1]["content"];
+    assert_eq!(assistant[0]["type"], json!("thinking"));
+    assert_eq!(assistant[0]["signature"], json!("SIG=="));
+    assert_eq!(assistant[1]["type"], json!("text"));
+    assert_eq!(assistant[2]["type"], json!("tool_use"));
+    let user = &messages[2]["content"];
+    assert_eq!(user[0]["type"], json!("tool_result"));
+    assert_eq!(user[0]["tool_use_id"], json!("toolu_a"));
+    assert_eq!(user[1]["text"], json!("also this (steer)"));
+}
+
+#[test]
+fn thinking_signatures_are_never_sent_to_openai() {
+    let mut r = request(vec![ChatMessage::Assistant {
+        text: "x".into(),
+        tool_calls: vec![],
+        private: expected().private,
+    }]);
+    r.profile.kind = "openai".into();
+    let body = crate::provider::openai::build_body(&r).to_string();
+    assert!(!body.contains("SIG=="));
+}
+
+#[test]
+fn headers_carry_version_browser_access_and_key() {
+    let h = headers("sk-ant");
+    assert!(h.contains(&("anthropic-version".into(), API_VERSION.into())));
+    assert!(h.contains(&(
+        "anthropic-dangerous-direct-browser-access".into(),
+        "true".into()
+    )));
+    assert!(h.contains(&("x-api-key".into(), "sk-ant".into())));
+    assert_eq!(
+        endpoint("https://api.anthropic.com/v1/"),
+        "https://api.anthropic.com/v1/messages"
+    );
+}
