@@ -21,7 +21,36 @@ impl Engine {
         let run_id = self.ids.next_id("r");
         let t = self.threads.get_mut(tid).expect("caller checked");
         let mut thread = t.thread.clone();
-        let parent = t.leaf_id();
+        let mut parent = t.leaf_id();
+        // Switching model or provider mid-thread is a field change plus a notice;
+        // the history itself is never rewritten.
+        let switched = t.latest_run.as_ref().and_then(|previous| {
+            let before = &previous.profile;
+            (before.model != profile.model
+                || before.kind != profile.kind
+                || before.base_url != profile.base_url)
+                .then(|| {
+                    format!(
+                        "Model changed from {} ({}) to {} ({}).",
+                        before.model, before.kind, profile.model, profile.kind
+                    )
+                })
+        });
+        let mut unit = UnitOfWork::new();
+        if let Some(text) = switched {
+            let notice = Node {
+                id: self.ids.next_id("n"),
+                thread_id: tid.to_string(),
+                parent_id: parent.clone(),
+                created_at: now,
+                body: NodeBody::Notice {
+                    level: NoticeLevel::Info,
+                    text,
+                },
+            };
+            parent = Some(notice.id.clone());
+            unit.put(Record::Node(notice));
+        }
         let context_node = Node {
             id: self.ids.next_id("n"),
             thread_id: tid.to_string(),
@@ -64,7 +93,6 @@ impl Engine {
             error: None,
             usage: Usage::default(),
         };
-        let mut unit = UnitOfWork::new();
         unit.put(Record::Thread(thread))
             .put(Record::Node(context_node))
             .put(Record::Node(user_node))

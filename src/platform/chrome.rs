@@ -108,6 +108,7 @@ pub async fn open_panel_on_action_click() -> Result<(), JsError> {
 pub struct TabInfo {
     pub id: i32,
     pub url: String,
+    pub title: String,
     pub active: bool,
     pub last_accessed: f64,
 }
@@ -129,6 +130,7 @@ pub async fn query_tabs(active_in_last_focused: bool) -> Result<Vec<TabInfo>, Js
             Some(TabInfo {
                 id: get(&t, "id").as_f64()? as i32,
                 url: get(&t, "url").as_string().unwrap_or_default(),
+                title: get(&t, "title").as_string().unwrap_or_default(),
                 active: get(&t, "active").as_bool().unwrap_or(false),
                 last_accessed: get(&t, "lastAccessed").as_f64().unwrap_or(0.0),
             })

@@ -32,8 +32,8 @@ use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
-    error_from_http, http_request, parse_retry_after, Decoder, ProviderError, ProviderRequest,
-    ProviderResponse, Transport,
+    add_dynamic_context, error_from_http, http_request, parse_retry_after, Decoder, DynamicContext,
+    ProviderError, ProviderRequest, ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
 use error::JsError;
@@ -280,7 +280,13 @@ impl Driver {
         let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
         let (_, api_key) = parse_settings(&settings);
         let transport = Transport::from_kind(&request.profile.kind);
-        let http = http_request(request, &api_key);
+        let mut request = request.clone();
+        let context = DynamicContext {
+            now_ms: now(),
+            tab: target_tab().await.ok().map(|t| (t.title, t.url)),
+        };
+        add_dynamic_context(&mut request, &context);
+        let http = http_request(&request, &api_key);
         let url = http.url.clone();
         let network = |e: JsError| {
             ProviderError::new(
@@ -368,7 +374,7 @@ impl Driver {
         name: &str,
         params: Value,
     ) -> Result<ToolOutcome, String> {
-        let tab = target_tab().await?;
+        let tab = target_tab().await?.id;
         chrome::inject_content_script(tab).await.map_err(|e| {
             format!(
                 "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
@@ -438,20 +444,19 @@ impl Driver {
 
 /// The tab page tools act on: the active web tab of the focused window, or
 /// else the most recently used web tab (the side panel may be a tab itself).
-async fn target_tab() -> Result<i32, String> {
+async fn target_tab() -> Result<chrome::TabInfo, String> {
     let is_web = |url: &str| {
         url.starts_with("http://") || url.starts_with("https://") || url.starts_with("file://")
     };
     let failed = |e: JsError| format!("Could not list tabs: {e}");
     let active = chrome::query_tabs(true).await.map_err(failed)?;
-    if let Some(tab) = active.iter().find(|t| is_web(&t.url)) {
-        return Ok(tab.id);
+    if let Some(tab) = active.into_iter().find(|t| is_web(&t.url)) {
+        return Ok(tab);
     }
     let all = chrome::query_tabs(false).await.map_err(failed)?;
-    all.iter()
+    all.into_iter()
         .filter(|t| is_web(&t.url))
         .max_by(|a, b| a.last_accessed.total_cmp(&b.last_accessed))
-        .map(|t| t.id)
         .ok_or_else(|| {
             "No web page is open. Open the page you want me to work on in a tab, then try again."
                 .to_string()

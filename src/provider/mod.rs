@@ -296,3 +296,102 @@ impl Decoder {
         }
     }
 }
+
+/// Per-request context that is true only at send time (never persisted).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DynamicContext {
+    /// Milliseconds since the Unix epoch.
+    pub now_ms: u64,
+    /// The tab page tools would act on, if any: (title, url).
+    pub tab: Option<(String, String)>,
+}
+
+/// `YYYY-MM-DD HH:MM UTC` for a Unix time in milliseconds.
+pub fn format_utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
+/// Append the send-time context to the last user message of the outbound
+/// view. The stored history never contains it.
+pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicContext) {
+    let Some(text) = request.messages.iter_mut().rev().find_map(|m| match m {
+        ChatMessage::User { text } => Some(text),
+        _ => None,
+    }) else {
+        return;
+    };
+    let mut note = format!("\n\n[Context at send time: {}", format_utc(context.now_ms));
+    if let Some((title, url)) = &context.tab {
+        let title: String = title.chars().take(120).collect();
+        note.push_str(&format!("; current tab: \"{title}\" {url}"));
+    }
+    note.push(']');
+    text.push_str(&note);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formatting_matches_known_dates() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00 UTC");
+        assert_eq!(format_utc(1_796_016_600_000), "2026-11-30 05:30 UTC");
+    }
+
+    #[test]
+    fn dynamic_context_goes_to_the_last_user_message_only() {
+        let mut request = ProviderRequest {
+            profile: Default::default(),
+            system: String::new(),
+            messages: vec![
+                ChatMessage::User {
+                    text: "first".into(),
+                },
+                ChatMessage::User {
+                    text: "second".into(),
+                },
+                ChatMessage::ToolResult {
+                    call_id: "c".into(),
+                    content: "r".into(),
+                    is_error: false,
+                },
+            ],
+            tools: vec![],
+        };
+        add_dynamic_context(
+            &mut request,
+            &DynamicContext {
+                now_ms: 0,
+                tab: Some(("Shop".into(), "https://shop.example/".into())),
+            },
+        );
+        assert_eq!(
+            request.messages[0],
+            ChatMessage::User {
+                text: "first".into()
+            }
+        );
+        match &request.messages[1] {
+            ChatMessage::User { text } => {
+                assert!(text.starts_with("second\n\n[Context at send time: 1970-01-01 00:00 UTC"));
+                assert!(text.contains("\"Shop\" https://shop.example/"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

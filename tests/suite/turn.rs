@@ -527,3 +527,40 @@ fn complete_after_writes_turn_complete_waits_for_the_terminal_commit() {
         .all(|r| r.state == RunState::Completed));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
+
+#[test]
+fn switching_model_mid_thread_adds_a_notice_and_keeps_history() {
+    let mut sim = Sim::new(10, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    let before = paths(&sim)[0].clone();
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    let mut profile = sim.profile.clone();
+    profile.model = "other-model".into();
+    sim.engine.handle_settings(profile);
+    sim.send(conn, submit("s2", Some(&thread), "again"));
+    sim.run(10_000);
+    let after = paths(&sim)[0].clone();
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "history is never rewritten"
+    );
+    match &after[before.len()].body {
+        NodeBody::Notice { text, .. } => assert!(
+            text.contains("sim-model") && text.contains("other-model"),
+            "{text}"
+        ),
+        other => panic!("expected a model-switch notice, got {other:?}"),
+    }
+    assert_eq!(sim.requests.last().unwrap().profile.model, "other-model");
+    // Notices are display-only: never sent to the model.
+    assert!(sim
+        .requests
+        .last()
+        .unwrap()
+        .messages
+        .iter()
+        .all(|m| !format!("{m:?}").contains("Model changed")));
+}
