@@ -289,6 +289,37 @@ pub struct Run {
     /// Usage of this run so far.
     #[serde(default)]
     pub usage: Usage,
+    /// The environment frozen when the run started (None for runs written
+    /// before environments existed: they resume without a drift check).
+    #[serde(default)]
+    pub environment: Option<EnvironmentSnapshot>,
+}
+
+/// Version of [`EnvironmentSnapshot`]'s shape.
+pub const ENVIRONMENT_VERSION: u32 = 1;
+
+/// One tool of a run's catalog: what the model was offered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogEntry {
+    pub name: String,
+    /// SHA-256 over schema, security metadata and binding.
+    pub digest: String,
+}
+
+/// What a started run must find again to resume: the full system prompt,
+/// the provider transport and credential reference shape (never the secret),
+/// and the tool catalog with digests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentSnapshot {
+    pub version: u32,
+    pub system_prompt: String,
+    /// `openai` or `anthropic`.
+    pub transport: String,
+    /// Where the credential comes from, e.g. `chrome.storage.local:settings.apiKey`.
+    pub credential_ref: String,
+    pub tools: Vec<CatalogEntry>,
 }
 
 /// A durable steer waiting for the next provider request.

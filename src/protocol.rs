@@ -182,6 +182,11 @@ pub enum ErrorKind {
     QueueFull,
     /// No provider is configured.
     NotConfigured,
+    /// A started run cannot resume: its environment (tools, prompt,
+    /// transport) changed since it started.
+    EnvironmentDrift,
+    /// The run environment exceeds a size limit.
+    EnvironmentTooLarge,
     /// The provider rejected the API key.
     Auth,
     /// The provider does not know the model.

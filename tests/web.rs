@@ -46,6 +46,7 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
         stop_reason: None,
         error: None,
         usage: Usage::default(),
+        environment: None,
     };
     let node = sw_agent::model::Node {
         id: "n1".into(),

@@ -42,6 +42,16 @@ const dom = {
   enqueue: $("enqueue-button"),
   stop: $("stop-button"),
   continue: $("continue-button"),
+  uncertainCard: $("uncertain-card"),
+  uncertainLabel: $("uncertain-tool-label"),
+  uncertainName: $("uncertain-tool-name"),
+  uncertainArgs: $("uncertain-tool-args"),
+  uncertainStatus: $("uncertain-status"),
+  uncertainButtons: {
+    retry: $("uncertain-retry"),
+    mark_done: $("uncertain-done"),
+    fail: $("uncertain-fail"),
+  },
 };
 
 const RUNNING_STATES = new Set([
@@ -86,6 +96,12 @@ const OP_VERBS = {
   "queue.remove": "remove the queued message",
   "turn.interrupt": "stop the turn",
   "run.resume": "continue the run",
+  "run.resolveUncertain": "record your answer about the interrupted action",
+};
+const UNCERTAIN_CHOICE_TEXT = {
+  retry: "Retrying the action…",
+  mark_done: "Marking the action as done…",
+  fail: "Marking the action as failed…",
 };
 const DEFAULT_BASE_URLS = {
   openai: "https://api.openai.com/v1",
@@ -110,6 +126,10 @@ const state = {
   lastStopReason: null,
   queue: [],
   pendingSteers: [],
+  /** The run's `inFlightTool` ({ callId, name }) from the last snapshot, until its result arrives. */
+  inFlightTool: null,
+  /** submissionId of a sent, not yet answered run.resolveUncertain. */
+  resolveSubmission: null,
   /** submissionId → { message, text? }: ops not yet acked, re-sent after a reconnect. */
   pendingOps: new Map(),
 };
@@ -119,6 +139,8 @@ const view = {
   elementsById: new Map(),
   cardsByCallId: new Map(),
   resultsByCallId: new Map(),
+  /** callId → { name, label, args } of every tool_call node drawn. */
+  toolCalls: new Map(),
   /** itemId → { kind, element, text, reasoning, progress } for items still streaming. */
   streaming: new Map(),
   stickToBottom: true,
@@ -253,6 +275,7 @@ function applySnapshot(snapshot) {
   view.elementsById.clear();
   view.cardsByCallId.clear();
   view.resultsByCallId.clear();
+  view.toolCalls.clear();
   view.streaming.clear();
   dom.messages.replaceChildren();
   if (thread && Array.isArray(thread.nodes)) {
@@ -269,6 +292,9 @@ function applySnapshot(snapshot) {
   state.runState = run && typeof run.state === "string" ? run.state : "idle";
   state.turnId = run && run.id ? run.id : null;
   state.lastStopReason = run && run.stopReason ? run.stopReason : null;
+  state.inFlightTool = run && isInFlightTool(run.inFlightTool) && !view.resultsByCallId.has(run.inFlightTool.callId)
+    ? { callId: run.inFlightTool.callId, name: run.inFlightTool.name }
+    : null;
   state.queue = thread && Array.isArray(thread.queue) ? thread.queue : [];
   state.pendingSteers = thread && Array.isArray(thread.pendingSteers) ? thread.pendingSteers.slice() : [];
 
@@ -311,6 +337,14 @@ function onAck(event) {
         renderRunState();
       }
       break;
+    case "run.resolveUncertain":
+      if (state.resolveSubmission === event.submissionId) {
+        state.resolveSubmission = null;
+        // The card goes away with the run.status that follows the decision.
+        dom.uncertainStatus.textContent = "Sent. The agent continues.";
+        renderUncertain();
+      }
+      break;
     default:
       break;
   }
@@ -322,11 +356,17 @@ function onReject(event) {
   const opType = event.opType || (pending && pending.message.type) || "";
   const verb = OP_VERBS[opType] || "do that";
   showError(`Could not ${verb}: ${plainError(event.error)}`);
+  if (state.resolveSubmission === event.submissionId) {
+    state.resolveSubmission = null;
+    dom.uncertainStatus.textContent = "";
+    renderUncertain();
+  }
   // Give the user their words back so nothing typed is lost.
   if (pending && pending.text && dom.input.value.trim() === "") dom.input.value = pending.text;
 }
 
 function onTurnStart(event) {
+  if (event.turnId && event.turnId !== state.turnId) state.inFlightTool = null;
   state.turnId = event.turnId || state.turnId;
   state.lastStopReason = null;
   if (!RUNNING_STATES.has(state.runState)) state.runState = "queued";
@@ -451,6 +491,7 @@ function placeNode(node) {
 
   if (node.kind === "tool_call" && typeof node.callId === "string") {
     if (existing && existing !== element) carryProgress(existing, element);
+    view.toolCalls.set(node.callId, { name: node.name, label: node.label, args: node.arguments });
     view.cardsByCallId.set(node.callId, element);
     const result = view.resultsByCallId.get(node.callId);
     if (result) setCardResult(element, result);
@@ -619,6 +660,7 @@ function carryProgress(from, to) {
 function placeToolResult(node) {
   const callId = typeof node.callId === "string" ? node.callId : "";
   view.resultsByCallId.set(callId, node);
+  if (state.inFlightTool && state.inFlightTool.callId === callId) state.inFlightTool = null;
   const card = view.cardsByCallId.get(callId);
   if (card) {
     setCardResult(card, node);
@@ -875,6 +917,88 @@ function renderRunState() {
   const canContinue = !running && state.threadId !== null
     && (state.runState === "interrupted" || state.runState === "failed" || state.lastStopReason === "interrupted");
   dom.continue.hidden = !canContinue;
+  renderUncertain();
+}
+
+// ------------------------------------------------------ uncertain action ---
+// A never-retry action (a click) was running when the worker died: its outcome
+// is unknown and the run waits (`paused_uncertain`) for the user to decide.
+
+function isInFlightTool(value) {
+  return value !== null && typeof value === "object" && typeof value.callId === "string";
+}
+
+/** The tool call the paused run asks about: the run's inFlightTool, else the last call without a result. */
+function uncertainCall() {
+  const flight = state.inFlightTool;
+  if (flight) {
+    const drawn = view.toolCalls.get(flight.callId);
+    return { callId: flight.callId, name: (drawn && drawn.name) || flight.name, label: drawn ? drawn.label : null, args: drawn ? drawn.args : undefined };
+  }
+  const open = [...view.toolCalls].filter(([callId]) => !view.resultsByCallId.has(callId));
+  if (open.length === 0) return null;
+  const [callId, drawn] = open[open.length - 1];
+  return { callId, ...drawn };
+}
+
+function renderUncertain() {
+  const card = dom.uncertainCard;
+  const show = state.runState === "paused_uncertain" && state.threadId !== null;
+  for (const marked of dom.messages.querySelectorAll(".node.tool-call[data-uncertain]")) {
+    delete marked.dataset.uncertain;
+    const statusElement = marked.querySelector(":scope > .tool-header > .tool-status");
+    if (statusElement) statusElement.textContent = marked.dataset.status || "";
+  }
+  if (!show) {
+    if (!card.hidden && card.contains(document.activeElement)) dom.input.focus();
+    card.hidden = true;
+    delete card.dataset.callId;
+    state.resolveSubmission = null;
+    dom.uncertainStatus.textContent = "";
+    return;
+  }
+  const call = uncertainCall();
+  const name = call && call.name ? call.name : "";
+  const label = call && call.label ? call.label : name || "The last page action";
+  dom.uncertainLabel.textContent = label;
+  dom.uncertainName.textContent = name && name !== label ? name : "";
+  dom.uncertainName.hidden = dom.uncertainName.textContent === "";
+  dom.uncertainArgs.textContent = call && call.args !== undefined ? prettyJson(call.args) : "";
+  dom.uncertainArgs.hidden = dom.uncertainArgs.textContent === "";
+  if (call) {
+    card.dataset.callId = call.callId;
+    const toolCard = view.cardsByCallId.get(call.callId);
+    if (toolCard && !view.resultsByCallId.has(call.callId)) {
+      toolCard.dataset.uncertain = "true";
+      const statusElement = toolCard.querySelector(":scope > .tool-header > .tool-status");
+      if (statusElement) statusElement.textContent = "outcome unknown";
+    }
+  } else {
+    delete card.dataset.callId;
+  }
+  const busy = state.resolveSubmission !== null;
+  card.setAttribute("aria-busy", String(busy));
+  for (const button of Object.values(dom.uncertainButtons)) button.disabled = busy;
+  const appearing = card.hidden;
+  card.hidden = false;
+  if (appearing) {
+    // Bring the question to keyboard and screen-reader users, unless they are typing.
+    const active = document.activeElement;
+    const typing = active !== null
+      && ((active.tagName === "TEXTAREA" && active.value.trim() !== "") || active.tagName === "INPUT" || active.tagName === "SELECT");
+    if (!typing) card.focus({ preventScroll: true });
+    card.scrollIntoView({ block: "nearest" });
+  }
+}
+
+function resolveUncertain(choice) {
+  if (state.runState !== "paused_uncertain" || state.threadId === null || state.resolveSubmission !== null) return;
+  // Keep focus inside the card while its buttons are disabled (a disabled button drops focus).
+  dom.uncertainCard.focus({ preventScroll: true });
+  state.resolveSubmission = sendOp("run.resolveUncertain", { threadId: state.threadId, choice });
+  dom.uncertainStatus.textContent = UNCERTAIN_CHOICE_TEXT[choice] || "Sending…";
+  hideError();
+  renderUncertain();
 }
 
 function renderUsage(event) {
@@ -992,6 +1116,9 @@ dom.continue.addEventListener("click", () => {
   if (state.threadId !== null) sendOp("run.resume", { threadId: state.threadId });
 });
 dom.newThread.addEventListener("click", () => sendOp("thread.create", {}));
+for (const [choice, button] of Object.entries(dom.uncertainButtons)) {
+  button.addEventListener("click", () => resolveUncertain(choice));
+}
 dom.threadList.addEventListener("change", () => {
   const threadId = dom.threadList.value;
   if (!threadId || threadId === state.threadId) return;

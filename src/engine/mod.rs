@@ -16,11 +16,13 @@
 
 mod commands;
 mod context;
+mod environment;
 mod ids;
 mod run;
 mod support;
 
 pub use context::outbound_messages;
+pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
@@ -88,6 +90,7 @@ pub struct EngineConfig {
     pub retry: RetryPolicy,
     /// A stream that sends nothing for this long is aborted and retried (ms).
     pub stream_idle_timeout_ms: u64,
+    pub environment_limits: EnvironmentLimits,
 }
 
 impl Default for EngineConfig {
@@ -98,6 +101,7 @@ impl Default for EngineConfig {
             delta_interval_ms: 16,
             retry: RetryPolicy::default(),
             stream_idle_timeout_ms: 90_000,
+            environment_limits: EnvironmentLimits::default(),
         }
     }
 }
@@ -266,6 +270,8 @@ struct ThreadState {
     admitting: BTreeSet<u64>,
     /// Queue items whose transaction is in flight (they count against the bound).
     queue_inflight: usize,
+    /// The last run state announced to clients (run.status is sent on change only).
+    announced_state: Option<(String, RunState)>,
     latest_run: Option<Run>,
     run_ids: Vec<String>,
     exec: Option<Exec>,
@@ -284,6 +290,7 @@ impl ThreadState {
             steers: Vec::new(),
             admitting: BTreeSet::new(),
             queue_inflight: 0,
+            announced_state: None,
             latest_run: None,
             run_ids: Vec::new(),
             exec: None,

@@ -18,6 +18,8 @@ impl Engine {
         from_queue: Option<String>,
     ) {
         let profile = self.profile.clone();
+        let environment =
+            build_environment(&self.config, &profile, &self.config.environment_limits).ok();
         let run_id = self.ids.next_id("r");
         let t = self.threads.get_mut(tid).expect("caller checked");
         let mut thread = t.thread.clone();
@@ -92,6 +94,9 @@ impl Engine {
             stop_reason: None,
             error: None,
             usage: Usage::default(),
+            // An over-limit environment stays None; the run then fails right
+            // after it is recorded, with the limit that was exceeded.
+            environment,
         };
         unit.put(Record::Thread(thread))
             .put(Record::Node(context_node))
@@ -567,7 +572,17 @@ pick a different element or tool, or explain the problem to the user.",
             run.tools_disabled = true;
         }
         run.in_flight_tool = None;
-        run.state = RunState::ExecutingTools;
+        // After the last result the next step is a provider request.
+        let last_result = exec
+            .calls
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.done || i == index);
+        run.state = if last_result {
+            RunState::StreamingModel
+        } else {
+            RunState::ExecutingTools
+        };
         run.revision += 1;
         run.updated_at = now;
         let mut thread = t.thread.clone();
@@ -748,6 +763,29 @@ pick a different element or tool, or explain the problem to the user.",
         let calls = open_tool_calls(&t.path, &self.config.registry);
         let mut exec = Exec::new(Phase::Closing);
         exec.calls = calls;
+        // resume_refuses_drift: a started run resumes only in its own environment.
+        let drift = run.environment.as_ref().map(|frozen| {
+            match build_environment(&self.config, &self.profile, &self.config.environment_limits) {
+                Ok(current) => environment_drift(frozen, &current),
+                Err(e) => vec![e.message],
+            }
+        });
+        if let Some(drift) = drift.filter(|d| !d.is_empty()) {
+            self.threads.get_mut(tid).expect("exists").exec = Some(exec);
+            let message = format!(
+                "This run cannot resume because {}. Press Continue to start a new turn with the current setup.",
+                drift.join("; ")
+            );
+            return self.finish_run(
+                now,
+                tid,
+                Finish {
+                    state: RunState::Failed,
+                    stop: StopReason::Error,
+                    error: Some(ErrorInfo::new(ErrorKind::EnvironmentDrift, message)),
+                },
+            );
+        }
         let uncertain = run.in_flight_tool.as_ref().and_then(|f| {
             exec.calls
                 .iter()
@@ -777,6 +815,24 @@ pick a different element or tool, or explain the problem to the user.",
                 | RunState::PausedUncertain,
                 None,
             ) => self.run_next_tool(now, tid),
+            // The final answer was saved but the run not yet closed: close it
+            // now (pending steers still get their extra request).
+            _ if finished_answer(&self.threads[tid].path).is_some() => {
+                let stop = finished_answer(&self.threads[tid].path).unwrap_or(StopReason::End);
+                let exec = self
+                    .threads
+                    .get_mut(tid)
+                    .and_then(|t| t.exec.as_mut())
+                    .expect("set above");
+                exec.admission_open = false;
+                exec.phase = Phase::Closing;
+                exec.finish = Some(Finish {
+                    state: RunState::Completed,
+                    stop,
+                    error: None,
+                });
+                self.admissions_settled(now, tid);
+            }
             // streaming_model (or queued): rebuild the request from the durable path.
             _ => self.begin_step(now, tid),
         }
@@ -855,21 +911,25 @@ pick a different element or tool, or explain the problem to the user.",
                 if self.take_pending_finish(now, &tid) {
                     return;
                 }
-                if !self.threads[&tid]
-                    .latest_run
-                    .as_ref()
-                    .is_some_and(|r| r.profile.is_configured())
-                {
+                let run = self.threads[&tid].latest_run.clone();
+                let start_error = match run {
+                    Some(r) if !r.profile.is_configured() => Some(ErrorInfo::new(
+                        ErrorKind::NotConfigured,
+                        "No model provider is configured. Open Settings, set the base URL and model, then press Continue.",
+                    )),
+                    Some(r) if r.environment.is_none() => {
+                        build_environment(&self.config, &r.profile, &self.config.environment_limits).err()
+                    }
+                    _ => None,
+                };
+                if let Some(error) = start_error {
                     return self.finish_run(
                         now,
                         &tid,
                         Finish {
                             state: RunState::Failed,
                             stop: StopReason::Error,
-                            error: Some(ErrorInfo::new(
-                                ErrorKind::NotConfigured,
-                                "No model provider is configured. Open Settings, set the base URL and model, then press Continue.",
-                            )),
+                            error: Some(error),
                         },
                     );
                 }
@@ -1083,5 +1143,24 @@ pick a different element or tool, or explain the problem to the user.",
             self.threads.remove(tid);
         }
         self.update_heartbeat();
+    }
+}
+
+/// The stop reason of the model's finished answer if the path ends with one
+/// (display-only nodes aside): the turn's work is done.
+fn finished_answer(path: &[Node]) -> Option<StopReason> {
+    let last = path.iter().rev().find(|n| {
+        !matches!(
+            n.body,
+            NodeBody::Notice { .. } | NodeBody::TurnContext { .. }
+        )
+    })?;
+    match &last.body {
+        NodeBody::AssistantMessage {
+            stop_reason,
+            interrupted: false,
+            ..
+        } if *stop_reason != StopReason::ToolUse => Some(*stop_reason),
+        _ => None,
     }
 }

@@ -267,14 +267,25 @@ impl Engine {
                         node: node.clone(),
                     },
                 ),
-                Record::Run(run) => self.broadcast(
-                    tid,
-                    Event::RunStatus {
-                        thread_id: tid.to_string(),
-                        turn_id: run.id.clone(),
-                        state: run.state,
-                    },
-                ),
+                Record::Run(run) => {
+                    // Only changes are news: a checkpoint that keeps the state says nothing.
+                    let key = (run.id.clone(), run.state);
+                    let Some(t) = self.threads.get_mut(tid) else {
+                        continue;
+                    };
+                    if t.announced_state.as_ref() == Some(&key) {
+                        continue;
+                    }
+                    t.announced_state = Some(key);
+                    self.broadcast(
+                        tid,
+                        Event::RunStatus {
+                            thread_id: tid.to_string(),
+                            turn_id: run.id.clone(),
+                            state: run.state,
+                        },
+                    )
+                }
                 _ => {}
             }
         }

@@ -1,3 +1,4 @@
+mod environment;
 mod protocol;
 mod recovery;
 mod retry;

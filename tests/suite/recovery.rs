@@ -270,3 +270,34 @@ fn queued_turn_survives_crash_and_runs() {
         .all(|r| r.state == RunState::Completed));
     assert!(sim.store.queue.is_empty());
 }
+
+#[test]
+fn auto_resume_streaming_run_crash_after_final_answer_commit_does_not_rerun_the_turn() {
+    let (mut sim, _) = start(43);
+    while sim.requests.len() < 3 {
+        assert!(sim.step());
+    }
+    // The final answer streams in and its checkpoint commits; the worker dies
+    // before the run's terminal checkpoint.
+    sim.hold_persists = true;
+    sim.run(10_000);
+    let (_, final_answer) = sim.held.remove(0);
+    sim.store.apply(&final_answer);
+    sim.held.clear();
+    sim.hold_persists = false;
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::StreamingModel
+    );
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(
+        sim.requests.len(),
+        3,
+        "the finished turn is closed, not asked again"
+    );
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(run.stop_reason, Some(StopReason::End));
+    check_invariants(&sim, &[]).unwrap();
+}

@@ -349,6 +349,15 @@ pub fn check_request(request: &ProviderRequest) -> Result<(), String> {
             "no_orphan_tool_calls: {open:?} unanswered at request end"
         ));
     }
+    // A request never ends with the model's own finished answer: that turn was over.
+    if let Some(ChatMessage::Assistant { tool_calls, .. }) = request.messages.last() {
+        if tool_calls.is_empty() {
+            return Err(
+                "request ends with a finished assistant answer (a completed turn was re-run)"
+                    .into(),
+            );
+        }
+    }
     Ok(())
 }
 

@@ -1,10 +1,17 @@
 // Tiny static file server for the local test pages (tests/pages by default).
 //
 // Owns: serving files under one root directory on 127.0.0.1 with a content
-// type and no caching. Must not: listen on another address, serve anything
-// outside its root, or depend on any package.
+// type and no caching, and named test gates. Must not: listen on another
+// address, serve anything outside its root, or depend on any package.
 //
-// In-process: `startStaticServer({ root, port })` → { origin, url(path), close }.
+// In-process: `startStaticServer({ root, port })` → { origin, url(path), gate(name), close }.
+//
+// Gates let a test hold a page at a known point without timing: a page
+// requests `GET /__gate/<name>` (e.g. with a synchronous XHR inside a click
+// handler) and the response comes only once the test opens the gate.
+// `server.gate(name)` closes the gate and returns { arrivals(),
+// waitForArrivals(n, { timeout }), open() }. A gate the test never closed
+// (or already opened) answers at once, so the pages also work on their own.
 // CLI: node tests/support/static-server.mjs [--port N] [--root DIR]
 //      prints `STATIC_URL=http://127.0.0.1:<port>/` as its first stdout line.
 
@@ -33,6 +40,20 @@ const CONTENT_TYPES = {
  */
 export async function startStaticServer(options = {}) {
   const root = path.resolve(options.root ?? DEFAULT_ROOT);
+  /** name → { open, arrivals, held: response[], waiters: Set } */
+  const gates = new Map();
+  const gateEntry = (name) => {
+    let entry = gates.get(name);
+    if (!entry) {
+      entry = { open: true, arrivals: 0, held: [], waiters: new Set() };
+      gates.set(name, entry);
+    }
+    return entry;
+  };
+  const releaseGate = (entry) => {
+    entry.open = true;
+    for (const respond of entry.held.splice(0)) respond();
+  };
   const server = http.createServer(async (req, res) => {
     const send = (status, body, type = 'text/plain; charset=utf-8') => {
       res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store' });
@@ -47,6 +68,16 @@ export async function startStaticServer(options = {}) {
       pathname = decodeURIComponent(new URL(req.url, `http://${HOST}`).pathname);
     } catch {
       send(400, 'bad path');
+      return;
+    }
+    const gateMatch = /^\/__gate\/([\w-]+)$/.exec(pathname);
+    if (gateMatch) {
+      const entry = gateEntry(gateMatch[1]);
+      entry.arrivals += 1;
+      for (const waiter of [...entry.waiters]) waiter();
+      const respond = () => send(200, 'open');
+      if (entry.open) respond();
+      else entry.held.push(respond);
       return;
     }
     if (pathname.endsWith('/')) pathname += 'index.html';
@@ -81,7 +112,41 @@ export async function startStaticServer(options = {}) {
     url(relative = '') {
       return `${origin}/${String(relative).replace(/^\/+/, '')}`;
     },
+    /** Closes gate `name` (requests to /__gate/<name> wait until open()). */
+    gate(name) {
+      if (!/^[\w-]+$/.test(name)) throw new Error(`gate names are word characters and dashes: ${name}`);
+      const entry = gateEntry(name);
+      entry.open = false;
+      return {
+        name,
+        url: `${origin}/__gate/${name}`,
+        arrivals: () => entry.arrivals,
+        isOpen: () => entry.open,
+        /** Resolves once `count` requests reached the gate (open or not). */
+        waitForArrivals(count = 1, { timeout = 60000 } = {}) {
+          return new Promise((resolve, reject) => {
+            const check = () => {
+              if (entry.arrivals < count) return;
+              entry.waiters.delete(check);
+              clearTimeout(timer);
+              resolve(entry.arrivals);
+            };
+            const timer = setTimeout(() => {
+              entry.waiters.delete(check);
+              reject(new Error(`static-server: gate ${name}: timed out waiting for ${count} arrival(s) (got ${entry.arrivals})`));
+            }, timeout);
+            entry.waiters.add(check);
+            check();
+          });
+        },
+        /** Answers every held request and lets later ones through at once. */
+        open() {
+          releaseGate(entry);
+        },
+      };
+    },
     async close() {
+      for (const entry of gates.values()) releaseGate(entry);
       if (typeof server.closeAllConnections === 'function') server.closeAllConnections();
       await new Promise((resolve) => server.close(() => resolve()));
     },

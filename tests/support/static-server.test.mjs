@@ -33,3 +33,30 @@ test('missing files are 404 and nothing outside the root is served', async () =>
   assert.equal((await fetch(`${server.origin}/..%2f..%2fpackage.json`)).status, 403);
   assert.equal((await fetch(server.url('shop.html'), { method: 'POST' })).status, 405);
 });
+
+test('a closed gate holds its requests until the test opens it; unknown gates answer at once', async () => {
+  const unknown = await fetch(`${server.origin}/__gate/never-closed`);
+  assert.equal(unknown.status, 200);
+  assert.equal(await unknown.text(), 'open');
+
+  const gate = server.gate('unit-test');
+  assert.equal(gate.arrivals(), 0);
+  let answered = false;
+  const held = fetch(gate.url).then(async (response) => {
+    answered = true;
+    return { status: response.status, text: await response.text() };
+  });
+  assert.equal(await gate.waitForArrivals(1, { timeout: 10000 }), 1);
+  // The request arrived; it stays unanswered while the gate is closed.
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(answered, false);
+  assert.equal(gate.isOpen(), false);
+  gate.open();
+  assert.deepEqual(await held, { status: 200, text: 'open' });
+  assert.equal(gate.isOpen(), true);
+  // Open now: later requests pass and still count.
+  assert.equal((await fetch(gate.url)).status, 200);
+  assert.equal(gate.arrivals(), 2);
+  await assert.rejects(gate.waitForArrivals(3, { timeout: 50 }), /timed out waiting for 3 arrival/);
+  assert.throws(() => server.gate('../x'), /gate names/);
+});

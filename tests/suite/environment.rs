@@ -1,0 +1,197 @@
+//! Run environment snapshots and resume_refuses_drift.
+
+use serde_json::json;
+use sw_agent::engine::{build_environment, EngineConfig, EnvironmentLimits};
+use sw_agent::model::{NodeBody, RunState};
+use sw_agent::protocol::ErrorKind;
+use sw_agent::sim::Sim;
+use sw_agent::tools::{Binding, Effects, Level, Recovery, ToolDescriptor, ToolRegistry};
+
+use super::support::*;
+
+/// Start a turn and crash while the first request streams.
+fn crashed_mid_stream(seed: u64) -> Sim {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    while sim.requests.is_empty() {
+        assert!(sim.step());
+    }
+    sim
+}
+
+/// Restart the worker with `config` (the registry or prompt changed meanwhile).
+fn resume_with(sim: &mut Sim, config: EngineConfig) -> RunState {
+    sim.config = config;
+    sim.crash();
+    sim.run(10_000);
+    sim.store.runs.values().next().unwrap().state
+}
+
+fn drift_message(sim: &Sim) -> String {
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(
+        run.error.as_ref().unwrap().kind,
+        ErrorKind::EnvironmentDrift
+    );
+    run.error.as_ref().unwrap().message.clone()
+}
+
+#[test]
+fn environment_is_frozen_with_the_run_without_the_key() {
+    let mut sim = Sim::new(60, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    let env = sim
+        .store
+        .runs
+        .values()
+        .next()
+        .unwrap()
+        .environment
+        .clone()
+        .unwrap();
+    assert_eq!(env.tools.len(), 2);
+    assert!(env.tools.iter().all(|t| t.digest.len() == 64));
+    assert_eq!(env.transport, "openai");
+    assert!(env.credential_ref.contains("settings.apiKey"));
+}
+
+#[test]
+fn resume_refuses_drift_changed_tool_schema() {
+    let mut sim = crashed_mid_stream(61);
+    let mut config = EngineConfig::default();
+    let mut registry = ToolRegistry::new();
+    for d in ToolRegistry::page_tools().descriptors() {
+        let mut d = d.clone();
+        if d.name == "click" {
+            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
+        }
+        registry.register(d).unwrap();
+    }
+    config.registry = registry;
+    assert_eq!(resume_with(&mut sim, config), RunState::Failed);
+    assert!(drift_message(&sim).contains("the tool click changed"));
+    assert_eq!(
+        sim.requests.len(),
+        1,
+        "nothing ran in the drifted environment"
+    );
+    let path = &paths(&sim)[0];
+    assert!(
+        matches!(&path.last().unwrap().body, NodeBody::Notice { text, .. } if text.contains("cannot resume"))
+    );
+}
+
+#[test]
+fn resume_refuses_drift_changed_security_metadata() {
+    let mut sim = crashed_mid_stream(62);
+    let mut config = EngineConfig::default();
+    let mut registry = ToolRegistry::new();
+    for d in ToolRegistry::page_tools().descriptors() {
+        let mut d = d.clone();
+        if d.name == "click" {
+            d.recovery = Recovery::RetrySafe;
+        }
+        registry.register(d).unwrap();
+    }
+    config.registry = registry;
+    assert_eq!(resume_with(&mut sim, config), RunState::Failed);
+    assert!(drift_message(&sim).contains("click"));
+}
+
+#[test]
+fn resume_refuses_drift_changed_prompt_and_removed_tool() {
+    let mut sim = crashed_mid_stream(63);
+    let mut config = EngineConfig::default();
+    config.system_prompt.push_str(" Be terse.");
+    let mut registry = ToolRegistry::new();
+    registry
+        .register(ToolRegistry::page_tools().get("read_page").unwrap().clone())
+        .unwrap();
+    config.registry = registry;
+    assert_eq!(resume_with(&mut sim, config), RunState::Failed);
+    let message = drift_message(&sim);
+    assert!(message.contains("system prompt changed"), "{message}");
+    assert!(
+        message.contains("click is no longer available"),
+        "{message}"
+    );
+}
+
+#[test]
+fn resume_refuses_drift_changed_transport_but_accepts_same_environment() {
+    let mut sim = crashed_mid_stream(64);
+    sim.profile.kind = "anthropic".into();
+    assert_eq!(
+        resume_with(&mut sim, EngineConfig::default()),
+        RunState::Failed
+    );
+    assert!(drift_message(&sim).contains("transport changed (openai → anthropic)"));
+
+    let mut sim = crashed_mid_stream(65);
+    // The key may rotate and the base URL may move: not part of the drift check.
+    sim.profile.base_url = "http://127.0.0.1:2/v1".into();
+    assert_eq!(
+        resume_with(&mut sim, EngineConfig::default()),
+        RunState::Completed
+    );
+}
+
+#[test]
+fn environment_over_limit_is_a_clear_error_not_a_truncation() {
+    let config = EngineConfig::default();
+    let profile = sw_agent::model::ProviderProfile {
+        kind: "openai".into(),
+        base_url: "http://x/v1".into(),
+        model: "m".into(),
+        max_output_tokens: None,
+        temperature_centi: None,
+    };
+    let tight = EnvironmentLimits {
+        max_entries: 1,
+        ..EnvironmentLimits::default()
+    };
+    let err = build_environment(&config, &profile, &tight).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::EnvironmentTooLarge);
+    assert!(err.message.contains("at most 1"));
+
+    let mut deep = json!({ "type": "string" });
+    for _ in 0..40 {
+        deep = json!({ "type": "object", "properties": { "x": deep } });
+    }
+    let mut registry = ToolRegistry::page_tools();
+    registry
+        .register(ToolDescriptor {
+            name: "deep".into(),
+            label: "Deep".into(),
+            description: "nested".into(),
+            parameters: deep,
+            level: Level::Builtin,
+            effects: Effects::Read,
+            recovery: Recovery::RetrySafe,
+            binding: Binding::Page,
+        })
+        .unwrap();
+    let config = EngineConfig {
+        registry,
+        ..EngineConfig::default()
+    };
+    let err = build_environment(&config, &profile, &EnvironmentLimits::default()).unwrap_err();
+    assert!(err.message.contains("nested"), "{}", err.message);
+
+    // A run started with such a catalog fails at once and says why.
+    let mut sim = Sim::new(66, agent_policy(), page_tools());
+    sim.config = config;
+    sim.crash(); // rebuild the engine with the new config
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(
+        run.error.as_ref().unwrap().kind,
+        ErrorKind::EnvironmentTooLarge
+    );
+    assert!(sim.requests.is_empty());
+}
