@@ -302,7 +302,7 @@ pub struct UsageTotals {
 #[non_exhaustive]
 pub enum Event {
     #[serde(rename = "initialized")]
-    Initialized { snapshot: Snapshot },
+    Initialized { snapshot: Box<Snapshot> },
     #[serde(rename = "command.ack")]
     CommandAck {
         submission_id: String,
