@@ -20,7 +20,12 @@ impl Engine {
             c.subscribed = target.clone();
         }
         let snapshot = self.snapshot(target.as_deref());
-        self.send(conn, Event::Initialized { snapshot: Box::new(snapshot) });
+        self.send(
+            conn,
+            Event::Initialized {
+                snapshot: Box::new(snapshot),
+            },
+        );
     }
 
     pub(super) fn op_thread_create(&mut self, now: u64, reply: Reply) {

@@ -879,7 +879,12 @@ pick a different element or tool, or explain the problem to the user.",
                             c.subscribed = Some(tid.clone());
                         }
                         let snapshot = self.snapshot(Some(&tid));
-                        self.send(conn, Event::Initialized { snapshot: Box::new(snapshot) });
+                        self.send(
+                            conn,
+                            Event::Initialized {
+                                snapshot: Box::new(snapshot),
+                            },
+                        );
                     }
                 }
                 Follow::ThreadDeleted => self.broadcast_threads(),

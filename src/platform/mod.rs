@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch;
 pub mod idb;
 pub mod port;
+pub mod stream;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -32,8 +33,8 @@ use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
-    add_dynamic_context, error_from_http, http_request, parse_retry_after, Decoder, DynamicContext,
-    ProviderError, ProviderRequest, ProviderResponse, Transport,
+    add_dynamic_context, http_request, DynamicContext, ProviderError, ProviderRequest,
+    ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
 use error::JsError;
@@ -287,65 +288,10 @@ impl Driver {
         };
         add_dynamic_context(&mut request, &context);
         let http = http_request(&request, &api_key);
-        let url = http.url.clone();
-        let network = |e: JsError| {
-            ProviderError::new(
-                ErrorKind::Network,
-                format!(
-                    "Could not reach the provider at {url} ({}). Check the base URL in Settings and that the server is running.",
-                    e.message
-                ),
-                true,
-            )
-        };
-        let stalled = || {
-            controller.abort();
-            ProviderError::new(
-                ErrorKind::Network,
-                format!(
-                    "The provider sent nothing for {} s; the request was aborted.",
-                    idle_timeout_ms / 1000
-                ),
-                true,
-            )
-        };
-        let idle = || TimeoutFuture::new(idle_timeout_ms.min(u64::from(u32::MAX)) as u32).fuse();
-        let headers: Vec<(&str, &str)> = http
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let response = fetch::post_json(&http.url, &headers, &http.body, controller).fuse();
-        futures::pin_mut!(response);
-        let mut response = futures::select! {
-            r = response => r.map_err(network)?,
-            _ = idle() => return Err(stalled()),
-        };
-        if !(200..300).contains(&response.status) {
-            let status = response.status;
-            let retry_after = parse_retry_after(
-                response.header("retry-after").as_deref(),
-                response.header("retry-after-ms").as_deref(),
-            );
-            let text = response.text().await.unwrap_or_default();
-            return Err(error_from_http(transport, status, &text, retry_after));
-        }
-        let mut decoder = Decoder::new(transport);
-        loop {
-            let chunk = {
-                let next = response.next_chunk().fuse();
-                futures::pin_mut!(next);
-                futures::select! {
-                    c = next => c.map_err(network)?,
-                    _ = idle() => return Err(stalled()),
-                }
-            };
-            let Some(chunk) = chunk else { break };
-            for delta in decoder.push(&chunk)? {
-                self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
-            }
-        }
-        decoder.finish()
+        stream::stream_response(&http, transport, controller, idle_timeout_ms, |delta| {
+            self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
+        })
+        .await
     }
 
     async fn run_page_tool(&self, dispatch_id: u64, call_id: String, name: String, params: Value) {

@@ -1,0 +1,89 @@
+//! One provider request over `fetch`: send, stream, decode, with an idle
+//! timeout and abort. Independent of chrome.* so browser tests can drive it.
+
+use futures::FutureExt;
+use gloo_timers::future::TimeoutFuture;
+use web_sys::AbortController;
+
+use super::error::JsError;
+use super::fetch;
+use crate::protocol::ErrorKind;
+use crate::provider::{
+    error_from_http, parse_retry_after, Decoder, HttpRequest, ProviderError, ProviderResponse,
+    StreamEvent, Transport,
+};
+
+/// Send `http`, feed every delta to `on_delta`, and return the assembled
+/// response or a typed error. A response that sends nothing for
+/// `idle_timeout_ms` (headers included) is aborted as a retryable error;
+/// aborting `controller` ends the request at any point.
+pub async fn stream_response(
+    http: &HttpRequest,
+    transport: Transport,
+    controller: &AbortController,
+    idle_timeout_ms: u64,
+    mut on_delta: impl FnMut(StreamEvent),
+) -> Result<ProviderResponse, ProviderError> {
+    let url = http.url.clone();
+    let network = |e: JsError| {
+        if e.is_abort() {
+            return ProviderError::new(ErrorKind::Network, "The request was aborted.", false);
+        }
+        ProviderError::new(
+            ErrorKind::Network,
+            format!(
+                "Could not reach the provider at {url} ({}). Check the base URL in Settings and that the server is running.",
+                e.message
+            ),
+            true,
+        )
+    };
+    let stalled = || {
+        controller.abort();
+        ProviderError::new(
+            ErrorKind::Network,
+            format!(
+                "The provider sent nothing for {} s; the request was aborted.",
+                idle_timeout_ms.div_ceil(1000)
+            ),
+            true,
+        )
+    };
+    let idle = || TimeoutFuture::new(idle_timeout_ms.min(u64::from(u32::MAX)) as u32).fuse();
+    let headers: Vec<(&str, &str)> = http
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let response = fetch::post_json(&http.url, &headers, &http.body, controller).fuse();
+    futures::pin_mut!(response);
+    let mut response = futures::select! {
+        r = response => r.map_err(network)?,
+        _ = idle() => return Err(stalled()),
+    };
+    if !(200..300).contains(&response.status) {
+        let status = response.status;
+        let retry_after = parse_retry_after(
+            response.header("retry-after").as_deref(),
+            response.header("retry-after-ms").as_deref(),
+        );
+        let text = response.text().await.unwrap_or_default();
+        return Err(error_from_http(transport, status, &text, retry_after));
+    }
+    let mut decoder = Decoder::new(transport);
+    loop {
+        let chunk = {
+            let next = response.next_chunk().fuse();
+            futures::pin_mut!(next);
+            futures::select! {
+                c = next => c.map_err(network)?,
+                _ = idle() => return Err(stalled()),
+            }
+        };
+        let Some(chunk) = chunk else { break };
+        for delta in decoder.push(&chunk)? {
+            on_delta(delta);
+        }
+    }
+    decoder.finish()
+}
