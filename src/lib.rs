@@ -8,6 +8,7 @@
 //! to test their own tools.
 
 pub mod engine;
+pub mod gatekeeper;
 pub mod model;
 pub mod protocol;
 pub mod provider;

@@ -282,6 +282,9 @@ pub struct Run {
     /// A never-retry tool that was dispatched and has no result yet.
     #[serde(default)]
     pub in_flight_tool: Option<InFlightTool>,
+    /// The approval the run waits for (state `waiting_approval`).
+    #[serde(default)]
+    pub pending_approval: Option<String>,
     #[serde(default)]
     pub stop_reason: Option<StopReason>,
     #[serde(default)]
@@ -379,4 +382,50 @@ pub fn path_to_leaf(nodes: &[Node], leaf_id: Option<&str>) -> Vec<Node> {
     }
     path.reverse();
     path
+}
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    AcceptedOnce,
+    AcceptedForSite,
+    Declined,
+    /// The run ended (interrupt) before anyone answered.
+    Cancelled,
+}
+
+/// A durable question to the user: may this tool call run on this site?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    pub id: String,
+    pub thread_id: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub tool_name: String,
+    pub label: String,
+    /// The full parameters the tool would run with.
+    pub params: serde_json::Value,
+    /// The page the call would act on.
+    pub origin: String,
+    pub url: String,
+    pub tab_id: i64,
+    pub status: ApprovalStatus,
+    pub created_at: u64,
+    #[serde(default)]
+    pub decided_at: Option<u64>,
+}
+
+/// A persisted per-site permission, created by "accept for this site".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteRule {
+    /// Also the key.
+    pub origin: String,
+    pub allow_writes: bool,
+    /// Increases with every change of the rule.
+    pub version: u64,
+    pub created_at: u64,
 }

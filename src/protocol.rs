@@ -9,7 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Node, QueueItem, Run, StopReason, ThreadSummary, Usage};
+use crate::model::{
+    ApprovalRecord, ApprovalStatus, Node, QueueItem, Run, StopReason, ThreadSummary, Usage,
+};
 
 /// Protocol version announced in `initialized`; bump on breaking changes.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -109,6 +111,16 @@ pub enum Op {
         #[serde(default)]
         input: Option<UserInput>,
     },
+    /// Answer an approval request → `command.ack` once the decision is
+    /// durable, `approval.resolved`, then the run continues.
+    #[serde(rename = "approval.response")]
+    ApprovalResponse {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        approval_id: String,
+        decision: ApprovalDecision,
+    },
     /// Decide a `paused_uncertain` write → `command.ack`, then the run continues.
     #[serde(rename = "run.resolveUncertain")]
     RunResolveUncertain {
@@ -117,6 +129,26 @@ pub enum Op {
         thread_id: String,
         choice: UncertainChoice,
     },
+}
+
+/// The user's answer to an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ApprovalDecision {
+    AcceptOnce,
+    /// Accept, and allow this tool's kind of action on this site from now on.
+    AcceptForSite,
+    Decline,
+}
+
+impl ApprovalDecision {
+    pub fn status(self) -> ApprovalStatus {
+        match self {
+            ApprovalDecision::AcceptOnce => ApprovalStatus::AcceptedOnce,
+            ApprovalDecision::AcceptForSite => ApprovalStatus::AcceptedForSite,
+            ApprovalDecision::Decline => ApprovalStatus::Declined,
+        }
+    }
 }
 
 /// What to do with a write whose outcome is unknown after a crash.
@@ -144,6 +176,7 @@ impl Op {
             | Op::QueueRemove { submission, .. }
             | Op::TurnInterrupt { submission, .. }
             | Op::RunResume { submission, .. }
+            | Op::ApprovalResponse { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
         }
     }
@@ -161,6 +194,7 @@ impl Op {
             Op::TurnInterrupt { .. } => "turn.interrupt",
             Op::RunResume { .. } => "run.resume",
             Op::RunResolveUncertain { .. } => "run.resolveUncertain",
+            Op::ApprovalResponse { .. } => "approval.response",
         }
     }
 }
@@ -269,6 +303,9 @@ pub struct ThreadView {
     pub run: Option<Run>,
     pub queue: Vec<QueueItem>,
     pub pending_steers: Vec<PendingSteerView>,
+    /// The approval the run waits for, re-presented after a restart.
+    #[serde(default)]
+    pub pending_approval: Option<ApprovalRecord>,
 }
 
 /// A steer that is durable but not yet part of the conversation.
@@ -365,6 +402,21 @@ pub enum Event {
         delay_ms: u64,
         error: ErrorInfo,
     },
+    /// The run waits for the user to approve a tool call.
+    #[serde(rename = "approval.request")]
+    ApprovalRequest {
+        thread_id: String,
+        turn_id: String,
+        approval: ApprovalRecord,
+    },
+    /// An approval was decided (or cancelled) durably.
+    #[serde(rename = "approval.resolved")]
+    ApprovalResolved {
+        thread_id: String,
+        turn_id: String,
+        approval_id: String,
+        status: ApprovalStatus,
+    },
     #[serde(rename = "run.status")]
     RunStatus {
         thread_id: String,
@@ -393,6 +445,8 @@ impl Event {
             | Event::QueueUpdated { thread_id, .. }
             | Event::RunStatus { thread_id, .. }
             | Event::RunRetry { thread_id, .. }
+            | Event::ApprovalRequest { thread_id, .. }
+            | Event::ApprovalResolved { thread_id, .. }
             | Event::TurnComplete { thread_id, .. } => Some(thread_id),
             _ => None,
         }

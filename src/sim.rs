@@ -12,8 +12,10 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
-use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::gatekeeper::{origin_of, TargetInfo};
 use crate::model::{ProviderProfile, StopReason, Usage};
+use crate::protocol::{ApprovalDecision, Submission};
 use crate::protocol::{ClientKind, Event, EventEnvelope, Op};
 use crate::provider::{ProviderError, ProviderRequest, ProviderResponse, RawToolCall, StreamEvent};
 use crate::store::{MemoryStore, StoreError};
@@ -77,6 +79,14 @@ enum Input {
         dispatch_id: u64,
         outcome: ToolOutcome,
     },
+    Target {
+        resolve_id: u64,
+        target: Result<TargetInfo, String>,
+    },
+    Op {
+        conn: ConnId,
+        op: Op,
+    },
 }
 
 /// A tool dispatch as the world saw it (the side effect happened).
@@ -121,6 +131,10 @@ pub struct Sim {
     chunk: usize,
     /// Failures to inject into the next persists.
     pub fail_next_persists: u32,
+    /// The page tools act on (or why there is none).
+    pub target: Result<TargetInfo, String>,
+    /// How the simulated user answers approval requests (None: never).
+    pub auto_approve: Option<ApprovalDecision>,
     /// When set, persists are parked in `held` instead of committed (a slow disk).
     pub hold_persists: bool,
     pub held: Vec<(u64, crate::store::UnitOfWork)>,
@@ -131,7 +145,10 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(seed: u64, policy: Policy, tool: ToolFn) -> Self {
-        let config = EngineConfig::default();
+        let config = EngineConfig {
+            approver: Approver::Interactive,
+            ..EngineConfig::default()
+        };
         let profile = ProviderProfile {
             kind: "openai".into(),
             base_url: "http://127.0.0.1:1/v1".into(),
@@ -160,9 +177,22 @@ impl Sim {
             next_conn: 1,
             chunk: 3,
             fail_next_persists: 0,
+            target: Ok(Sim::page("https://shop.example/")),
+            auto_approve: Some(ApprovalDecision::AcceptOnce),
             hold_persists: false,
             held: Vec::new(),
             violations: Vec::new(),
+        }
+    }
+
+    /// A target page at `url` the extension may access.
+    pub fn page(url: &str) -> TargetInfo {
+        TargetInfo {
+            tab_id: 1,
+            url: url.to_string(),
+            origin: origin_of(url),
+            title: "Test page".into(),
+            host_permission: true,
         }
     }
 
@@ -345,8 +375,35 @@ impl Sim {
             Effect::AbortTool { dispatch_id } => {
                 self.inputs.retain(|(_, i)| !matches!(i, Input::ToolResult { dispatch_id: d, .. } if *d == dispatch_id));
             }
+            Effect::ResolveTarget { resolve_id, .. } => {
+                let target = self.target.clone();
+                self.inputs
+                    .push_back((resolve_id, Input::Target { resolve_id, target }));
+            }
             Effect::Send { conn, event } => {
                 self.check_event_is_durable(&event.event);
+                // The simulated user answers a question shown live or re-presented in a snapshot.
+                let asked = match &event.event {
+                    Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
+                    Event::Initialized { snapshot } => snapshot
+                        .thread
+                        .as_ref()
+                        .and_then(|t| t.pending_approval.clone()),
+                    _ => None,
+                };
+                if let (Some(approval), Some(decision)) = (asked, self.auto_approve) {
+                    let thread_id = &approval.thread_id;
+                    let op = Op::ApprovalResponse {
+                        submission: Submission {
+                            client_id: "sim-user".into(),
+                            submission_id: format!("approve-{}", approval.id),
+                        },
+                        thread_id: thread_id.clone(),
+                        approval_id: approval.id.clone(),
+                        decision,
+                    };
+                    self.inputs.push_back((0, Input::Op { conn, op }));
+                }
                 self.events.push((conn, event));
             }
             Effect::SetHeartbeat { active } => self.heartbeat = active,
@@ -417,6 +474,10 @@ impl Sim {
             } => self
                 .engine
                 .handle_tool_result(self.now, dispatch_id, outcome),
+            Input::Target { resolve_id, target } => self
+                .engine
+                .handle_target_resolved(self.now, resolve_id, target),
+            Input::Op { conn, op } => self.engine.handle_op(self.now, conn, op),
         }
     }
 

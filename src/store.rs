@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Node, PendingSteer, QueueItem, Receipt, Run, Thread};
+use crate::model::{ApprovalRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule, Thread};
 
 /// Object store names. One logical checkpoint touches any subset in one transaction.
 pub mod stores {
@@ -21,7 +21,11 @@ pub mod stores {
     pub const STEERS: &str = "steers";
     pub const QUEUE: &str = "queue";
     pub const RECEIPTS: &str = "receipts";
-    pub const ALL: [&str; 6] = [THREADS, NODES, RUNS, STEERS, QUEUE, RECEIPTS];
+    pub const APPROVALS: &str = "approvals";
+    pub const SITE_RULES: &str = "site_rules";
+    pub const ALL: [&str; 8] = [
+        THREADS, NODES, RUNS, STEERS, QUEUE, RECEIPTS, APPROVALS, SITE_RULES,
+    ];
 }
 
 /// A record to put.
@@ -33,6 +37,8 @@ pub enum Record {
     Steer(PendingSteer),
     QueueItem(QueueItem),
     Receipt(Receipt),
+    Approval(ApprovalRecord),
+    SiteRule(SiteRule),
 }
 
 impl Record {
@@ -44,6 +50,8 @@ impl Record {
             Record::Steer(_) => stores::STEERS,
             Record::QueueItem(_) => stores::QUEUE,
             Record::Receipt(_) => stores::RECEIPTS,
+            Record::Approval(_) => stores::APPROVALS,
+            Record::SiteRule(_) => stores::SITE_RULES,
         }
     }
 }
@@ -107,6 +115,8 @@ pub struct StoreImage {
     pub steers: Vec<PendingSteer>,
     pub queue: Vec<QueueItem>,
     pub receipts: Vec<Receipt>,
+    pub approvals: Vec<ApprovalRecord>,
+    pub site_rules: Vec<SiteRule>,
     /// Nodes of the threads listed in `loaded_threads`.
     pub nodes: Vec<Node>,
     pub loaded_threads: Vec<String>,
@@ -136,6 +146,8 @@ pub struct MemoryStore {
     pub steers: BTreeMap<String, PendingSteer>,
     pub queue: BTreeMap<String, QueueItem>,
     pub receipts: BTreeMap<String, Receipt>,
+    pub approvals: BTreeMap<String, ApprovalRecord>,
+    pub site_rules: BTreeMap<String, SiteRule>,
     /// Number of units applied (one per transaction).
     pub commits: u64,
 }
@@ -167,6 +179,12 @@ impl MemoryStore {
                 Record::Receipt(r) => {
                     self.receipts.insert(r.key.clone(), r.clone());
                 }
+                Record::Approval(a) => {
+                    self.approvals.insert(a.id.clone(), a.clone());
+                }
+                Record::SiteRule(r) => {
+                    self.site_rules.insert(r.origin.clone(), r.clone());
+                }
             }
         }
         for key in &unit.deletes {
@@ -188,6 +206,12 @@ impl MemoryStore {
                 }
                 stores::RECEIPTS => {
                     self.receipts.remove(&key.key);
+                }
+                stores::APPROVALS => {
+                    self.approvals.remove(&key.key);
+                }
+                stores::SITE_RULES => {
+                    self.site_rules.remove(&key.key);
                 }
                 _ => {}
             }
@@ -212,6 +236,8 @@ impl MemoryStore {
             steers: self.steers.values().cloned().collect(),
             queue,
             receipts: self.receipts.values().cloned().collect(),
+            approvals: self.approvals.values().cloned().collect(),
+            site_rules: self.site_rules.values().cloned().collect(),
             nodes,
             loaded_threads,
         }

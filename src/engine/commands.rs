@@ -273,6 +273,8 @@ impl Engine {
             Phase::AwaitingSteers { .. }
             | Phase::Closing
             | Phase::Uncertain { .. }
+            | Phase::Resolving { .. }
+            | Phase::WaitingApproval { .. }
             | Phase::Backoff { .. } => self.finish_run(now, thread_id, finish),
         }
     }

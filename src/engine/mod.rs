@@ -14,6 +14,7 @@
 //!
 //! Must not: await, read clocks, touch JS, or do IO.
 
+mod approvals;
 mod commands;
 mod context;
 mod environment;
@@ -29,13 +30,15 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::gatekeeper::{self, TargetInfo, Verdict};
 use crate::model::{
-    path_to_leaf, InFlightTool, Node, NodeBody, NoticeLevel, PendingSteer, ProviderProfile,
-    QueueItem, Receipt, Run, RunState, StopReason, Thread, ToolStatus, Usage, MAX_QUEUE,
+    path_to_leaf, ApprovalRecord, ApprovalStatus, InFlightTool, Node, NodeBody, NoticeLevel,
+    PendingSteer, ProviderProfile, QueueItem, Receipt, Run, RunState, SiteRule, StopReason, Thread,
+    ToolStatus, Usage, MAX_QUEUE,
 };
 use crate::protocol::{
-    ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event, EventEnvelope, ItemKind, Op,
-    PendingSteerView, Snapshot, Submission, ThreadView, UncertainChoice, UsageTotals,
+    ApprovalDecision, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event, EventEnvelope,
+    ItemKind, Op, PendingSteerView, Snapshot, Submission, ThreadView, UncertainChoice, UsageTotals,
     PROTOCOL_VERSION,
 };
 use crate::provider::{ProviderError, ProviderRequest, ProviderResponse, StreamEvent};
@@ -91,6 +94,17 @@ pub struct EngineConfig {
     /// A stream that sends nothing for this long is aborted and retried (ms).
     pub stream_idle_timeout_ms: u64,
     pub environment_limits: EnvironmentLimits,
+    /// Who answers approval requests.
+    pub approver: Approver,
+}
+
+/// Who answers the gatekeeper's `ask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver {
+    /// A client (the side panel) answers `approval.request` with `approval.response`.
+    Interactive,
+    /// No approver is attached: every `ask` is denied (fail safe).
+    DenyAll,
 }
 
 impl Default for EngineConfig {
@@ -102,6 +116,8 @@ impl Default for EngineConfig {
             retry: RetryPolicy::default(),
             stream_idle_timeout_ms: 90_000,
             environment_limits: EnvironmentLimits::default(),
+            // Fail safe: an embedder must attach an approver explicitly.
+            approver: Approver::DenyAll,
         }
     }
 }
@@ -129,13 +145,17 @@ pub enum Effect {
     },
     /// Abort that request now; no more input for it is expected.
     AbortProvider { request_id: u64 },
+    /// Find the page a tool call would act on; feed `handle_target_resolved`.
+    ResolveTarget { resolve_id: u64, thread_id: String },
     /// Execute a tool; feed `handle_tool_progress` / `handle_tool_result`.
+    /// Page tools act on `target` only (and fail if its origin changed).
     DispatchTool {
         dispatch_id: u64,
         thread_id: String,
         call_id: String,
         name: String,
         params: Value,
+        target: Option<TargetInfo>,
     },
     /// Abort a running tool; its late result will be ignored.
     AbortTool { dispatch_id: u64 },
@@ -183,6 +203,18 @@ enum Phase {
     Closing,
     Streaming {
         request_id: u64,
+    },
+    /// Waiting for the page a call would act on (`recheck`: right before
+    /// dispatching an approved call).
+    Resolving {
+        index: usize,
+        resolve_id: u64,
+        recheck: bool,
+    },
+    /// The user is asked whether a call may run.
+    WaitingApproval {
+        index: usize,
+        approval_id: String,
     },
     /// Waiting to retry the request after a retryable failure.
     Backoff {
@@ -232,6 +264,8 @@ struct Exec {
     deltas: DeltaBuffer,
     /// The request of the current step, kept for retries.
     request: Option<ProviderRequest>,
+    /// Resolved targets of the current calls, by call index.
+    targets: HashMap<usize, TargetInfo>,
     /// Failed attempts of the current request.
     attempt: u32,
     /// A delta of the current request reached the clients (no retry after that).
@@ -251,6 +285,7 @@ impl Exec {
             calls: Vec::new(),
             deltas: DeltaBuffer::default(),
             request: None,
+            targets: HashMap::new(),
             attempt: 0,
             delta_seen: false,
         }
@@ -272,6 +307,8 @@ struct ThreadState {
     queue_inflight: usize,
     /// The last run state announced to clients (run.status is sent on change only).
     announced_state: Option<(String, RunState)>,
+    /// Approvals of this thread's runs.
+    approvals: Vec<ApprovalRecord>,
     latest_run: Option<Run>,
     run_ids: Vec<String>,
     exec: Option<Exec>,
@@ -291,6 +328,7 @@ impl ThreadState {
             admitting: BTreeSet::new(),
             queue_inflight: 0,
             announced_state: None,
+            approvals: Vec::new(),
             latest_run: None,
             run_ids: Vec::new(),
             exec: None,
@@ -315,6 +353,15 @@ enum Then {
     },
     ToolResultPersisted,
     RunPaused,
+    ApprovalAsked {
+        index: usize,
+        approval_id: String,
+    },
+    ApprovalDecided {
+        index: usize,
+        approval_id: String,
+        decision: ApprovalDecision,
+    },
     /// `decided` interrupts have receipts in this unit; later ones changed nothing.
     RunFinished {
         stop: StopReason,
@@ -370,6 +417,8 @@ pub struct Engine {
     conns: HashMap<ConnId, Conn>,
     threads: HashMap<String, ThreadState>,
     receipts: HashMap<String, Receipt>,
+    /// Persisted site rules, by origin.
+    site_rules: HashMap<String, SiteRule>,
     /// Receipts whose transaction is in flight: key → (fingerprint, duplicate waiters).
     inflight_receipts: HashMap<String, (String, Vec<Reply>)>,
     pending: HashMap<u64, Pending>,
@@ -402,6 +451,7 @@ impl Engine {
             conns: HashMap::new(),
             threads: HashMap::new(),
             receipts: HashMap::new(),
+            site_rules: HashMap::new(),
             inflight_receipts: HashMap::new(),
             pending: HashMap::new(),
             next_steer_seq: 1,
@@ -419,6 +469,8 @@ impl Engine {
             steers,
             queue,
             receipts,
+            approvals,
+            site_rules,
             nodes,
             loaded_threads,
         } = image;
@@ -467,6 +519,14 @@ impl Engine {
         }
         for receipt in receipts {
             self.receipts.insert(receipt.key.clone(), receipt);
+        }
+        for approval in approvals {
+            if let Some(t) = self.threads.get_mut(&approval.thread_id) {
+                t.approvals.push(approval);
+            }
+        }
+        for rule in site_rules {
+            self.site_rules.insert(rule.origin.clone(), rule);
         }
         let mut ids: Vec<String> = self.threads.keys().cloned().collect();
         ids.sort();
@@ -629,6 +689,12 @@ impl Engine {
             Op::RunResolveUncertain {
                 thread_id, choice, ..
             } => self.op_resolve(now, reply, &thread_id, choice),
+            Op::ApprovalResponse {
+                thread_id,
+                approval_id,
+                decision,
+                ..
+            } => self.op_approval_response(now, reply, &thread_id, &approval_id, decision),
         }
     }
 
@@ -835,6 +901,35 @@ impl Engine {
     }
 
     /// Progress text of a running tool.
+    /// The page a call would act on (or why there is none).
+    pub fn handle_target_resolved(
+        &mut self,
+        now: u64,
+        resolve_id: u64,
+        target: Result<TargetInfo, String>,
+    ) {
+        let found =
+            self.threads
+                .iter()
+                .find_map(|(id, t)| match t.exec.as_ref().map(|e| &e.phase) {
+                    Some(Phase::Resolving {
+                        resolve_id: r,
+                        index,
+                        recheck,
+                    }) if *r == resolve_id => Some((id.clone(), *index, *recheck)),
+                    _ => None,
+                });
+        let Some((tid, index, recheck)) = found else {
+            return;
+        };
+        match target {
+            Err(message) => {
+                self.persist_tool_result(now, &tid, index, ToolStatus::Error, message, None)
+            }
+            Ok(target) => self.gate(now, &tid, index, target, recheck),
+        }
+    }
+
     pub fn handle_tool_progress(&mut self, _now: u64, dispatch_id: u64, text: String) {
         let Some((tid, index)) = self.thread_running_tool(dispatch_id) else {
             return;

@@ -374,6 +374,10 @@ impl Engine {
                     .map(|t| t.thread.id.clone())
             }),
             Op::ThreadDelete { thread_id, .. }
+            | Op::ApprovalResponse { thread_id, .. }
+            | Op::RunResolveUncertain { thread_id, .. }
+            | Op::TurnInterrupt { thread_id, .. }
+            | Op::QueueRemove { thread_id, .. }
             | Op::TurnSteer { thread_id, .. }
             | Op::TurnEnqueue { thread_id, .. }
             | Op::RunResume { thread_id, .. } => Some(thread_id.clone()),
@@ -414,6 +418,16 @@ impl Engine {
                     text: s.text.clone(),
                 })
                 .collect(),
+            pending_approval: t
+                .latest_run
+                .as_ref()
+                .and_then(|r| r.pending_approval.as_ref())
+                .and_then(|id| {
+                    t.approvals
+                        .iter()
+                        .find(|a| &a.id == id && a.status == ApprovalStatus::Pending)
+                })
+                .cloned(),
         });
         Snapshot {
             protocol_version: PROTOCOL_VERSION,
@@ -464,6 +478,15 @@ impl Engine {
                 }
                 Record::Receipt(receipt) => {
                     self.receipts.insert(receipt.key.clone(), receipt.clone());
+                }
+                Record::Approval(approval) => {
+                    if let Some(t) = self.threads.get_mut(&approval.thread_id) {
+                        t.approvals.retain(|a| a.id != approval.id);
+                        t.approvals.push(approval.clone());
+                    }
+                }
+                Record::SiteRule(rule) => {
+                    self.site_rules.insert(rule.origin.clone(), rule.clone());
                 }
             }
         }

@@ -27,6 +27,9 @@ extern "C" {
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = query)]
     fn tabs_query(query: &JsValue) -> Result<Promise, JsValue>;
 
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = get)]
+    fn tabs_get(tab_id: i32) -> Result<Promise, JsValue>;
+
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = connect)]
     fn tabs_connect(tab_id: i32, info: &JsValue) -> Result<JsValue, JsValue>;
 
@@ -113,6 +116,43 @@ pub struct TabInfo {
     pub last_accessed: f64,
 }
 
+impl TabInfo {
+    fn from_js(t: &JsValue) -> Option<TabInfo> {
+        Some(TabInfo {
+            id: get(t, "id").as_f64()? as i32,
+            url: get(t, "url").as_string().unwrap_or_default(),
+            title: get(t, "title").as_string().unwrap_or_default(),
+            active: get(t, "active").as_bool().unwrap_or(false),
+            last_accessed: get(t, "lastAccessed").as_f64().unwrap_or(0.0),
+        })
+    }
+
+    /// The tool target this tab is. Host permissions cover every http(s)
+    /// page (`<all_urls>`); file pages need the user's "Allow access to file
+    /// URLs", which the injection itself then checks.
+    pub fn into_target(self) -> crate::gatekeeper::TargetInfo {
+        let host_permission = self.url.starts_with("http://")
+            || self.url.starts_with("https://")
+            || self.url.starts_with("file://");
+        crate::gatekeeper::TargetInfo {
+            tab_id: i64::from(self.id),
+            origin: crate::gatekeeper::origin_of(&self.url),
+            url: self.url,
+            title: self.title,
+            host_permission,
+        }
+    }
+}
+
+/// One tab by id.
+pub async fn get_tab(tab_id: i32) -> Result<TabInfo, JsError> {
+    let tab = await_promise(tabs_get(tab_id)).await?;
+    TabInfo::from_js(&tab).ok_or_else(|| JsError {
+        name: "TypeError".into(),
+        message: "tabs.get returned no tab".into(),
+    })
+}
+
 /// All tabs, or only the active tab of the last focused window.
 pub async fn query_tabs(active_in_last_focused: bool) -> Result<Vec<TabInfo>, JsError> {
     let query = if active_in_last_focused {
@@ -126,15 +166,7 @@ pub async fn query_tabs(active_in_last_focused: bool) -> Result<Vec<TabInfo>, Js
     let tabs = await_promise(tabs_query(&query)).await?;
     Ok(Array::from(&tabs)
         .iter()
-        .filter_map(|t| {
-            Some(TabInfo {
-                id: get(&t, "id").as_f64()? as i32,
-                url: get(&t, "url").as_string().unwrap_or_default(),
-                title: get(&t, "title").as_string().unwrap_or_default(),
-                active: get(&t, "active").as_bool().unwrap_or(false),
-                last_accessed: get(&t, "lastAccessed").as_f64().unwrap_or(0.0),
-            })
-        })
+        .filter_map(|t| TabInfo::from_js(&t))
         .collect())
 }
 

@@ -17,11 +17,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use wasm_bindgen::JsValue;
 
-use crate::model::{Node, PendingSteer, QueueItem, Receipt, Run, Thread};
+use crate::model::{ApprovalRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule, Thread};
 use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
 
 /// Database version; bump together with `model::SCHEMA_VERSION` migrations.
-const DB_VERSION: u32 = 1;
+const DB_VERSION: u32 = 2;
 
 fn store_error(e: impl std::fmt::Display) -> StoreError {
     StoreError {
@@ -94,6 +94,12 @@ impl IdbStore {
                     .add_index(by_thread()),
             )
             .add_object_store(ObjectStore::new(stores::RECEIPTS).key_path("key"))
+            .add_object_store(
+                ObjectStore::new(stores::APPROVALS)
+                    .key_path("id")
+                    .add_index(by_thread()),
+            )
+            .add_object_store(ObjectStore::new(stores::SITE_RULES).key_path("origin"))
             .build()
             .await
             .map_err(store_error)?;
@@ -125,6 +131,8 @@ impl IdbStore {
                 Record::Steer(x) => to_js(x)?,
                 Record::QueueItem(x) => to_js(x)?,
                 Record::Receipt(x) => to_js(x)?,
+                Record::Approval(x) => to_js(x)?,
+                Record::SiteRule(x) => to_js(x)?,
             };
             puts.push((record.store_name(), value));
         }
@@ -177,18 +185,23 @@ impl IdbStore {
                 store.get_all(None, None).await.map_err(store_error)
             }
         };
-        let (threads, runs, steers, queue, receipts) = futures::join!(
+        let (threads, runs, steers, queue, receipts, approvals, site_rules) = futures::join!(
             all(stores::THREADS),
             all(stores::RUNS),
             all(stores::STEERS),
             all(stores::QUEUE),
-            all(stores::RECEIPTS)
+            all(stores::RECEIPTS),
+            all(stores::APPROVALS),
+            all(stores::SITE_RULES)
         );
         let threads: Vec<Thread> = decode_all(threads?, stores::THREADS, &mut skipped);
         let runs: Vec<Run> = decode_all(runs?, stores::RUNS, &mut skipped);
         let steers: Vec<PendingSteer> = decode_all(steers?, stores::STEERS, &mut skipped);
         let queue: Vec<QueueItem> = decode_all(queue?, stores::QUEUE, &mut skipped);
         let receipts: Vec<Receipt> = decode_all(receipts?, stores::RECEIPTS, &mut skipped);
+        let approvals: Vec<ApprovalRecord> =
+            decode_all(approvals?, stores::APPROVALS, &mut skipped);
+        let site_rules: Vec<SiteRule> = decode_all(site_rules?, stores::SITE_RULES, &mut skipped);
         drop(tx);
         let loaded_threads = threads_to_load(&runs, &queue);
         let mut nodes = Vec::new();
@@ -201,6 +214,8 @@ impl IdbStore {
             steers,
             queue,
             receipts,
+            approvals,
+            site_rules,
             nodes,
             loaded_threads,
         };

@@ -29,7 +29,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::AbortController;
 
-use crate::engine::{ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::gatekeeper::{origin_of, TargetInfo};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
@@ -168,17 +169,26 @@ impl Driver {
                     controller.abort();
                 }
             }
+            Effect::ResolveTarget { resolve_id, .. } => {
+                let d = self.rc();
+                spawn_local(async move {
+                    let target = target_tab().await.map(chrome::TabInfo::into_target);
+                    d.input(|e, now| e.handle_target_resolved(now, resolve_id, target));
+                });
+            }
             Effect::DispatchTool {
                 dispatch_id,
                 call_id,
                 name,
                 params,
+                target,
                 ..
             } => {
                 let d = self.rc();
-                spawn_local(
-                    async move { d.run_page_tool(dispatch_id, call_id, name, params).await },
-                );
+                spawn_local(async move {
+                    d.run_page_tool(dispatch_id, call_id, name, params, target)
+                        .await
+                });
             }
             Effect::AbortTool { dispatch_id } => {
                 if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
@@ -294,8 +304,17 @@ impl Driver {
         .await
     }
 
-    async fn run_page_tool(&self, dispatch_id: u64, call_id: String, name: String, params: Value) {
-        let work = self.page_tool(dispatch_id, &call_id, &name, params).fuse();
+    async fn run_page_tool(
+        &self,
+        dispatch_id: u64,
+        call_id: String,
+        name: String,
+        params: Value,
+        target: Option<TargetInfo>,
+    ) {
+        let work = self
+            .page_tool(dispatch_id, &call_id, &name, params, target)
+            .fuse();
         let timeout = TimeoutFuture::new(TOOL_TIMEOUT_MS).fuse();
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
@@ -319,8 +338,22 @@ impl Driver {
         call_id: &str,
         name: &str,
         params: Value,
+        target: Option<TargetInfo>,
     ) -> Result<ToolOutcome, String> {
-        let tab = target_tab().await?.id;
+        let target = target.ok_or("No page was resolved for this tool.")?;
+        // Act only on the page the gatekeeper approved: if the tab moved to
+        // another origin meanwhile, nothing is done.
+        let tab = chrome::get_tab(target.tab_id as i32)
+            .await
+            .map_err(|e| format!("The tab is gone ({e}); call read_page on the current page."))?;
+        let now_origin = origin_of(&tab.url);
+        if now_origin != target.origin {
+            return Err(format!(
+                "The tab changed from {} to {} before the action ran; nothing was done. Call read_page to look at the new page.",
+                target.origin, now_origin
+            ));
+        }
+        let tab = tab.id;
         chrome::inject_content_script(tab).await.map_err(|e| {
             format!(
                 "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
@@ -388,15 +421,19 @@ impl Driver {
     }
 }
 
-/// The tab page tools act on: the active web tab of the focused window, or
-/// else the most recently used web tab (the side panel may be a tab itself).
+/// The tab page tools act on: the active tab of the focused window, unless
+/// that is this extension's own page (the side panel opened as a tab), in
+/// which case the most recently used other web tab. A browser page is
+/// returned as it is: the gatekeeper refuses it with a clear reason.
 async fn target_tab() -> Result<chrome::TabInfo, String> {
+    let own = chrome::own_origin();
+    let ours = |url: &str| !own.is_empty() && url.starts_with(&own);
     let is_web = |url: &str| {
         url.starts_with("http://") || url.starts_with("https://") || url.starts_with("file://")
     };
     let failed = |e: JsError| format!("Could not list tabs: {e}");
     let active = chrome::query_tabs(true).await.map_err(failed)?;
-    if let Some(tab) = active.into_iter().find(|t| is_web(&t.url)) {
+    if let Some(tab) = active.into_iter().find(|t| !ours(&t.url)) {
         return Ok(tab);
     }
     let all = chrome::query_tabs(false).await.map_err(failed)?;
@@ -433,13 +470,12 @@ impl EngineHandle {
         let (profile, _) = parse_settings(&settings);
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))?;
-        let engine = Engine::new(
-            EngineConfig::default(),
-            profile,
-            u64::from_le_bytes(seed),
-            image,
-            now(),
-        );
+        // The side panel answers approval requests.
+        let config = EngineConfig {
+            approver: Approver::Interactive,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(config, profile, u64::from_le_bytes(seed), image, now());
         let driver = Rc::new_cyclic(|me| Driver {
             engine: RefCell::new(engine),
             store,

@@ -1,3 +1,4 @@
+mod approvals;
 mod environment;
 mod protocol;
 mod recovery;

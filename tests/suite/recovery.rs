@@ -25,6 +25,7 @@ fn auto_resume_streaming_run_after_crash_mid_stream() {
     }
     sim.step(); // one delta delivered
     sim.crash();
+    reconnect(&mut sim);
     assert_eq!(sim.requests.len(), 1);
     // No client op: the new engine rebuilds the request from the durable path.
     sim.run(10_000);
@@ -166,6 +167,7 @@ fn retry_safe_read_reruns_by_itself_after_crash_mid_tool() {
     }
     assert_eq!(sim.dispatches[0].name, "read_page");
     sim.crash();
+    reconnect(&mut sim);
     sim.run(10_000);
     assert_eq!(
         sim.dispatches
@@ -261,6 +263,7 @@ fn queued_turn_survives_crash_and_runs() {
     sim.drain_effects();
     assert_eq!(sim.store.queue.len(), 1);
     sim.crash();
+    reconnect(&mut sim);
     sim.run(10_000);
     assert_eq!(sim.store.runs.len(), 2);
     assert!(sim

@@ -5,7 +5,7 @@
 //! `SIM_SEEDS=N` runs N schedules (default 10,000); `SIM_SEED=S` replays one.
 
 use sw_agent::model::RunState;
-use sw_agent::protocol::{Event, UncertainChoice};
+use sw_agent::protocol::{ApprovalDecision, Event, UncertainChoice};
 use sw_agent::sim::{CrashPoint, Sim};
 
 use super::support::*;
@@ -35,6 +35,12 @@ struct Outcome {
 fn run_schedule(seed: u64) -> Result<Outcome, String> {
     let mut rng = Rng(seed);
     let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    // The simulated user answers approvals differently per schedule.
+    sim.auto_approve = Some(match seed % 4 {
+        0 | 3 => ApprovalDecision::AcceptOnce,
+        1 => ApprovalDecision::AcceptForSite,
+        _ => ApprovalDecision::Decline,
+    });
     let mut conn = sim.connect();
     let mut steers: Vec<String> = Vec::new();
     let mut n = 0u32;

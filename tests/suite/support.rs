@@ -75,7 +75,7 @@ pub fn initialize(id: &str, thread: Option<&str>) -> Op {
 /// A pure function of the request, so it answers the same after a crash.
 pub fn agent_policy() -> Policy {
     Box::new(|request: &ProviderRequest| match request.messages.last() {
-        Some(ChatMessage::ToolResult { content, .. }) if content.starts_with("PAGE") => {
+        Some(ChatMessage::ToolResult { content, .. }) if content.contains("PAGE Acme") => {
             Reply::call("", "click", r#"{"ref":"e1"}"#)
         }
         Some(ChatMessage::ToolResult { .. }) => Reply::text("Done: clicked Subscribe."),

@@ -80,7 +80,11 @@ fn full_turn_text_tool_text_persists_exact_nodes_and_events() {
             ..
         } => {
             assert_eq!(*status, ToolStatus::Ok);
-            assert!(content.starts_with("PAGE"));
+            assert!(
+                content
+                    .starts_with("<untrusted_page_content origin=\"https://shop.example\">\nPAGE"),
+                "{content}"
+            );
             assert_eq!(call_id, "c1");
         }
         other => panic!("expected tool result, got {other:?}"),

@@ -1,0 +1,306 @@
+//! Gatekeeping and durable approvals.
+//!
+//! Before a page tool runs, the driver resolves its target page; the
+//! gatekeeper decides allow / ask / deny. `ask` writes an approval record and
+//! the run's pending approval in one checkpoint, then waits. The answer, the
+//! record, the run revision and the command receipt are one checkpoint; only
+//! then is it ACKed. Right before dispatching an approved call the target is
+//! resolved again: a different origin (or lost permission) asks again.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+impl Engine {
+    /// Decide whether the call at `index` may run on `target`.
+    pub(super) fn gate(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        target: TargetInfo,
+        recheck: bool,
+    ) {
+        let t = &self.threads[tid];
+        let exec = t.exec.as_ref().expect("active run");
+        let call = exec.calls[index].clone();
+        let Some(descriptor) = self.config.registry.get(&call.name).cloned() else {
+            return self.persist_tool_result(
+                now,
+                tid,
+                index,
+                ToolStatus::Error,
+                format!("Unknown tool {:?}.", call.name),
+                None,
+            );
+        };
+        // An approval the user already gave for this very call, on this origin.
+        let approved = t.approvals.iter().any(|a| {
+            a.call_id == call.call_id
+                && matches!(
+                    a.status,
+                    ApprovalStatus::AcceptedOnce | ApprovalStatus::AcceptedForSite
+                )
+                && a.origin == target.origin
+        });
+        let rule = self.site_rules.get(&target.origin);
+        let verdict = match gatekeeper::verdict(&descriptor, Some(&target), rule) {
+            Verdict::Ask if approved => Verdict::Allow,
+            other => other,
+        };
+        let _ = recheck;
+        self.threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .expect("active run")
+            .targets
+            .insert(index, target.clone());
+        match verdict {
+            Verdict::Allow if call.recovery == Recovery::NeverRetry => self.mark_and_dispatch(now, tid, index, None),
+            Verdict::Allow => self.dispatch(tid, index),
+            Verdict::Deny(reason) => self.persist_tool_result(now, tid, index, ToolStatus::Denied, reason, None),
+            Verdict::Ask if self.config.approver == Approver::DenyAll => self.persist_tool_result(
+                now,
+                tid,
+                index,
+                ToolStatus::Denied,
+                "This action needs the user's approval and no approver is attached, so it was denied.".into(),
+                None,
+            ),
+            Verdict::Ask => self.ask_approval(now, tid, index, &descriptor.label, target),
+        }
+    }
+
+    /// Persist the question (approval record + the run's pending approval), then ask.
+    fn ask_approval(&mut self, now: u64, tid: &str, index: usize, label: &str, target: TargetInfo) {
+        let t = &self.threads[tid];
+        let exec = t.exec.as_ref().expect("active run");
+        let call = &exec.calls[index];
+        let mut run = t.latest_run.clone().expect("active run");
+        let approval = ApprovalRecord {
+            id: self.ids.next_id("a"),
+            thread_id: tid.to_string(),
+            run_id: run.id.clone(),
+            call_id: call.call_id.clone(),
+            tool_name: call.name.clone(),
+            label: label.to_string(),
+            params: call.params.clone().unwrap_or(Value::Null),
+            origin: target.origin.clone(),
+            url: target.url.clone(),
+            tab_id: target.tab_id,
+            status: ApprovalStatus::Pending,
+            created_at: now,
+            decided_at: None,
+        };
+        run.state = RunState::WaitingApproval;
+        run.pending_approval = Some(approval.id.clone());
+        run.revision += 1;
+        run.updated_at = now;
+        let approval_id = approval.id.clone();
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Approval(approval)).put(Record::Run(run));
+        let token = self.persist(tid, unit, Then::ApprovalAsked { index, approval_id });
+        self.set_phase(tid, Phase::Persisting(token));
+    }
+
+    /// The question is durable: show it.
+    pub(super) fn after_approval_asked(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        approval_id: String,
+        unit: &UnitOfWork,
+    ) {
+        self.announce(tid, unit);
+        if self.take_pending_finish(now, tid) {
+            return;
+        }
+        self.set_phase(
+            tid,
+            Phase::WaitingApproval {
+                index,
+                approval_id: approval_id.clone(),
+            },
+        );
+        self.present_approval(tid, &approval_id);
+    }
+
+    /// Send `approval.request` for a pending approval to the thread's clients.
+    pub(super) fn present_approval(&mut self, tid: &str, approval_id: &str) {
+        let t = &self.threads[tid];
+        let Some(approval) = t.approvals.iter().find(|a| a.id == approval_id).cloned() else {
+            return;
+        };
+        self.broadcast(
+            tid,
+            Event::ApprovalRequest {
+                thread_id: tid.to_string(),
+                turn_id: approval.run_id.clone(),
+                approval,
+            },
+        );
+    }
+
+    pub(super) fn op_approval_response(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        approval_id: &str,
+        decision: ApprovalDecision,
+    ) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let Some(approval) = t.approvals.iter().find(|a| a.id == approval_id).cloned() else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such approval request.");
+        };
+        if approval.status != ApprovalStatus::Pending {
+            // Already decided: the same answer is acknowledged again, a
+            // different one is refused; neither changes the first outcome.
+            return if approval.status == decision.status() {
+                self.ack(
+                    &reply,
+                    json!({ "approvalId": approval.id, "status": approval.status }),
+                )
+            } else {
+                let message = format!(
+                    "This approval was already answered ({:?}).",
+                    approval.status
+                );
+                self.reject(&reply, ErrorKind::InvalidCommand, &message)
+            };
+        }
+        let waiting = match t.exec.as_ref().map(|e| &e.phase) {
+            Some(Phase::WaitingApproval {
+                index,
+                approval_id: a,
+            }) if a == approval_id => Some(*index),
+            _ => None,
+        };
+        let Some(index) = waiting else {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "The run is not waiting for this approval.",
+            );
+        };
+        let mut decided = approval.clone();
+        decided.status = decision.status();
+        decided.decided_at = Some(now);
+        let result = json!({ "approvalId": approval.id, "status": decided.status });
+        let mut unit = match decision {
+            // A decline is a tool result the model sees (not a breaker failure).
+            ApprovalDecision::Decline => {
+                let content = format!(
+                    "The user declined this action ({} on {}). Do not retry it; ask the user or choose another way.",
+                    approval.label, approval.origin
+                );
+                self.tool_result_unit(now, thread_id, index, ToolStatus::Denied, content, None)
+            }
+            _ => {
+                let mut run = self.threads[thread_id]
+                    .latest_run
+                    .clone()
+                    .expect("active run");
+                run.state = RunState::ExecutingTools;
+                run.revision += 1;
+                run.updated_at = now;
+                let mut unit = UnitOfWork::new();
+                unit.put(Record::Run(run));
+                unit
+            }
+        };
+        if let Some(Record::Run(run)) = unit.puts.iter_mut().find(|r| matches!(r, Record::Run(_))) {
+            run.pending_approval = None;
+        }
+        unit.put(Record::Approval(decided));
+        if decision == ApprovalDecision::AcceptForSite {
+            let version = self
+                .site_rules
+                .get(&approval.origin)
+                .map_or(1, |r| r.version + 1);
+            unit.put(Record::SiteRule(SiteRule {
+                origin: approval.origin.clone(),
+                allow_writes: true,
+                version,
+                created_at: now,
+            }));
+        }
+        if decision == ApprovalDecision::Decline {
+            if let Some(exec) = self
+                .threads
+                .get_mut(thread_id)
+                .and_then(|t| t.exec.as_mut())
+            {
+                exec.calls[index].done = true;
+            }
+        }
+        let token = self.persist_command(
+            now,
+            thread_id,
+            unit,
+            Then::ApprovalDecided {
+                index,
+                approval_id: approval.id.clone(),
+                decision,
+            },
+            reply,
+            result,
+        );
+        self.set_phase(thread_id, Phase::Persisting(token));
+    }
+
+    /// The decision is durable (and ACKed): move the run on.
+    pub(super) fn after_approval_decided(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        approval_id: String,
+        decision: ApprovalDecision,
+        unit: &UnitOfWork,
+    ) {
+        let turn_id = self.threads[tid]
+            .latest_run
+            .as_ref()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        self.broadcast(
+            tid,
+            Event::ApprovalResolved {
+                thread_id: tid.to_string(),
+                turn_id,
+                approval_id,
+                status: decision.status(),
+            },
+        );
+        self.announce(tid, unit);
+        if self.take_pending_finish(now, tid) {
+            return;
+        }
+        match decision {
+            ApprovalDecision::Decline => self.run_next_tool(now, tid),
+            // Re-check the target right before dispatch.
+            _ => self.resolve_target(tid, index, true),
+        }
+    }
+
+    /// Ask the driver which page the call at `index` would act on.
+    pub(super) fn resolve_target(&mut self, tid: &str, index: usize, recheck: bool) {
+        let resolve_id = self.next_handle();
+        self.set_phase(
+            tid,
+            Phase::Resolving {
+                index,
+                resolve_id,
+                recheck,
+            },
+        );
+        self.effects.push_back(Effect::ResolveTarget {
+            resolve_id,
+            thread_id: tid.to_string(),
+        });
+    }
+}

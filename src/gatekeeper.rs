@@ -1,0 +1,217 @@
+//! The gatekeeper: may this tool call run on this target, ask the user
+//! first, or never run?
+//!
+//! Owns: the decision table (tool effects, level, target origin, host
+//! permission, persisted site rules) as a pure function.
+//!
+//! Must not: do IO or remember anything (site rules and approvals are
+//! durable records the engine passes in).
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::SiteRule;
+use crate::tools::{Binding, Effects, Level, ToolDescriptor};
+
+/// The page a tool call would act on, as the driver resolved it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetInfo {
+    pub tab_id: i64,
+    pub url: String,
+    /// `scheme://host[:port]`, or the scheme alone for opaque URLs.
+    pub origin: String,
+    #[serde(default)]
+    pub title: String,
+    /// Whether the extension's host permissions cover this page.
+    pub host_permission: bool,
+}
+
+/// The gatekeeper's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Ask,
+    /// Never run; the text says why (the model sees it).
+    Deny(String),
+}
+
+/// The origin of a URL (`https://a.example:8443`), or its scheme for URLs
+/// without a host (`file://`, `about:`).
+pub fn origin_of(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url
+            .split(':')
+            .next()
+            .map(|s| format!("{s}:"))
+            .unwrap_or_default();
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // Drop credentials: they are not part of an origin.
+    let host = host.rsplit('@').next().unwrap_or(host);
+    format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        host.to_ascii_lowercase()
+    )
+}
+
+/// Why Chrome (or policy) forbids acting on a page, if it does.
+pub fn restricted_reason(target: &TargetInfo) -> Option<String> {
+    let o = target.origin.as_str();
+    let browser_page = [
+        "chrome:",
+        "chrome://",
+        "edge://",
+        "about:",
+        "devtools://",
+        "view-source:",
+        "chrome-extension://",
+        "chrome-search://",
+    ]
+    .iter()
+    .any(|p| o.starts_with(p) || target.url.starts_with(p));
+    let store = o == "https://chromewebstore.google.com"
+        || (o == "https://chrome.google.com" && target.url.contains("/webstore"));
+    if browser_page || store {
+        return Some(format!(
+            "Chrome does not let extensions act on {} (browser pages and the Web Store are off limits). Ask the user to open a normal web page.",
+            target.url
+        ));
+    }
+    if !target.host_permission {
+        return Some(format!(
+            "The extension has no permission to access {}. The user can grant it in the extension's site access settings.",
+            target.origin
+        ));
+    }
+    None
+}
+
+/// The decision table.
+///
+/// | tool | target | rule | verdict |
+/// |---|---|---|---|
+/// | any page tool | restricted page or no host permission | – | deny |
+/// | read (any level but mcp) | allowed page | – | allow |
+/// | write | allowed page | site rule allows writes | allow |
+/// | write | allowed page | none | ask |
+/// | mcp | – | – | ask |
+/// | builtin without page binding | – | – | allow |
+pub fn verdict(
+    tool: &ToolDescriptor,
+    target: Option<&TargetInfo>,
+    rule: Option<&SiteRule>,
+) -> Verdict {
+    if tool.level == Level::Mcp {
+        return Verdict::Ask;
+    }
+    match (&tool.binding, target) {
+        (Binding::Page, None) => Verdict::Deny("No page is available for this tool.".into()),
+        (Binding::Page, Some(target)) => {
+            if let Some(reason) = restricted_reason(target) {
+                return Verdict::Deny(reason);
+            }
+            match tool.effects {
+                Effects::Read => Verdict::Allow,
+                Effects::Write => {
+                    let allowed = rule.is_some_and(|r| r.origin == target.origin && r.allow_writes);
+                    if allowed {
+                        Verdict::Allow
+                    } else {
+                        Verdict::Ask
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolRegistry;
+
+    fn target(url: &str) -> TargetInfo {
+        TargetInfo {
+            tab_id: 1,
+            url: url.into(),
+            origin: origin_of(url),
+            title: String::new(),
+            host_permission: true,
+        }
+    }
+
+    fn rule(origin: &str, allow: bool) -> SiteRule {
+        SiteRule {
+            origin: origin.into(),
+            allow_writes: allow,
+            version: 1,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn origins() {
+        assert_eq!(
+            origin_of("https://Shop.Example:8443/a/b?q#x"),
+            "https://shop.example:8443"
+        );
+        assert_eq!(origin_of("http://user:pw@h.example/"), "http://h.example");
+        assert_eq!(origin_of("about:blank"), "about:");
+        assert_eq!(origin_of("file:///tmp/x.html"), "file://");
+    }
+
+    #[test]
+    fn gatekeeper_decision_table() {
+        let r = ToolRegistry::page_tools();
+        let read = r.get("read_page").unwrap();
+        let click = r.get("click").unwrap();
+        let shop = target("https://shop.example/cart");
+        assert_eq!(verdict(read, Some(&shop), None), Verdict::Allow);
+        assert_eq!(verdict(click, Some(&shop), None), Verdict::Ask);
+        assert_eq!(
+            verdict(
+                click,
+                Some(&shop),
+                Some(&rule("https://shop.example", true))
+            ),
+            Verdict::Allow
+        );
+        assert_eq!(
+            verdict(
+                click,
+                Some(&shop),
+                Some(&rule("https://other.example", true))
+            ),
+            Verdict::Ask,
+            "a rule for another site does not apply"
+        );
+        assert_eq!(
+            verdict(
+                click,
+                Some(&shop),
+                Some(&rule("https://shop.example", false))
+            ),
+            Verdict::Ask
+        );
+        for url in [
+            "chrome://settings",
+            "https://chromewebstore.google.com/detail/x",
+            "chrome-extension://abc/x.html",
+        ] {
+            assert!(
+                matches!(verdict(read, Some(&target(url)), None), Verdict::Deny(_)),
+                "{url}"
+            );
+        }
+        let mut no_access = shop.clone();
+        no_access.host_permission = false;
+        assert!(
+            matches!(verdict(read, Some(&no_access), None), Verdict::Deny(m) if m.contains("no permission"))
+        );
+        assert!(matches!(verdict(read, None, None), Verdict::Deny(_)));
+        let mut mcp = read.clone();
+        mcp.level = Level::Mcp;
+        assert_eq!(verdict(&mcp, Some(&shop), None), Verdict::Ask);
+    }
+}
