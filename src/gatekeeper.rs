@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::SiteRule;
-use crate::tools::{Binding, Effects, Level, ToolDescriptor};
+use crate::tools::{Effects, Level, ToolDescriptor};
 
 /// The page a tool call would act on, as the driver resolved it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +96,8 @@ pub fn restricted_reason(target: &TargetInfo) -> Option<String> {
 /// | write | allowed page | site rule allows writes | allow |
 /// | write | allowed page | none | ask |
 /// | mcp | – | – | ask |
-/// | builtin without page binding | – | – | allow |
+/// | read without a tab (tab list) | – | – | allow |
+/// | write without a tab | – | – | ask |
 pub fn verdict(
     tool: &ToolDescriptor,
     target: Option<&TargetInfo>,
@@ -105,24 +106,30 @@ pub fn verdict(
     if tool.level == Level::Mcp {
         return Verdict::Ask;
     }
-    match (&tool.binding, target) {
-        (Binding::Page, None) => Verdict::Deny("No page is available for this tool.".into()),
-        (Binding::Page, Some(target)) => {
+    let write_verdict = |origin: Option<&str>| {
+        let allowed = origin.is_some_and(|o| rule.is_some_and(|r| r.origin == o && r.allow_writes));
+        if allowed {
+            Verdict::Allow
+        } else {
+            Verdict::Ask
+        }
+    };
+    match (tool.binding.targets_tab(), target) {
+        (true, None) => Verdict::Deny("No page is available for this tool.".into()),
+        (true, Some(target)) => {
             if let Some(reason) = restricted_reason(target) {
                 return Verdict::Deny(reason);
             }
             match tool.effects {
                 Effects::Read => Verdict::Allow,
-                Effects::Write => {
-                    let allowed = rule.is_some_and(|r| r.origin == target.origin && r.allow_writes);
-                    if allowed {
-                        Verdict::Allow
-                    } else {
-                        Verdict::Ask
-                    }
-                }
+                Effects::Write => write_verdict(Some(&target.origin)),
             }
         }
+        // Browser-wide tools (the tab list) have no page to check.
+        (false, _) => match tool.effects {
+            Effects::Read => Verdict::Allow,
+            Effects::Write => write_verdict(None),
+        },
     }
 }
 

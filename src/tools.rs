@@ -48,8 +48,19 @@ pub enum Recovery {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Binding {
-    /// A page tool run by the content script in the target tab.
+    /// Run by the content script in the target tab.
     Page,
+    /// Run by the driver with the tabs API on the target tab (navigation).
+    Tab,
+    /// Run by the driver on the browser as a whole (the tab list).
+    Browser,
+}
+
+impl Binding {
+    /// Whether the call acts on one tab that must be resolved and gatekept.
+    pub fn targets_tab(&self) -> bool {
+        matches!(self, Binding::Page | Binding::Tab)
+    }
 }
 
 /// The normalized, read-only description of one tool.
@@ -66,9 +77,50 @@ pub struct ToolDescriptor {
     pub effects: Effects,
     pub recovery: Recovery,
     pub binding: Binding,
+    /// May run together with neighbouring parallel-safe reads.
+    #[serde(default)]
+    pub parallel_safe: bool,
 }
 
 impl ToolDescriptor {
+    /// A descriptor with the defaults: reads are retry-safe, writes never-retry.
+    pub fn new(
+        name: &str,
+        label: &str,
+        description: &str,
+        parameters: Value,
+        level: Level,
+        effects: Effects,
+        binding: Binding,
+    ) -> Self {
+        ToolDescriptor {
+            name: name.into(),
+            label: label.into(),
+            description: description.into(),
+            parameters,
+            level,
+            effects,
+            recovery: match effects {
+                Effects::Read => Recovery::RetrySafe,
+                Effects::Write => Recovery::NeverRetry,
+            },
+            binding,
+            parallel_safe: false,
+        }
+    }
+
+    /// Override the recovery default.
+    pub fn recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery = recovery;
+        self
+    }
+
+    /// Mark a read as safe to run alongside other parallel-safe reads.
+    pub fn parallel_safe(mut self) -> Self {
+        self.parallel_safe = self.effects == Effects::Read;
+        self
+    }
+
     /// The provider-facing schema.
     pub fn spec(&self) -> ToolSpec {
         ToolSpec {
@@ -87,6 +139,7 @@ impl ToolDescriptor {
             "effects": self.effects,
             "recovery": self.recovery,
             "binding": self.binding,
+            "parallelSafe": self.parallel_safe,
         });
         hex(&Sha256::digest(canonical.to_string().as_bytes()))
     }
@@ -126,37 +179,146 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// The built-in page tools of the extension.
+    /// The built-in browser tools of the extension.
+    ///
+    /// Classification decisions: scrolling, waiting and switching tabs change
+    /// what is shown, not the site's data, so they are reads (no approval);
+    /// navigation and going back are writes (they ask), but repeating them is
+    /// harmless or checkable, so their recovery is retry-safe / inspect-first.
     pub fn page_tools() -> Self {
+        let string = |d: &str| json!({ "type": "string", "description": d });
+        let object = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
+        let element_ref = string("Element ref from page_snapshot or read_page, e.g. e12.");
         let mut registry = Self::new();
         for descriptor in [
-            ToolDescriptor {
-                name: "read_page".into(),
-                label: "Read page".into(),
-                description: "Read the current tab: title, URL, visible text, and a list of interactive elements, each with a ref like e12 that other tools accept. Call this first, and again after the page changed.".into(),
-                parameters: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
-                level: Level::L0,
-                effects: Effects::Read,
-                recovery: Recovery::RetrySafe,
-                binding: Binding::Page,
-            },
-            ToolDescriptor {
-                name: "click".into(),
-                label: "Click".into(),
-                description: "Click an element of the current tab. Pass the ref from read_page (preferred), or the element's visible text.".into(),
-                parameters: json!({
+            ToolDescriptor::new(
+                "page_snapshot",
+                "Page outline",
+                "A compact outline of the visible page: headings, landmarks, text, and every interactive element with a ref (e.g. e12), its role, name, value and state. Refs stay valid until the page changes. Prefer this over read_page to decide what to click or type.",
+                object(json!({}), &[]),
+                Level::L0,
+                Effects::Read,
+                Binding::Page,
+            )
+            .parallel_safe(),
+            ToolDescriptor::new(
+                "read_page",
+                "Read page",
+                "Read the current tab: title, URL, visible main text, and a list of interactive elements, each with a ref like e12 that other tools accept. Call this first, and again after the page changed.",
+                object(json!({}), &[]),
+                Level::L0,
+                Effects::Read,
+                Binding::Page,
+            )
+            .parallel_safe(),
+            ToolDescriptor::new(
+                "click",
+                "Click",
+                "Click an element of the current tab. Pass the ref from page_snapshot/read_page (preferred), or the element's visible text.",
+                json!({
                     "type": "object",
                     "properties": {
-                        "ref": { "type": "string", "description": "Element ref from read_page, e.g. e12." },
-                        "text": { "type": "string", "description": "Visible text or accessible name of the element, used when no ref is known." }
+                        "ref": element_ref,
+                        "text": string("Visible text or accessible name of the element, used when no ref is known.")
                     },
                     "additionalProperties": false
                 }),
-                level: Level::L1,
-                effects: Effects::Write,
-                recovery: Recovery::NeverRetry,
-                binding: Binding::Page,
-            },
+                Level::L1,
+                Effects::Write,
+                Binding::Page,
+            ),
+            ToolDescriptor::new(
+                "type",
+                "Type text",
+                "Type text into an input, textarea or editable element (replacing its content). Set submit to true to press Enter afterwards.",
+                object(
+                    json!({ "ref": element_ref, "text": string("The text to type."), "submit": { "type": "boolean", "description": "Press Enter after typing." } }),
+                    &["ref", "text"],
+                ),
+                Level::L1,
+                Effects::Write,
+                Binding::Page,
+            ),
+            ToolDescriptor::new(
+                "select",
+                "Choose option",
+                "Choose an option of a select element by its visible label or value.",
+                object(json!({ "ref": element_ref, "option": string("Visible label or value of the option.") }), &["ref", "option"]),
+                Level::L1,
+                Effects::Write,
+                Binding::Page,
+            ),
+            ToolDescriptor::new(
+                "scroll",
+                "Scroll",
+                "Scroll an element into view (ref), or the page in a direction.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "ref": element_ref,
+                        "direction": { "type": "string", "enum": ["up", "down", "top", "bottom"] }
+                    },
+                    "additionalProperties": false
+                }),
+                Level::L0,
+                Effects::Read,
+                Binding::Page,
+            ),
+            ToolDescriptor::new(
+                "wait_for",
+                "Wait",
+                "Wait until a text appears on the page or an element (ref) is visible, up to timeout_ms (default 5000, at most 30000).",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "text": string("Text to wait for."),
+                        "ref": element_ref,
+                        "timeout_ms": { "type": "integer", "description": "How long to wait at most." }
+                    },
+                    "additionalProperties": false
+                }),
+                Level::L0,
+                Effects::Read,
+                Binding::Page,
+            ),
+            ToolDescriptor::new(
+                "navigate",
+                "Open URL",
+                "Load a URL (http or https) in the current tab and wait until it has loaded.",
+                object(json!({ "url": string("Absolute http(s) URL.") }), &["url"]),
+                Level::L1,
+                Effects::Write,
+                Binding::Tab,
+            )
+            .recovery(Recovery::RetrySafe),
+            ToolDescriptor::new(
+                "go_back",
+                "Go back",
+                "Go back one page in the current tab's history.",
+                object(json!({}), &[]),
+                Level::L1,
+                Effects::Write,
+                Binding::Tab,
+            )
+            .recovery(Recovery::InspectFirst),
+            ToolDescriptor::new(
+                "list_tabs",
+                "List tabs",
+                "List the open tabs (id, title, URL, which one is active).",
+                object(json!({}), &[]),
+                Level::L0,
+                Effects::Read,
+                Binding::Browser,
+            ),
+            ToolDescriptor::new(
+                "switch_tab",
+                "Switch tab",
+                "Make a tab (by id from list_tabs) the active tab; later page tools act on it.",
+                object(json!({ "tab_id": { "type": "integer", "description": "Tab id from list_tabs." } }), &["tab_id"]),
+                Level::L0,
+                Effects::Read,
+                Binding::Browser,
+            ),
         ] {
             // Built-in descriptors are valid by construction; a failure here is a programming error caught by tests.
             if let Err(e) = registry.register(descriptor) {
@@ -317,7 +479,7 @@ mod tests {
     fn page_tools_register_and_have_stable_digests() {
         let a = ToolRegistry::page_tools();
         let b = ToolRegistry::page_tools();
-        assert_eq!(a.descriptors().len(), 2);
+        assert_eq!(a.descriptors().len(), 11);
         for (x, y) in a.descriptors().iter().zip(b.descriptors()) {
             assert_eq!(x.digest(), y.digest());
             assert_eq!(x.digest().len(), 64);

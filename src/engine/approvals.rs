@@ -12,15 +12,9 @@ use serde_json::{json, Value};
 use super::*;
 
 impl Engine {
-    /// Decide whether the call at `index` may run on `target`.
-    pub(super) fn gate(
-        &mut self,
-        now: u64,
-        tid: &str,
-        index: usize,
-        target: TargetInfo,
-        recheck: bool,
-    ) {
+    /// Decide whether the call at `index` may run on `target` (None for
+    /// browser-wide tools).
+    pub(super) fn gate(&mut self, now: u64, tid: &str, index: usize, target: Option<TargetInfo>) {
         let t = &self.threads[tid];
         let exec = t.exec.as_ref().expect("active run");
         let call = exec.calls[index].clone();
@@ -34,27 +28,33 @@ impl Engine {
                 None,
             );
         };
-        // An approval the user already gave for this very call, on this origin.
+        let origin = target
+            .as_ref()
+            .map(|t| t.origin.clone())
+            .unwrap_or_default();
+        // An approval the user already gave for this very call, on this origin
+        // (after a restart, or at the re-check right before dispatch).
         let approved = t.approvals.iter().any(|a| {
             a.call_id == call.call_id
                 && matches!(
                     a.status,
                     ApprovalStatus::AcceptedOnce | ApprovalStatus::AcceptedForSite
                 )
-                && a.origin == target.origin
+                && a.origin == origin
         });
-        let rule = self.site_rules.get(&target.origin);
-        let verdict = match gatekeeper::verdict(&descriptor, Some(&target), rule) {
+        let rule = self.site_rules.get(&origin);
+        let verdict = match gatekeeper::verdict(&descriptor, target.as_ref(), rule) {
             Verdict::Ask if approved => Verdict::Allow,
             other => other,
         };
-        let _ = recheck;
-        self.threads
-            .get_mut(tid)
-            .and_then(|t| t.exec.as_mut())
-            .expect("active run")
-            .targets
-            .insert(index, target.clone());
+        if let Some(target) = &target {
+            self.threads
+                .get_mut(tid)
+                .and_then(|t| t.exec.as_mut())
+                .expect("active run")
+                .targets
+                .insert(index, target.clone());
+        }
         match verdict {
             Verdict::Allow if call.recovery == Recovery::NeverRetry => self.mark_and_dispatch(now, tid, index, None),
             Verdict::Allow => self.dispatch(tid, index),
@@ -72,7 +72,21 @@ impl Engine {
     }
 
     /// Persist the question (approval record + the run's pending approval), then ask.
-    fn ask_approval(&mut self, now: u64, tid: &str, index: usize, label: &str, target: TargetInfo) {
+    fn ask_approval(
+        &mut self,
+        now: u64,
+        tid: &str,
+        index: usize,
+        label: &str,
+        target: Option<TargetInfo>,
+    ) {
+        let target = target.unwrap_or(TargetInfo {
+            tab_id: -1,
+            url: String::new(),
+            origin: String::new(),
+            title: String::new(),
+            host_permission: true,
+        });
         let t = &self.threads[tid];
         let exec = t.exec.as_ref().expect("active run");
         let call = &exec.calls[index];
@@ -283,21 +297,14 @@ impl Engine {
         match decision {
             ApprovalDecision::Decline => self.run_next_tool(now, tid),
             // Re-check the target right before dispatch.
-            _ => self.resolve_target(tid, index, true),
+            _ => self.resolve_target(tid, index),
         }
     }
 
     /// Ask the driver which page the call at `index` would act on.
-    pub(super) fn resolve_target(&mut self, tid: &str, index: usize, recheck: bool) {
+    pub(super) fn resolve_target(&mut self, tid: &str, index: usize) {
         let resolve_id = self.next_handle();
-        self.set_phase(
-            tid,
-            Phase::Resolving {
-                index,
-                resolve_id,
-                recheck,
-            },
-        );
+        self.set_phase(tid, Phase::Resolving { index, resolve_id });
         self.effects.push_back(Effect::ResolveTarget {
             resolve_id,
             thread_id: tid.to_string(),

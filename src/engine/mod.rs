@@ -156,6 +156,8 @@ pub enum Effect {
         name: String,
         params: Value,
         target: Option<TargetInfo>,
+        /// How to execute it (content script, tabs API, browser-wide).
+        binding: crate::tools::Binding,
     },
     /// Abort a running tool; its late result will be ignored.
     AbortTool { dispatch_id: u64 },
@@ -204,12 +206,11 @@ enum Phase {
     Streaming {
         request_id: u64,
     },
-    /// Waiting for the page a call would act on (`recheck`: right before
-    /// dispatching an approved call).
+    /// Waiting for the page a call would act on (also the re-check right
+    /// before dispatching an approved call).
     Resolving {
         index: usize,
         resolve_id: u64,
-        recheck: bool,
     },
     /// The user is asked whether a call may run.
     WaitingApproval {
@@ -915,18 +916,17 @@ impl Engine {
                     Some(Phase::Resolving {
                         resolve_id: r,
                         index,
-                        recheck,
-                    }) if *r == resolve_id => Some((id.clone(), *index, *recheck)),
+                    }) if *r == resolve_id => Some((id.clone(), *index)),
                     _ => None,
                 });
-        let Some((tid, index, recheck)) = found else {
+        let Some((tid, index)) = found else {
             return;
         };
         match target {
             Err(message) => {
                 self.persist_tool_result(now, &tid, index, ToolStatus::Error, message, None)
             }
-            Ok(target) => self.gate(now, &tid, index, target, recheck),
+            Ok(target) => self.gate(now, &tid, index, Some(target)),
         }
     }
 

@@ -470,21 +470,19 @@ pick a different element or tool, or explain the problem to the user.",
                 None,
             );
         }
-        let page_tool = self
+        let targets_tab = self
             .config
             .registry
             .get(&call.name)
-            .is_some_and(|d| d.binding == crate::tools::Binding::Page);
+            .is_some_and(|d| d.binding.targets_tab());
         match call.params {
             Err(message) => {
                 self.persist_tool_result(now, tid, index, ToolStatus::Error, message, None)
             }
-            // Page tools go through the gatekeeper once their page is known.
-            Ok(_) if page_tool => self.resolve_target(tid, index, false),
-            Ok(_) if call.recovery == Recovery::NeverRetry => {
-                self.mark_and_dispatch(now, tid, index, None)
-            }
-            Ok(_) => self.dispatch(tid, index),
+            // Tab tools go through the gatekeeper once their page is known;
+            // browser-wide tools right away.
+            Ok(_) if targets_tab => self.resolve_target(tid, index),
+            Ok(_) => self.gate(now, tid, index, None),
         }
     }
 
@@ -522,7 +520,14 @@ pick a different element or tool, or explain the problem to the user.",
         exec.phase = Phase::Tool { dispatch_id, index };
         let params = call.params.unwrap_or(Value::Null);
         let target = exec.targets.get(&index).cloned();
+        let binding = self
+            .config
+            .registry
+            .get(&call.name)
+            .map(|d| d.binding.clone())
+            .unwrap_or(crate::tools::Binding::Page);
         self.effects.push_back(Effect::DispatchTool {
+            binding,
             dispatch_id,
             thread_id: tid.to_string(),
             call_id: call.call_id,

@@ -27,6 +27,15 @@ extern "C" {
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = query)]
     fn tabs_query(query: &JsValue) -> Result<Promise, JsValue>;
 
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = update)]
+    fn tabs_update(tab_id: i32, props: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = goBack)]
+    fn tabs_go_back(tab_id: i32) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "windows"], js_name = update)]
+    fn windows_update(window_id: i32, props: &JsValue) -> Result<Promise, JsValue>;
+
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = get)]
     fn tabs_get(tab_id: i32) -> Result<Promise, JsValue>;
 
@@ -114,6 +123,9 @@ pub struct TabInfo {
     pub title: String,
     pub active: bool,
     pub last_accessed: f64,
+    pub window_id: i32,
+    /// `loading` or `complete`.
+    pub status: String,
 }
 
 impl TabInfo {
@@ -124,6 +136,8 @@ impl TabInfo {
             title: get(t, "title").as_string().unwrap_or_default(),
             active: get(t, "active").as_bool().unwrap_or(false),
             last_accessed: get(t, "lastAccessed").as_f64().unwrap_or(0.0),
+            window_id: get(t, "windowId").as_f64().unwrap_or(-1.0) as i32,
+            status: get(t, "status").as_string().unwrap_or_default(),
         })
     }
 
@@ -187,4 +201,26 @@ pub async fn inject_content_script(tab_id: i32) -> Result<(), JsError> {
 /// Open a Port to the content script of a tab.
 pub fn connect_tab(tab_id: i32, name: &str) -> Result<JsValue, JsError> {
     tabs_connect(tab_id, &object(&[("name", JsValue::from_str(name))])).map_err(js_to_error)
+}
+
+/// Load `url` in a tab.
+pub async fn navigate_tab(tab_id: i32, url: &str) -> Result<(), JsError> {
+    let props = object(&[("url", JsValue::from_str(url))]);
+    await_promise(tabs_update(tab_id, &props)).await.map(|_| ())
+}
+
+/// Go back in a tab's history.
+pub async fn go_back(tab_id: i32) -> Result<(), JsError> {
+    await_promise(tabs_go_back(tab_id)).await.map(|_| ())
+}
+
+/// Make a tab active and focus its window.
+pub async fn activate_tab(tab: &TabInfo) -> Result<(), JsError> {
+    await_promise(tabs_update(tab.id, &object(&[("active", JsValue::TRUE)]))).await?;
+    await_promise(windows_update(
+        tab.window_id,
+        &object(&[("focused", JsValue::TRUE)]),
+    ))
+    .await
+    .map(|_| ())
 }

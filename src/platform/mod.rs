@@ -8,6 +8,7 @@
 //! Must not: make engine decisions. `JsValue` errors become typed errors in
 //! `error::js_to_error`.
 
+pub mod browser_tools;
 pub mod chrome;
 pub mod error;
 pub mod fetch;
@@ -38,6 +39,7 @@ use crate::provider::{
     ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
+use crate::tools::Binding;
 use error::JsError;
 use idb::IdbStore;
 use port::Port;
@@ -182,11 +184,12 @@ impl Driver {
                 name,
                 params,
                 target,
+                binding,
                 ..
             } => {
                 let d = self.rc();
                 spawn_local(async move {
-                    d.run_page_tool(dispatch_id, call_id, name, params, target)
+                    d.run_tool(dispatch_id, call_id, name, params, target, binding)
                         .await
                 });
             }
@@ -304,17 +307,30 @@ impl Driver {
         .await
     }
 
-    async fn run_page_tool(
+    async fn run_tool(
         &self,
         dispatch_id: u64,
         call_id: String,
         name: String,
         params: Value,
         target: Option<TargetInfo>,
+        binding: Binding,
     ) {
-        let work = self
-            .page_tool(dispatch_id, &call_id, &name, params, target)
-            .fuse();
+        let work = async {
+            match (binding, &target) {
+                (Binding::Page, _) => {
+                    self.page_tool(dispatch_id, &call_id, &name, params, target.clone())
+                        .await
+                }
+                (Binding::Tab, Some(target)) => {
+                    check_origin(target).await?;
+                    browser_tools::tab_tool(&name, &params, target).await
+                }
+                (Binding::Tab, None) => Err("No page was resolved for this tool.".to_string()),
+                (Binding::Browser, _) => browser_tools::browser_tool(&name, &params).await,
+            }
+        }
+        .fuse();
         let timeout = TimeoutFuture::new(TOOL_TIMEOUT_MS).fuse();
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
@@ -341,19 +357,7 @@ impl Driver {
         target: Option<TargetInfo>,
     ) -> Result<ToolOutcome, String> {
         let target = target.ok_or("No page was resolved for this tool.")?;
-        // Act only on the page the gatekeeper approved: if the tab moved to
-        // another origin meanwhile, nothing is done.
-        let tab = chrome::get_tab(target.tab_id as i32)
-            .await
-            .map_err(|e| format!("The tab is gone ({e}); call read_page on the current page."))?;
-        let now_origin = origin_of(&tab.url);
-        if now_origin != target.origin {
-            return Err(format!(
-                "The tab changed from {} to {} before the action ran; nothing was done. Call read_page to look at the new page.",
-                target.origin, now_origin
-            ));
-        }
-        let tab = tab.id;
+        let tab = check_origin(&target).await?;
         chrome::inject_content_script(tab).await.map_err(|e| {
             format!(
                 "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
@@ -419,6 +423,22 @@ impl Driver {
         }
         Err("The page closed before the tool finished.".into())
     }
+}
+
+/// Act only on the page the gatekeeper approved: if the tab moved to
+/// another origin meanwhile, nothing is done. Returns the tab id.
+async fn check_origin(target: &TargetInfo) -> Result<i32, String> {
+    let tab = chrome::get_tab(target.tab_id as i32)
+        .await
+        .map_err(|e| format!("The tab is gone ({e}); call page_snapshot on the current page."))?;
+    let now_origin = origin_of(&tab.url);
+    if now_origin != target.origin {
+        return Err(format!(
+            "The tab changed from {} to {} before the action ran; nothing was done. Call page_snapshot to look at the new page.",
+            target.origin, now_origin
+        ));
+    }
+    Ok(tab.id)
 }
 
 /// The tab page tools act on: the active tab of the focused window, unless

@@ -52,7 +52,10 @@ fn environment_is_frozen_with_the_run_without_the_key() {
         .environment
         .clone()
         .unwrap();
-    assert_eq!(env.tools.len(), 2);
+    assert_eq!(
+        env.tools.len(),
+        ToolRegistry::page_tools().descriptors().len()
+    );
     assert!(env.tools.iter().all(|t| t.digest.len() == 64));
     assert_eq!(env.transport, "openai");
     assert!(env.credential_ref.contains("settings.apiKey"));
@@ -172,6 +175,7 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
             effects: Effects::Read,
             recovery: Recovery::RetrySafe,
             binding: Binding::Page,
+            parallel_safe: false,
         })
         .unwrap();
     let config = EngineConfig {

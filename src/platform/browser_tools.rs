@@ -1,0 +1,136 @@
+//! Tools the driver runs with the tabs API instead of a content script:
+//! navigation and the tab list.
+
+use gloo_timers::future::TimeoutFuture;
+use serde_json::{json, Value};
+
+use super::chrome::{self, TabInfo};
+use crate::engine::ToolOutcome;
+use crate::gatekeeper::TargetInfo;
+
+/// How long navigation may take before the tool reports what it has.
+const LOAD_TIMEOUT_MS: u32 = 20_000;
+
+fn ok(content: String, details: Value) -> Result<ToolOutcome, String> {
+    Ok(ToolOutcome {
+        ok: true,
+        content,
+        details: Some(details),
+    })
+}
+
+/// Wait until the tab finished loading (or the timeout passed).
+async fn wait_loaded(tab_id: i32) -> Result<(TabInfo, bool), String> {
+    // Give the navigation a moment to start before polling for completion.
+    TimeoutFuture::new(100).await;
+    let mut waited = 100;
+    loop {
+        let tab = chrome::get_tab(tab_id)
+            .await
+            .map_err(|e| format!("The tab was closed during navigation ({e})."))?;
+        if tab.status == "complete" || waited >= LOAD_TIMEOUT_MS {
+            return Ok((tab.clone(), tab.status == "complete"));
+        }
+        TimeoutFuture::new(200).await;
+        waited += 200;
+    }
+}
+
+fn loaded(tab: TabInfo, complete: bool, what: &str) -> Result<ToolOutcome, String> {
+    let note = if complete {
+        ""
+    } else {
+        " (still loading after 20 s)"
+    };
+    ok(
+        format!(
+            "{what}: \"{}\" {}{note}. Call page_snapshot to see it.",
+            tab.title, tab.url
+        ),
+        json!({ "url": tab.url, "title": tab.title }),
+    )
+}
+
+/// `navigate` and `go_back` on the approved tab.
+pub async fn tab_tool(
+    name: &str,
+    params: &Value,
+    target: &TargetInfo,
+) -> Result<ToolOutcome, String> {
+    let tab_id = target.tab_id as i32;
+    match name {
+        "navigate" => {
+            let url = params
+                .get("url")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "navigate needs an absolute http(s) URL; got {url:?}."
+                ));
+            }
+            chrome::navigate_tab(tab_id, url)
+                .await
+                .map_err(|e| format!("Could not open {url}: {e}"))?;
+            let (tab, complete) = wait_loaded(tab_id).await?;
+            loaded(tab, complete, "Loaded")
+        }
+        "go_back" => {
+            chrome::go_back(tab_id)
+                .await
+                .map_err(|e| format!("Could not go back: {e} (maybe there is no earlier page)."))?;
+            let (tab, complete) = wait_loaded(tab_id).await?;
+            loaded(tab, complete, "Went back to")
+        }
+        other => Err(format!("Unknown tab tool {other}.")),
+    }
+}
+
+/// `list_tabs` and `switch_tab`.
+pub async fn browser_tool(name: &str, params: &Value) -> Result<ToolOutcome, String> {
+    let tabs = chrome::query_tabs(false)
+        .await
+        .map_err(|e| format!("Could not list tabs: {e}"))?;
+    let own = chrome::own_origin();
+    let visible: Vec<&TabInfo> = tabs
+        .iter()
+        .filter(|t| own.is_empty() || !t.url.starts_with(&own))
+        .collect();
+    match name {
+        "list_tabs" => {
+            let lines: Vec<String> = visible
+                .iter()
+                .map(|t| {
+                    let active = if t.active { " (active)" } else { "" };
+                    format!("[{}]{active} \"{}\" {}", t.id, t.title, t.url)
+                })
+                .collect();
+            let details: Vec<Value> = visible
+                .iter()
+                .map(|t| json!({ "id": t.id, "title": t.title, "url": t.url, "active": t.active }))
+                .collect();
+            ok(
+                format!("{} open tabs:\n{}", lines.len(), lines.join("\n")),
+                json!({ "tabs": details }),
+            )
+        }
+        "switch_tab" => {
+            let id = params.get("tab_id").and_then(Value::as_i64).unwrap_or(-1);
+            let tab = visible
+                .iter()
+                .find(|t| i64::from(t.id) == id)
+                .ok_or_else(|| {
+                    format!("There is no tab {id}; call list_tabs for the current ids.")
+                })?;
+            chrome::activate_tab(tab)
+                .await
+                .map_err(|e| format!("Could not switch to tab {id}: {e}"))?;
+            ok(
+                format!("Switched to tab {id}: \"{}\" {}.", tab.title, tab.url),
+                json!({ "id": id, "url": tab.url }),
+            )
+        }
+        other => Err(format!("Unknown browser tool {other}.")),
+    }
+}
