@@ -311,3 +311,169 @@ impl Engine {
         });
     }
 }
+
+impl Engine {
+    /// The calls from `index` on that may run together: valid, parallel-safe
+    /// reads that act on the tab, at most `parallel_reads` of them.
+    pub(super) fn parallel_batch(&self, tid: &str, index: usize) -> Vec<usize> {
+        let exec = self.threads[tid].exec.as_ref().expect("active run");
+        exec.calls
+            .iter()
+            .enumerate()
+            .skip(index)
+            .take_while(|(_, c)| {
+                !c.done
+                    && c.params.is_ok()
+                    && self
+                        .config
+                        .registry
+                        .get(&c.name)
+                        .is_some_and(|d| d.parallel_safe && d.binding.targets_tab())
+            })
+            .map(|(i, _)| i)
+            .take(self.config.parallel_reads.max(1))
+            .collect()
+    }
+
+    pub(super) fn start_batch(&mut self, tid: &str, indices: Vec<usize>) {
+        let resolve_id = self.next_handle();
+        self.set_phase(
+            tid,
+            Phase::Batch {
+                resolve_id,
+                running: Vec::new(),
+                results: Vec::new(),
+                indices,
+            },
+        );
+        self.effects.push_back(Effect::ResolveTarget {
+            resolve_id,
+            thread_id: tid.to_string(),
+        });
+    }
+
+    /// The batch's page is known: gate each read and dispatch the allowed ones together.
+    pub(super) fn batch_target_resolved(
+        &mut self,
+        now: u64,
+        resolve_id: u64,
+        target: Result<TargetInfo, String>,
+    ) {
+        let found =
+            self.threads
+                .iter()
+                .find_map(|(id, t)| match t.exec.as_ref().map(|e| &e.phase) {
+                    Some(Phase::Batch {
+                        resolve_id: r,
+                        indices,
+                        ..
+                    }) if *r == resolve_id => Some((id.clone(), indices.clone())),
+                    _ => None,
+                });
+        let Some((tid, indices)) = found else { return };
+        let mut running = Vec::new();
+        let mut results = Vec::new();
+        for index in indices.iter().copied() {
+            let exec = self.threads[&tid].exec.as_ref().expect("active run");
+            let call = exec.calls[index].clone();
+            let target = match &target {
+                Ok(t) => t.clone(),
+                Err(message) => {
+                    results.push((index, ToolStatus::Error, message.clone(), None));
+                    continue;
+                }
+            };
+            let descriptor = self.config.registry.get(&call.name).cloned();
+            let verdict = descriptor
+                .as_ref()
+                .map(|d| gatekeeper::verdict(d, Some(&target), self.site_rules.get(&target.origin)))
+                .unwrap_or(Verdict::Deny("Unknown tool.".into()));
+            let exec = self
+                .threads
+                .get_mut(&tid)
+                .and_then(|t| t.exec.as_mut())
+                .expect("active run");
+            exec.targets.insert(index, target.clone());
+            match verdict {
+                Verdict::Allow => {
+                    let dispatch_id = self.next_handle();
+                    running.push((dispatch_id, index));
+                    self.effects.push_back(Effect::DispatchTool {
+                        dispatch_id,
+                        thread_id: tid.clone(),
+                        call_id: call.call_id,
+                        name: call.name,
+                        params: call.params.unwrap_or(Value::Null),
+                        target: Some(target),
+                        binding: descriptor
+                            .map(|d| d.binding)
+                            .unwrap_or(crate::tools::Binding::Page),
+                    });
+                }
+                Verdict::Deny(reason) => results.push((index, ToolStatus::Denied, reason, None)),
+                Verdict::Ask => results.push((
+                    index,
+                    ToolStatus::Denied,
+                    "This read needs approval; it is only run on its own.".into(),
+                    None,
+                )),
+            }
+        }
+        let done = running.is_empty();
+        self.set_phase(
+            &tid,
+            Phase::Batch {
+                resolve_id,
+                running,
+                results,
+                indices,
+            },
+        );
+        if done {
+            self.persist_batch(now, &tid);
+        }
+    }
+
+    /// One read of a batch finished; when the last one has, persist them all.
+    pub(super) fn batch_result(
+        &mut self,
+        now: u64,
+        tid: &str,
+        dispatch_id: u64,
+        result: ResultParts,
+    ) {
+        let Some(Phase::Batch {
+            running, results, ..
+        }) = self
+            .threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .map(|e| &mut e.phase)
+        else {
+            return;
+        };
+        running.retain(|(d, _)| *d != dispatch_id);
+        results.push(result);
+        if running.is_empty() {
+            self.persist_batch(now, tid);
+        }
+    }
+
+    fn persist_batch(&mut self, now: u64, tid: &str) {
+        let results = match self.threads[tid].exec.as_ref().map(|e| &e.phase) {
+            Some(Phase::Batch { results, .. }) => results.clone(),
+            _ => return,
+        };
+        let unit = self.tool_results_unit(now, tid, results.clone());
+        let token = self.persist(tid, unit, Then::ToolResultPersisted);
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .expect("active run");
+        for (index, ..) in &results {
+            exec.calls[*index].done = true;
+        }
+        exec.phase = Phase::Persisting(token);
+    }
+}

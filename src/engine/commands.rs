@@ -266,6 +266,12 @@ impl Engine {
                 self.effects.push_back(Effect::AbortProvider { request_id });
                 self.finish_run(now, thread_id, finish);
             }
+            Phase::Batch { running, .. } => {
+                for (dispatch_id, _) in running {
+                    self.effects.push_back(Effect::AbortTool { dispatch_id });
+                }
+                self.finish_run(now, thread_id, finish);
+            }
             Phase::Tool { dispatch_id, .. } => {
                 self.effects.push_back(Effect::AbortTool { dispatch_id });
                 self.finish_run(now, thread_id, finish);

@@ -96,6 +96,8 @@ pub struct EngineConfig {
     pub environment_limits: EnvironmentLimits,
     /// Who answers approval requests.
     pub approver: Approver,
+    /// How many parallel-safe reads may run together.
+    pub parallel_reads: usize,
 }
 
 /// Who answers the gatekeeper's `ask`.
@@ -118,6 +120,7 @@ impl Default for EngineConfig {
             environment_limits: EnvironmentLimits::default(),
             // Fail safe: an embedder must attach an approver explicitly.
             approver: Approver::DenyAll,
+            parallel_reads: 4,
         }
     }
 }
@@ -193,6 +196,10 @@ struct PreparedCall {
     done: bool,
 }
 
+/// A tool result before it is persisted: call index, status, content for the
+/// model, details for the UI.
+type ResultParts = (usize, ToolStatus, String, Option<Value>);
+
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
     /// A run-level checkpoint is being committed.
@@ -224,6 +231,15 @@ enum Phase {
     Tool {
         dispatch_id: u64,
         index: usize,
+    },
+    /// Consecutive parallel-safe reads running together: first their page
+    /// is resolved, then all are dispatched; results are kept until the last
+    /// arrives and persisted together in model order.
+    Batch {
+        resolve_id: u64,
+        running: Vec<(u64, usize)>,
+        results: Vec<ResultParts>,
+        indices: Vec<usize>,
     },
     /// A never-retry write was in flight at a crash: the user decides.
     Uncertain {
@@ -920,7 +936,7 @@ impl Engine {
                     _ => None,
                 });
         let Some((tid, index)) = found else {
-            return;
+            return self.batch_target_resolved(now, resolve_id, target);
         };
         match target {
             Err(message) => {
@@ -969,6 +985,18 @@ impl Engine {
         } else {
             ToolStatus::Error
         };
+        let in_batch = matches!(
+            self.threads[&tid].exec.as_ref().map(|e| &e.phase),
+            Some(Phase::Batch { .. })
+        );
+        if in_batch {
+            return self.batch_result(
+                now,
+                &tid,
+                dispatch_id,
+                (index, status, outcome.content, outcome.details),
+            );
+        }
         self.persist_tool_result(now, &tid, index, status, outcome.content, outcome.details);
     }
 

@@ -480,8 +480,16 @@ pick a different element or tool, or explain the problem to the user.",
                 self.persist_tool_result(now, tid, index, ToolStatus::Error, message, None)
             }
             // Tab tools go through the gatekeeper once their page is known;
-            // browser-wide tools right away.
-            Ok(_) if targets_tab => self.resolve_target(tid, index),
+            // browser-wide tools right away. Neighbouring parallel-safe reads
+            // run together.
+            Ok(_) if targets_tab => {
+                let batch = self.parallel_batch(tid, index);
+                if batch.len() > 1 {
+                    self.start_batch(tid, batch)
+                } else {
+                    self.resolve_target(tid, index)
+                }
+            }
             Ok(_) => self.gate(now, tid, index, None),
         }
     }
@@ -584,32 +592,53 @@ pick a different element or tool, or explain the problem to the user.",
         content: String,
         details: Option<Value>,
     ) -> UnitOfWork {
+        self.tool_results_unit(now, tid, vec![(index, status, content, details)])
+    }
+
+    /// One checkpoint for several results, in model order: result nodes
+    /// (page content marked as untrusted data), the thread's new leaf, the
+    /// run's breaker count and state.
+    pub(super) fn tool_results_unit(
+        &mut self,
+        now: u64,
+        tid: &str,
+        mut results: Vec<ResultParts>,
+    ) -> UnitOfWork {
+        results.sort_by_key(|r| r.0);
         let t = &self.threads[tid];
         let exec = t.exec.as_ref().expect("active run");
-        let call = &exec.calls[index];
-        let content = match (status, exec.targets.get(&index)) {
-            (ToolStatus::Ok, Some(target)) => mark_untrusted(&content, &target.origin),
-            _ => content,
-        };
-        let node = Node {
-            id: self.ids.next_id("n"),
-            thread_id: tid.to_string(),
-            parent_id: t.leaf_id(),
-            created_at: now,
-            body: NodeBody::ToolResult {
-                call_id: call.call_id.clone(),
-                name: call.name.clone(),
-                status,
-                content,
-                details,
-            },
-        };
         let mut run = t.latest_run.clone().expect("active run");
-        match status {
-            ToolStatus::Ok => run.consecutive_failures = 0,
-            ToolStatus::Error => run.consecutive_failures += 1,
-            // Denials and aborts are not tool failures for the breaker.
-            ToolStatus::Denied | ToolStatus::Aborted | ToolStatus::Interrupted => {}
+        let mut thread = t.thread.clone();
+        let mut parent = t.leaf_id();
+        let mut unit = UnitOfWork::new();
+        let mut nodes = Vec::with_capacity(results.len());
+        for (index, status, content, details) in results.iter().cloned() {
+            let call = &exec.calls[index];
+            let content = match (status, exec.targets.get(&index)) {
+                (ToolStatus::Ok, Some(target)) => mark_untrusted(&content, &target.origin),
+                _ => content,
+            };
+            let id = self.ids.next_id("n");
+            nodes.push(Node {
+                id: id.clone(),
+                thread_id: tid.to_string(),
+                parent_id: parent.clone(),
+                created_at: now,
+                body: NodeBody::ToolResult {
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    status,
+                    content,
+                    details,
+                },
+            });
+            parent = Some(id);
+            match status {
+                ToolStatus::Ok => run.consecutive_failures = 0,
+                ToolStatus::Error => run.consecutive_failures += 1,
+                // Denials and aborts are not tool failures for the breaker.
+                ToolStatus::Denied | ToolStatus::Aborted | ToolStatus::Interrupted => {}
+            }
         }
         if run.consecutive_failures >= BREAKER_DISABLE_AFTER {
             run.tools_disabled = true;
@@ -620,7 +649,7 @@ pick a different element or tool, or explain the problem to the user.",
             .calls
             .iter()
             .enumerate()
-            .all(|(i, c)| c.done || i == index);
+            .all(|(i, c)| c.done || results.iter().any(|r| r.0 == i));
         run.state = if last_result {
             RunState::StreamingModel
         } else {
@@ -628,14 +657,13 @@ pick a different element or tool, or explain the problem to the user.",
         };
         run.revision += 1;
         run.updated_at = now;
-        let mut thread = t.thread.clone();
-        thread.leaf_id = Some(node.id.clone());
+        thread.leaf_id = parent;
         thread.updated_at = now;
         thread.revision += 1;
-        let mut unit = UnitOfWork::new();
-        unit.put(Record::Node(node))
-            .put(Record::Thread(thread))
-            .put(Record::Run(run));
+        for node in nodes {
+            unit.put(Record::Node(node));
+        }
+        unit.put(Record::Thread(thread)).put(Record::Run(run));
         unit
     }
 
@@ -695,20 +723,31 @@ pick a different element or tool, or explain the problem to the user.",
             parent = Some(node.id.clone());
             unit.put(Record::Node(node));
         }
-        let running_index = match phase {
-            Phase::Tool { index, .. } | Phase::Uncertain { index } => Some(index),
-            _ => None,
+        let (running, finished): (Vec<usize>, Vec<ResultParts>) = match &phase {
+            Phase::Tool { index, .. } | Phase::Uncertain { index } => (vec![*index], Vec::new()),
+            Phase::Batch {
+                running, results, ..
+            } => (running.iter().map(|(_, i)| *i).collect(), results.clone()),
+            _ => (Vec::new(), Vec::new()),
         };
         for (index, call) in open_calls {
-            let (status, content) = if Some(index) == running_index {
+            // A read of a batch that already finished keeps its real result.
+            let (status, content, details) = if let Some((_, status, content, details)) =
+                finished.iter().find(|r| r.0 == index).cloned()
+            {
+                (status, content, details)
+            } else if running.contains(&index) {
                 (
                     ToolStatus::Interrupted,
-                    "Interrupted by the user while running; it may or may not have taken effect.",
+                    "Interrupted by the user while running; it may or may not have taken effect."
+                        .to_string(),
+                    None,
                 )
             } else {
                 (
                     ToolStatus::Aborted,
-                    "Not run: the turn ended before this call was dispatched.",
+                    "Not run: the turn ended before this call was dispatched.".to_string(),
+                    None,
                 )
             };
             let node = Node {
@@ -720,8 +759,8 @@ pick a different element or tool, or explain the problem to the user.",
                     call_id: call.call_id,
                     name: call.name,
                     status,
-                    content: content.to_string(),
-                    details: None,
+                    content,
+                    details,
                 },
             };
             parent = Some(node.id.clone());

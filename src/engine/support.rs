@@ -361,6 +361,10 @@ impl Engine {
                     dispatch_id: d,
                     index,
                 }) if *d == dispatch_id => Some((id.clone(), *index)),
+                Some(Phase::Batch { running, .. }) => running
+                    .iter()
+                    .find(|(d, _)| *d == dispatch_id)
+                    .map(|(_, index)| (id.clone(), *index)),
                 _ => None,
             })
     }

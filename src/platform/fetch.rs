@@ -80,15 +80,20 @@ pub async fn post_json(
         .map_err(js_to_error)?
         .dyn_into()
         .map_err(js_to_error)?;
-    let reader = response.body().map(|b| {
-        b.get_reader()
-            .unchecked_into::<ReadableStreamDefaultReader>()
-    });
-    let response_reader = if response.ok() { reader } else { None };
+    // Only a successful body is read incrementally. Getting a reader locks
+    // the body, so an error response must not get one: `text()` reads it.
+    let reader = if response.ok() {
+        response.body().map(|b| {
+            b.get_reader()
+                .unchecked_into::<ReadableStreamDefaultReader>()
+        })
+    } else {
+        None
+    };
     Ok(Streaming {
         status: response.status(),
         headers: response.headers(),
-        reader: response_reader,
+        reader,
         response,
     })
 }

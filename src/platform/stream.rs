@@ -15,8 +15,10 @@ use crate::provider::{
 
 /// Send `http`, feed every delta to `on_delta`, and return the assembled
 /// response or a typed error. A response that sends nothing for
-/// `idle_timeout_ms` (headers included) is aborted as a retryable error;
-/// aborting `controller` ends the request at any point.
+/// `idle_timeout_ms` (headers, stream body or error body) is aborted as a
+/// retryable error; aborting `controller` ends the request at any point. When
+/// the call returns early with an error (a mid-stream error event, a
+/// malformed chunk), `controller` is aborted so the connection is released.
 pub async fn stream_response(
     http: &HttpRequest,
     transport: Transport,
@@ -25,14 +27,29 @@ pub async fn stream_response(
     mut on_delta: impl FnMut(StreamEvent),
 ) -> Result<ProviderResponse, ProviderError> {
     let url = http.url.clone();
-    let network = |e: JsError| {
+    let aborted = || ProviderError::new(ErrorKind::Network, "The request was aborted.", false);
+    let unreachable = |e: JsError| {
         if e.is_abort() {
-            return ProviderError::new(ErrorKind::Network, "The request was aborted.", false);
+            return aborted();
         }
         ProviderError::new(
             ErrorKind::Network,
             format!(
                 "Could not reach the provider at {url} ({}). Check the base URL in Settings and that the server is running.",
+                e.message
+            ),
+            true,
+        )
+    };
+    // The provider answered, then the body failed: not a configuration problem.
+    let lost = |e: JsError| {
+        if e.is_abort() {
+            return aborted();
+        }
+        ProviderError::new(
+            ErrorKind::Network,
+            format!(
+                "The connection to the provider was lost while the answer was streaming ({}).",
                 e.message
             ),
             true,
@@ -58,7 +75,7 @@ pub async fn stream_response(
     let response = fetch::post_json(&http.url, &headers, &http.body, controller).fuse();
     futures::pin_mut!(response);
     let mut response = futures::select! {
-        r = response => r.map_err(network)?,
+        r = response => r.map_err(unreachable)?,
         _ = idle() => return Err(stalled()),
     };
     if !(200..300).contains(&response.status) {
@@ -67,7 +84,19 @@ pub async fn stream_response(
             response.header("retry-after").as_deref(),
             response.header("retry-after-ms").as_deref(),
         );
-        let text = response.text().await.unwrap_or_default();
+        // The status alone is enough to type the error; a body that does not
+        // arrive in time is given up on (the connection is aborted).
+        let text = {
+            let body = response.text().fuse();
+            futures::pin_mut!(body);
+            futures::select! {
+                t = body => t.unwrap_or_default(),
+                _ = idle() => {
+                    controller.abort();
+                    String::new()
+                }
+            }
+        };
         return Err(error_from_http(transport, status, &text, retry_after));
     }
     let mut decoder = Decoder::new(transport);
@@ -76,13 +105,14 @@ pub async fn stream_response(
             let next = response.next_chunk().fuse();
             futures::pin_mut!(next);
             futures::select! {
-                c = next => c.map_err(network)?,
+                c = next => c.map_err(lost)?,
                 _ = idle() => return Err(stalled()),
             }
         };
         let Some(chunk) = chunk else { break };
-        for delta in decoder.push(&chunk)? {
-            on_delta(delta);
+        if let Err(e) = decoder.push_with(&chunk, &mut on_delta) {
+            controller.abort();
+            return Err(e);
         }
     }
     decoder.finish()

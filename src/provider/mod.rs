@@ -282,10 +282,26 @@ impl Decoder {
         }
     }
 
+    /// Feed response bytes; returns deltas to show (dropped on an error, see
+    /// [`Self::push_with`]).
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
         match self {
             Decoder::OpenAi(d) => d.push(bytes),
             Decoder::Anthropic(d) => d.push(bytes),
+        }
+    }
+
+    /// Feed response bytes, handing each delta to `on_delta` as it is decoded:
+    /// when the bytes end in an error (a mid-stream error event), the deltas
+    /// before it were still delivered.
+    pub fn push_with(
+        &mut self,
+        bytes: &[u8],
+        on_delta: &mut dyn FnMut(StreamEvent),
+    ) -> Result<(), ProviderError> {
+        match self {
+            Decoder::OpenAi(d) => d.push_with(bytes, on_delta),
+            Decoder::Anthropic(d) => d.push_with(bytes, on_delta),
         }
     }
 
@@ -345,6 +361,37 @@ pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicConte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deltas_before_an_error_in_the_same_bytes_are_delivered() {
+        let openai = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Partial\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
+        );
+        let anthropic = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Partial\"}}\n\n",
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        );
+        for (transport, bytes) in [
+            (Transport::OpenAi, openai),
+            (Transport::Anthropic, anthropic),
+        ] {
+            let mut decoder = Decoder::new(transport);
+            let mut deltas = Vec::new();
+            let err = decoder
+                .push_with(bytes.as_bytes(), &mut |d| deltas.push(d))
+                .unwrap_err();
+            assert_eq!(
+                deltas,
+                vec![StreamEvent::TextDelta("Partial".into())],
+                "{transport:?}"
+            );
+            assert_eq!(err.kind, ErrorKind::ProviderUnavailable, "{transport:?}");
+            assert!(err.retryable);
+        }
+    }
 
     #[test]
     fn utc_formatting_matches_known_dates() {

@@ -295,13 +295,29 @@ impl OpenAiDecoder {
         Self::default()
     }
 
-    /// Feed response bytes; returns deltas to show.
+    /// Feed response bytes; returns deltas to show. On an error, deltas
+    /// decoded from the same bytes before it are dropped: drivers use
+    /// [`Self::push_with`].
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
         let mut out = Vec::new();
-        for event in self.parser.push(bytes) {
-            out.extend(self.stream.on_event(&event)?);
-        }
+        self.push_with(bytes, &mut |d| out.push(d))?;
         Ok(out)
+    }
+
+    /// Feed response bytes, handing each delta to `on_delta` as soon as it is
+    /// decoded, so the deltas before an error (even one in the same bytes)
+    /// are delivered.
+    pub fn push_with(
+        &mut self,
+        bytes: &[u8],
+        on_delta: &mut dyn FnMut(StreamEvent),
+    ) -> Result<(), ProviderError> {
+        for event in self.parser.push(bytes) {
+            for delta in self.stream.on_event(&event)? {
+                on_delta(delta);
+            }
+        }
+        Ok(())
     }
 
     /// The body ended. An unterminated last event that does not parse means

@@ -1,5 +1,6 @@
 mod approvals;
 mod environment;
+mod parallel;
 mod protocol;
 mod recovery;
 mod retry;

@@ -80,13 +80,34 @@ pub fn agent_policy() -> Policy {
         }
         Some(ChatMessage::ToolResult { .. }) => Reply::text("Done: clicked Subscribe."),
         _ if request.tools.is_empty() => Reply::text("Tools are disabled; stopping."),
-        _ => Reply::call("call_read", "read_page", "{}"),
+        // Two reads at once: the simulation also covers parallel batches.
+        _ => Reply::ToolCalls {
+            text: String::new(),
+            calls: vec![
+                sw_agent::provider::RawToolCall {
+                    id: "call_outline".into(),
+                    name: "page_snapshot".into(),
+                    arguments: "{}".into(),
+                },
+                sw_agent::provider::RawToolCall {
+                    id: "call_read".into(),
+                    name: "read_page".into(),
+                    arguments: "{}".into(),
+                },
+            ],
+            stop: StopReason::ToolUse,
+        },
     })
 }
 
 /// Page tools that always work; the page counts clicks.
 pub fn page_tools() -> ToolFn {
     Box::new(|name: &str, _params: &Value| match name {
+        "page_snapshot" => ToolOutcome {
+            ok: true,
+            content: "Outline: [e1] button \"Subscribe\"".into(),
+            details: None,
+        },
         "read_page" => ToolOutcome {
             ok: true,
             content: "PAGE Acme\n[e1] button \"Subscribe\"".into(),

@@ -1,0 +1,148 @@
+//! Parallel reads: consecutive parallel-safe reads run together (bounded),
+//! writes are barriers, results persist and reach the model in model order.
+
+use sw_agent::model::{NodeBody, StopReason, ToolStatus};
+use sw_agent::provider::{ChatMessage, ProviderRequest, RawToolCall};
+use sw_agent::sim::{Reply, Sim};
+
+use super::support::*;
+
+fn call(id: &str, name: &str, args: &str) -> RawToolCall {
+    RawToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args.into(),
+    }
+}
+
+fn once(calls: Vec<RawToolCall>) -> sw_agent::sim::Policy {
+    let mut sent = false;
+    Box::new(move |_: &ProviderRequest| {
+        if sent {
+            Reply::text("done")
+        } else {
+            sent = true;
+            Reply::ToolCalls {
+                text: String::new(),
+                calls: calls.clone(),
+                stop: StopReason::ToolUse,
+            }
+        }
+    })
+}
+
+/// Results persisted so far, in path order.
+fn result_ids(sim: &Sim) -> Vec<String> {
+    paths(sim)
+        .first()
+        .map(|p| {
+            p.iter()
+                .filter_map(|n| match &n.body {
+                    NodeBody::ToolResult { call_id, .. } => Some(call_id.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn consecutive_reads_are_dispatched_together_and_persisted_in_model_order() {
+    let calls = vec![
+        call("a", "page_snapshot", "{}"),
+        call("b", "read_page", "{}"),
+        call("c", "page_snapshot", "{}"),
+        call("d", "click", r#"{"ref":"e1"}"#),
+        call("e", "read_page", "{}"),
+    ];
+    let mut sim = Sim::new(90, once(calls), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    // Step until the first result is durable; by then all three reads were out.
+    while result_ids(&sim).is_empty() {
+        assert!(sim.step());
+    }
+    let dispatched: Vec<&str> = sim.dispatches.iter().map(|d| d.call_id.as_str()).collect();
+    assert_eq!(
+        dispatched,
+        vec!["a", "b", "c"],
+        "the reads ran together, the click did not"
+    );
+    assert_eq!(
+        result_ids(&sim),
+        vec!["a", "b", "c"],
+        "one checkpoint, model order"
+    );
+    sim.run(10_000);
+    let dispatched: Vec<&str> = sim.dispatches.iter().map(|d| d.call_id.as_str()).collect();
+    assert_eq!(
+        dispatched,
+        vec!["a", "b", "c", "d", "e"],
+        "the write is a barrier"
+    );
+    assert_eq!(result_ids(&sim), vec!["a", "b", "c", "d", "e"]);
+    // The model sees the results in its own order.
+    let last = sim.requests.last().unwrap();
+    let order: Vec<&str> = last
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, vec!["a", "b", "c", "d", "e"]);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn the_pool_is_bounded() {
+    let calls: Vec<RawToolCall> = (0..6)
+        .map(|i| call(&format!("r{i}"), "read_page", "{}"))
+        .collect();
+    let mut sim = Sim::new(91, once(calls), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    while result_ids(&sim).is_empty() {
+        assert!(sim.step());
+    }
+    assert_eq!(sim.dispatches.len(), 4, "at most parallel_reads at once");
+    sim.run(10_000);
+    assert_eq!(result_ids(&sim).len(), 6);
+}
+
+#[test]
+fn no_orphan_tool_calls_interrupt_during_a_batch() {
+    let calls = vec![
+        call("a", "read_page", "{}"),
+        call("b", "read_page", "{}"),
+        call("c", "click", r#"{"ref":"e1"}"#),
+    ];
+    let mut sim = Sim::new(92, once(calls), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    while sim.dispatches.len() < 2 {
+        assert!(sim.step());
+    }
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, interrupt("i1", &thread));
+    sim.run(10_000);
+    let statuses: Vec<(String, ToolStatus)> = paths(&sim)[0]
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::ToolResult {
+                call_id, status, ..
+            } => Some((call_id.clone(), *status)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            ("a".to_string(), ToolStatus::Interrupted),
+            ("b".to_string(), ToolStatus::Interrupted),
+            ("c".to_string(), ToolStatus::Aborted)
+        ]
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
