@@ -184,6 +184,10 @@ pub enum NodeBody {
         /// UI-only details (highlight box, thumbnail); never sent to the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<serde_json::Value>,
+        /// Images for the model (a screenshot); replaced by a placeholder
+        /// for models without vision.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageData>,
     },
     Notice {
         level: NoticeLevel,
@@ -243,6 +247,16 @@ pub struct ProviderProfile {
     /// Temperature ×100, kept integral so the profile stays `Eq` and digestible.
     #[serde(default)]
     pub temperature_centi: Option<u32>,
+    /// The model accepts images (screenshots are offered and sent).
+    #[serde(default)]
+    pub vision: bool,
+    /// The model can call tools; without it no tool schema is sent.
+    #[serde(default = "yes")]
+    pub tool_use: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ProviderProfile {
@@ -428,4 +442,49 @@ pub struct SiteRule {
     /// Increases with every change of the rule.
     pub version: u64,
     pub created_at: u64,
+}
+
+/// An image as the model receives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageData {
+    /// `image/png` or `image/jpeg`.
+    pub media_type: String,
+    /// Base64 without the `data:` prefix.
+    pub data: String,
+}
+
+impl ImageData {
+    /// Parse a `data:<type>;base64,<data>` URL.
+    pub fn from_data_url(url: &str) -> Option<ImageData> {
+        let rest = url.strip_prefix("data:")?;
+        let (meta, data) = rest.split_once(',')?;
+        let media_type = meta.strip_suffix(";base64")?;
+        if !media_type.starts_with("image/") || data.is_empty() {
+            return None;
+        }
+        Some(ImageData {
+            media_type: media_type.to_string(),
+            data: data.to_string(),
+        })
+    }
+
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.media_type, self.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_urls_parse_and_round_trip() {
+        let image = ImageData::from_data_url("data:image/png;base64,iVBORw0K").unwrap();
+        assert_eq!(image.media_type, "image/png");
+        assert_eq!(image.data_url(), "data:image/png;base64,iVBORw0K");
+        assert!(ImageData::from_data_url("data:text/html;base64,PHA+").is_none());
+        assert!(ImageData::from_data_url("data:image/png,raw").is_none());
+        assert!(ImageData::from_data_url("https://x/y.png").is_none());
+    }
 }

@@ -155,6 +155,8 @@ impl Sim {
             model: "sim-model".into(),
             max_output_tokens: None,
             temperature_centi: None,
+            vision: false,
+            tool_use: true,
         };
         let store = MemoryStore::new();
         let engine = Engine::new(config.clone(), profile.clone(), seed, store.image(), 0);

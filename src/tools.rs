@@ -80,6 +80,9 @@ pub struct ToolDescriptor {
     /// May run together with neighbouring parallel-safe reads.
     #[serde(default)]
     pub parallel_safe: bool,
+    /// Only offered to models with vision (it returns images).
+    #[serde(default)]
+    pub requires_vision: bool,
 }
 
 impl ToolDescriptor {
@@ -106,12 +109,19 @@ impl ToolDescriptor {
             },
             binding,
             parallel_safe: false,
+            requires_vision: false,
         }
     }
 
     /// Override the recovery default.
     pub fn recovery(mut self, recovery: Recovery) -> Self {
         self.recovery = recovery;
+        self
+    }
+
+    /// Offer the tool only to models with vision.
+    pub fn requires_vision(mut self) -> Self {
+        self.requires_vision = true;
         self
     }
 
@@ -140,6 +150,7 @@ impl ToolDescriptor {
             "recovery": self.recovery,
             "binding": self.binding,
             "parallelSafe": self.parallel_safe,
+            "requiresVision": self.requires_vision,
         });
         hex(&Sha256::digest(canonical.to_string().as_bytes()))
     }
@@ -302,6 +313,16 @@ impl ToolRegistry {
             )
             .recovery(Recovery::InspectFirst),
             ToolDescriptor::new(
+                "screenshot",
+                "Screenshot",
+                "Capture what is visible in the current tab as an image. Use it when the layout or visual state matters; page_snapshot is cheaper for text and elements.",
+                object(json!({}), &[]),
+                Level::L0,
+                Effects::Read,
+                Binding::Tab,
+            )
+            .requires_vision(),
+            ToolDescriptor::new(
                 "list_tabs",
                 "List tabs",
                 "List the open tabs (id, title, URL, which one is active).",
@@ -381,6 +402,18 @@ impl ToolRegistry {
     /// Provider-facing schemas, in registration order.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.iter().map(ToolDescriptor::spec).collect()
+    }
+
+    /// The tools a model with these capabilities is offered: none without
+    /// tool use, no image tools without vision.
+    pub fn for_model(&self, tool_use: bool, vision: bool) -> Vec<&ToolDescriptor> {
+        if !tool_use {
+            return Vec::new();
+        }
+        self.tools
+            .iter()
+            .filter(|t| vision || !t.requires_vision)
+            .collect()
     }
 
     /// Parse and validate raw model arguments for a tool.
@@ -479,7 +512,7 @@ mod tests {
     fn page_tools_register_and_have_stable_digests() {
         let a = ToolRegistry::page_tools();
         let b = ToolRegistry::page_tools();
-        assert_eq!(a.descriptors().len(), 11);
+        assert_eq!(a.descriptors().len(), 12);
         for (x, y) in a.descriptors().iter().zip(b.descriptors()) {
             assert_eq!(x.digest(), y.digest());
             assert_eq!(x.digest().len(), 64);

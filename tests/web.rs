@@ -43,6 +43,7 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
         consecutive_failures: 0,
         tools_disabled: false,
         in_flight_tool: None,
+        pending_approval: None,
         stop_reason: None,
         error: None,
         usage: Usage::default(),
@@ -132,15 +133,9 @@ async fn drive(
                 );
                 engine.handle_provider_done(now, request_id, Ok(response));
             }
-            Effect::DispatchTool { dispatch_id, .. } => engine.handle_tool_result(
-                now,
-                dispatch_id,
-                ToolOutcome {
-                    ok: true,
-                    content: "PAGE".into(),
-                    details: None,
-                },
-            ),
+            Effect::DispatchTool { dispatch_id, .. } => {
+                engine.handle_tool_result(now, dispatch_id, ToolOutcome::text(true, "PAGE"))
+            }
             Effect::LoadThread { thread_id } => {
                 let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
                 engine.handle_thread_loaded(now, &thread_id, nodes);
@@ -162,6 +157,8 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
         model: "m".into(),
         max_output_tokens: None,
         temperature_centi: None,
+        vision: false,
+        tool_use: true,
     };
     let (image, _) = store.load_image().await.unwrap();
     let mut engine = Engine::new(EngineConfig::default(), profile.clone(), 1, image, 100);

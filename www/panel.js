@@ -42,6 +42,24 @@ const dom = {
   enqueue: $("enqueue-button"),
   stop: $("stop-button"),
   continue: $("continue-button"),
+  retryLine: $("retry-line"),
+  approvalCard: $("approval-card"),
+  approvalHeadingAction: $("approval-heading-action"),
+  approvalHeadingSite: $("approval-heading-site"),
+  approvalLabel: $("approval-tool-label"),
+  approvalName: $("approval-tool-name"),
+  approvalOrigin: $("approval-origin"),
+  approvalUrl: $("approval-url"),
+  approvalElementTerm: $("approval-element-term"),
+  approvalElement: $("approval-element"),
+  approvalParams: $("approval-params"),
+  approvalHintSite: $("approval-hint-site"),
+  approvalStatus: $("approval-status"),
+  approvalButtons: {
+    acceptOnce: $("approval-accept-once"),
+    acceptForSite: $("approval-accept-site"),
+    decline: $("approval-decline"),
+  },
   uncertainCard: $("uncertain-card"),
   uncertainLabel: $("uncertain-tool-label"),
   uncertainName: $("uncertain-tool-name"),
@@ -97,7 +115,22 @@ const OP_VERBS = {
   "turn.interrupt": "stop the turn",
   "run.resume": "continue the run",
   "run.resolveUncertain": "record your answer about the interrupted action",
+  "approval.response": "record your answer to the approval request",
 };
+const APPROVAL_DECISION_TEXT = {
+  acceptOnce: "Allowing once…",
+  acceptForSite: "Allowing on this site…",
+  decline: "Declining…",
+};
+const APPROVAL_STATUS_TEXT = {
+  accepted_once: "allowed once",
+  accepted_for_site: "allowed on this site",
+  declined: "declined",
+  cancelled: "cancelled",
+};
+/** Start of a page tool's result: page text the model must treat as data (docs/protocol.md). */
+const UNTRUSTED_OPEN = "<untrusted_page_content";
+const UNTRUSTED_CLOSE = "</untrusted_page_content>";
 const UNCERTAIN_CHOICE_TEXT = {
   retry: "Retrying the action…",
   mark_done: "Marking the action as done…",
@@ -130,6 +163,13 @@ const state = {
   inFlightTool: null,
   /** submissionId of a sent, not yet answered run.resolveUncertain. */
   resolveSubmission: null,
+  /** The pending ApprovalRecord of this thread's run (from approval.request or the snapshot). */
+  approval: null,
+  /** { submissionId, approvalId, decision } of a sent approval.response, until the question closes (or it is rejected). */
+  approvalAnswer: null,
+  /** The last run.retry of the current turn, until the retried request shows progress. */
+  retry: null,
+  retryTimer: null,
   /** submissionId → { message, text? }: ops not yet acked, re-sent after a reconnect. */
   pendingOps: new Map(),
 };
@@ -259,7 +299,11 @@ function handleEvent(event) {
     case "run.status":
       if (event.turnId) state.turnId = event.turnId;
       if (typeof event.state === "string") state.runState = event.state;
+      if (state.runState !== "streaming_model") clearRetry();
       return renderRunState();
+    case "run.retry": return onRunRetry(event);
+    case "approval.request": return onApprovalRequest(event);
+    case "approval.resolved": return onApprovalResolved(event);
     case "turn.complete": return onTurnComplete(event);
     default: return undefined;
   }
@@ -297,6 +341,18 @@ function applySnapshot(snapshot) {
     : null;
   state.queue = thread && Array.isArray(thread.queue) ? thread.queue : [];
   state.pendingSteers = thread && Array.isArray(thread.pendingSteers) ? thread.pendingSteers.slice() : [];
+  // The snapshot is the truth about the question: shown again after a restart, gone once answered.
+  const pendingApproval = thread && isPendingApproval(thread.pendingApproval) ? thread.pendingApproval : null;
+  const answer = state.approvalAnswer;
+  // Only an answer still on its way (re-sent after a reconnect) keeps the buttons disabled.
+  const answerInFlight = answer !== null && pendingApproval !== null
+    && answer.approvalId === pendingApproval.id && state.pendingOps.has(answer.submissionId);
+  if (!answerInFlight) {
+    state.approvalAnswer = null;
+    dom.approvalStatus.textContent = "";
+  }
+  state.approval = pendingApproval;
+  clearRetry();
 
   hideError();
   if (run && run.error && (run.state === "failed" || run.state === "paused_uncertain")) {
@@ -337,6 +393,12 @@ function onAck(event) {
         renderRunState();
       }
       break;
+    case "approval.response":
+      if (state.approvalAnswer && state.approvalAnswer.submissionId === event.submissionId) {
+        // Durable now; the card goes away with approval.resolved (or the next snapshot).
+        dom.approvalStatus.textContent = "Answer recorded. Waiting for the agent…";
+      }
+      break;
     case "run.resolveUncertain":
       if (state.resolveSubmission === event.submissionId) {
         state.resolveSubmission = null;
@@ -361,12 +423,21 @@ function onReject(event) {
     dom.uncertainStatus.textContent = "";
     renderUncertain();
   }
+  if (state.approvalAnswer && state.approvalAnswer.submissionId === event.submissionId) {
+    // Not recorded: the question is still open, so the buttons work again.
+    state.approvalAnswer = null;
+    dom.approvalStatus.textContent = "";
+    renderApproval();
+  }
   // Give the user their words back so nothing typed is lost.
   if (pending && pending.text && dom.input.value.trim() === "") dom.input.value = pending.text;
 }
 
 function onTurnStart(event) {
-  if (event.turnId && event.turnId !== state.turnId) state.inFlightTool = null;
+  if (event.turnId && event.turnId !== state.turnId) {
+    state.inFlightTool = null;
+    clearRetry();
+  }
   state.turnId = event.turnId || state.turnId;
   state.lastStopReason = null;
   if (!RUNNING_STATES.has(state.runState)) state.runState = "queued";
@@ -377,6 +448,13 @@ function onTurnStart(event) {
 function onTurnComplete(event) {
   if (event.turnId) state.turnId = event.turnId;
   state.lastStopReason = event.stopReason || null;
+  clearRetry();
+  // A question the run no longer waits for (interrupted, failed) is withdrawn with it.
+  if (state.approval && (!event.turnId || state.approval.runId === event.turnId)) {
+    markApprovalOnCard(state.approval.callId, "cancelled");
+    state.approval = null;
+    state.approvalAnswer = null;
+  }
   if (RUNNING_STATES.has(state.runState) || state.runState === "idle") {
     state.runState = STATE_FOR_STOP_REASON[event.stopReason] || "completed";
   }
@@ -400,6 +478,7 @@ function onTurnComplete(event) {
 // --------------------------------------------------------------- streaming ---
 
 function onItemStart(event) {
+  clearRetry();
   const itemId = event.itemId;
   if (typeof itemId !== "string" || view.streaming.has(itemId) || view.elementsById.has(itemId)) return;
   removeEmptyHint();
@@ -433,6 +512,7 @@ function startAssistantStream(itemId) {
 function onItemDelta(event) {
   const delta = event.delta;
   if (!delta || typeof delta.text !== "string" || typeof event.itemId !== "string") return;
+  if (delta.kind !== "toolProgress") clearRetry();
   const itemId = event.itemId;
   if (delta.kind === "toolProgress") {
     const card = (view.streaming.get(itemId) || {}).element
@@ -495,6 +575,7 @@ function placeNode(node) {
     view.cardsByCallId.set(node.callId, element);
     const result = view.resultsByCallId.get(node.callId);
     if (result) setCardResult(element, result);
+    else if (state.approval && state.approval.callId === node.callId) renderApproval();
   }
   if (node.kind === "user_message" && node.steered) dropPendingSteer(node.text);
 }
@@ -704,14 +785,42 @@ function buildResultSection(node, asChild) {
     details.dataset.status = node.status || "ok";
   }
   const summary = document.createElement("summary");
-  const content = typeof node.content === "string" ? node.content : prettyJson(node.content);
-  const firstLine = content.split("\n", 1)[0];
-  summary.textContent = `Result (${node.status || "ok"})${firstLine ? `: ${firstLine.slice(0, 100)}` : ""}`;
+  const raw = typeof node.content === "string" ? node.content : prettyJson(node.content);
+  const page = untrustedPageContent(raw);
+  const content = page ? page.text : raw;
+  const firstLine = content.split("\n").find((line) => line.trim() !== "") || "";
+  if (page) {
+    // Text the page wrote: shown as inert text (textContent), never followed or rendered as HTML.
+    details.dataset.untrusted = "true";
+    if (page.origin) details.dataset.origin = page.origin;
+    const label = document.createElement("span");
+    label.className = "badge badge-page-content";
+    label.textContent = "page content";
+    label.title = `Text from ${page.origin || "the web page"}. The agent is told to treat it as data, not as instructions.`;
+    summary.append(document.createTextNode(`Result (${node.status || "ok"}) `), label, document.createTextNode(firstLine.slice(0, 100)));
+  } else {
+    summary.textContent = `Result (${node.status || "ok"})${firstLine ? `: ${firstLine.slice(0, 100)}` : ""}`;
+  }
   const body = document.createElement("pre");
   body.className = "tool-result-text";
   body.textContent = content;
   details.append(summary, body);
   return details;
+}
+
+/**
+ * Splits a page tool's result `<untrusted_page_content origin="…">\n…\n</untrusted_page_content>\n<warning>`
+ * into { origin, text }; null for any other content.
+ */
+function untrustedPageContent(content) {
+  if (!content.startsWith(UNTRUSTED_OPEN)) return null;
+  const openEnd = content.indexOf(">");
+  if (openEnd === -1) return null;
+  const origin = /\sorigin="([^"]*)"/.exec(content.slice(0, openEnd));
+  const close = content.lastIndexOf(UNTRUSTED_CLOSE);
+  if (close === -1 || close < openEnd) return null;
+  const text = content.slice(openEnd + 1, close).replace(/^\n/, "").replace(/\n$/, "");
+  return { origin: origin ? origin[1] : "", text };
 }
 
 // -------------------------------------------------------------- markdown ---
@@ -917,7 +1026,225 @@ function renderRunState() {
   const canContinue = !running && state.threadId !== null
     && (state.runState === "interrupted" || state.runState === "failed" || state.lastStopReason === "interrupted");
   dom.continue.hidden = !canContinue;
+  renderApproval();
   renderUncertain();
+}
+
+// -------------------------------------------------------------- approval ---
+// A write (a click) on a site without a rule waits (`waiting_approval`) until
+// the user allows it once, allows it on the site, or declines it.
+
+function isPendingApproval(value) {
+  return value !== null && typeof value === "object" && typeof value.id === "string"
+    && (value.status === undefined || value.status === "pending");
+}
+
+function onApprovalRequest(event) {
+  const approval = event.approval;
+  if (!isPendingApproval(approval)) return;
+  if (state.approval && state.approval.id === approval.id) return; // already shown
+  state.approval = approval;
+  state.approvalAnswer = null;
+  dom.approvalStatus.textContent = "";
+  if (event.turnId) state.turnId = event.turnId;
+  renderApproval();
+}
+
+function onApprovalResolved(event) {
+  const status = typeof event.status === "string" ? event.status : "";
+  const shown = state.approval && state.approval.id === event.approvalId ? state.approval : null;
+  if (shown) markApprovalOnCard(shown.callId, status);
+  if (!shown) return;
+  state.approval = null;
+  state.approvalAnswer = null;
+  dom.approvalStatus.textContent = "";
+  renderApproval();
+}
+
+/** Show the decision on the tool card of the call (until the next snapshot redraws it). */
+function markApprovalOnCard(callId, status) {
+  const card = view.cardsByCallId.get(callId);
+  if (!card || !APPROVAL_STATUS_TEXT[status]) return;
+  const header = card.querySelector(":scope > .tool-header");
+  if (!header) return;
+  let mark = header.querySelector(":scope > .badge-approval");
+  if (!mark) {
+    mark = document.createElement("span");
+    mark.className = "badge badge-approval";
+    const statusElement = header.querySelector(":scope > .tool-status");
+    header.insertBefore(mark, statusElement);
+  }
+  mark.dataset.status = status;
+  mark.textContent = APPROVAL_STATUS_TEXT[status];
+  mark.title = `Your answer to the approval request: ${APPROVAL_STATUS_TEXT[status]}`;
+  card.dataset.approval = status;
+}
+
+function hostOf(origin) {
+  try {
+    return new URL(origin).host || origin;
+  } catch {
+    return origin;
+  }
+}
+
+function renderApproval() {
+  const card = dom.approvalCard;
+  const approval = state.approval;
+  const show = approval !== null && state.threadId !== null
+    && (typeof approval.threadId !== "string" || approval.threadId === state.threadId);
+  for (const marked of dom.messages.querySelectorAll(".node.tool-call[data-awaiting-approval]")) {
+    if (show && marked.dataset.callId === approval.callId) continue;
+    delete marked.dataset.awaitingApproval;
+    const statusElement = marked.querySelector(":scope > .tool-header > .tool-status");
+    if (statusElement) statusElement.textContent = marked.dataset.status || "";
+  }
+  if (!show) {
+    if (!card.hidden && card.contains(document.activeElement)) dom.input.focus();
+    card.hidden = true;
+    delete card.dataset.approvalId;
+    delete card.dataset.callId;
+    card.removeAttribute("aria-busy");
+    return;
+  }
+  const origin = typeof approval.origin === "string" ? approval.origin : "";
+  const url = typeof approval.url === "string" ? approval.url : "";
+  const name = typeof approval.toolName === "string" ? approval.toolName : "";
+  const label = typeof approval.label === "string" && approval.label ? approval.label : name || "this action";
+  dom.approvalHeadingAction.textContent = `“${label}”`;
+  dom.approvalHeadingSite.textContent = hostOf(origin) || "this page";
+  dom.approvalLabel.textContent = label;
+  dom.approvalName.textContent = name && name !== label ? name : "";
+  dom.approvalName.hidden = dom.approvalName.textContent === "";
+  dom.approvalOrigin.textContent = origin || "(unknown)";
+  dom.approvalUrl.textContent = url || "(unknown)";
+  dom.approvalHintSite.textContent = origin || "this site";
+  dom.approvalParams.textContent = approval.params !== undefined ? prettyJson(approval.params) : "{}";
+  const element = describeTarget(approval.params);
+  dom.approvalElement.textContent = element;
+  dom.approvalElement.hidden = element === "";
+  dom.approvalElementTerm.hidden = element === "";
+  card.dataset.approvalId = approval.id;
+  card.dataset.epoch = state.epoch || "";
+  if (typeof approval.callId === "string") card.dataset.callId = approval.callId;
+
+  const toolCard = view.cardsByCallId.get(approval.callId);
+  if (toolCard && !view.resultsByCallId.has(approval.callId)) {
+    toolCard.dataset.awaitingApproval = "true";
+    const statusElement = toolCard.querySelector(":scope > .tool-header > .tool-status");
+    if (statusElement) statusElement.textContent = "waiting for your approval";
+  }
+
+  const busy = state.approvalAnswer !== null;
+  card.setAttribute("aria-busy", String(busy));
+  for (const button of Object.values(dom.approvalButtons)) button.disabled = busy;
+  const appearing = card.hidden;
+  card.hidden = false;
+  if (appearing) {
+    // Bring the question to keyboard and screen-reader users, unless they are typing.
+    if (!userIsTyping()) card.focus({ preventScroll: true });
+    card.scrollIntoView({ block: "nearest" });
+  }
+}
+
+/**
+ * What a click would hit, in words: the element its `ref` named in the agent's
+ * latest page read (as the page described it), or the `text` it names.
+ */
+function describeTarget(params) {
+  if (!params || typeof params !== "object") return "";
+  if (typeof params.ref === "string" && params.ref) {
+    let found = null;
+    for (const result of view.resultsByCallId.values()) {
+      if (result.name !== "read_page" || typeof result.content !== "string") continue;
+      for (const line of result.content.split("\n")) {
+        const match = /^\s*\[([\w-]+)\]\s+(\S+)\s+"(.*)"/.exec(line);
+        if (match && match[1] === params.ref) found = `${match[2]} "${match[3]}"`;
+      }
+    }
+    return found ? `${found} (as the page described it when last read)` : "";
+  }
+  if (typeof params.text === "string" && params.text) return `the element named "${params.text}"`;
+  return "";
+}
+
+function userIsTyping() {
+  const active = document.activeElement;
+  return active !== null
+    && ((active.tagName === "TEXTAREA" && active.value.trim() !== "") || active.tagName === "INPUT" || active.tagName === "SELECT");
+}
+
+function answerApproval(decision) {
+  const approval = state.approval;
+  if (approval === null || state.threadId === null || state.approvalAnswer !== null) return;
+  // Keep focus inside the card while its buttons are disabled (a disabled button drops focus).
+  dom.approvalCard.focus({ preventScroll: true });
+  const submissionId = sendOp("approval.response", { threadId: state.threadId, approvalId: approval.id, decision });
+  state.approvalAnswer = { submissionId, approvalId: approval.id, decision };
+  dom.approvalStatus.textContent = APPROVAL_DECISION_TEXT[decision] || "Sending…";
+  hideError();
+  renderApproval();
+}
+
+// ------------------------------------------------------------ provider retry ---
+
+function onRunRetry(event) {
+  const delayMs = Number.isFinite(event.delayMs) ? Math.max(0, event.delayMs) : 0;
+  state.retry = {
+    turnId: event.turnId || state.turnId,
+    // `attempt` counts the failed attempts so far; the retry is the next one.
+    next: Number.isFinite(event.attempt) ? event.attempt + 1 : null,
+    maxAttempts: Number.isFinite(event.maxAttempts) ? event.maxAttempts : null,
+    message: plainError(event.error),
+    until: Date.now() + delayMs,
+  };
+  renderRetry(true);
+}
+
+function retryText(retry) {
+  const left = retry.until - Date.now();
+  const when = left > 0 ? `Retrying in ${Math.ceil(left / 1000)} s` : "Retrying now";
+  const attempt = retry.next !== null && retry.maxAttempts !== null ? ` (attempt ${retry.next} of ${retry.maxAttempts})` : "";
+  return { left, text: `Provider error: ${retry.message.replace(/[.\s]+$/, "")}. ${when}${attempt}.` };
+}
+
+/**
+ * The retry line counts down once per second. Screen readers hear it once per
+ * run.retry: the live text is set when the event arrives; the ticking copy is
+ * hidden from them.
+ */
+function renderRetry(announce = false) {
+  if (state.retryTimer !== null) {
+    clearTimeout(state.retryTimer);
+    state.retryTimer = null;
+  }
+  const retry = state.retry;
+  if (retry === null) {
+    dom.retryLine.hidden = true;
+    dom.retryLine.replaceChildren();
+    return;
+  }
+  const { left, text } = retryText(retry);
+  let spoken = dom.retryLine.querySelector(":scope > .retry-spoken");
+  let shown = dom.retryLine.querySelector(":scope > .retry-shown");
+  if (!spoken || !shown) {
+    spoken = document.createElement("span");
+    spoken.className = "retry-spoken visually-hidden";
+    shown = document.createElement("span");
+    shown.className = "retry-shown";
+    shown.setAttribute("aria-hidden", "true");
+    dom.retryLine.replaceChildren(spoken, shown);
+  }
+  if (announce) spoken.textContent = text;
+  shown.textContent = text;
+  dom.retryLine.hidden = false;
+  if (left > 0) state.retryTimer = setTimeout(renderRetry, left % 1000 || 1000);
+}
+
+function clearRetry() {
+  if (state.retry === null && state.retryTimer === null) return;
+  state.retry = null;
+  renderRetry();
 }
 
 // ------------------------------------------------------ uncertain action ---
@@ -983,10 +1310,7 @@ function renderUncertain() {
   card.hidden = false;
   if (appearing) {
     // Bring the question to keyboard and screen-reader users, unless they are typing.
-    const active = document.activeElement;
-    const typing = active !== null
-      && ((active.tagName === "TEXTAREA" && active.value.trim() !== "") || active.tagName === "INPUT" || active.tagName === "SELECT");
-    if (!typing) card.focus({ preventScroll: true });
+    if (!userIsTyping()) card.focus({ preventScroll: true });
     card.scrollIntoView({ block: "nearest" });
   }
 }
@@ -1118,6 +1442,9 @@ dom.continue.addEventListener("click", () => {
 dom.newThread.addEventListener("click", () => sendOp("thread.create", {}));
 for (const [choice, button] of Object.entries(dom.uncertainButtons)) {
   button.addEventListener("click", () => resolveUncertain(choice));
+}
+for (const [decision, button] of Object.entries(dom.approvalButtons)) {
+  button.addEventListener("click", () => answerApproval(decision));
 }
 dom.threadList.addEventListener("change", () => {
   const threadId = dom.threadList.value;

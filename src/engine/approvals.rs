@@ -379,7 +379,12 @@ impl Engine {
             let target = match &target {
                 Ok(t) => t.clone(),
                 Err(message) => {
-                    results.push((index, ToolStatus::Error, message.clone(), None));
+                    results.push(ResultParts::new(
+                        index,
+                        ToolStatus::Error,
+                        message.clone(),
+                        None,
+                    ));
                     continue;
                 }
             };
@@ -410,8 +415,10 @@ impl Engine {
                             .unwrap_or(crate::tools::Binding::Page),
                     });
                 }
-                Verdict::Deny(reason) => results.push((index, ToolStatus::Denied, reason, None)),
-                Verdict::Ask => results.push((
+                Verdict::Deny(reason) => {
+                    results.push(ResultParts::new(index, ToolStatus::Denied, reason, None))
+                }
+                Verdict::Ask => results.push(ResultParts::new(
                     index,
                     ToolStatus::Denied,
                     "This read needs approval; it is only run on its own.".into(),
@@ -464,16 +471,6 @@ impl Engine {
             Some(Phase::Batch { results, .. }) => results.clone(),
             _ => return,
         };
-        let unit = self.tool_results_unit(now, tid, results.clone());
-        let token = self.persist(tid, unit, Then::ToolResultPersisted);
-        let exec = self
-            .threads
-            .get_mut(tid)
-            .and_then(|t| t.exec.as_mut())
-            .expect("active run");
-        for (index, ..) in &results {
-            exec.calls[*index].done = true;
-        }
-        exec.phase = Phase::Persisting(token);
+        self.persist_results(now, tid, results, None);
     }
 }

@@ -322,7 +322,18 @@ impl Engine {
         let turn_id = t.latest_run.as_ref().map(|r| r.id.clone());
         let decided = Some((reply, json!({ "turnId": turn_id, "choice": choice })));
         match choice {
-            UncertainChoice::Retry => self.mark_and_dispatch(now, thread_id, index, decided),
+            // The decision is recorded first; the call then goes through the
+            // gatekeeper again (its page is resolved anew) before it runs.
+            UncertainChoice::Retry => {
+                let mut run = self.threads[thread_id].latest_run.clone().expect("active run");
+                run.state = RunState::ExecutingTools;
+                run.revision += 1;
+                run.updated_at = now;
+                let mut unit = UnitOfWork::new();
+                unit.put(Record::Run(run));
+                let token = self.persist_with(now, thread_id, unit, Then::RetryDecided { index }, decided);
+                self.set_phase(thread_id, Phase::Persisting(token));
+            }
             UncertainChoice::MarkDone => self.persist_tool_result_for(
                 now,
                 thread_id,

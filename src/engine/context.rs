@@ -56,11 +56,13 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
                 call_id,
                 status,
                 content,
+                images,
                 ..
             } => messages.push(ChatMessage::ToolResult {
                 call_id: call_id.clone(),
                 content: content.clone(),
                 is_error: *status != ToolStatus::Ok,
+                images: images.clone(),
             }),
             NodeBody::TurnContext { .. } | NodeBody::Notice { .. } => {}
         }

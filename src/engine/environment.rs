@@ -59,7 +59,7 @@ pub fn build_environment(
     profile: &ProviderProfile,
     limits: &EnvironmentLimits,
 ) -> Result<EnvironmentSnapshot, ErrorInfo> {
-    let tools = config.registry.descriptors();
+    let tools = config.registry.for_model(profile.tool_use, profile.vision);
     if tools.len() > limits.max_entries {
         return Err(too_large(format!(
             "The tool catalog has {} tools; at most {} are allowed.",

@@ -176,6 +176,20 @@ pub struct ToolOutcome {
     pub ok: bool,
     pub content: String,
     pub details: Option<Value>,
+    /// Images for the model (a screenshot).
+    pub images: Vec<crate::model::ImageData>,
+}
+
+impl ToolOutcome {
+    /// A text-only outcome.
+    pub fn text(ok: bool, content: impl Into<String>) -> Self {
+        ToolOutcome {
+            ok,
+            content: content.into(),
+            details: None,
+            images: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -196,9 +210,45 @@ struct PreparedCall {
     done: bool,
 }
 
-/// A tool result before it is persisted: call index, status, content for the
-/// model, details for the UI.
-type ResultParts = (usize, ToolStatus, String, Option<Value>);
+/// A tool result before it is persisted.
+#[derive(Debug, Clone, PartialEq)]
+struct ResultParts {
+    /// The call's index in the response.
+    index: usize,
+    status: ToolStatus,
+    /// For the model.
+    content: String,
+    /// For the UI only.
+    details: Option<Value>,
+    /// For the model, if it has vision.
+    images: Vec<crate::model::ImageData>,
+}
+
+impl ResultParts {
+    fn new(index: usize, status: ToolStatus, content: String, details: Option<Value>) -> Self {
+        ResultParts {
+            index,
+            status,
+            content,
+            details,
+            images: Vec::new(),
+        }
+    }
+
+    fn from_outcome(index: usize, outcome: ToolOutcome) -> Self {
+        ResultParts {
+            index,
+            status: if outcome.ok {
+                ToolStatus::Ok
+            } else {
+                ToolStatus::Error
+            },
+            content: outcome.content,
+            details: outcome.details,
+            images: outcome.images,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
@@ -370,6 +420,10 @@ enum Then {
     },
     ToolResultPersisted,
     RunPaused,
+    /// The user chose to retry an uncertain write.
+    RetryDecided {
+        index: usize,
+    },
     ApprovalAsked {
         index: usize,
         approval_id: String,
@@ -980,24 +1034,15 @@ impl Engine {
         let Some((tid, index)) = self.thread_running_tool(dispatch_id) else {
             return;
         };
-        let status = if outcome.ok {
-            ToolStatus::Ok
-        } else {
-            ToolStatus::Error
-        };
+        let parts = ResultParts::from_outcome(index, outcome);
         let in_batch = matches!(
             self.threads[&tid].exec.as_ref().map(|e| &e.phase),
             Some(Phase::Batch { .. })
         );
         if in_batch {
-            return self.batch_result(
-                now,
-                &tid,
-                dispatch_id,
-                (index, status, outcome.content, outcome.details),
-            );
+            return self.batch_result(now, &tid, dispatch_id, parts);
         }
-        self.persist_tool_result(now, &tid, index, status, outcome.content, outcome.details);
+        self.persist_results(now, &tid, vec![parts], None);
     }
 
     /// Time passed; flush coalesced deltas that are due.

@@ -216,7 +216,12 @@ pick a different element or tool, or explain the problem to the user.",
             tools: if run.tools_disabled {
                 Vec::new()
             } else {
-                self.config.registry.specs()
+                self.config
+                    .registry
+                    .for_model(run.profile.tool_use, run.profile.vision)
+                    .into_iter()
+                    .map(|d| d.spec())
+                    .collect()
             },
         };
         let exec = t.exec.as_mut().expect("active run");
@@ -387,7 +392,21 @@ pick a different element or tool, or explain the problem to the user.",
                 raw.id.clone()
             };
             seen.insert(call_id.clone());
-            let validated = self.config.registry.validate(&raw.name, &raw.arguments);
+            // A tool this model was not offered is unknown to it.
+            let offered = self
+                .config
+                .registry
+                .for_model(run.profile.tool_use, run.profile.vision)
+                .iter()
+                .any(|d| d.name == raw.name);
+            let validated = if offered {
+                self.config.registry.validate(&raw.name, &raw.arguments)
+            } else {
+                Err(format!(
+                    "Unknown tool {:?}: it is not available to this model.",
+                    raw.name
+                ))
+            };
             let (label, recovery) = match self.config.registry.get(&raw.name) {
                 Some(d) => (d.label.clone(), d.recovery),
                 None => (raw.name.clone(), Recovery::NeverRetry),
@@ -558,6 +577,7 @@ pick a different element or tool, or explain the problem to the user.",
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn persist_tool_result_for(
         &mut self,
         now: u64,
@@ -568,21 +588,32 @@ pick a different element or tool, or explain the problem to the user.",
         details: Option<Value>,
         decided: Option<(Reply, Value)>,
     ) {
-        let unit = self.tool_result_unit(now, tid, index, status, content, details);
+        let parts = ResultParts::new(index, status, content, details);
+        self.persist_results(now, tid, vec![parts], decided);
+    }
+
+    /// Persist results (one checkpoint, model order) and mark their calls done.
+    pub(super) fn persist_results(
+        &mut self,
+        now: u64,
+        tid: &str,
+        results: Vec<ResultParts>,
+        decided: Option<(Reply, Value)>,
+    ) {
+        let indices: Vec<usize> = results.iter().map(|r| r.index).collect();
+        let unit = self.tool_results_unit(now, tid, results);
         let token = self.persist_with(now, tid, unit, Then::ToolResultPersisted, decided);
         let exec = self
             .threads
             .get_mut(tid)
-            .expect("exists")
-            .exec
-            .as_mut()
-            .expect("active");
-        exec.calls[index].done = true;
+            .and_then(|t| t.exec.as_mut())
+            .expect("active run");
+        for index in indices {
+            exec.calls[index].done = true;
+        }
         exec.phase = Phase::Persisting(token);
     }
 
-    /// The checkpoint of one tool result: the result node (page content marked
-    /// as untrusted data), the thread's new leaf, the run's breaker count and state.
     pub(super) fn tool_result_unit(
         &mut self,
         now: u64,
@@ -592,7 +623,11 @@ pick a different element or tool, or explain the problem to the user.",
         content: String,
         details: Option<Value>,
     ) -> UnitOfWork {
-        self.tool_results_unit(now, tid, vec![(index, status, content, details)])
+        self.tool_results_unit(
+            now,
+            tid,
+            vec![ResultParts::new(index, status, content, details)],
+        )
     }
 
     /// One checkpoint for several results, in model order: result nodes
@@ -604,7 +639,7 @@ pick a different element or tool, or explain the problem to the user.",
         tid: &str,
         mut results: Vec<ResultParts>,
     ) -> UnitOfWork {
-        results.sort_by_key(|r| r.0);
+        results.sort_by_key(|r| r.index);
         let t = &self.threads[tid];
         let exec = t.exec.as_ref().expect("active run");
         let mut run = t.latest_run.clone().expect("active run");
@@ -612,10 +647,21 @@ pick a different element or tool, or explain the problem to the user.",
         let mut parent = t.leaf_id();
         let mut unit = UnitOfWork::new();
         let mut nodes = Vec::with_capacity(results.len());
-        for (index, status, content, details) in results.iter().cloned() {
+        for ResultParts {
+            index,
+            status,
+            content,
+            details,
+            images,
+        } in results.iter().cloned()
+        {
             let call = &exec.calls[index];
+            // Whatever came back from a page (results and the page's own error
+            // texts) is data, not instructions.
             let content = match (status, exec.targets.get(&index)) {
-                (ToolStatus::Ok, Some(target)) => mark_untrusted(&content, &target.origin),
+                (ToolStatus::Ok | ToolStatus::Error, Some(target)) => {
+                    mark_untrusted(&content, &target.origin)
+                }
                 _ => content,
             };
             let id = self.ids.next_id("n");
@@ -630,6 +676,7 @@ pick a different element or tool, or explain the problem to the user.",
                     status,
                     content,
                     details,
+                    images,
                 },
             });
             parent = Some(id);
@@ -649,7 +696,7 @@ pick a different element or tool, or explain the problem to the user.",
             .calls
             .iter()
             .enumerate()
-            .all(|(i, c)| c.done || results.iter().any(|r| r.0 == i));
+            .all(|(i, c)| c.done || results.iter().any(|r| r.index == i));
         run.state = if last_result {
             RunState::StreamingModel
         } else {
@@ -732,19 +779,19 @@ pick a different element or tool, or explain the problem to the user.",
         };
         for (index, call) in open_calls {
             // A read of a batch that already finished keeps its real result.
-            let (status, content, details) = if let Some((_, status, content, details)) =
-                finished.iter().find(|r| r.0 == index).cloned()
-            {
-                (status, content, details)
+            let parts = if let Some(parts) = finished.iter().find(|r| r.index == index).cloned() {
+                parts
             } else if running.contains(&index) {
-                (
+                ResultParts::new(
+                    index,
                     ToolStatus::Interrupted,
                     "Interrupted by the user while running; it may or may not have taken effect."
                         .to_string(),
                     None,
                 )
             } else {
-                (
+                ResultParts::new(
+                    index,
                     ToolStatus::Aborted,
                     "Not run: the turn ended before this call was dispatched.".to_string(),
                     None,
@@ -758,9 +805,10 @@ pick a different element or tool, or explain the problem to the user.",
                 body: NodeBody::ToolResult {
                     call_id: call.call_id,
                     name: call.name,
-                    status,
-                    content,
-                    details,
+                    status: parts.status,
+                    content: parts.content,
+                    details: parts.details,
+                    images: parts.images,
                 },
             };
             parent = Some(node.id.clone());
@@ -1095,6 +1143,13 @@ pick a different element or tool, or explain the problem to the user.",
                 }
                 self.run_next_tool(now, &tid);
             }
+            Then::RetryDecided { index } => {
+                self.announce(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                self.resolve_target(&tid, index);
+            }
             Then::ApprovalAsked { index, approval_id } => {
                 self.after_approval_asked(now, &tid, index, approval_id, &unit)
             }
@@ -1135,6 +1190,20 @@ pick a different element or tool, or explain the problem to the user.",
                     .map(|r| r.id.clone())
                     .unwrap_or_default();
                 self.announce(&tid, &unit);
+                // A withdrawn question is news for the client that shows it.
+                for record in &unit.puts {
+                    if let Record::Approval(a) = record {
+                        self.broadcast(
+                            &tid,
+                            Event::ApprovalResolved {
+                                thread_id: tid.clone(),
+                                turn_id: turn_id.clone(),
+                                approval_id: a.id.clone(),
+                                status: a.status,
+                            },
+                        );
+                    }
+                }
                 for (i, reply) in interrupts.iter().enumerate() {
                     // An interrupt that arrived after the terminal state was decided changed nothing.
                     let result = if i < decided {

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::chrome::{self, TabInfo};
 use crate::engine::ToolOutcome;
 use crate::gatekeeper::TargetInfo;
+use crate::model::ImageData;
 
 /// How long navigation may take before the tool reports what it has.
 const LOAD_TIMEOUT_MS: u32 = 20_000;
@@ -16,6 +17,7 @@ fn ok(content: String, details: Value) -> Result<ToolOutcome, String> {
         ok: true,
         content,
         details: Some(details),
+        images: Vec::new(),
     })
 }
 
@@ -82,6 +84,33 @@ pub async fn tab_tool(
                 .map_err(|e| format!("Could not go back: {e} (maybe there is no earlier page)."))?;
             let (tab, complete) = wait_loaded(tab_id).await?;
             loaded(tab, complete, "Went back to")
+        }
+        "screenshot" => {
+            let tab = chrome::get_tab(tab_id)
+                .await
+                .map_err(|e| format!("The tab is gone ({e})."))?;
+            if !tab.active {
+                return Err(
+                    "The tab is not the visible one in its window; call switch_tab first.".into(),
+                );
+            }
+            let url = chrome::capture_visible(tab.window_id)
+                .await
+                .map_err(|e| format!("Could not capture the tab: {e}"))?;
+            let image = ImageData::from_data_url(&url)
+                .ok_or("The browser returned an unreadable image.")?;
+            let bytes = image.data.len() * 3 / 4;
+            Ok(ToolOutcome {
+                ok: true,
+                content: format!(
+                    "Screenshot of \"{}\" {} (JPEG, {} KB).",
+                    tab.title,
+                    tab.url,
+                    bytes / 1024
+                ),
+                details: Some(json!({ "url": tab.url, "bytes": bytes })),
+                images: vec![image],
+            })
         }
         other => Err(format!("Unknown tab tool {other}.")),
     }

@@ -30,6 +30,9 @@ extern "C" {
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = update)]
     fn tabs_update(tab_id: i32, props: &JsValue) -> Result<Promise, JsValue>;
 
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = captureVisibleTab)]
+    fn tabs_capture_visible_tab(window_id: i32, options: &JsValue) -> Result<Promise, JsValue>;
+
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = goBack)]
     fn tabs_go_back(tab_id: i32) -> Result<Promise, JsValue>;
 
@@ -223,4 +226,17 @@ pub async fn activate_tab(tab: &TabInfo) -> Result<(), JsError> {
     ))
     .await
     .map(|_| ())
+}
+
+/// A JPEG data URL of what the window's active tab shows.
+pub async fn capture_visible(window_id: i32) -> Result<String, JsError> {
+    let options = object(&[
+        ("format", JsValue::from_str("jpeg")),
+        ("quality", JsValue::from(70)),
+    ]);
+    let url = await_promise(tabs_capture_visible_tab(window_id, &options)).await?;
+    url.as_string().ok_or_else(|| JsError {
+        name: "TypeError".into(),
+        message: "captureVisibleTab returned no image".into(),
+    })
 }

@@ -91,12 +91,16 @@ pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
         })
         .filter(|t| (0.0..=2.0).contains(t))
         .map(|t| (t * 100.0).round() as u32);
+    let flag = |k: &str, default: bool| value.get(k).and_then(Value::as_bool).unwrap_or(default);
     let profile = ProviderProfile {
         kind,
         base_url: text("baseUrl"),
         model: text("model"),
         max_output_tokens,
         temperature_centi,
+        // Safe defaults: no images unless the user says the model sees them.
+        vision: flag("vision", false),
+        tool_use: flag("toolUse", true),
     };
     (profile, text("apiKey"))
 }
@@ -340,11 +344,7 @@ impl Driver {
         if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
             port.disconnect();
         }
-        let outcome = result.unwrap_or_else(|message| ToolOutcome {
-            ok: false,
-            content: message,
-            details: None,
-        });
+        let outcome = result.unwrap_or_else(|message| ToolOutcome::text(false, message));
         self.input(|e, now| e.handle_tool_result(now, dispatch_id, outcome));
     }
 
@@ -416,6 +416,7 @@ impl Driver {
                         ok,
                         content,
                         details,
+                        images: Vec::new(),
                     });
                 }
                 _ => {}

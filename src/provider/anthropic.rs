@@ -120,13 +120,30 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 call_id,
                 content,
                 is_error,
-            } => push_blocks(
-                &mut messages,
-                "user",
-                vec![
-                    json!({ "type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error }),
-                ],
-            ),
+                images,
+            } => {
+                let content = if images.is_empty() {
+                    json!(content)
+                } else if request.profile.vision {
+                    let mut parts = vec![json!({ "type": "text", "text": content })];
+                    parts.extend(images.iter().map(|i| {
+                        json!({ "type": "image", "source": { "type": "base64", "media_type": i.media_type, "data": i.data } })
+                    }));
+                    Value::Array(parts)
+                } else {
+                    json!(format!(
+                        "{content}{}",
+                        super::image_placeholder(images.len())
+                    ))
+                };
+                push_blocks(
+                    &mut messages,
+                    "user",
+                    vec![
+                        json!({ "type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error }),
+                    ],
+                )
+            }
         }
     }
     let mut body = json!({

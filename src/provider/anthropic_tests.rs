@@ -172,6 +172,8 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             model: "claude-x".into(),
             max_output_tokens: None,
             temperature_centi: None,
+            vision: false,
+            tool_use: true,
         },
         system: "be brief".into(),
         messages,
@@ -200,6 +202,7 @@ fn body_alternates_roles_and_puts_tool_results_in_user_turns() {
             call_id: "toolu_a".into(),
             content: "PAGE".into(),
             is_error: false,
+            images: vec![],
         },
         ChatMessage::User {
             text: "also this (steer)".into(),
@@ -251,4 +254,69 @@ fn headers_carry_version_browser_access_and_key() {
         endpoint("https://api.anthropic.com/v1/"),
         "https://api.anthropic.com/v1/messages"
     );
+}
+
+fn screenshot_request(vision: bool) -> ProviderRequest {
+    let mut r = request(vec![
+        ChatMessage::User {
+            text: "look".into(),
+        },
+        ChatMessage::Assistant {
+            text: String::new(),
+            tool_calls: vec![OutboundToolCall {
+                id: "s1".into(),
+                name: "screenshot".into(),
+                arguments: json!({}),
+            }],
+            private: None,
+        },
+        ChatMessage::ToolResult {
+            call_id: "s1".into(),
+            content: "Screenshot of the page".into(),
+            is_error: false,
+            images: vec![crate::model::ImageData {
+                media_type: "image/jpeg".into(),
+                data: "QUJD".into(),
+            }],
+        },
+    ]);
+    r.profile.vision = vision;
+    r
+}
+
+#[test]
+fn images_go_into_tool_results_for_vision_models_and_become_placeholders_otherwise() {
+    let body = build_body(&screenshot_request(true));
+    let result = &body["messages"][2]["content"][0];
+    assert_eq!(result["type"], json!("tool_result"));
+    assert_eq!(result["content"][1]["type"], json!("image"));
+    assert_eq!(result["content"][1]["source"]["data"], json!("QUJD"));
+    let body = build_body(&screenshot_request(false));
+    let text = body["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.contains("image(s) omitted"), "{text}");
+    assert!(!body.to_string().contains("QUJD"));
+}
+
+#[test]
+fn openai_images_follow_the_tool_results_in_a_user_message() {
+    let mut r = screenshot_request(true);
+    r.profile.kind = "openai".into();
+    let body = crate::provider::openai::build_body(&r);
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, vec!["system", "user", "assistant", "tool", "user"]);
+    assert_eq!(
+        messages[4]["content"][2]["image_url"]["url"],
+        json!("data:image/jpeg;base64,QUJD")
+    );
+    r.profile.vision = false;
+    let body = crate::provider::openai::build_body(&r);
+    assert_eq!(body["messages"].as_array().unwrap().len(), 4);
+    assert!(!body.to_string().contains("QUJD"));
 }

@@ -34,6 +34,8 @@ pub enum ChatMessage {
         call_id: String,
         content: String,
         is_error: bool,
+        /// Images returned by the tool (only for models with vision).
+        images: Vec<crate::model::ImageData>,
     },
 }
 
@@ -351,11 +353,20 @@ pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicConte
     };
     let mut note = format!("\n\n[Context at send time: {}", format_utc(context.now_ms));
     if let Some((title, url)) = &context.tab {
-        let title: String = title.chars().take(120).collect();
-        note.push_str(&format!("; current tab: \"{title}\" {url}"));
+        // The title is written by the page: short, quoted, and labelled as such.
+        let title: String = title.chars().filter(|c| !c.is_control()).take(80).collect();
+        let title = title.replace('"', "'");
+        note.push_str(&format!(
+            "; current tab: {url} (page title, untrusted: \"{title}\")"
+        ));
     }
     note.push(']');
     text.push_str(&note);
+}
+
+/// The text that stands in for images a model cannot see.
+pub fn image_placeholder(count: usize) -> String {
+    format!("\n[{count} image(s) omitted: this model has no vision. Use page_snapshot or read_page instead.]")
 }
 
 #[cfg(test)]
@@ -416,6 +427,7 @@ mod tests {
                     call_id: "c".into(),
                     content: "r".into(),
                     is_error: false,
+                    images: vec![],
                 },
             ],
             tools: vec![],
@@ -436,7 +448,12 @@ mod tests {
         match &request.messages[1] {
             ChatMessage::User { text } => {
                 assert!(text.starts_with("second\n\n[Context at send time: 1970-01-01 00:00 UTC"));
-                assert!(text.contains("\"Shop\" https://shop.example/"));
+                assert!(
+                    text.contains(
+                        "current tab: https://shop.example/ (page title, untrusted: \"Shop\")"
+                    ),
+                    "{text}"
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -35,7 +35,8 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     if !request.system.is_empty() {
         messages.push(json!({ "role": "system", "content": request.system }));
     }
-    for message in &request.messages {
+    let mut pending_images: Vec<(String, crate::model::ImageData)> = Vec::new();
+    for (position, message) in request.messages.iter().enumerate() {
         messages.push(match message {
             ChatMessage::User { text } => json!({ "role": "user", "content": text }),
             ChatMessage::Assistant { text, tool_calls, .. } => {
@@ -58,15 +59,40 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 call_id,
                 content,
                 is_error,
+                images,
             } => {
-                let content = if *is_error {
+                let mut content = if *is_error {
                     format!("Error: {content}")
                 } else {
                     content.clone()
                 };
+                if !images.is_empty() {
+                    if request.profile.vision {
+                        content.push_str("\n[The image is attached in the next message.]");
+                        pending_images.extend(images.iter().map(|i| (call_id.clone(), i.clone())));
+                    } else {
+                        content.push_str(&super::image_placeholder(images.len()));
+                    }
+                }
                 json!({ "role": "tool", "tool_call_id": call_id, "content": content })
             }
         });
+        // Tool messages cannot carry images: after the last result of a
+        // group, one user message brings the images along.
+        let next_is_result = matches!(
+            request.messages.get(position + 1),
+            Some(ChatMessage::ToolResult { .. })
+        );
+        if !next_is_result && !pending_images.is_empty() {
+            let mut parts =
+                vec![json!({ "type": "text", "text": "Images returned by the tool calls above:" })];
+            for (call_id, image) in pending_images.drain(..) {
+                parts.push(json!({ "type": "text", "text": format!("From {call_id}:") }));
+                parts
+                    .push(json!({ "type": "image_url", "image_url": { "url": image.data_url() } }));
+            }
+            messages.push(json!({ "role": "user", "content": parts }));
+        }
     }
     let mut body = json!({
         "model": request.profile.model,

@@ -158,6 +158,8 @@ fn body_has_stream_usage_tools_and_tool_results() {
             model: "m".into(),
             max_output_tokens: Some(100),
             temperature_centi: Some(20),
+            vision: false,
+            tool_use: true,
         },
         system: "sys".into(),
         messages: vec![
@@ -175,6 +177,7 @@ fn body_has_stream_usage_tools_and_tool_results() {
                 call_id: "c1".into(),
                 content: "page".into(),
                 is_error: false,
+                images: vec![],
             },
         ],
         tools: vec![ToolSpec {

@@ -52,10 +52,12 @@ fn environment_is_frozen_with_the_run_without_the_key() {
         .environment
         .clone()
         .unwrap();
+    // The simulated model has no vision: the screenshot tool is not in its catalog.
     assert_eq!(
         env.tools.len(),
-        ToolRegistry::page_tools().descriptors().len()
+        ToolRegistry::page_tools().descriptors().len() - 1
     );
+    assert!(!env.tools.iter().any(|t| t.name == "screenshot"));
     assert!(env.tools.iter().all(|t| t.digest.len() == 64));
     assert_eq!(env.transport, "openai");
     assert!(env.credential_ref.contains("settings.apiKey"));
@@ -151,6 +153,8 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
         model: "m".into(),
         max_output_tokens: None,
         temperature_centi: None,
+        vision: false,
+        tool_use: true,
     };
     let tight = EnvironmentLimits {
         max_entries: 1,
@@ -176,6 +180,7 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
             recovery: Recovery::RetrySafe,
             binding: Binding::Page,
             parallel_safe: false,
+            requires_vision: false,
         })
         .unwrap();
     let config = EngineConfig {
@@ -198,4 +203,41 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
         ErrorKind::EnvironmentTooLarge
     );
     assert!(sim.requests.is_empty());
+}
+
+#[test]
+fn model_capabilities_shape_the_catalog_on_new_and_resumed_runs() {
+    // Without tool use: no schema is sent at all, also after a restart.
+    let mut sim = Sim::new(67, agent_policy(), page_tools());
+    sim.profile.tool_use = false;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    while sim.requests.is_empty() {
+        assert!(sim.step());
+    }
+    sim.crash();
+    reconnect(&mut sim);
+    sim.run(10_000);
+    assert!(sim.requests.len() >= 2);
+    assert!(sim.requests.iter().all(|r| r.tools.is_empty()));
+    let env = sim
+        .store
+        .runs
+        .values()
+        .next()
+        .unwrap()
+        .environment
+        .clone()
+        .unwrap();
+    assert!(env.tools.is_empty());
+
+    // With vision the screenshot tool is offered.
+    let mut sim = Sim::new(68, agent_policy(), page_tools());
+    sim.profile.vision = true;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    assert!(sim.requests[0].tools.iter().any(|t| t.name == "screenshot"));
 }

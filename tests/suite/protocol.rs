@@ -75,6 +75,7 @@ fn events_round_trip_with_seq_and_epoch() {
             status: ToolStatus::Ok,
             content: "done".into(),
             details: Some(json!({ "rect": { "x": 1 } })),
+            images: vec![],
         },
     };
     let events = vec![

@@ -107,21 +107,25 @@ pub fn page_tools() -> ToolFn {
             ok: true,
             content: "Outline: [e1] button \"Subscribe\"".into(),
             details: None,
+            images: vec![],
         },
         "read_page" => ToolOutcome {
             ok: true,
             content: "PAGE Acme\n[e1] button \"Subscribe\"".into(),
             details: None,
+            images: vec![],
         },
         "click" => ToolOutcome {
             ok: true,
             content: "Clicked button \"Subscribe\" (e1).".into(),
             details: Some(json!({ "ref": "e1" })),
+            images: vec![],
         },
         other => ToolOutcome {
             ok: false,
             content: format!("unknown tool {other}"),
             details: None,
+            images: vec![],
         },
     })
 }

@@ -277,6 +277,7 @@ fn failure_breaker_reminds_after_three_and_disables_tools_after_five() {
         ok: false,
         content: "Element e9 is no longer on the page.".into(),
         details: None,
+        images: vec![],
     });
     let mut sim = Sim::new(5, policy, tool);
     let conn = sim.connect();
@@ -321,6 +322,7 @@ fn failure_breaker_success_resets_the_count() {
         ok: name == "read_page",
         content: "x".into(),
         details: None,
+        images: vec![],
     });
     let mut sim = Sim::new(5, policy, tool);
     let conn = sim.connect();

@@ -446,8 +446,109 @@ export async function waitForRunState(panel, states, { timeout = 120000 } = {}) 
   );
 }
 
+/** The side panel's approval card (`#approval-card`), read from the DOM; null if the panel has none. */
+export async function readApprovalCard(panel) {
+  return panel.evaluate(() => {
+    const card = document.getElementById('approval-card');
+    if (!card) return null;
+    const text = (id) => (document.getElementById(id)?.textContent ?? '').trim();
+    const params = text('approval-params');
+    let parsedParams = null;
+    try {
+      parsedParams = JSON.parse(params);
+    } catch {
+      parsedParams = null;
+    }
+    return {
+      visible: !card.hidden && card.getClientRects().length > 0,
+      approvalId: card.dataset.approvalId ?? null,
+      callId: card.dataset.callId ?? null,
+      epoch: card.dataset.epoch ?? null,
+      busy: card.getAttribute('aria-busy') === 'true',
+      focused: card.contains(document.activeElement),
+      heading: text('approval-heading').replace(/\s+/g, ' '),
+      label: text('approval-tool-label'),
+      toolName: text('approval-tool-name'),
+      origin: text('approval-origin'),
+      url: text('approval-url'),
+      element: text('approval-element'),
+      params: parsedParams,
+      paramsText: params,
+      status: text('approval-status'),
+      buttons: [...card.querySelectorAll('button')].map((b) => ({ id: b.id, text: b.textContent.trim(), disabled: b.disabled })),
+    };
+  });
+}
+
+/** Waits until the approval card is visible with its buttons enabled; returns it (see readApprovalCard). */
+export async function waitForApprovalCard(panel, { timeout = 120000, message = '#approval-card to ask' } = {}) {
+  return waitFor(
+    async () => {
+      const card = await readApprovalCard(panel);
+      return card?.visible && card.buttons.length > 0 && card.buttons.every((b) => !b.disabled) ? card : null;
+    },
+    { timeout, interval: 50, message },
+  );
+}
+
+/** The approval card's button for each decision of `approval.response`. */
+export const APPROVAL_BUTTONS = {
+  acceptOnce: '#approval-accept-once',
+  acceptForSite: '#approval-accept-site',
+  decline: '#approval-decline',
+};
+
+/**
+ * Answers the next approval request through the side panel UI: waits for the
+ * card, clicks the button of `decision` (a real mouse click, like a user), and
+ * waits until the card is gone again (the engine's `approval.resolved`).
+ * Returns the card as it was shown.
+ */
+export async function answerApprovalInPanel(panel, decision = 'acceptOnce', { timeout = 120000 } = {}) {
+  const selector = APPROVAL_BUTTONS[decision];
+  if (!selector) throw new Error(`unknown approval decision ${decision}`);
+  const card = await waitForApprovalCard(panel, { timeout });
+  await panel.click(selector);
+  await waitFor(
+    async () => {
+      const now = await readApprovalCard(panel);
+      return now && (!now.visible || now.approvalId !== card.approvalId);
+    },
+    { timeout, interval: 50, message: `#approval-card to close after ${decision}` },
+  );
+  return card;
+}
+
+/**
+ * Every approval the panel was asked (Port log `approval.request` events and
+ * the `approval` of `initialized` snapshots), with how it was resolved:
+ * [{ id, toolName, label, params, origin, url, callId, status }] in order of
+ * first appearance; `status` is the `approval.resolved` status, or "pending".
+ */
+export async function approvalHistory(panel) {
+  const log = (await portLog(panel)) ?? [];
+  const byId = new Map();
+  for (const entry of log) {
+    if (entry.dir !== 'in' || !entry.json) continue;
+    const message = JSON.parse(entry.json);
+    const asked = message.type === 'approval.request' ? message.approval
+      : message.type === 'initialized' ? message.snapshot?.thread?.pendingApproval : null;
+    if (asked && typeof asked.id === 'string' && !byId.has(asked.id)) {
+      byId.set(asked.id, { ...asked, status: 'pending', requests: 0, snapshots: 0 });
+    }
+    if (asked && byId.has(asked.id)) byId.get(asked.id)[message.type === 'initialized' ? 'snapshots' : 'requests'] += 1;
+    if (message.type === 'approval.resolved' && byId.has(message.approvalId)) byId.get(message.approvalId).status = message.status;
+  }
+  return [...byId.values()];
+}
+
+/** One transcript line per approval: `[approval] click {"ref":"e2"} on http://… → accepted_once`. */
+export function approvalLine(approval) {
+  return `[approval] ${approval.toolName} ${JSON.stringify(approval.params)} on ${approval.url} → ${approval.status}`;
+}
+
 /** Text lines describing each rendered node (used by the demo and on failures). */
-export function transcriptLines(panelState) {
+export function transcriptLines(panelState, { approvals = [] } = {}) {
   const lines = [];
   for (const node of panelState.nodes) {
     const tags = [node.kind];
@@ -457,6 +558,10 @@ export function transcriptLines(panelState) {
     const indent = node.parentNodeId ? '    ' : '';
     const body = node.text.split('\n').join(`\n${indent}    `);
     lines.push(`${indent}[${tags.join(' ')}] ${body}`);
+    // The question the user answered for this call, between the call and its result.
+    if (node.kind === 'tool_call' && !node.parentNodeId) {
+      for (const approval of approvals.filter((a) => a.callId && a.callId === node.callId)) lines.push(`    ${approvalLine(approval)}`);
+    }
   }
   return lines;
 }
