@@ -23,6 +23,8 @@ const dom = {
   settingsApiKey: $("settings-api-key"),
   settingsMaxTokens: $("settings-max-tokens"),
   settingsTemperature: $("settings-temperature"),
+  settingsToolUse: $("settings-tool-use"),
+  settingsVision: $("settings-vision"),
   settingsStatus: $("settings-status"),
   settingsSave: $("settings-save"),
   status: $("status"),
@@ -805,6 +807,15 @@ function buildResultSection(node, asChild) {
   body.className = "tool-result-text";
   body.textContent = content;
   details.append(summary, body);
+  // Screenshots: only image data URLs are shown, as <img> (never as HTML).
+  for (const image of Array.isArray(node.images) ? node.images : []) {
+    if (!image || !/^image\/(png|jpeg|webp)$/.test(image.mediaType) || typeof image.data !== "string") continue;
+    const img = document.createElement("img");
+    img.className = "tool-result-image";
+    img.alt = "Screenshot returned by the tool";
+    img.src = `data:${image.mediaType};base64,${image.data}`;
+    details.append(img);
+  }
   return details;
 }
 
@@ -1473,6 +1484,8 @@ async function loadSettings() {
     dom.settingsApiKey.value = typeof current.apiKey === "string" ? current.apiKey : "";
     dom.settingsMaxTokens.value = Number.isFinite(current.maxOutputTokens) ? String(current.maxOutputTokens) : "4096";
     dom.settingsTemperature.value = Number.isFinite(current.temperature) ? String(current.temperature) : "";
+    dom.settingsToolUse.checked = current.toolUse !== false;
+    dom.settingsVision.checked = current.vision === true;
     dom.settingsBaseUrl.placeholder = DEFAULT_BASE_URLS[provider];
   } catch (err) {
     setSettingsStatus(`Could not load settings: ${err && err.message ? err.message : err}`, true);
@@ -1514,6 +1527,8 @@ function readSettingsForm() {
       apiKey: dom.settingsApiKey.value.trim(),
       maxOutputTokens,
       temperature,
+      toolUse: dom.settingsToolUse.checked,
+      vision: dom.settingsVision.checked,
     },
   };
 }
