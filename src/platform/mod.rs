@@ -13,6 +13,7 @@ pub mod chrome;
 pub mod error;
 pub mod fetch;
 pub mod idb;
+pub mod metrics;
 pub mod port;
 pub mod stream;
 
@@ -113,19 +114,30 @@ struct Driver {
     provider_aborts: RefCell<HashMap<u64, AbortController>>,
     page_ports: RefCell<HashMap<u64, Port>>,
     timer: RefCell<Option<(u64, Timeout)>>,
+    metrics: RefCell<metrics::Metrics>,
     me: Weak<Driver>,
 }
 
 impl Driver {
     /// Feed one input to the engine, then execute what it produced.
     fn input(&self, f: impl FnOnce(&mut Engine, u64)) {
+        let started = metrics::precise_now();
         f(&mut self.engine.borrow_mut(), now());
+        self.metrics
+            .borrow_mut()
+            .engine
+            .add(metrics::precise_now() - started);
         self.pump();
     }
 
     fn pump(&self) {
         loop {
+            let started = metrics::precise_now();
             let effect = self.engine.borrow_mut().poll_effect();
+            self.metrics
+                .borrow_mut()
+                .engine
+                .add(metrics::precise_now() - started);
             match effect {
                 Some(effect) => self.execute(effect),
                 None => break,
@@ -208,6 +220,13 @@ impl Driver {
                         Ok(m) => m,
                         Err(e) => return warn(&format!("could not encode an event: {e}")),
                     };
+                {
+                    let mut m = self.metrics.borrow_mut();
+                    m.events_sent += 1;
+                    if matches!(event.event, crate::protocol::Event::ItemDelta { .. }) {
+                        m.deltas_sent += 1;
+                    }
+                }
                 let port = self.ports.borrow().get(&conn).cloned();
                 if let Some(port) = port {
                     if port.post(&message).is_err() {
@@ -229,7 +248,13 @@ impl Driver {
     }
 
     async fn persist(&self, token: u64, unit: UnitOfWork) {
-        match self.store.commit(&unit).await {
+        let started = metrics::precise_now();
+        let result = self.store.commit(&unit).await;
+        self.metrics
+            .borrow_mut()
+            .commits
+            .add(metrics::precise_now() - started);
+        match result {
             Ok(()) => self.input(|e, now| e.handle_store_ack(now, token)),
             Err(err) => self.input(|e, now| e.handle_store_error(now, token, err)),
         }
@@ -272,9 +297,14 @@ impl Driver {
         self.provider_aborts
             .borrow_mut()
             .insert(request_id, controller.clone());
+        let started = metrics::precise_now();
         let result = self
             .stream_provider(request_id, &request, &controller, idle_timeout_ms)
             .await;
+        self.metrics
+            .borrow_mut()
+            .provider
+            .add(metrics::precise_now() - started);
         let aborted_by_engine = self
             .provider_aborts
             .borrow_mut()
@@ -336,11 +366,16 @@ impl Driver {
         }
         .fuse();
         let timeout = TimeoutFuture::new(TOOL_TIMEOUT_MS).fuse();
+        let started = metrics::precise_now();
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
             r = work => r,
             _ = timeout => Err(format!("The page did not answer within {} seconds.", TOOL_TIMEOUT_MS / 1000)),
         };
+        self.metrics
+            .borrow_mut()
+            .tools
+            .add(metrics::precise_now() - started);
         if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
             port.disconnect();
         }
@@ -477,6 +512,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Open the database, recover unfinished runs and start driving them.
     pub async fn start() -> Result<EngineHandle, wasm_bindgen::JsError> {
+        let started = metrics::precise_now();
         let store = IdbStore::open(DB_NAME)
             .await
             .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
@@ -505,6 +541,7 @@ impl EngineHandle {
             provider_aborts: RefCell::new(HashMap::new()),
             page_ports: RefCell::new(HashMap::new()),
             timer: RefCell::new(None),
+            metrics: RefCell::new(metrics::Metrics::default()),
             me: me.clone(),
         });
         let weak = Rc::downgrade(&driver);
@@ -515,6 +552,7 @@ impl EngineHandle {
             }
         });
         driver.pump();
+        driver.metrics.borrow_mut().start_ms = metrics::precise_now() - started;
         Ok(EngineHandle { driver })
     }
 
@@ -554,5 +592,23 @@ impl EngineHandle {
 
     pub fn on_startup(&self) {
         self.driver.pump();
+    }
+
+    /// What the driver measured (benchmarks, diagnostics): engine time,
+    /// commits, provider and tool time, events sent.
+    pub fn metrics(&self) -> Result<JsValue, wasm_bindgen::JsError> {
+        self.driver
+            .metrics
+            .borrow()
+            .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+            .map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))
+    }
+
+    /// Start measuring afresh (the start time is kept).
+    pub fn reset_metrics(&self) {
+        let mut m = self.driver.metrics.borrow_mut();
+        let start_ms = m.start_ms;
+        *m = metrics::Metrics::default();
+        m.start_ms = start_ms;
     }
 }

@@ -1,0 +1,56 @@
+//! Counters and timings of the driver, for benchmarks and diagnostics.
+//! Recording is a few additions per event; nothing here changes behaviour.
+
+use serde::Serialize;
+use wasm_bindgen::{JsCast, JsValue};
+
+/// High-resolution time in ms (`performance.now()`), falling back to `Date.now()`.
+pub fn precise_now() -> f64 {
+    let performance =
+        js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("performance")).ok();
+    performance
+        .and_then(|p| {
+            let now: js_sys::Function = js_sys::Reflect::get(&p, &JsValue::from_str("now"))
+                .ok()?
+                .dyn_into()
+                .ok()?;
+            now.call0(&p).ok()?.as_f64()
+        })
+        .unwrap_or_else(js_sys::Date::now)
+}
+
+/// A running sum with a count and a maximum (ms).
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    pub count: u64,
+    pub total_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Timing {
+    pub fn add(&mut self, ms: f64) {
+        self.count += 1;
+        self.total_ms += ms;
+        self.max_ms = self.max_ms.max(ms);
+    }
+}
+
+/// What the driver measured since start (or the last reset).
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metrics {
+    /// Time inside the engine (inputs and effect polling), without IO.
+    pub engine: Timing,
+    /// IndexedDB transactions (one per checkpoint), from start to complete.
+    pub commits: Timing,
+    /// Provider requests, from fetch to the last byte.
+    pub provider: Timing,
+    /// Tool executions, from dispatch to result.
+    pub tools: Timing,
+    /// Messages posted to clients, and how many were deltas.
+    pub events_sent: u64,
+    pub deltas_sent: u64,
+    /// Time from `Engine.start()` to the engine being ready (ms).
+    pub start_ms: f64,
+}
