@@ -56,7 +56,8 @@ impl Engine {
                 .insert(index, target.clone());
         }
         match verdict {
-            Verdict::Allow if call.recovery == Recovery::NeverRetry => self.mark_and_dispatch(now, tid, index, None),
+            // Calls that must not silently run twice are recorded as in flight first.
+            Verdict::Allow if call.recovery != Recovery::RetrySafe => self.mark_and_dispatch(now, tid, index, None),
             Verdict::Allow => self.dispatch(tid, index),
             Verdict::Deny(reason) => self.persist_tool_result(now, tid, index, ToolStatus::Denied, reason, None),
             Verdict::Ask if self.config.approver == Approver::DenyAll => self.persist_tool_result(

@@ -950,8 +950,22 @@ pick a different element or tool, or explain the problem to the user.",
             (RunState::PausedUncertain, Some(index)) => {
                 self.set_phase(tid, Phase::Uncertain { index })
             }
+            // An inspect-first call: the model is told to look before acting again.
+            (_, Some(index))
+                if self.threads[tid].exec.as_ref().is_some_and(|e| e.calls[index].recovery == Recovery::InspectFirst) =>
+            {
+                self.persist_tool_result(
+                    now,
+                    tid,
+                    index,
+                    ToolStatus::Error,
+                    "The worker restarted while this action ran, so its outcome is unknown. Look at the page (page_snapshot) before doing it again.".into(),
+                    None,
+                );
+            }
             (_, Some(index)) => {
                 // A never-retry write was dispatched and has no result: ask the user.
+                let _ = index;
                 let mut run = run;
                 run.state = RunState::PausedUncertain;
                 run.revision += 1;
@@ -960,7 +974,6 @@ pick a different element or tool, or explain the problem to the user.",
                 unit.put(Record::Run(run));
                 let token = self.persist(tid, unit, Then::RunPaused);
                 self.set_phase(tid, Phase::Persisting(token));
-                let _ = index;
             }
             (
                 RunState::ExecutingTools

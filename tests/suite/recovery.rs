@@ -304,3 +304,33 @@ fn auto_resume_streaming_run_crash_after_final_answer_commit_does_not_rerun_the_
     assert_eq!(run.stop_reason, Some(StopReason::End));
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn never_retry_at_most_once_inspect_first_call_in_flight_at_crash_tells_the_model_to_look() {
+    let mut once = false;
+    let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+        if !once {
+            once = true;
+            return sw_agent::sim::Reply::call("back", "go_back", "{}");
+        }
+        match request.messages.last() {
+            Some(sw_agent::provider::ChatMessage::ToolResult { content, is_error, .. }) => {
+                assert!(*is_error && content.contains("Look at the page"), "{content}");
+                sw_agent::sim::Reply::text("I will look first.")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    });
+    let mut sim = Sim::new(44, policy, page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Go back"));
+    while !sim.dispatches.iter().any(|d| d.name == "go_back") {
+        assert!(sim.step());
+    }
+    sim.crash();
+    reconnect(&mut sim);
+    sim.run(10_000);
+    assert_eq!(sim.dispatches.iter().filter(|d| d.name == "go_back").count(), 1, "not repeated by recovery");
+    assert_eq!(sim.store.runs.values().next().unwrap().state, RunState::Completed);
+    check_invariants(&sim, &[]).unwrap();
+}
