@@ -29,6 +29,7 @@ test-node:
 
 test-e2e:
 	node tests/e2e/run.mjs
+	node tests/e2e/tools.mjs
 
 lint:
 	cargo fmt --check

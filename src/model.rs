@@ -299,6 +299,9 @@ pub struct Run {
     /// The approval the run waits for (state `waiting_approval`).
     #[serde(default)]
     pub pending_approval: Option<String>,
+    /// The question the run waits for (state `waiting_interaction`).
+    #[serde(default)]
+    pub pending_interaction: Option<String>,
     #[serde(default)]
     pub stop_reason: Option<StopReason>,
     #[serde(default)]
@@ -430,6 +433,36 @@ pub struct ApprovalRecord {
     pub created_at: u64,
     #[serde(default)]
     pub decided_at: Option<u64>,
+}
+
+/// Where a question to the user stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InteractionStatus {
+    Pending,
+    Answered,
+    /// The run ended before the user answered.
+    Cancelled,
+}
+
+/// A durable question from the model to the user (the `ask_user` tool).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InteractionRecord {
+    pub id: String,
+    pub thread_id: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub question: String,
+    /// Suggested answers (the user may also type another).
+    #[serde(default)]
+    pub options: Vec<String>,
+    pub status: InteractionStatus,
+    #[serde(default)]
+    pub answer: Option<String>,
+    pub created_at: u64,
+    #[serde(default)]
+    pub answered_at: Option<u64>,
 }
 
 /// A persisted per-site permission, created by "accept for this site".

@@ -10,7 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ApprovalRecord, ApprovalStatus, Node, QueueItem, Run, StopReason, ThreadSummary, Usage,
+    ApprovalRecord, ApprovalStatus, InteractionRecord, InteractionStatus, Node, QueueItem, Run,
+    StopReason, ThreadSummary, Usage,
 };
 
 /// Protocol version announced in `initialized`; bump on breaking changes.
@@ -121,6 +122,16 @@ pub enum Op {
         approval_id: String,
         decision: ApprovalDecision,
     },
+    /// Answer the model's question (`ask_user`) → `command.ack` once the
+    /// answer is durable, `interaction.resolved`, then the run continues.
+    #[serde(rename = "interaction.response")]
+    InteractionResponse {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        interaction_id: String,
+        answer: String,
+    },
     /// Decide a `paused_uncertain` write → `command.ack`, then the run continues.
     #[serde(rename = "run.resolveUncertain")]
     RunResolveUncertain {
@@ -177,6 +188,7 @@ impl Op {
             | Op::TurnInterrupt { submission, .. }
             | Op::RunResume { submission, .. }
             | Op::ApprovalResponse { submission, .. }
+            | Op::InteractionResponse { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
         }
     }
@@ -195,6 +207,7 @@ impl Op {
             Op::RunResume { .. } => "run.resume",
             Op::RunResolveUncertain { .. } => "run.resolveUncertain",
             Op::ApprovalResponse { .. } => "approval.response",
+            Op::InteractionResponse { .. } => "interaction.response",
         }
     }
 }
@@ -306,6 +319,9 @@ pub struct ThreadView {
     /// The approval the run waits for, re-presented after a restart.
     #[serde(default)]
     pub pending_approval: Option<ApprovalRecord>,
+    /// The question the run waits for, re-presented after a restart.
+    #[serde(default)]
+    pub pending_interaction: Option<InteractionRecord>,
 }
 
 /// A steer that is durable but not yet part of the conversation.
@@ -417,6 +433,21 @@ pub enum Event {
         approval_id: String,
         status: ApprovalStatus,
     },
+    /// The model asks the user a question; the run waits.
+    #[serde(rename = "interaction.request")]
+    InteractionRequest {
+        thread_id: String,
+        turn_id: String,
+        interaction: InteractionRecord,
+    },
+    /// A question was answered (or withdrawn) durably.
+    #[serde(rename = "interaction.resolved")]
+    InteractionResolved {
+        thread_id: String,
+        turn_id: String,
+        interaction_id: String,
+        status: InteractionStatus,
+    },
     #[serde(rename = "run.status")]
     RunStatus {
         thread_id: String,
@@ -447,6 +478,8 @@ impl Event {
             | Event::RunRetry { thread_id, .. }
             | Event::ApprovalRequest { thread_id, .. }
             | Event::ApprovalResolved { thread_id, .. }
+            | Event::InteractionRequest { thread_id, .. }
+            | Event::InteractionResolved { thread_id, .. }
             | Event::TurnComplete { thread_id, .. } => Some(thread_id),
             _ => None,
         }

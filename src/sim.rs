@@ -135,6 +135,8 @@ pub struct Sim {
     pub target: Result<TargetInfo, String>,
     /// How the simulated user answers approval requests (None: never).
     pub auto_approve: Option<ApprovalDecision>,
+    /// What the simulated user answers to `ask_user` (None: never).
+    pub auto_answer: Option<String>,
     /// When set, persists are parked in `held` instead of committed (a slow disk).
     pub hold_persists: bool,
     pub held: Vec<(u64, crate::store::UnitOfWork)>,
@@ -181,6 +183,7 @@ impl Sim {
             fail_next_persists: 0,
             target: Ok(Sim::page("https://shop.example/")),
             auto_approve: Some(ApprovalDecision::AcceptOnce),
+            auto_answer: Some("yes".into()),
             hold_persists: false,
             held: Vec::new(),
             violations: Vec::new(),
@@ -384,6 +387,26 @@ impl Sim {
             }
             Effect::Send { conn, event } => {
                 self.check_event_is_durable(&event.event);
+                let question = match &event.event {
+                    Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
+                    Event::Initialized { snapshot } => snapshot
+                        .thread
+                        .as_ref()
+                        .and_then(|t| t.pending_interaction.clone()),
+                    _ => None,
+                };
+                if let (Some(question), Some(answer)) = (question, self.auto_answer.clone()) {
+                    let op = Op::InteractionResponse {
+                        submission: Submission {
+                            client_id: "sim-user".into(),
+                            submission_id: format!("answer-{}", question.id),
+                        },
+                        thread_id: question.thread_id.clone(),
+                        interaction_id: question.id.clone(),
+                        answer,
+                    };
+                    self.inputs.push_back((0, Input::Op { conn, op }));
+                }
                 // The simulated user answers a question shown live or re-presented in a snapshot.
                 let asked = match &event.event {
                     Event::ApprovalRequest { approval, .. } => Some(approval.clone()),

@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ApprovalRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule, Thread};
+use crate::model::{
+    ApprovalRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule,
+    Thread,
+};
 
 /// Object store names. One logical checkpoint touches any subset in one transaction.
 pub mod stores {
@@ -23,8 +26,17 @@ pub mod stores {
     pub const RECEIPTS: &str = "receipts";
     pub const APPROVALS: &str = "approvals";
     pub const SITE_RULES: &str = "site_rules";
-    pub const ALL: [&str; 8] = [
-        THREADS, NODES, RUNS, STEERS, QUEUE, RECEIPTS, APPROVALS, SITE_RULES,
+    pub const INTERACTIONS: &str = "interactions";
+    pub const ALL: [&str; 9] = [
+        THREADS,
+        NODES,
+        RUNS,
+        STEERS,
+        QUEUE,
+        RECEIPTS,
+        APPROVALS,
+        SITE_RULES,
+        INTERACTIONS,
     ];
 }
 
@@ -39,6 +51,7 @@ pub enum Record {
     Receipt(Receipt),
     Approval(ApprovalRecord),
     SiteRule(SiteRule),
+    Interaction(InteractionRecord),
 }
 
 impl Record {
@@ -52,6 +65,7 @@ impl Record {
             Record::Receipt(_) => stores::RECEIPTS,
             Record::Approval(_) => stores::APPROVALS,
             Record::SiteRule(_) => stores::SITE_RULES,
+            Record::Interaction(_) => stores::INTERACTIONS,
         }
     }
 }
@@ -117,6 +131,7 @@ pub struct StoreImage {
     pub receipts: Vec<Receipt>,
     pub approvals: Vec<ApprovalRecord>,
     pub site_rules: Vec<SiteRule>,
+    pub interactions: Vec<InteractionRecord>,
     /// Nodes of the threads listed in `loaded_threads`.
     pub nodes: Vec<Node>,
     pub loaded_threads: Vec<String>,
@@ -148,6 +163,7 @@ pub struct MemoryStore {
     pub receipts: BTreeMap<String, Receipt>,
     pub approvals: BTreeMap<String, ApprovalRecord>,
     pub site_rules: BTreeMap<String, SiteRule>,
+    pub interactions: BTreeMap<String, InteractionRecord>,
     /// Number of units applied (one per transaction).
     pub commits: u64,
 }
@@ -185,6 +201,9 @@ impl MemoryStore {
                 Record::SiteRule(r) => {
                     self.site_rules.insert(r.origin.clone(), r.clone());
                 }
+                Record::Interaction(i) => {
+                    self.interactions.insert(i.id.clone(), i.clone());
+                }
             }
         }
         for key in &unit.deletes {
@@ -213,6 +232,9 @@ impl MemoryStore {
                 stores::SITE_RULES => {
                     self.site_rules.remove(&key.key);
                 }
+                stores::INTERACTIONS => {
+                    self.interactions.remove(&key.key);
+                }
                 _ => {}
             }
         }
@@ -238,6 +260,7 @@ impl MemoryStore {
             receipts: self.receipts.values().cloned().collect(),
             approvals: self.approvals.values().cloned().collect(),
             site_rules: self.site_rules.values().cloned().collect(),
+            interactions: self.interactions.values().cloned().collect(),
             nodes,
             loaded_threads,
         }

@@ -54,6 +54,8 @@ pub enum Binding {
     Tab,
     /// Run by the driver on the browser as a whole (the tab list).
     Browser,
+    /// Run by the engine itself (`ask_user`).
+    Engine,
 }
 
 impl Binding {
@@ -323,6 +325,23 @@ impl ToolRegistry {
             )
             .requires_vision(),
             ToolDescriptor::new(
+                "ask_user",
+                "Ask the user",
+                "Ask the user a question and wait for the answer. Use it when the task is ambiguous or needs a decision or information only the user has (never for passwords or payment details). Offer short options when you can.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "question": string("The question, in one or two sentences."),
+                        "options": { "type": "array", "items": { "type": "string" }, "description": "Suggested answers." }
+                    },
+                    "required": ["question"],
+                    "additionalProperties": false
+                }),
+                Level::Builtin,
+                Effects::Read,
+                Binding::Engine,
+            ),
+            ToolDescriptor::new(
                 "list_tabs",
                 "List tabs",
                 "List the open tabs (id, title, URL, which one is active).",
@@ -512,7 +531,7 @@ mod tests {
     fn page_tools_register_and_have_stable_digests() {
         let a = ToolRegistry::page_tools();
         let b = ToolRegistry::page_tools();
-        assert_eq!(a.descriptors().len(), 12);
+        assert_eq!(a.descriptors().len(), 13);
         for (x, y) in a.descriptors().iter().zip(b.descriptors()) {
             assert_eq!(x.digest(), y.digest());
             assert_eq!(x.digest().len(), 64);

@@ -44,6 +44,7 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
         tools_disabled: false,
         in_flight_tool: None,
         pending_approval: None,
+        pending_interaction: None,
         stop_reason: None,
         error: None,
         usage: Usage::default(),

@@ -8,6 +8,13 @@
 // It answers `tool.execute` messages on ports named "page" with zero or more
 // `tool.progress` and exactly one `tool.result`. It never carries a client op,
 // never throws out of a listener, and holds no secrets.
+//
+// Tools (parameters as declared in src/tools.rs): page_snapshot, read_page,
+// click, type, select, scroll, wait_for. All of them share one registry of
+// element refs ("e12"), so a ref from page_snapshot works with click and the
+// other way round. Every failure the model can fix (stale ref, hidden or
+// disabled element, wrong kind of element, timeout) is an `ok:false` result
+// whose text says what to do next.
 (() => {
   "use strict";
 
@@ -19,6 +26,14 @@
   const MAX_NAME_CHARS = 80;
   const MAX_VALUE_CHARS = 80;
   const MAX_INTERACTIVE = 400;
+  const MAX_SNAPSHOT_CHARS = 12000;
+  const MAX_BLOCK_CHARS = 200;
+  const MAX_HEADING_CHARS = 150;
+  const MAX_OPTIONS_LISTED = 12;
+  const MAX_OPTIONS_IN_ERROR = 40;
+  const WAIT_DEFAULT_MS = 5000;
+  const WAIT_MAX_MS = 30000;
+  const WAIT_POLL_MS = 250;
 
   /** A failure the model can act on: reported as `ok:false` with this message. */
   class ToolError extends Error {}
@@ -88,6 +103,31 @@
     return node.childNodes;
   }
 
+  /** Computed style in the element's own window (elements of same-origin iframes too). */
+  function styleOf(element) {
+    const view = (element.ownerDocument && element.ownerDocument.defaultView) || window;
+    return view.getComputedStyle(element);
+  }
+
+  /** Parent in the flat tree: the shadow host for a shadow root's top elements. */
+  function flatParent(node) {
+    if (node.assignedSlot) return node.assignedSlot;
+    if (node.parentElement) return node.parentElement;
+    const root = node.getRootNode ? node.getRootNode() : null;
+    // nodeType 11 with a host: a shadow root (checked without instanceof, which fails across frames).
+    return root && root.nodeType === 11 && root.host ? root.host : null;
+  }
+
+  /** The <iframe> element holding a same-origin frame's element, or null. */
+  function frameOf(element) {
+    try {
+      const view = element.ownerDocument && element.ownerDocument.defaultView;
+      return view && view !== window ? view.frameElement : null;
+    } catch {
+      return null;
+    }
+  }
+
   function isAriaHidden(element) {
     return element.getAttribute("aria-hidden") === "true";
   }
@@ -118,26 +158,66 @@
     return rect.width > 0 && rect.height > 0;
   }
 
+  /**
+   * Why a sighted user cannot see (or reach) the element, or null when it is
+   * visible: rendered, not transparent, with a box, not aria-hidden or inert,
+   * and (inside a same-origin iframe) in a visible frame.
+   */
+  function visibilityProblem(element) {
+    if (!element || !element.isConnected) return "no longer on the page";
+    for (let node = element; node; node = flatParent(node)) {
+      if (node.nodeType !== Node.ELEMENT_NODE) continue;
+      if (isAriaHidden(node)) return "hidden from users (aria-hidden)";
+      if (node.hasAttribute("inert")) return "inert (covered by a dialog or overlay)";
+    }
+    const modal = openModal(element.ownerDocument);
+    if (modal && !flatContains(modal, element)) return "covered by an open modal dialog (close or answer the dialog first)";
+    if (typeof element.checkVisibility === "function") {
+      if (!element.checkVisibility({ opacityProperty: true, visibilityProperty: true, checkOpacity: true, checkVisibilityCSS: true })) {
+        return "hidden (not displayed, invisible or transparent)";
+      }
+    } else {
+      const style = styleOf(element);
+      if (style.display === "none" || style.visibility !== "visible" || Number(style.opacity) === 0) {
+        return "hidden (not displayed, invisible or transparent)";
+      }
+    }
+    if (!hasBox(element)) return "hidden (it has no size on screen)";
+    const frame = frameOf(element);
+    if (frame) {
+      const problem = visibilityProblem(frame);
+      if (problem) return `in a frame that is ${problem}`;
+    }
+    return null;
+  }
+
+  /** The open modal <dialog> of a document (everything else is inert), or null. */
+  function openModal(doc) {
+    try {
+      return doc ? doc.querySelector("dialog:modal") : null;
+    } catch {
+      return null; // no :modal support
+    }
+  }
+
+  /** `ancestor` contains `node` in the flat tree (across shadow roots). */
+  function flatContains(ancestor, node) {
+    for (let current = node; current; current = flatParent(current)) {
+      if (current === ancestor) return true;
+    }
+    return false;
+  }
+
   /** Visible to a sighted user: rendered, not transparent, with a box. */
   function isVisible(element) {
-    if (!element.isConnected) return false;
-    for (let node = element; node; node = node.parentElement || (node.getRootNode() instanceof ShadowRoot ? node.getRootNode().host : null)) {
-      if (node.nodeType === Node.ELEMENT_NODE && isAriaHidden(node)) return false;
-    }
-    if (typeof element.checkVisibility === "function") {
-      if (!element.checkVisibility({ opacityProperty: true, visibilityProperty: true, checkOpacity: true, checkVisibilityCSS: true })) return false;
-    } else {
-      const style = getComputedStyle(element);
-      if (style.display === "none" || style.visibility !== "visible" || Number(style.opacity) === 0) return false;
-    }
-    return hasBox(element);
+    return visibilityProblem(element) === null;
   }
 
   /**
    * One pass over the rendered flat tree: visible text (until the budget is
    * spent) and visible interactive elements (all of them).
    */
-  function scanPage({ wantText }) {
+  function scanPage({ wantText, root = document.body, maxText = MAX_TEXT_CHARS }) {
     const parts = [];
     let textLength = 0;
     let truncated = false;
@@ -145,9 +225,9 @@
 
     function pushText(text) {
       if (!wantText || truncated) return;
-      if (textLength + text.length > MAX_TEXT_CHARS) {
-        parts.push(text.slice(0, MAX_TEXT_CHARS - textLength));
-        textLength = MAX_TEXT_CHARS;
+      if (textLength + text.length > maxText) {
+        parts.push(text.slice(0, maxText - textLength));
+        textLength = maxText;
         truncated = true;
         return;
       }
@@ -167,7 +247,7 @@
       const element = node;
       const tag = element.tagName.toUpperCase();
       if (SKIPPED_TAGS.has(tag) || isAriaHidden(element) || element.hasAttribute("inert")) return;
-      const style = getComputedStyle(element);
+      const style = styleOf(element);
       if (style.display === "none" || Number(style.opacity) === 0) return;
       const ownVisible = style.visibility === "visible";
       const role = roleOf(element);
@@ -196,7 +276,7 @@
       if (spaced) pushText(" ");
     }
 
-    if (document.body) walk(document.body, true);
+    if (root) walk(root, true);
 
     const text = parts
       .join("")
@@ -344,13 +424,538 @@
     return { ref: refFor(element), role, name: accessibleName(element, role) };
   }
 
-  function rectOf(element) {
-    const rect = element.getBoundingClientRect();
-    const round = (n) => Math.round(n * 10) / 10;
-    return { x: round(rect.x), y: round(rect.y), width: round(rect.width), height: round(rect.height) };
+  // ------------------------------------------------------ shared helpers ---
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+  /** `params` must be a plain object (an absent one counts as {}). */
+  function objectParams(params, tool, usage) {
+    if (params === undefined || params === null) return {};
+    if (typeof params !== "object" || Array.isArray(params)) {
+      throw new ToolError(`${tool} needs an object of parameters: ${usage}`);
+    }
+    return params;
   }
 
-  // --------------------------------------------------------------- tools ---
+  function optionalString(params, key, tool) {
+    const value = params[key];
+    if (value === undefined || value === null) return null;
+    if (typeof value !== "string") throw new ToolError(`${tool}: "${key}" must be a string.`);
+    return value;
+  }
+
+  /** The element a ref names, visible or not; throws for unknown and stale refs. */
+  function lookupRef(ref) {
+    if (typeof ref !== "string" || !/^e[1-9]\d*$/.test(ref.trim())) {
+      throw new ToolError(`${quote(String(ref))} is not a ref; refs look like "e12". Call page_snapshot (or read_page) to get refs.`);
+    }
+    ref = ref.trim();
+    const element = elementByRef.has(ref) ? elementByRef.get(ref).deref() : undefined;
+    if (!element || !element.isConnected) {
+      if (elementByRef.has(ref) || Number(ref.slice(1)) < nextRefNumber) {
+        throw new ToolError(`Element ${ref} is no longer on the page (the page changed); call page_snapshot (or read_page) to get fresh refs.`);
+      }
+      throw new ToolError(`Unknown ref ${ref}; call page_snapshot (or read_page) to get the current refs.`);
+    }
+    return element;
+  }
+
+  /** The visible element a ref names; throws a model-readable error otherwise. */
+  function resolveByRef(ref) {
+    const element = lookupRef(ref);
+    const problem = visibilityProblem(element);
+    if (problem) {
+      const { role, name } = describe(element);
+      throw new ToolError(
+        `Element ${ref.trim()} (${role} ${quote(name)}) is not visible on the page: it is ${problem}. ` +
+          "It may appear after scrolling, opening a menu or waiting (wait_for); call page_snapshot (or read_page) to see what is visible now.",
+      );
+    }
+    return element;
+  }
+
+  function isInert(element) {
+    for (let node = element; node; node = flatParent(node)) {
+      if (node.nodeType === Node.ELEMENT_NODE && node.hasAttribute("inert")) return true;
+    }
+    return false;
+  }
+
+  function refuseDisabled(element, ref, what) {
+    if (isDisabled(element) || isInert(element)) {
+      const { role, name } = describe(element);
+      throw new ToolError(
+        `Element ${ref} (${role} ${quote(name)}) is disabled, so it cannot be ${what} now. ` +
+          "Something else on the page may have to happen first; call page_snapshot to check its state.",
+      );
+    }
+  }
+
+  /** Page-relative rect of the element, with same-origin frame offsets added. */
+  function rectOf(element) {
+    const rect = element.getBoundingClientRect();
+    let x = rect.x;
+    let y = rect.y;
+    for (let frame = frameOf(element); frame; frame = frameOf(frame)) {
+      const frameRect = frame.getBoundingClientRect();
+      x += frameRect.x + frame.clientLeft;
+      y += frameRect.y + frame.clientTop;
+    }
+    const round = (n) => Math.round(n * 10) / 10;
+    return { x: round(x), y: round(y), width: round(rect.width), height: round(rect.height) };
+  }
+
+  /** The focused element, looking into open shadow roots and same-origin frames. */
+  function deepActiveElement() {
+    let active = document.activeElement;
+    for (;;) {
+      if (active && active.shadowRoot && active.shadowRoot.activeElement) {
+        active = active.shadowRoot.activeElement;
+      } else if (active && active.tagName === "IFRAME") {
+        let inner = null;
+        try {
+          inner = active.contentDocument && active.contentDocument.activeElement;
+        } catch {
+          inner = null;
+        }
+        if (!inner || inner === active.contentDocument.body) return active;
+        active = inner;
+      } else {
+        return active;
+      }
+    }
+  }
+
+  function scrollIntoViewInstant(element) {
+    element.scrollIntoView({ block: "center", inline: "nearest", behavior: "instant" });
+  }
+
+  /** The setter of `property` on the element's prototype chain (not an instance override). */
+  function nativeSetter(element, property) {
+    for (let proto = Object.getPrototypeOf(element); proto; proto = Object.getPrototypeOf(proto)) {
+      const descriptor = Object.getOwnPropertyDescriptor(proto, property);
+      if (descriptor && typeof descriptor.set === "function") return descriptor.set;
+    }
+    return null;
+  }
+
+  function setNativeProperty(element, property, value) {
+    const setter = nativeSetter(element, property);
+    if (setter) setter.call(element, value);
+    else element[property] = value;
+  }
+
+  function fire(element, type, init = {}) {
+    const options = { bubbles: true, cancelable: true, composed: true, ...init };
+    let event;
+    if (type === "input" || type === "beforeinput") {
+      event = new InputEvent(type, options);
+    } else if (type.startsWith("key")) {
+      event = new KeyboardEvent(type, options);
+    } else if (type.startsWith("pointer")) {
+      event = new PointerEvent(type, options);
+    } else if (type.startsWith("mouse") || type === "click") {
+      event = new MouseEvent(type, options);
+    } else {
+      event = new Event(type, options);
+    }
+    return element.dispatchEvent(event);
+  }
+
+  /** A real-looking mouse press on the element (many widgets listen to mousedown, not click). */
+  function press(element) {
+    const rect = element.getBoundingClientRect();
+    const at = {
+      clientX: rect.left + rect.width / 2,
+      clientY: rect.top + rect.height / 2,
+      button: 0,
+      view: (element.ownerDocument && element.ownerDocument.defaultView) || window,
+    };
+    fire(element, "pointerdown", { ...at, pointerType: "mouse", isPrimary: true, buttons: 1 });
+    fire(element, "mousedown", { ...at, buttons: 1 });
+    fire(element, "pointerup", { ...at, pointerType: "mouse", isPrimary: true });
+    fire(element, "mouseup", at);
+    element.click();
+  }
+
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  /** Polls `check` (every frame-ish) until it returns a value or `ms` passed. */
+  async function pollFor(check, ms) {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const value = check();
+      if (value) return value;
+      if (Date.now() >= deadline) return null;
+      await sleep(50);
+    }
+  }
+
+  // ------------------------------------------------------- page_snapshot ---
+  const LANDMARK_ROLES = new Set([
+    "banner", "navigation", "main", "complementary", "contentinfo", "region", "form", "search",
+    "dialog", "alertdialog", "group", "radiogroup", "list", "menu", "tablist", "toolbar",
+  ]);
+  const SECTIONING = "article, aside, main, nav, section, [role=article], [role=complementary], [role=main], [role=navigation], [role=region]";
+
+  function headingLevel(element, tag, role) {
+    const match = /^H([1-6])$/.exec(tag);
+    if (role === "heading") {
+      const level = Number(element.getAttribute("aria-level"));
+      if (Number.isInteger(level) && level >= 1) return level;
+      return match ? Number(match[1]) : 2;
+    }
+    if (match && !element.hasAttribute("role")) return Number(match[1]);
+    return 0;
+  }
+
+  /** The structural role of a container worth showing (landmark, list, group), or null. */
+  function containerRole(element, tag) {
+    const explicit = (element.getAttribute("role") || "").trim().split(/\s+/)[0].toLowerCase();
+    if (explicit) return LANDMARK_ROLES.has(explicit) ? explicit : null;
+    switch (tag) {
+      case "MAIN": return "main";
+      case "NAV": return "navigation";
+      case "ASIDE": return "complementary";
+      case "FORM": return "form";
+      case "SEARCH": return "search";
+      case "DIALOG": return "dialog";
+      case "UL":
+      case "OL":
+      case "MENU":
+        return "list";
+      case "HEADER":
+        return element.parentElement && element.parentElement.closest(SECTIONING) ? null : "banner";
+      case "FOOTER":
+        return element.parentElement && element.parentElement.closest(SECTIONING) ? null : "contentinfo";
+      case "SECTION":
+        return element.hasAttribute("aria-label") || element.hasAttribute("aria-labelledby") ? "region" : null;
+      case "FIELDSET":
+        return "group";
+      default:
+        return null;
+    }
+  }
+
+  function containerName(element, tag) {
+    const candidates = [
+      () => (element.getAttribute("aria-labelledby") ? textOfIds(element, element.getAttribute("aria-labelledby")) : ""),
+      () => element.getAttribute("aria-label"),
+      () => {
+        if (tag !== "FIELDSET") return "";
+        const legend = Array.from(element.children).find((child) => child.tagName === "LEGEND");
+        return legend ? subtreeText(legend) : "";
+      },
+      () => element.getAttribute("title"),
+    ];
+    for (const candidate of candidates) {
+      const name = collapse(candidate());
+      if (name) return clip(name, MAX_NAME_CHARS);
+    }
+    return "";
+  }
+
+  /** State words for the outline: value, checked, selected, expanded, disabled, required, … */
+  function snapshotState(element, role) {
+    const control = element.tagName === "LABEL" && element.control ? element.control : element;
+    const tag = control.tagName.toUpperCase();
+    const parts = [];
+    const type = tag === "INPUT" ? control.type : "";
+    if (tag === "INPUT" && (role === "textbox" || role === "searchbox" || role === "combobox" || role === "spinbutton") &&
+        !["text", "search"].includes(type)) {
+      parts.push(`type=${type}`);
+    }
+    if (tag === "INPUT" && (type === "checkbox" || type === "radio")) {
+      parts.push(control.indeterminate ? "mixed" : control.checked ? "checked" : "unchecked");
+    } else if (["checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio"].includes(role)) {
+      const checked = control.getAttribute("aria-checked");
+      parts.push(checked === "true" ? "checked" : checked === "mixed" ? "mixed" : "unchecked");
+    } else if (tag === "INPUT" && type === "password") {
+      if (control.value) parts.push("value=(hidden)");
+    } else if (tag === "INPUT" && type === "file") {
+      if (control.files && control.files.length) parts.push(`value=${quote(clip(Array.from(control.files, (f) => f.name).join(", "), MAX_VALUE_CHARS))}`);
+    } else if (tag === "INPUT" || tag === "TEXTAREA") {
+      if (control.value !== "") parts.push(`value=${quote(clip(collapse(control.value), MAX_VALUE_CHARS))}`);
+    } else if (tag === "SELECT") {
+      const selected = Array.from(control.selectedOptions, (option) => collapse(option.label || option.text));
+      if (selected.length) parts.push(`value=${quote(clip(selected.join(", "), MAX_VALUE_CHARS))}`);
+      const options = Array.from(control.options);
+      const listed = options.slice(0, MAX_OPTIONS_LISTED).map((option) => quote(clip(collapse(option.label || option.text), 40)));
+      if (options.length > listed.length) listed.push(`… ${options.length - listed.length} more`);
+      if (listed.length) parts.push(`options: ${listed.join(", ")}`);
+    } else if (control.isContentEditable) {
+      const value = collapse(control.innerText);
+      if (value) parts.push(`value=${quote(clip(value, MAX_VALUE_CHARS))}`);
+    } else if (["combobox", "textbox", "searchbox", "spinbutton", "slider"].includes(role)) {
+      const value = control.getAttribute("aria-valuetext") || control.getAttribute("aria-valuenow");
+      if (value) parts.push(`value=${quote(clip(collapse(value), MAX_VALUE_CHARS))}`);
+    }
+    if (control.getAttribute("aria-selected") === "true") parts.push("selected");
+    if (control.getAttribute("aria-pressed") === "true") parts.push("pressed");
+    if (tag === "SUMMARY" && control.parentElement && control.parentElement.tagName === "DETAILS") {
+      parts.push(control.parentElement.open ? "expanded" : "collapsed");
+    } else if (control.hasAttribute("aria-expanded")) {
+      parts.push(control.getAttribute("aria-expanded") === "true" ? "expanded" : "collapsed");
+    }
+    if (isDisabled(control)) parts.push("disabled");
+    if (control.required || control.getAttribute("aria-required") === "true") parts.push("required");
+    if (((tag === "INPUT" || tag === "TEXTAREA") && control.readOnly) || control.getAttribute("aria-readonly") === "true") parts.push("readonly");
+    if (control.getAttribute("aria-invalid") === "true") parts.push("invalid");
+    if (control === deepActiveElement()) parts.push("focused");
+    return parts.length ? ` ${parts.join(" ")}` : "";
+  }
+
+  /**
+   * The outline as a tree: containers `{ label, element, children }` and
+   * leaves `{ line, element, interactive }`, in document order.
+   */
+  function buildOutline() {
+    const root = { label: null, element: null, children: [] };
+    // `plain`: the block has text of its own, not only the text of its links
+    // (a block that is just a link is the link's line alone).
+    const newBlock = (container, element) => ({ container, element, buffer: [], pending: [], plain: false });
+
+    /** Emits the block's text (one line), then the elements found inside it. */
+    function flush(block) {
+      const text = collapse(block.buffer.join(""));
+      if (text && block.plain) block.container.children.push({ line: `text ${quote(clip(text, MAX_BLOCK_CHARS))}`, element: block.element });
+      for (const item of block.pending) block.container.children.push(item);
+      block.buffer = [];
+      block.pending = [];
+      block.plain = false;
+    }
+
+    function add(block, item) {
+      // Inside a sentence, the element follows the sentence it sits in.
+      if (/\S/.test(block.buffer.join(""))) block.pending.push(item);
+      else block.container.children.push(item);
+    }
+
+    function walkChildren(element, block, ctx) {
+      if (VALUE_TAGS.has(element.tagName.toUpperCase())) return;
+      for (const child of flatChildren(element)) walk(child, block, ctx);
+    }
+
+    function walk(node, block, ctx) {
+      if (node.nodeType === Node.TEXT_NODE) {
+        if (ctx.visible && !ctx.suppress) {
+          block.buffer.push(node.data);
+          if (!ctx.inLink && /\S/.test(node.data)) block.plain = true;
+        }
+        return;
+      }
+      if (node.nodeType !== Node.ELEMENT_NODE) return;
+      const element = node;
+      const tag = element.tagName.toUpperCase();
+      if (tag === "IFRAME" || tag === "FRAME") {
+        walkFrame(element, block, ctx);
+        return;
+      }
+      if (SKIPPED_TAGS.has(tag) || isAriaHidden(element) || element.hasAttribute("inert")) return;
+      const style = styleOf(element);
+      if (style.display === "none" || Number(style.opacity) === 0) return;
+      const visible = style.visibility === "visible";
+      const display = style.display;
+      // Table cells stay on their row's line, separated like read_page does.
+      const cell = display === "table-cell";
+      const isBlock = !cell && !display.startsWith("inline") && display !== "contents";
+      const hidesChildren = style.contentVisibility === "hidden";
+      const role = roleOf(element);
+      const inner = { visible, suppress: ctx.suppress, inLink: ctx.inLink };
+
+      const level = headingLevel(element, tag, role);
+      if (level) {
+        flush(block);
+        const text = subtreeText(element);
+        if (visible && text && hasBox(element)) {
+          block.container.children.push({ line: `h${level} ${quote(clip(text, MAX_HEADING_CHARS))}`, element });
+        }
+        const headingBlock = newBlock(block.container, element);
+        if (!hidesChildren) walkChildren(element, headingBlock, { visible, suppress: true });
+        flush(headingBlock);
+        return;
+      }
+
+      if (visible && isInteractive(element, role) && hasBox(element)) {
+        const { ref, name } = describe(element);
+        add(block, { line: `[${ref}] ${role} ${quote(name)}${snapshotState(element, role)}`, element, interactive: true });
+        // Nested controls are listed too; the text is the element's name already,
+        // except for a link inside a sentence, which stays part of the sentence.
+        const inlineLink = role === "link" && display === "inline";
+        if (!hidesChildren && !element.isContentEditable) walkChildren(element, block, { visible, suppress: ctx.suppress || !inlineLink, inLink: true });
+        return;
+      }
+
+      const container = containerRole(element, tag);
+      if (container) {
+        flush(block);
+        const name = containerName(element, tag);
+        const node = { label: `${container}${name ? ` ${quote(name)}` : ""}`, element, children: [] };
+        block.container.children.push(node);
+        const innerBlock = newBlock(node, element);
+        if (!hidesChildren) walkChildren(element, innerBlock, inner);
+        flush(innerBlock);
+        return;
+      }
+
+      // A label's text is the name of its control, a legend's the name of its
+      // group: not repeated as text.
+      if (tag === "LABEL" && element.control) inner.suppress = true;
+      if (tag === "LEGEND" && element.parentElement && element.parentElement.tagName === "FIELDSET") inner.suppress = true;
+
+      if (isBlock) {
+        flush(block);
+        const innerBlock = newBlock(block.container, element);
+        if (!hidesChildren) walkChildren(element, innerBlock, inner);
+        flush(innerBlock);
+        return;
+      }
+      if (tag === "BR") block.buffer.push(" ");
+      if (cell && block.buffer.join("").trim() !== "") block.buffer.push(" | ");
+      if (tag === "IMG" && visible && !inner.suppress) {
+        const alt = collapse(element.getAttribute("alt"));
+        if (alt) {
+          block.buffer.push(` [image: ${alt}] `);
+          if (!ctx.inLink) block.plain = true;
+        }
+      }
+      if (display === "inline-block" || display.startsWith("inline-")) block.buffer.push(" ");
+      if (!hidesChildren) walkChildren(element, block, inner);
+      if (display === "inline-block" || display.startsWith("inline-")) block.buffer.push(" ");
+    }
+
+    function walkFrame(frame, block, ctx) {
+      if (isAriaHidden(frame) || !isVisible(frame)) return;
+      flush(block);
+      const name = collapse(frame.getAttribute("title") || frame.getAttribute("name") || frame.getAttribute("aria-label") || "");
+      let doc = null;
+      try {
+        doc = frame.contentDocument;
+      } catch {
+        doc = null;
+      }
+      const label = `iframe${name ? ` ${quote(clip(name, MAX_NAME_CHARS))}` : ""}`;
+      if (!doc || !doc.body) {
+        block.container.children.push({ line: `${label} (other site: its content is not shown)`, element: frame });
+        return;
+      }
+      const node = { label, element: frame, children: [] };
+      block.container.children.push(node);
+      const innerBlock = newBlock(node, frame);
+      walk(doc.body, innerBlock, { visible: true, suppress: ctx.suppress });
+      flush(innerBlock);
+    }
+
+    // With a modal dialog open, only the dialog can be used.
+    const start = openModal(document) || document.body;
+    if (start) {
+      const block = newBlock(root, start);
+      walk(start, block, { visible: true, suppress: false });
+      flush(block);
+    }
+    return root;
+  }
+
+  /** Flat list of outline entries `{ depth, text, element, interactive, container, parent }`, empty containers dropped. */
+  function flattenOutline(root) {
+    const entries = [];
+    const hasContent = (node) => (node.children ? node.children.some(hasContent) : true);
+    (function visit(node, depth, parent) {
+      for (const child of node.children) {
+        if (child.children) {
+          if (!hasContent(child)) continue;
+          const index = entries.length;
+          entries.push({ depth, text: child.label, element: child.element, interactive: false, container: true, parent });
+          visit(child, depth + 1, index);
+        } else {
+          entries.push({ depth, text: child.line, element: child.element, interactive: child.interactive === true, container: false, parent });
+        }
+      }
+    })(root, 0, -1);
+    return entries;
+  }
+
+  function pageSnapshot(params) {
+    objectParams(params, "page_snapshot", "call it with {}.");
+    forgetCollectedRefs();
+    const entries = flattenOutline(buildOutline());
+    const scroller = document.scrollingElement || document.documentElement;
+    const scrollY = Math.round(window.scrollY);
+    const scrollHeight = Math.round(scroller ? scroller.scrollHeight : 0);
+    const viewport = Math.round(window.innerHeight);
+    const header = [
+      `Title: ${document.title || "(untitled)"}`,
+      `URL: ${location.href}`,
+      `Scroll: ${scrollY} of ${scrollHeight} px (viewport ${viewport} px)`,
+    ];
+    if (openModal(document)) header.push("A modal dialog is open: only the dialog is shown, the rest of the page cannot be used until it is closed.");
+    header.push("");
+    const lineOf = (entry) => `${"  ".repeat(entry.depth)}${entry.text}`;
+    const interactiveCount = entries.filter((entry) => entry.interactive).length;
+    let included;
+    const total = entries.reduce((sum, entry) => sum + lineOf(entry).length + 1, 0);
+    const budget = MAX_SNAPSHOT_CHARS - header.join("\n").length - 400;
+    if (total <= budget) {
+      included = entries.map(() => true);
+    } else {
+      // Too large: show the part around the viewport, with its containers.
+      included = entries.map(() => false);
+      let used = 0;
+      const take = (index) => {
+        if (included[index]) return true;
+        const needed = [];
+        for (let i = index; i >= 0 && !included[i]; i = entries[i].parent) needed.push(i);
+        const cost = needed.reduce((sum, i) => sum + lineOf(entries[i]).length + 1, 0);
+        if (used + cost > budget) return false;
+        used += cost;
+        for (const i of needed) included[i] = true;
+        return true;
+      };
+      let start = entries.findIndex((entry) => {
+        if (entry.container || !entry.element || !entry.element.isConnected) return false;
+        return rectOf(entry.element).y + entry.element.getBoundingClientRect().height >= 0;
+      });
+      if (start < 0) start = entries.length - 1;
+      let next = start;
+      while (next < entries.length && take(next)) next += 1;
+      for (let previous = start - 1; previous >= 0 && next >= entries.length; previous -= 1) {
+        if (!take(previous)) break;
+      }
+    }
+    const lines = [...header];
+    const omittedAbove = { elements: 0, interactive: 0 };
+    const omittedBelow = { elements: 0, interactive: 0 };
+    const firstIncluded = included.indexOf(true);
+    entries.forEach((entry, index) => {
+      if (included[index]) {
+        lines.push(lineOf(entry));
+        return;
+      }
+      if (entry.container) return;
+      const bucket = index < firstIncluded ? omittedAbove : omittedBelow;
+      bucket.elements += 1;
+      if (entry.interactive) bucket.interactive += 1;
+    });
+    if (entries.length === 0) lines.push("(the page shows nothing)");
+    const note = (count, where, how) =>
+      `… ${plural(count.elements, "more element")} omitted ${where} (${count.interactive} interactive); ${how} or use wait_for/read_page.`;
+    if (omittedAbove.elements > 0) lines.splice(header.length, 0, note(omittedAbove, "above", "scroll up"));
+    if (omittedBelow.elements > 0) lines.push(note(omittedBelow, "below", "scroll down"));
+    return {
+      ok: true,
+      content: lines.join("\n"),
+      details: {
+        title: document.title,
+        url: location.href,
+        scrollY,
+        scrollHeight,
+        viewportHeight: viewport,
+        interactiveCount,
+        omitted: omittedAbove.elements + omittedBelow.elements,
+      },
+    };
+  }
+
+  // ------------------------------------------------------------ read_page ---
   function readPage(params) {
     if (params !== undefined && params !== null && (typeof params !== "object" || Array.isArray(params))) {
       throw new ToolError("read_page takes no parameters; call it with {}.");
@@ -383,23 +988,7 @@
     };
   }
 
-  function resolveByRef(ref) {
-    if (!/^e[1-9]\d*$/.test(ref)) {
-      throw new ToolError(`"${ref}" is not a ref; refs look like "e12". Call read_page to get refs.`);
-    }
-    const element = elementByRef.has(ref) ? elementByRef.get(ref).deref() : undefined;
-    if (!element || !element.isConnected) {
-      if (elementByRef.has(ref) || Number(ref.slice(1)) < nextRefNumber) {
-        throw new ToolError(`Element ${ref} is no longer on the page; call read_page to get fresh refs.`);
-      }
-      throw new ToolError(`Unknown ref ${ref}; call read_page to get the current refs.`);
-    }
-    if (!isVisible(element)) {
-      throw new ToolError(`Element ${ref} is not visible on the page; call read_page to get fresh refs.`);
-    }
-    return element;
-  }
-
+  // ---------------------------------------------------------------- click ---
   function resolveByText(wanted) {
     const target = collapse(wanted).toLowerCase();
     const { interactive } = scanPage({ wantText: false });
@@ -416,7 +1005,7 @@
       if (score > 0) scored.push({ element, score });
     }
     if (scored.length === 0) {
-      throw new ToolError(`No visible interactive element matches the text ${quote(wanted)}; call read_page to see the elements you can click.`);
+      throw new ToolError(`No visible interactive element matches the text ${quote(wanted)}; call page_snapshot (or read_page) to see the elements you can click.`);
     }
     const best = Math.max(...scored.map((entry) => entry.score));
     const matches = scored.filter((entry) => entry.score === best);
@@ -429,13 +1018,13 @@
 
   function click(params) {
     if (params === null || typeof params !== "object" || Array.isArray(params)) {
-      throw new ToolError('click needs an object: { "ref": "e12" } (from read_page) or { "text": "visible text" }.');
+      throw new ToolError('click needs an object: { "ref": "e12" } (from page_snapshot or read_page) or { "text": "visible text" }.');
     }
     const { ref, text } = params;
     const hasRef = typeof ref === "string" && ref.trim() !== "";
     const hasText = typeof text === "string" && text.trim() !== "";
     if (!hasRef && !hasText) {
-      throw new ToolError('click needs "ref" (like "e12", from read_page) or "text" (the visible text of the element).');
+      throw new ToolError('click needs "ref" (like "e12", from page_snapshot or read_page) or "text" (the visible text of the element).');
     }
     let element;
     let alternatives = 0;
@@ -459,14 +1048,589 @@
     return { ok: true, content, details: { ref: elementRef, name, role, rect } };
   }
 
+  // ----------------------------------------------------------------- type ---
+  const TYPEABLE_INPUT_TYPES = new Set([
+    "text", "search", "email", "tel", "url", "password", "number", "date", "datetime-local", "month",
+    "week", "time", "color", "range",
+  ]);
+
+  /** The element text goes into (`kind` "value" or "editable"), or a ToolError saying why not. */
+  function editableTarget(element, ref) {
+    let target = element;
+    if (target.tagName === "LABEL" && target.control) target = target.control;
+    const { role, name } = describe(element);
+    const what = `Element ${ref} (${role} ${quote(name)})`;
+    const tag = target.tagName.toUpperCase();
+    if (tag === "INPUT") {
+      const type = target.type;
+      if (type === "checkbox" || type === "radio") throw new ToolError(`${what} is a ${type}; use click to check or uncheck it instead of type.`);
+      if (["button", "submit", "reset", "image"].includes(type)) throw new ToolError(`${what} is a button; use click instead of type.`);
+      if (type === "file") throw new ToolError(`${what} is a file picker; text cannot be typed into it (uploading files is not supported).`);
+      if (!TYPEABLE_INPUT_TYPES.has(type)) throw new ToolError(`${what} is an input of type ${type} that does not take typed text.`);
+      return { target, kind: "value" };
+    }
+    if (tag === "TEXTAREA") return { target, kind: "value" };
+    if (tag === "SELECT") throw new ToolError(`${what} is a drop-down list; use select with the option's label instead of type.`);
+    if (target.isContentEditable) {
+      let host = target;
+      while (host.parentElement && host.parentElement.isContentEditable) host = host.parentElement;
+      return { target: host, kind: "editable" };
+    }
+    throw new ToolError(
+      `${what} is not editable (not an input, textarea or contenteditable element), so nothing was typed. ` +
+        "Call page_snapshot and use the ref of a textbox, searchbox or combobox.",
+    );
+  }
+
+  /** The button implicit submission would use: the form's first submit button. */
+  function defaultButton(form) {
+    for (const control of form.elements) {
+      const tag = control.tagName;
+      if ((tag === "BUTTON" && control.type === "submit") || (tag === "INPUT" && (control.type === "submit" || control.type === "image"))) {
+        return control;
+      }
+    }
+    return null;
+  }
+
+  /**
+   * Enter on the target: keydown/keypress/keyup; for an input in a form, the
+   * form's implicit submission (requestSubmit) unless the page handled Enter.
+   * Returns a sentence for the result.
+   */
+  function pressEnter(target, kind) {
+    const doc = target.ownerDocument;
+    let submitted = false;
+    const onSubmit = () => {
+      submitted = true;
+    };
+    doc.addEventListener("submit", onSubmit, true);
+    try {
+      const key = { key: "Enter", code: "Enter", keyCode: 13, which: 13, view: doc.defaultView };
+      const down = fire(target, "keydown", key);
+      let pressed = true;
+      if (down) pressed = fire(target, "keypress", { ...key, charCode: 13 });
+      fire(target, "keyup", key);
+      if (submitted) return { text: "pressed Enter: the form was submitted", submitted: true };
+      if (!down || !pressed) return { text: "pressed Enter (the page handled the key)", submitted: false };
+      const form = kind === "value" && target.tagName === "INPUT" ? target.form : null;
+      if (!form || !target.isConnected) {
+        return { text: kind === "value" && target.tagName === "INPUT" ? "pressed Enter (the field is not in a form, so nothing was submitted by the browser)" : "pressed Enter", submitted: false };
+      }
+      const button = defaultButton(form);
+      if (button && isDisabled(button)) {
+        return { text: `pressed Enter, but the form was not submitted: its submit button ${quote(accessibleName(button, "button"))} is disabled`, submitted: false };
+      }
+      if (!form.noValidate && !form.checkValidity()) {
+        const invalid = Array.from(form.elements).find((control) => control.willValidate && !control.validity.valid);
+        const label = invalid ? `${describe(invalid).ref} ${quote(accessibleName(invalid, roleOf(invalid)))}` : "a field";
+        const why = invalid ? `: ${invalid.validationMessage}` : "";
+        // Lets the page show its own validation messages, as a real Enter would.
+        form.requestSubmit(button || undefined);
+        return { text: `pressed Enter, but the form was not submitted: ${label} is invalid${why}`, submitted: false };
+      }
+      form.requestSubmit(button || undefined);
+      return { text: submitted ? "pressed Enter: the form was submitted" : "pressed Enter (the form's submission was cancelled by the page)", submitted };
+    } finally {
+      doc.removeEventListener("submit", onSubmit, true);
+    }
+  }
+
+  function typeText(params) {
+    params = objectParams(params, "type", '{ "ref": "e12", "text": "…", "submit": false }.');
+    const ref = optionalString(params, "ref", "type");
+    if (!ref || !ref.trim()) throw new ToolError('type needs "ref" (like "e12", from page_snapshot) and "text".');
+    if (typeof params.text !== "string") throw new ToolError('type needs "text": the text to type, as a string.');
+    if (params.submit !== undefined && params.submit !== null && typeof params.submit !== "boolean") {
+      throw new ToolError('type: "submit" must be true or false.');
+    }
+    const text = params.text;
+    const element = resolveByRef(ref.trim());
+    const { target, kind } = editableTarget(element, ref.trim());
+    refuseDisabled(target, ref.trim(), "typed into");
+    const { ref: elementRef, role, name } = describe(element);
+    const readOnly = (kind === "value" && target.readOnly) || target.getAttribute("aria-readonly") === "true";
+    if (readOnly) {
+      throw new ToolError(`Element ${elementRef} (${role} ${quote(name)}) is read-only; its text cannot be changed. Call page_snapshot to find an editable field.`);
+    }
+    const secret = kind === "value" && target.tagName === "INPUT" && target.type === "password";
+
+    scrollIntoViewInstant(target);
+    if (typeof target.focus === "function") target.focus({ preventScroll: true });
+    if (kind === "value") {
+      setNativeProperty(target, "value", text);
+      try {
+        if (typeof target.setSelectionRange === "function") target.setSelectionRange(text.length, text.length);
+      } catch {
+        // email, number, … have no selection API
+      }
+      fire(target, "input", { cancelable: false, inputType: "insertText", data: text });
+      fire(target, "change", { cancelable: false });
+    } else {
+      target.textContent = text;
+      try {
+        const selection = target.ownerDocument.getSelection();
+        const range = target.ownerDocument.createRange();
+        range.selectNodeContents(target);
+        range.collapse(false);
+        selection.removeAllRanges();
+        selection.addRange(range);
+      } catch {
+        // no selection in this document
+      }
+      fire(target, "input", { cancelable: false, inputType: "insertText", data: text });
+    }
+    const rect = rectOf(target);
+    const actual = kind === "value" ? target.value : target.textContent;
+    const sanitizing = kind === "value" && target.tagName === "INPUT" && !["text", "search", "email", "tel", "url", "password"].includes(target.type);
+    if (sanitizing && actual !== text) {
+      throw new ToolError(
+        `Element ${elementRef} (${role} ${quote(name)}) is a ${target.type} field and did not accept ${quote(text)}` +
+          `${actual ? ` (it now holds ${quote(actual)})` : ""}; type a valid ${target.type} value` +
+          `${target.type === "date" ? " such as 2024-05-31" : target.type === "time" ? " such as 13:45" : target.type === "number" ? " such as 42" : ""}.`,
+      );
+    }
+    const shown = secret ? `${plural(text.length, "character")}` : quote(clip(text, 200));
+    let content = `Typed ${shown} into ${role} ${quote(name)} (${elementRef})`;
+    if (!secret && actual !== text) {
+      content += `; the field now shows ${quote(clip(actual, 200))} (the page changed or limited the text)`;
+    } else if (secret && actual.length !== text.length) {
+      content += `; the field now holds ${plural(actual.length, "character")} (the page limited the text)`;
+    }
+    const details = { ref: elementRef, name, role, rect, length: text.length };
+    if (secret) details.secret = true;
+    if (params.submit === true) {
+      const enter = pressEnter(target, kind);
+      content += ` and ${enter.text}`;
+      details.submitted = enter.submitted;
+    }
+    return { ok: true, content: `${content}.`, details };
+  }
+
+  // --------------------------------------------------------------- select ---
+  const optionLabelOf = (option) => collapse(option.label || option.text);
+
+  /** Exact, then case-insensitive, then contains (label or value). */
+  function matchOption(candidates, wanted) {
+    const exact = collapse(wanted);
+    const lower = exact.toLowerCase();
+    const tiers = [
+      (c) => c.label === exact || c.value === wanted || c.value === exact,
+      (c) => c.label.toLowerCase() === lower || c.value.toLowerCase() === lower,
+      (c) => lower !== "" && (c.label.toLowerCase().includes(lower) || c.value.toLowerCase().includes(lower)),
+    ];
+    for (const [index, tier] of tiers.entries()) {
+      const matches = candidates.filter(tier);
+      if (matches.length === 0) continue;
+      const enabled = matches.filter((c) => !c.disabled);
+      if (enabled.length === 0) return { disabled: matches[0] };
+      return { match: enabled[0], others: enabled.length - 1, how: ["exact", "case-insensitive", "partial"][index] };
+    }
+    return {};
+  }
+
+  function optionList(candidates) {
+    const listed = candidates.slice(0, MAX_OPTIONS_IN_ERROR).map((c) => `${quote(c.label || c.value)}${c.disabled ? " (disabled)" : ""}`);
+    if (candidates.length > listed.length) listed.push(`… ${candidates.length - listed.length} more`);
+    return listed.length ? listed.join(", ") : "(none)";
+  }
+
+  function noMatch(elementRef, role, name, wanted, result, candidates) {
+    if (result.disabled) {
+      return new ToolError(`The option ${quote(result.disabled.label)} of ${role} ${quote(name)} (${elementRef}) is disabled and cannot be chosen. Options: ${optionList(candidates)}.`);
+    }
+    return new ToolError(`No option matches ${quote(wanted)} in ${role} ${quote(name)} (${elementRef}). Options: ${optionList(candidates)}. Call select again with one of them.`);
+  }
+
+  /** Ids in an attribute (aria-controls, aria-owns) resolved in the element's tree. */
+  function elementsOfIds(element, attribute) {
+    const ids = (element.getAttribute(attribute) || "").trim();
+    if (!ids) return [];
+    const root = element.getRootNode();
+    return ids.split(/\s+/).map((id) => (root.getElementById ? root.getElementById(id) : document.getElementById(id))).filter(Boolean);
+  }
+
+  function popupListbox(combobox) {
+    for (const attribute of ["aria-controls", "aria-owns"]) {
+      for (const candidate of elementsOfIds(combobox, attribute)) {
+        const listbox = candidate.getAttribute("role") === "listbox" ? candidate : candidate.querySelector("[role=listbox]");
+        if (listbox && isVisible(listbox)) return listbox;
+      }
+    }
+    const inside = combobox.querySelector("[role=listbox]");
+    if (inside && isVisible(inside)) return inside;
+    const visible = Array.from(combobox.ownerDocument.querySelectorAll("[role=listbox]")).filter(isVisible);
+    return visible.length === 1 ? visible[0] : null;
+  }
+
+  async function selectAria(element, role, wanted) {
+    const { ref: elementRef, name } = describe(element);
+    let listbox = role === "listbox" ? element : popupListbox(element);
+    let opened = false;
+    if (!listbox) {
+      scrollIntoViewInstant(element);
+      press(element);
+      opened = true;
+      listbox = await pollFor(() => popupListbox(element), 1500);
+      if (!listbox) {
+        throw new ToolError(
+          `Clicked ${role} ${quote(name)} (${elementRef}) to open it, but no list of options appeared. ` +
+            "Call page_snapshot to see its options, then click the one you want.",
+        );
+      }
+    }
+    const nodes = [...elementsOfIds(listbox, "aria-owns"), ...listbox.querySelectorAll("[role=option]")];
+    const candidates = nodes.map((option) => ({
+      element: option,
+      label: accessibleName(option, "option") || collapse(option.textContent),
+      value: option.getAttribute("data-value") || option.getAttribute("value") || "",
+      disabled: option.getAttribute("aria-disabled") === "true",
+    }));
+    const result = matchOption(candidates, wanted);
+    if (!result.match) throw noMatch(elementRef, role, name, wanted, result, candidates);
+    const option = result.match.element;
+    if (!option.isConnected) throw new ToolError(`The options of ${role} ${quote(name)} (${elementRef}) changed while choosing; call page_snapshot and try again.`);
+    scrollIntoViewInstant(option);
+    press(option);
+    let content = `Chose ${quote(result.match.label)} in ${role} ${quote(name)} (${elementRef})${opened ? " (opened it first)" : ""}.`;
+    if (result.others > 0) content += ` ${plural(result.others, "other option")} also matched ${quote(wanted)}; the first was chosen.`;
+    return {
+      ok: true,
+      content,
+      details: { ref: elementRef, name, role, rect: rectOf(element), option: { label: result.match.label, value: result.match.value } },
+    };
+  }
+
+  async function selectOption(params) {
+    params = objectParams(params, "select", '{ "ref": "e12", "option": "label or value" }.');
+    const ref = optionalString(params, "ref", "select");
+    if (!ref || !ref.trim()) throw new ToolError('select needs "ref" (like "e12", from page_snapshot) and "option".');
+    let wanted = params.option;
+    if (typeof wanted === "number") wanted = String(wanted);
+    if (typeof wanted !== "string") throw new ToolError('select needs "option": the visible label or the value of the option, as a string.');
+    const element = resolveByRef(ref.trim());
+    const select = element.tagName === "LABEL" && element.control ? element.control : element;
+    refuseDisabled(select, ref.trim(), "changed");
+    const { ref: elementRef, role, name } = describe(element);
+    if (select.tagName !== "SELECT") {
+      const ariaRole = roleOf(select);
+      if (ariaRole === "listbox" || ariaRole === "combobox") return selectAria(select, ariaRole, wanted);
+      throw new ToolError(
+        `Element ${elementRef} (${role} ${quote(name)}) is not a drop-down list or list box; ` +
+          "use type for text fields and click for buttons, checkboxes and custom menus.",
+      );
+    }
+    const candidates = Array.from(select.options, (option) => ({
+      element: option,
+      label: optionLabelOf(option),
+      value: option.value,
+      disabled: option.disabled || (option.parentElement && option.parentElement.tagName === "OPTGROUP" && option.parentElement.disabled),
+    }));
+    const result = matchOption(candidates, wanted);
+    if (!result.match) throw noMatch(elementRef, role, name, wanted, result, candidates);
+    const option = result.match.element;
+    scrollIntoViewInstant(select);
+    if (typeof select.focus === "function") select.focus({ preventScroll: true });
+    const already = option.selected && (!select.multiple || select.selectedOptions.length === 1);
+    if (!already) {
+      if (select.multiple) setNativeProperty(option, "selected", true);
+      else setNativeProperty(select, "selectedIndex", option.index);
+      fire(select, "input", { cancelable: false });
+      fire(select, "change", { cancelable: false });
+    }
+    const selectedNow = Array.from(select.selectedOptions, optionLabelOf);
+    let content = already
+      ? `${quote(result.match.label)} was already chosen in ${role} ${quote(name)} (${elementRef}); nothing changed.`
+      : `Chose ${quote(result.match.label)} in ${role} ${quote(name)} (${elementRef}).`;
+    if (result.others > 0) content += ` ${plural(result.others, "other option")} also matched ${quote(wanted)}; the first was chosen.`;
+    if (select.multiple) content += ` Selected now: ${selectedNow.map(quote).join(", ") || "(none)"}.`;
+    if (!already && !option.selected) content += " Note: the page changed the selection back right away; call page_snapshot to check.";
+    return {
+      ok: true,
+      content,
+      details: { ref: elementRef, name, role, rect: rectOf(select), option: { label: result.match.label, value: result.match.value }, selected: selectedNow },
+    };
+  }
+
+  // --------------------------------------------------------------- scroll ---
+  const DIRECTIONS = new Set(["up", "down", "top", "bottom"]);
+
+  function canScroll(element) {
+    if (element.scrollHeight <= element.clientHeight + 1) return false;
+    const overflow = styleOf(element).overflowY;
+    return overflow === "auto" || overflow === "scroll" || overflow === "overlay";
+  }
+
+  /** The element itself or its nearest ancestor that scrolls vertically, or null (the page). */
+  function scrollContainerOf(element) {
+    for (let node = element; node; node = flatParent(node)) {
+      if (node.nodeType !== Node.ELEMENT_NODE) continue;
+      if (node === node.ownerDocument.documentElement || node === node.ownerDocument.body) return null;
+      if (canScroll(node)) return node;
+    }
+    return null;
+  }
+
+  /** The page scrolls (window), or, for app-like pages whose body is fixed, their largest scrolling area. */
+  function mainScroller() {
+    const page = document.scrollingElement || document.documentElement;
+    if (page.scrollHeight > window.innerHeight + 1) return null;
+    let best = null;
+    let bestArea = 0;
+    for (const element of document.body ? document.body.querySelectorAll("*") : []) {
+      if (element.scrollHeight <= element.clientHeight + 1 || !canScroll(element) || !isVisible(element)) continue;
+      const rect = element.getBoundingClientRect();
+      const area = rect.width * rect.height;
+      if (area > bestArea) {
+        best = element;
+        bestArea = area;
+      }
+    }
+    return best;
+  }
+
+  function position(container) {
+    if (!container) {
+      const page = document.scrollingElement || document.documentElement;
+      return { y: Math.round(window.scrollY), height: Math.round(page.scrollHeight), viewport: Math.round(window.innerHeight) };
+    }
+    return { y: Math.round(container.scrollTop), height: Math.round(container.scrollHeight), viewport: Math.round(container.clientHeight) };
+  }
+
+  function scrollBy(container, direction) {
+    const { viewport, height } = position(container);
+    const top = direction === "top" ? 0 : direction === "bottom" ? height : undefined;
+    const delta = direction === "down" ? viewport : -viewport;
+    const target = container || window;
+    if (top !== undefined) target.scrollTo({ top, behavior: "instant" });
+    else target.scrollBy({ top: delta, behavior: "instant" });
+  }
+
+  function edgeOf(where) {
+    if (where.height <= where.viewport + 1) return "fits";
+    if (where.y <= 0) return "top";
+    if (where.y + where.viewport >= where.height - 1) return "bottom";
+    return null;
+  }
+
+  function describePosition(where) {
+    const edge = edgeOf(where);
+    return `now at ${where.y} of ${where.height} px (viewport ${where.viewport} px)${edge === "top" || edge === "bottom" ? `, at the ${edge}` : ""}`;
+  }
+
+  /** "Did not scroll down: already at the bottom (4487 of 5287 px, viewport 800 px)." */
+  function notScrolled(what, direction, where) {
+    const edge = edgeOf(where);
+    const reason = edge === "fits" ? "everything fits in view" : edge ? `already at the ${edge}` : "it did not move";
+    return `Did not scroll ${what ? `${what} ` : ""}${direction}: ${reason} (${where.y} of ${where.height} px, viewport ${where.viewport} px).`;
+  }
+
+  function scroll(params) {
+    params = objectParams(params, "scroll", '{ "direction": "down" } or { "ref": "e12" }.');
+    const ref = optionalString(params, "ref", "scroll");
+    const direction = optionalString(params, "direction", "scroll");
+    if (direction !== null && !DIRECTIONS.has(direction)) {
+      throw new ToolError(`scroll: "direction" must be one of up, down, top, bottom (got ${quote(direction)}).`);
+    }
+    if (ref && ref.trim()) {
+      const element = resolveByRef(ref.trim());
+      const { ref: elementRef, role, name } = describe(element);
+      if (!direction) {
+        scrollIntoViewInstant(element);
+        const where = position(scrollContainerOf(flatParent(element) || element));
+        const page = position(null);
+        return {
+          ok: true,
+          content: `Scrolled ${role} ${quote(name)} (${elementRef}) into view; the page is ${describePosition(page)}.`,
+          details: { ref: elementRef, name, role, rect: rectOf(element), scrollY: page.y, scrollHeight: page.height, viewportHeight: page.viewport, container: where },
+        };
+      }
+      const container = scrollContainerOf(element);
+      const before = position(container);
+      scrollBy(container, direction);
+      const after = position(container);
+      const what = container ? `the scrolling area ${container === element ? `${role} ${quote(name)} (${elementRef})` : `around ${role} ${quote(name)} (${elementRef})`}` : "the page";
+      const moved = after.y !== before.y;
+      return {
+        ok: true,
+        content: moved ? `Scrolled ${what} ${direction}: ${describePosition(after)}.` : notScrolled(what, direction, after),
+        details: { ref: elementRef, name, role, rect: rectOf(element), direction, scrollY: after.y, scrollHeight: after.height, viewportHeight: after.viewport, moved },
+      };
+    }
+    const chosen = direction || "down";
+    const container = mainScroller();
+    const before = position(container);
+    scrollBy(container, chosen);
+    const after = position(container);
+    const moved = after.y !== before.y;
+    const subject = container ? "the page's main scrolling area" : "";
+    const content = moved
+      ? `Scrolled ${subject ? `${subject} ` : ""}${chosen}: ${describePosition(after)}.`
+      : notScrolled(subject, chosen, after);
+    return {
+      ok: true,
+      content,
+      details: { direction: chosen, scrollY: after.y, scrollHeight: after.height, viewportHeight: after.viewport, moved },
+    };
+  }
+
+  // ------------------------------------------------------------- wait_for ---
+  /** Active waits, finished early when the page goes away. */
+  const activeWaits = new Set();
+  window.addEventListener("pagehide", () => {
+    for (const stop of [...activeWaits]) stop();
+  });
+
+  /** Visible text under `root` (flat tree), whitespace collapsed, lower case. */
+  function visibleTextOf(root) {
+    return collapse(scanPage({ wantText: true, root, maxText: Number.POSITIVE_INFINITY }).text).toLowerCase();
+  }
+
+  /** The deepest element under `root` whose rendered text contains `needle` (lower case). */
+  function elementWithText(root, needle) {
+    let current = root;
+    for (;;) {
+      let next = null;
+      for (const child of flatChildren(current)) {
+        if (child.nodeType !== Node.ELEMENT_NODE || SKIPPED_TAGS.has(child.tagName.toUpperCase())) continue;
+        if (collapse(child.innerText || "").toLowerCase().includes(needle) && isVisible(child)) {
+          next = child;
+          break;
+        }
+      }
+      if (!next) return current;
+      current = next;
+    }
+  }
+
+  function waitFor(params, context) {
+    params = objectParams(params, "wait_for", '{ "text": "Saved" } or { "ref": "e12" }, optionally "timeout_ms".');
+    const text = optionalString(params, "text", "wait_for");
+    const ref = optionalString(params, "ref", "wait_for");
+    const wantsText = text !== null && collapse(text) !== "";
+    const wantsRef = ref !== null && ref.trim() !== "";
+    if (!wantsText && !wantsRef) {
+      throw new ToolError('wait_for needs "text" (words to wait for) or "ref" (an element to wait for), or both.');
+    }
+    let timeout = WAIT_DEFAULT_MS;
+    if (params.timeout_ms !== undefined && params.timeout_ms !== null) {
+      const asked = Number(params.timeout_ms);
+      if (!Number.isFinite(asked)) throw new ToolError('wait_for: "timeout_ms" must be a number of milliseconds.');
+      timeout = Math.min(Math.max(Math.round(asked), 0), WAIT_MAX_MS);
+    }
+    const needle = wantsText ? collapse(text).toLowerCase() : "";
+    const element = wantsRef ? lookupRef(ref) : null;
+    const label = element ? describe(element) : null;
+    const subject = [
+      wantsText ? `the text ${quote(clip(collapse(text), 80))}` : null,
+      element ? `${wantsText ? "in " : ""}${label.role} ${quote(label.name)} (${label.ref})` : null,
+    ].filter(Boolean).join(" ");
+    const started = Date.now();
+
+    /** { ok, content, details } when done, null while still waiting. */
+    function check() {
+      if (element && !element.isConnected) {
+        throw new ToolError(`Element ${label.ref} (${label.role} ${quote(label.name)}) was removed from the page while waiting; call page_snapshot to get fresh refs.`);
+      }
+      if (element && !isVisible(element)) return null;
+      if (wantsText && !visibleTextOf(element || document.body).includes(needle)) return null;
+      const found = element || elementWithText(document.body, needle);
+      const waited = Date.now() - started;
+      const seconds = (waited / 1000).toFixed(1);
+      const verb = wantsText ? "appeared" : "is visible";
+      return {
+        ok: true,
+        content: waited < 50 ? `${capitalize(subject)} ${wantsText ? "is" : "is"} already visible.` : `${capitalize(subject)} ${verb} after ${seconds} s.`,
+        details: {
+          waitedMs: waited,
+          ...(element ? { ref: label.ref, name: label.name, role: label.role } : {}),
+          ...(found && found.nodeType === Node.ELEMENT_NODE ? { rect: rectOf(found) } : {}),
+        },
+      };
+    }
+
+    const immediate = check();
+    if (immediate) return immediate;
+
+    return new Promise((resolve, reject) => {
+      let done = false;
+      let scheduled = null;
+      const observers = [];
+      const finish = (outcome, error) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        clearTimeout(scheduled);
+        clearInterval(poll);
+        clearInterval(ticker);
+        for (const observer of observers) observer.disconnect();
+        activeWaits.delete(onLeave);
+        if (error) reject(error);
+        else resolve(outcome);
+      };
+      const run = () => {
+        scheduled = null;
+        if (done) return;
+        try {
+          const outcome = check();
+          if (outcome) finish(outcome);
+        } catch (error) {
+          finish(null, error);
+        }
+      };
+      // Mutations come in bursts (and some pages animate constantly): check at most every 100 ms.
+      const schedule = () => {
+        if (scheduled === null && !done) scheduled = setTimeout(run, 100);
+      };
+      for (const doc of [document, element && element.ownerDocument].filter((d, i, all) => d && all.indexOf(d) === i)) {
+        const observer = new MutationObserver(schedule);
+        observer.observe(doc.documentElement || doc, { subtree: true, childList: true, characterData: true, attributes: true });
+        observers.push(observer);
+      }
+      // Polling catches what observers miss (shadow roots, CSS animations, layout).
+      const poll = setInterval(run, WAIT_POLL_MS);
+      const ticker = setInterval(() => {
+        const seconds = Math.round((Date.now() - started) / 1000);
+        context.progress(`waiting… ${seconds} s (for ${subject})`);
+      }, 1000);
+      const timer = setTimeout(() => {
+        run();
+        if (done) return;
+        const seconds = Math.round(timeout / 100) / 10;
+        const state = element && element.isConnected ? ` (it is ${visibilityProblem(element) || "visible, but the text is not in it"})` : "";
+        finish({
+          ok: false,
+          content:
+            `Timed out after ${seconds} s: ${subject} ${wantsText ? "did not appear" : "did not become visible"}${state}. ` +
+            `Call page_snapshot to see what the page shows now, or wait again with a longer timeout_ms (at most ${WAIT_MAX_MS}).`,
+          details: { waitedMs: Date.now() - started, timedOut: true, ...(element ? { ref: label.ref, name: label.name, role: label.role } : {}) },
+        });
+      }, timeout);
+      const onLeave = () =>
+        finish({
+          ok: false,
+          content: `The page navigated away (or was closed) while waiting for ${subject}; nothing was found. Call page_snapshot to look at the page that is open now.`,
+          details: { waitedMs: Date.now() - started, navigated: true },
+        });
+      activeWaits.add(onLeave);
+    });
+  }
+
+  const capitalize = (text) => (text ? text[0].toUpperCase() + text.slice(1) : text);
+
   /**
    * name → tool. A tool gets (params, context) and returns (or resolves to)
    * `{ ok, content, details? }`; it throws ToolError for failures the model
    * should read. `context.progress(text)` sends a `tool.progress`.
    */
   const TOOLS = {
+    page_snapshot: pageSnapshot,
     read_page: readPage,
     click,
+    type: typeText,
+    select: selectOption,
+    scroll,
+    wait_for: waitFor,
   };
 
   // ------------------------------------------------------------ protocol ---
@@ -487,7 +1651,7 @@
       safePost(port, reply);
     };
     if (typeof name !== "string" || !Object.prototype.hasOwnProperty.call(TOOLS, name)) {
-      finish({ ok: false, content: `Unknown page tool: ${String(name)}` });
+      finish({ ok: false, content: `Unknown page tool: ${String(name)}. Page tools: ${Object.keys(TOOLS).join(", ")}.` });
       return;
     }
     const context = { progress: (text) => safePost(port, { type: "tool.progress", callId, text: String(text) }) };

@@ -281,6 +281,7 @@ impl Engine {
             | Phase::Uncertain { .. }
             | Phase::Resolving { .. }
             | Phase::WaitingApproval { .. }
+            | Phase::WaitingInteraction { .. }
             | Phase::Backoff { .. } => self.finish_run(now, thread_id, finish),
         }
     }

@@ -92,6 +92,7 @@ impl Engine {
             tools_disabled: false,
             in_flight_tool: None,
             pending_approval: None,
+            pending_interaction: None,
             stop_reason: None,
             error: None,
             usage: Usage::default(),
@@ -464,6 +465,8 @@ pick a different element or tool, or explain the problem to the user.",
             .as_mut()
             .expect("active");
         exec.calls = prepared;
+        // Targets belong to this response's calls (indices restart at 0).
+        exec.targets.clear();
         exec.phase = Phase::Persisting(token);
         exec.text.clear();
         exec.reasoning.clear();
@@ -489,12 +492,16 @@ pick a different element or tool, or explain the problem to the user.",
                 None,
             );
         }
-        let targets_tab = self
+        let binding = self
             .config
             .registry
             .get(&call.name)
-            .is_some_and(|d| d.binding.targets_tab());
+            .map(|d| d.binding.clone());
+        let targets_tab = binding.as_ref().is_some_and(|b| b.targets_tab());
         match call.params {
+            Ok(_) if binding == Some(crate::tools::Binding::Engine) => {
+                self.run_engine_tool(now, tid, index)
+            }
             Err(message) => {
                 self.persist_tool_result(now, tid, index, ToolStatus::Error, message, None)
             }
@@ -843,6 +850,17 @@ pick a different element or tool, or explain the problem to the user.",
             thread.revision += 1;
         }
         // A question nobody answered is withdrawn with the run.
+        if let Some(interaction_id) = run.pending_interaction.take() {
+            let pending = self.threads[tid]
+                .interactions
+                .iter()
+                .find(|i| i.id == interaction_id && i.status == InteractionStatus::Pending)
+                .cloned();
+            if let Some(mut interaction) = pending {
+                interaction.status = InteractionStatus::Cancelled;
+                unit.put(Record::Interaction(interaction));
+            }
+        }
         if let Some(approval_id) = run.pending_approval.take() {
             let pending = self.threads[tid]
                 .approvals
@@ -946,13 +964,40 @@ pick a different element or tool, or explain the problem to the user.",
             self.set_phase(tid, Phase::WaitingApproval { index, approval_id });
             return;
         }
+        let asked = run.pending_interaction.as_ref().and_then(|interaction_id| {
+            let t = &self.threads[tid];
+            let interaction = t
+                .interactions
+                .iter()
+                .find(|i| &i.id == interaction_id && i.status == InteractionStatus::Pending)?;
+            let index = t
+                .exec
+                .as_ref()?
+                .calls
+                .iter()
+                .position(|c| c.call_id == interaction.call_id && !c.done)?;
+            Some((index, interaction_id.clone()))
+        });
+        if let (RunState::WaitingInteraction, Some((index, interaction_id))) = (run.state, asked) {
+            self.set_phase(
+                tid,
+                Phase::WaitingInteraction {
+                    index,
+                    interaction_id,
+                },
+            );
+            return;
+        }
         match (run.state, uncertain) {
             (RunState::PausedUncertain, Some(index)) => {
                 self.set_phase(tid, Phase::Uncertain { index })
             }
             // An inspect-first call: the model is told to look before acting again.
             (_, Some(index))
-                if self.threads[tid].exec.as_ref().is_some_and(|e| e.calls[index].recovery == Recovery::InspectFirst) =>
+                if self.threads[tid]
+                    .exec
+                    .as_ref()
+                    .is_some_and(|e| e.calls[index].recovery == Recovery::InspectFirst) =>
             {
                 self.persist_tool_result(
                     now,
@@ -1163,6 +1208,13 @@ pick a different element or tool, or explain the problem to the user.",
                 }
                 self.resolve_target(&tid, index);
             }
+            Then::InteractionAsked {
+                index,
+                interaction_id,
+            } => self.after_interaction_asked(now, &tid, index, interaction_id, &unit),
+            Then::InteractionAnswered { interaction_id } => {
+                self.after_interaction_answered(now, &tid, interaction_id, &unit)
+            }
             Then::ApprovalAsked { index, approval_id } => {
                 self.after_approval_asked(now, &tid, index, approval_id, &unit)
             }
@@ -1205,17 +1257,22 @@ pick a different element or tool, or explain the problem to the user.",
                 self.announce(&tid, &unit);
                 // A withdrawn question is news for the client that shows it.
                 for record in &unit.puts {
-                    if let Record::Approval(a) = record {
-                        self.broadcast(
-                            &tid,
-                            Event::ApprovalResolved {
-                                thread_id: tid.clone(),
-                                turn_id: turn_id.clone(),
-                                approval_id: a.id.clone(),
-                                status: a.status,
-                            },
-                        );
-                    }
+                    let event = match record {
+                        Record::Approval(a) => Event::ApprovalResolved {
+                            thread_id: tid.clone(),
+                            turn_id: turn_id.clone(),
+                            approval_id: a.id.clone(),
+                            status: a.status,
+                        },
+                        Record::Interaction(i) => Event::InteractionResolved {
+                            thread_id: tid.clone(),
+                            turn_id: turn_id.clone(),
+                            interaction_id: i.id.clone(),
+                            status: i.status,
+                        },
+                        _ => continue,
+                    };
+                    self.broadcast(&tid, event);
                 }
                 for (i, reply) in interrupts.iter().enumerate() {
                     // An interrupt that arrived after the terminal state was decided changed nothing.

@@ -379,6 +379,7 @@ impl Engine {
             }),
             Op::ThreadDelete { thread_id, .. }
             | Op::ApprovalResponse { thread_id, .. }
+            | Op::InteractionResponse { thread_id, .. }
             | Op::RunResolveUncertain { thread_id, .. }
             | Op::TurnInterrupt { thread_id, .. }
             | Op::QueueRemove { thread_id, .. }
@@ -430,6 +431,16 @@ impl Engine {
                     t.approvals
                         .iter()
                         .find(|a| &a.id == id && a.status == ApprovalStatus::Pending)
+                })
+                .cloned(),
+            pending_interaction: t
+                .latest_run
+                .as_ref()
+                .and_then(|r| r.pending_interaction.as_ref())
+                .and_then(|id| {
+                    t.interactions
+                        .iter()
+                        .find(|q| &q.id == id && q.status == InteractionStatus::Pending)
                 })
                 .cloned(),
         });
@@ -491,6 +502,12 @@ impl Engine {
                 }
                 Record::SiteRule(rule) => {
                     self.site_rules.insert(rule.origin.clone(), rule.clone());
+                }
+                Record::Interaction(interaction) => {
+                    if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
+                        t.interactions.retain(|i| i.id != interaction.id);
+                        t.interactions.push(interaction.clone());
+                    }
                 }
             }
         }

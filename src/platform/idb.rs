@@ -17,11 +17,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use wasm_bindgen::JsValue;
 
-use crate::model::{ApprovalRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule, Thread};
+use crate::model::{
+    ApprovalRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule,
+    Thread,
+};
 use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
 
 /// Database version; bump together with `model::SCHEMA_VERSION` migrations.
-const DB_VERSION: u32 = 2;
+const DB_VERSION: u32 = 3;
 
 fn store_error(e: impl std::fmt::Display) -> StoreError {
     StoreError {
@@ -100,6 +103,11 @@ impl IdbStore {
                     .add_index(by_thread()),
             )
             .add_object_store(ObjectStore::new(stores::SITE_RULES).key_path("origin"))
+            .add_object_store(
+                ObjectStore::new(stores::INTERACTIONS)
+                    .key_path("id")
+                    .add_index(by_thread()),
+            )
             .build()
             .await
             .map_err(store_error)?;
@@ -133,6 +141,7 @@ impl IdbStore {
                 Record::Receipt(x) => to_js(x)?,
                 Record::Approval(x) => to_js(x)?,
                 Record::SiteRule(x) => to_js(x)?,
+                Record::Interaction(x) => to_js(x)?,
             };
             puts.push((record.store_name(), value));
         }
@@ -185,14 +194,15 @@ impl IdbStore {
                 store.get_all(None, None).await.map_err(store_error)
             }
         };
-        let (threads, runs, steers, queue, receipts, approvals, site_rules) = futures::join!(
+        let (threads, runs, steers, queue, receipts, approvals, site_rules, interactions) = futures::join!(
             all(stores::THREADS),
             all(stores::RUNS),
             all(stores::STEERS),
             all(stores::QUEUE),
             all(stores::RECEIPTS),
             all(stores::APPROVALS),
-            all(stores::SITE_RULES)
+            all(stores::SITE_RULES),
+            all(stores::INTERACTIONS)
         );
         let threads: Vec<Thread> = decode_all(threads?, stores::THREADS, &mut skipped);
         let runs: Vec<Run> = decode_all(runs?, stores::RUNS, &mut skipped);
@@ -202,6 +212,8 @@ impl IdbStore {
         let approvals: Vec<ApprovalRecord> =
             decode_all(approvals?, stores::APPROVALS, &mut skipped);
         let site_rules: Vec<SiteRule> = decode_all(site_rules?, stores::SITE_RULES, &mut skipped);
+        let interactions: Vec<InteractionRecord> =
+            decode_all(interactions?, stores::INTERACTIONS, &mut skipped);
         drop(tx);
         let loaded_threads = threads_to_load(&runs, &queue);
         let mut nodes = Vec::new();
@@ -216,6 +228,7 @@ impl IdbStore {
             receipts,
             approvals,
             site_rules,
+            interactions,
             nodes,
             loaded_threads,
         };

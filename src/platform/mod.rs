@@ -362,6 +362,9 @@ impl Driver {
                 }
                 (Binding::Tab, None) => Err("No page was resolved for this tool.".to_string()),
                 (Binding::Browser, _) => browser_tools::browser_tool(&name, &params).await,
+                (Binding::Engine, _) => {
+                    Err(format!("{name} is run by the engine, not the browser."))
+                }
             }
         }
         .fuse();

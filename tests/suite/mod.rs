@@ -1,5 +1,6 @@
 mod approvals;
 mod environment;
+mod interactions;
 mod parallel;
 mod protocol;
 mod recovery;

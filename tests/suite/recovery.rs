@@ -314,8 +314,13 @@ fn never_retry_at_most_once_inspect_first_call_in_flight_at_crash_tells_the_mode
             return sw_agent::sim::Reply::call("back", "go_back", "{}");
         }
         match request.messages.last() {
-            Some(sw_agent::provider::ChatMessage::ToolResult { content, is_error, .. }) => {
-                assert!(*is_error && content.contains("Look at the page"), "{content}");
+            Some(sw_agent::provider::ChatMessage::ToolResult {
+                content, is_error, ..
+            }) => {
+                assert!(
+                    *is_error && content.contains("Look at the page"),
+                    "{content}"
+                );
                 sw_agent::sim::Reply::text("I will look first.")
             }
             other => panic!("unexpected {other:?}"),
@@ -330,7 +335,17 @@ fn never_retry_at_most_once_inspect_first_call_in_flight_at_crash_tells_the_mode
     sim.crash();
     reconnect(&mut sim);
     sim.run(10_000);
-    assert_eq!(sim.dispatches.iter().filter(|d| d.name == "go_back").count(), 1, "not repeated by recovery");
-    assert_eq!(sim.store.runs.values().next().unwrap().state, RunState::Completed);
+    assert_eq!(
+        sim.dispatches
+            .iter()
+            .filter(|d| d.name == "go_back")
+            .count(),
+        1,
+        "not repeated by recovery"
+    );
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
     check_invariants(&sim, &[]).unwrap();
 }

@@ -1,0 +1,545 @@
+// Tests of the page-tool content script (extension/content/content.js) on its
+// own: headless Chromium without the extension, a local test page
+// (tests/pages/form.html), and the script injected into the page with a stub
+// of `chrome.runtime.onConnect`. Each tool is called through the page
+// protocol (tool.execute → tool.progress* → tool.result) on a fake Port, and
+// the tests check both the results and the real effect on the DOM.
+// Run: node --test tests/support/
+
+import { test, before, after, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+import { CHROMIUM_PATH, REPO_ROOT, waitFor } from './browser.mjs';
+import { startStaticServer } from './static-server.mjs';
+
+const haveChromium = existsSync(CHROMIUM_PATH);
+const CONTENT_SCRIPT = readFileSync(path.join(REPO_ROOT, 'extension', 'content', 'content.js'), 'utf8');
+
+let browser;
+let pages;
+let page;
+/** Every message the content script posted on any fake Port: { port, message }. */
+let outbox;
+
+/**
+ * Runs content.js in the page with `chrome` bound to a stub whose
+ * runtime.onConnect records the listener (as the extension would register it).
+ */
+async function injectContentScript(target = page) {
+  await target.evaluate((source) => {
+    if (!window.__connectListeners) {
+      window.__connectListeners = [];
+      window.__chromeStub = {
+        runtime: { onConnect: { addListener: (listener) => window.__connectListeners.push(listener) } },
+      };
+    }
+    // eslint-disable-next-line no-new-func
+    new Function('chrome', source)(window.__chromeStub);
+  }, CONTENT_SCRIPT);
+}
+
+/** Opens a fake Port named `name` to the content script; messages it posts land in `outbox`. */
+async function openPort(name = 'page', target = page) {
+  return target.evaluate((portName) => {
+    window.__ports = window.__ports || [];
+    const id = window.__ports.length;
+    const listeners = [];
+    const port = {
+      name: portName,
+      onMessage: { addListener: (fn) => listeners.push(fn) },
+      onDisconnect: { addListener: () => {} },
+      postMessage: (message) => window.__portPost({ port: id, message: JSON.parse(JSON.stringify(message)) }),
+      deliver: (message) => listeners.forEach((fn) => fn(JSON.parse(JSON.stringify(message)))),
+    };
+    window.__ports.push(port);
+    for (const listener of window.__connectListeners) listener(port);
+    return id;
+  }, name);
+}
+
+let nextCallId = 1;
+
+/** Sends tool.execute and resolves with { result, progress } once tool.result arrived. */
+async function callTool(name, params = {}, { port = 0, timeout = 40000, target = page } = {}) {
+  const callId = `call-${nextCallId++}`;
+  const start = outbox.length;
+  await target.evaluate(({ portId, message }) => window.__ports[portId].deliver(message), {
+    portId: port,
+    message: { type: 'tool.execute', callId, name, params },
+  });
+  const result = await waitFor(
+    () => outbox.slice(start).find((entry) => entry.message.type === 'tool.result' && entry.message.callId === callId)?.message,
+    { timeout, interval: 20, message: `tool.result of ${name} ${callId}` },
+  );
+  const progress = outbox.slice(start).filter((entry) => entry.message.type === 'tool.progress' && entry.message.callId === callId).map((entry) => entry.message.text);
+  return { result, progress, callId };
+}
+
+/** Calls a tool and asserts ok:true; returns the result message. */
+async function ok(name, params) {
+  const { result } = await callTool(name, params);
+  assert.equal(result.ok, true, `${name} ${JSON.stringify(params)} failed: ${result.content}`);
+  return result;
+}
+
+/** Calls a tool and asserts ok:false; returns the content. */
+async function fails(name, params) {
+  const { result } = await callTool(name, params);
+  assert.equal(result.ok, false, `${name} ${JSON.stringify(params)} should fail, got: ${result.content}`);
+  return result.content;
+}
+
+/** The ref of the first snapshot line matching `pattern` (e.g. /textbox "Full name"/). */
+function refOf(snapshot, pattern) {
+  const line = snapshot.split('\n').find((l) => /\[e\d+\]/.test(l) && pattern.test(l));
+  assert.ok(line, `no snapshot line matches ${pattern}:\n${snapshot}`);
+  return /\[(e\d+)\]/.exec(line)[1];
+}
+
+async function snapshot() {
+  return (await ok('page_snapshot', {})).content;
+}
+
+async function loadFormPage() {
+  await page.goto(pages.url('form.html'));
+  await injectContentScript();
+  await openPort();
+}
+
+before(async () => {
+  if (!haveChromium) return;
+  pages = await startStaticServer();
+  browser = await chromium.launch({
+    executablePath: CHROMIUM_PATH,
+    headless: true,
+    args: ['--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1000, height: 800 } });
+  page = await context.newPage();
+  await page.exposeFunction('__portPost', (entry) => {
+    outbox.push(entry);
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (pages) await pages.close();
+});
+
+beforeEach(async () => {
+  if (!haveChromium) return;
+  outbox = [];
+  await loadFormPage();
+});
+
+const skip = !haveChromium;
+
+test('installs once per page and answers only ports named "page"', { skip }, async () => {
+  await injectContentScript();
+  await injectContentScript();
+  assert.equal(await page.evaluate(() => window.__connectListeners.length), 1, 'a second injection installs nothing');
+  const other = await openPort('panel');
+  const { result } = await callTool('read_page', {}, { port: 0 });
+  assert.equal(result.ok, true);
+  await page.evaluate((id) => window.__ports[id].deliver({ type: 'tool.execute', callId: 'x', name: 'read_page', params: {} }), other);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(outbox.filter((e) => e.port === other).length, 0, 'a port with another name gets no answer');
+  const unknown = await fails('fly', {});
+  assert.match(unknown, /Unknown page tool: fly\. Page tools: page_snapshot, read_page, click, type, select, scroll, wait_for/);
+  assert.match(await fails('type', [1, 2]), /type needs an object of parameters/);
+});
+
+test('page_snapshot outlines landmarks, headings, text and every visible control with state', { skip }, async () => {
+  const text = await snapshot();
+  const lines = text.split('\n');
+  assert.equal(lines[0], 'Title: Acme contact form');
+  assert.equal(lines[1], `URL: ${pages.url('form.html')}`);
+  assert.match(lines[2], /^Scroll: 0 of \d+ px \(viewport 800 px\)$/);
+  const at = (pattern) => {
+    const index = lines.findIndex((line) => pattern.test(line));
+    assert.ok(index >= 0, `no line matches ${pattern}:\n${text}`);
+    return { index, line: lines[index], depth: lines[index].match(/^ */)[0].length / 2 };
+  };
+  // Landmarks and nesting.
+  const banner = at(/^banner$/);
+  const h1 = at(/^ {2}h1 "Acme account"$/);
+  const nav = at(/^ {2}navigation "Main"$/);
+  const list = at(/^ {4}list$/);
+  const home = at(/^ {6}\[e\d+\] link "Home"$/);
+  assert.ok(banner.index < h1.index && h1.index < nav.index && nav.index < list.index && list.index < home.index);
+  const main = at(/^main$/);
+  at(/^ {2}h2 "Contact us"$/);
+  const prose = at(/^ {2}text "Fill in the form below\. Read the archive first; we answer within a day\."$/);
+  assert.match(lines[prose.index + 1], /^ {2}\[e\d+\] link "archive"$/, 'a link inside a sentence follows the sentence');
+  const form = at(/^ {2}form "Contact form"$/);
+  assert.ok(main.index < form.index);
+  // Controls with role, name, value and state.
+  assert.equal(at(/textbox "Full name"/).line.trim().replace(/^\[e\d+\] /, ''), 'textbox "Full name" required');
+  assert.equal(at(/textbox "Full name"/).depth, 2, 'form controls are nested under the form');
+  assert.match(at(/textbox "Email"/).line, /textbox "Email" type=email$/);
+  assert.match(at(/spinbutton "Age"/).line, /spinbutton "Age" type=number$/);
+  assert.match(
+    at(/combobox "Country"/).line,
+    /combobox "Country" value="Choose…" options: "Choose…", "Germany", "France", "United Kingdom", "United States", "Atlantis"$/,
+  );
+  assert.match(at(/checkbox "Send me the newsletter"/).line, /checkbox "Send me the newsletter" unchecked$/);
+  assert.match(at(/textbox "Password"/).line, /textbox "Password" type=password value=\(hidden\)$/);
+  assert.match(at(/textbox "Coupon"/).line, /textbox "Coupon" disabled$/);
+  assert.match(at(/textbox "Account id"/).line, /textbox "Account id" value="ACC-1" readonly$/);
+  assert.match(at(/textbox "Notes"/).line, /\[e\d+\] textbox "Notes"$/);
+  const shipping = at(/^ {4}group "Shipping"$/);
+  assert.match(lines[shipping.index + 1], /^ {6}\[e\d+\] radio "Standard" checked$/);
+  assert.match(lines[shipping.index + 2], /^ {6}\[e\d+\] radio "Express" unchecked$/);
+  at(/button "Send"$/);
+  at(/^ {2}region "Extras"$/);
+  at(/^ {4}h3 "Extras"$/);
+  assert.match(at(/button "Not yet"/).line, /button "Not yet" disabled$/);
+  assert.match(at(/combobox "Fruit"/).line, /combobox "Fruit" collapsed$/);
+  // Open shadow roots and same-origin frames are included.
+  at(/text "Shadow text"/);
+  at(/button "Shadow action"$/);
+  const frame = at(/^ {4}iframe "Embedded note"$/);
+  assert.match(lines[frame.index + 1], /^ {6}text "Inside the frame"$/);
+  assert.match(lines[frame.index + 2], /^ {6}\[e\d+\] button "Frame button"$/);
+  at(/^complementary "Tips"$/);
+  at(/^contentinfo$/);
+  at(/^ {2}text "© Acme Corporation"$/);
+  // Never: hidden things, the password, label text repeated as prose.
+  assert.doesNotMatch(text, /hunter2/, 'the password value never appears');
+  assert.doesNotMatch(text, /Ghost action/, 'aria-hidden content is skipped');
+  assert.doesNotMatch(text, /Later text|Apple|Banana/, 'hidden content is skipped');
+  assert.doesNotMatch(text, /text "Full name"/, 'a label is the name of its control, not extra text');
+  assert.ok(text.length < 12000);
+
+  // The refs are shared with read_page and click.
+  const nameRef = refOf(text, /textbox "Full name"/);
+  const read = await ok('read_page', {});
+  assert.match(read.content, new RegExp(`\\[${nameRef}\\] textbox "Full name"`));
+  const frameRef = refOf(text, /button "Frame button"/);
+  const clicked = await ok('click', { ref: frameRef });
+  assert.match(clicked.content, /Clicked button "Frame button"/);
+  assert.ok(clicked.details.rect.y > 0, 'the rect of an element in a frame is page-relative');
+  const again = await snapshot();
+  assert.equal(refOf(again, /textbox "Full name"/), nameRef, 'the same element keeps its ref');
+  assert.match(again, /\[e\d+\] button "Frame button" focused/);
+});
+
+test('page_snapshot caps a large page around the viewport and says what it left out', { skip }, async () => {
+  await page.evaluate(() => {
+    const host = document.createElement('section');
+    host.setAttribute('aria-label', 'Catalogue');
+    for (let i = 1; i <= 1500; i += 1) {
+      const button = document.createElement('button');
+      button.textContent = `Product ${i}`;
+      button.style.display = 'block';
+      host.appendChild(button);
+    }
+    document.querySelector('main').prepend(host);
+  });
+  const top = await ok('page_snapshot', {});
+  assert.ok(top.content.length <= 12000, `capped: ${top.content.length} chars`);
+  assert.match(top.content, /button "Product 1"$/m);
+  assert.match(top.content, /… \d+ more elements omitted below \(\d+ interactive\); scroll down or use wait_for\/read_page\.$/);
+  assert.doesNotMatch(top.content, /omitted above/);
+  assert.ok(top.details.omitted > 1000);
+  assert.equal(top.details.interactiveCount > 1500, true);
+
+  await page.evaluate(() => [...document.querySelectorAll('button')].find((b) => b.textContent === 'Product 900').scrollIntoView({ block: 'start' }));
+  const middle = await ok('page_snapshot', {});
+  assert.ok(middle.content.length <= 12000);
+  assert.match(middle.content, /button "Product 900"$/m, 'the part in view is shown');
+  assert.doesNotMatch(middle.content, /button "Product 1"$/m);
+  assert.match(middle.content, /^… \d+ more elements omitted above \(\d+ interactive\); scroll up or use wait_for\/read_page\.$/m);
+  assert.match(middle.content, /^main$/m, 'the containers of what is shown are kept');
+  assert.match(middle.content, /^ {2}region "Catalogue"$/m);
+});
+
+test('page_snapshot keeps table rows on one line and, with a modal dialog open, shows only the dialog', { skip }, async () => {
+  await page.evaluate(() => {
+    const table = document.createElement('table');
+    table.innerHTML = '<tr><th>Plan</th><th>Price</th></tr><tr><td>Basic</td><td>5 €</td></tr>';
+    document.querySelector('main').prepend(table);
+  });
+  const text = await snapshot();
+  assert.match(text, /^ {2}text "Plan \| Price"\n {2}text "Basic \| 5 €"$/m);
+  const send = refOf(text, /button "Send"/);
+
+  await page.evaluate(() => {
+    const dialog = document.createElement('dialog');
+    dialog.innerHTML = '<h2>Leave the page?</h2><p>Your changes are lost.</p><button id="stay">Stay</button>';
+    document.body.appendChild(dialog);
+    dialog.showModal();
+  });
+  const modal = await snapshot();
+  assert.match(modal, /^A modal dialog is open: only the dialog is shown/m);
+  assert.match(modal, /^dialog\n {2}h2 "Leave the page\?"\n {2}text "Your changes are lost\."\n {2}\[e\d+\] button "Stay" focused$/m);
+  assert.doesNotMatch(modal, /Full name|Contact us/, 'the inert page behind the dialog is left out');
+  assert.match(await fails('click', { ref: send }), /is not visible on the page: it is covered by an open modal dialog/);
+  await ok('click', { ref: refOf(modal, /button "Stay"/) });
+});
+
+test('type replaces the value the way frameworks notice and reports what it did', { skip }, async () => {
+  const text = await snapshot();
+  const nameRef = refOf(text, /textbox "Full name"/);
+  // Set like a framework would (through its own setter): no change to report yet.
+  await page.evaluate(() => { document.getElementById('name').value = 'old value'; });
+  assert.deepEqual(await page.evaluate(() => window.reactChanges), []);
+  const typed = await ok('type', { ref: nameRef, text: 'Ada Lovelace' });
+  assert.equal(typed.content, `Typed "Ada Lovelace" into textbox "Full name" (${nameRef}).`);
+  assert.equal(await page.inputValue('#name'), 'Ada Lovelace', 'the value is replaced, not appended');
+  assert.deepEqual(await page.evaluate(() => window.reactChanges), ['Ada Lovelace'], 'the React-like tracker saw the change');
+  const events = await page.evaluate(() => window.eventLog.filter((e) => e.id === 'name' && (e.type === 'input' || e.type === 'change')));
+  assert.deepEqual(events.map((e) => [e.type, e.value]), [['input', 'Ada Lovelace'], ['change', 'Ada Lovelace']]);
+  assert.equal(events[0].inputType, 'insertText');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'name', 'the field has the focus');
+  assert.deepEqual(Object.keys(typed.details).sort(), ['length', 'name', 'rect', 'ref', 'role']);
+  assert.equal(typed.details.ref, nameRef);
+  assert.equal(typed.details.name, 'Full name');
+  assert.ok(typed.details.rect.width > 0 && typed.details.rect.height > 0);
+
+  // textarea and contenteditable
+  await ok('type', { ref: refOf(text, /textbox "Message"/), text: 'Line one\nLine two' });
+  assert.equal(await page.inputValue('#message'), 'Line one\nLine two');
+  const notes = await ok('type', { ref: refOf(text, /textbox "Notes"/), text: 'Remember the milk' });
+  assert.match(notes.content, /Typed "Remember the milk" into textbox "Notes"/);
+  assert.equal(await page.textContent('#notes'), 'Remember the milk');
+  assert.ok(
+    (await page.evaluate(() => window.eventLog.some((e) => e.id === 'notes' && e.type === 'input' && e.value === 'Remember the milk'))),
+    'an input event reached the page for the contenteditable',
+  );
+  const after = await snapshot();
+  assert.match(after, /textbox "Full name" value="Ada Lovelace" required/);
+  assert.match(after, /textbox "Notes" value="Remember the milk"/);
+});
+
+test('type with submit presses Enter and submits the form (requestSubmit when Enter alone does not)', { skip }, async () => {
+  const text = await snapshot();
+  await ok('type', { ref: refOf(text, /textbox "Full name"/), text: 'Ada' });
+  const sent = await ok('type', { ref: refOf(text, /textbox "Email"/), text: 'ada@example.com', submit: true });
+  assert.match(sent.content, /^Typed "ada@example\.com" into textbox "Email" \(e\d+\) and pressed Enter: the form was submitted\.$/);
+  assert.equal(sent.details.submitted, true);
+  assert.equal(await page.evaluate(() => window.submits), 1);
+  assert.equal(await page.textContent('#form-status'), 'Form sent (1)');
+  const keys = await page.evaluate(() => window.eventLog.filter((e) => e.id === 'email' && e.type.startsWith('key')).map((e) => `${e.type}:${e.key}`));
+  assert.deepEqual(keys, ['keydown:Enter', 'keypress:Enter', 'keyup:Enter']);
+
+  // An invalid form is not submitted, and the model is told why.
+  await ok('type', { ref: refOf(text, /textbox "Full name"/), text: '' });
+  const invalid = await ok('type', { ref: refOf(text, /textbox "Email"/), text: 'x@example.com', submit: true });
+  assert.match(invalid.content, /pressed Enter, but the form was not submitted: e\d+ "Full name" is invalid: /);
+  assert.equal(invalid.details.submitted, false);
+  assert.equal(await page.evaluate(() => window.submits), 1, 'still one submission');
+
+  // A page that handles Enter itself (preventDefault) is left alone.
+  await page.evaluate(() => document.getElementById('message').addEventListener('keydown', (e) => e.key === 'Enter' && e.preventDefault()));
+  const handled = await ok('type', { ref: refOf(text, /textbox "Message"/), text: 'hi', submit: true });
+  assert.match(handled.content, /pressed Enter \(the page handled the key\)/);
+  assert.equal(await page.evaluate(() => window.submits), 1);
+});
+
+test('type into a password field works but never echoes the text', { skip }, async () => {
+  const text = await snapshot();
+  const ref = refOf(text, /textbox "Password"/);
+  const secret = 'correct-horse-9';
+  const { result, progress } = await callTool('type', { ref, text: secret });
+  assert.equal(result.ok, true, result.content);
+  assert.equal(result.content, `Typed 15 characters into textbox "Password" (${ref}).`);
+  assert.ok(!JSON.stringify({ result, progress }).includes(secret), 'the password is in no message');
+  assert.equal(result.details.secret, true);
+  assert.equal(await page.inputValue('#password'), secret, 'the password was really typed');
+  const after = await snapshot();
+  assert.ok(!after.includes(secret) && !after.includes('hunter2'));
+  assert.match(after, /textbox "Password" type=password value=\(hidden\)/);
+  const read = await ok('read_page', {});
+  assert.ok(!read.content.includes(secret));
+});
+
+test('type refuses targets that do not take text, with what to do instead', { skip }, async () => {
+  const text = await snapshot();
+  assert.match(await fails('type', { ref: refOf(text, /checkbox "Send me the newsletter"/), text: 'x' }), /is a checkbox; use click to check or uncheck it/);
+  assert.match(await fails('type', { ref: refOf(text, /combobox "Country"/), text: 'France' }), /is a drop-down list; use select/);
+  assert.match(await fails('type', { ref: refOf(text, /button "Send"/), text: 'x' }), /is not editable .*Call page_snapshot/);
+  assert.match(await fails('type', { ref: refOf(text, /textbox "Coupon"/), text: 'SAVE10' }), /is disabled, so it cannot be typed into now\..*page_snapshot/);
+  assert.match(await fails('type', { ref: refOf(text, /textbox "Account id"/), text: 'x' }), /is read-only/);
+  assert.match(await fails('type', { ref: refOf(text, /spinbutton "Age"/), text: 'old' }), /is a number field and did not accept "old"; type a valid number value such as 42/);
+  assert.equal(await page.inputValue('#coupon'), '');
+  assert.equal(await page.inputValue('#account'), 'ACC-1');
+  assert.match(await fails('type', { ref: refOf(text, /textbox "Full name"/) }), /type needs "text"/);
+  await ok('type', { ref: refOf(text, /spinbutton "Age"/), text: '42' });
+  assert.equal(await page.inputValue('#age'), '42');
+});
+
+test('select picks an option by label or value (exact, any case, partial) and fires input and change', { skip }, async () => {
+  const text = await snapshot();
+  const ref = refOf(text, /combobox "Country"/);
+  const chosen = await ok('select', { ref, option: 'france' });
+  assert.equal(chosen.content, `Chose "France" in combobox "Country" (${ref}).`);
+  assert.deepEqual(chosen.details.option, { label: 'France', value: 'fr' });
+  assert.ok(chosen.details.rect.width > 0);
+  assert.equal(await page.inputValue('#country'), 'fr');
+  const events = await page.evaluate(() => window.eventLog.filter((e) => e.id === 'country' && (e.type === 'input' || e.type === 'change')));
+  assert.deepEqual(events.map((e) => [e.type, e.value]), [['input', 'fr'], ['change', 'fr']]);
+
+  await ok('select', { ref, option: 'us' });
+  assert.equal(await page.inputValue('#country'), 'us', 'by value');
+  const partial = await ok('select', { ref, option: 'United' });
+  assert.match(partial.content, /Chose "United Kingdom" .* 1 other option also matched "United"; the first was chosen\./);
+  const same = await ok('select', { ref, option: 'United Kingdom' });
+  assert.match(same.content, /was already chosen/);
+  assert.match(await fails('select', { ref, option: 'Atlantis' }), /The option "Atlantis" .* is disabled/);
+  const none = await fails('select', { ref, option: 'Narnia' });
+  assert.match(none, /^No option matches "Narnia" in combobox "Country" \(e\d+\)\. Options: "Choose…", "Germany", "France", "United Kingdom", "United States", "Atlantis" \(disabled\)\./);
+  assert.equal(await page.inputValue('#country'), 'uk', 'a failed select changes nothing');
+  assert.match(await fails('select', { ref: refOf(text, /textbox "Full name"/), option: 'x' }), /is not a drop-down list or list box; use type/);
+
+  // An ARIA combobox: opened with a click, the option clicked.
+  const fruit = refOf(text, /combobox "Fruit"/);
+  const banana = await ok('select', { ref: fruit, option: 'banana' });
+  assert.match(banana.content, /Chose "Banana" in combobox "Fruit" \(e\d+\) \(opened it first\)\./);
+  assert.equal(await page.evaluate(() => document.getElementById('fruit').dataset.value), 'banana');
+  assert.match(await fails('select', { ref: fruit, option: 'Cherry' }), /"Cherry" .* is disabled/);
+});
+
+test('scroll moves the page by a viewport, to the ends, or an element into view, and reports the position', { skip }, async () => {
+  const height = await page.evaluate(() => document.scrollingElement.scrollHeight);
+  assert.ok(height > 3000, `the page is long (${height} px)`);
+  const down = await ok('scroll', { direction: 'down' });
+  assert.equal(down.content, `Scrolled down: now at 800 of ${height} px (viewport 800 px).`);
+  assert.equal(await page.evaluate(() => window.scrollY), 800);
+  assert.deepEqual(down.details, { direction: 'down', scrollY: 800, scrollHeight: height, viewportHeight: 800, moved: true });
+  const bottom = await ok('scroll', { direction: 'bottom' });
+  assert.equal(bottom.content, `Scrolled bottom: now at ${height - 800} of ${height} px (viewport 800 px), at the bottom.`);
+  assert.equal((await ok('scroll', { direction: 'down' })).content, `Did not scroll down: already at the bottom (${height - 800} of ${height} px, viewport 800 px).`);
+  await ok('scroll', { direction: 'up' });
+  assert.equal(await page.evaluate(() => window.scrollY), height - 1600);
+  const topped = await ok('scroll', { direction: 'top' });
+  assert.match(topped.content, /^Scrolled top: now at 0 of \d+ px \(viewport 800 px\), at the top\.$/);
+  assert.equal((await ok('scroll', {})).details.direction, 'down', 'no parameters scroll down');
+
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const text = await snapshot();
+  const row = refOf(text, /button "Row 1"/);
+  const within = await ok('scroll', { ref: row, direction: 'down' });
+  assert.match(within.content, /^Scrolled the scrolling area around button "Row 1" \(e\d+\) down: now at 120 of 400 px \(viewport 120 px\)\.$/);
+  assert.equal(await page.evaluate(() => document.getElementById('inner-scroll').scrollTop), 120);
+
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const send = refOf(text, /button "Send"/);
+  await page.evaluate(() => window.scrollTo(0, document.scrollingElement.scrollHeight));
+  const into = await ok('scroll', { ref: send });
+  assert.match(into.content, /^Scrolled button "Send" \(e\d+\) into view; the page is now at \d+ of \d+ px/);
+  const rect = await page.evaluate(() => document.getElementById('send').getBoundingClientRect().toJSON());
+  assert.ok(rect.top >= 0 && rect.bottom <= 800, `Send is in the viewport: ${JSON.stringify(rect)}`);
+  assert.equal(into.details.ref, send);
+  assert.match(await fails('scroll', { direction: 'sideways' }), /must be one of up, down, top, bottom/);
+});
+
+test('wait_for waits for text to appear, for an element to become visible, and times out clearly', { skip }, async () => {
+  const text = await snapshot();
+  // Already there.
+  const now = await ok('wait_for', { text: 'contact us' });
+  assert.match(now.content, /^The text "contact us" is already visible\.$/);
+
+  // Appears 0.8 s after a click.
+  await ok('click', { ref: refOf(text, /button "Reveal code"/) });
+  const appeared = await callTool('wait_for', { text: 'The secret code is 4711', timeout_ms: 10000 });
+  assert.equal(appeared.result.ok, true, appeared.result.content);
+  assert.match(appeared.result.content, /^The text "The secret code is 4711" appeared after \d\.\d s\.$/);
+  const revealedRect = await page.evaluate(() => document.getElementById('revealed').getBoundingClientRect().toJSON());
+  assert.equal(appeared.result.details.rect.y, Math.round(revealedRect.y * 10) / 10, 'details point at the element with the text');
+
+  // Text that never appears: progress every second, then a clear timeout.
+  const started = Date.now();
+  const never = await callTool('wait_for', { text: 'Payment accepted', timeout_ms: 2500 });
+  const elapsed = Date.now() - started;
+  assert.equal(never.result.ok, false);
+  assert.match(never.result.content, /^Timed out after 2\.5 s: the text "Payment accepted" did not appear\. Call page_snapshot .* longer timeout_ms \(at most 30000\)\.$/);
+  assert.ok(elapsed >= 2400 && elapsed < 6000, `waited about 2.5 s (${elapsed} ms)`);
+  assert.deepEqual(never.progress, ['waiting… 1 s (for the text "Payment accepted")', 'waiting… 2 s (for the text "Payment accepted")']);
+  assert.equal(never.result.details.timedOut, true);
+
+  // Hidden text (display:none, aria-hidden) does not count as visible.
+  assert.equal((await callTool('wait_for', { text: 'Later text', timeout_ms: 300 })).result.ok, false);
+  assert.equal((await callTool('wait_for', { text: 'Ghost action', timeout_ms: 300 })).result.ok, false);
+
+  // An element (by ref) that becomes visible again.
+  const send = refOf(text, /button "Send"/);
+  await page.evaluate(() => {
+    const button = document.getElementById('send');
+    button.style.display = 'none';
+    setTimeout(() => { button.style.display = ''; }, 600);
+  });
+  const visible = await ok('wait_for', { ref: send, timeout_ms: 5000 });
+  assert.match(visible.content, /^Button "Send" \(e\d+\) is visible after \d\.\d s\.$/);
+  assert.equal(visible.details.ref, send);
+
+  // Text inside one element only.
+  const status = await callTool('wait_for', { ref: send, text: 'Payment', timeout_ms: 200 });
+  assert.equal(status.result.ok, false);
+  assert.match(status.result.content, /the text "Payment" in button "Send" .* did not appear/);
+
+  // An element removed while waiting.
+  const remove = refOf(text, /button "Remove me"/);
+  await page.evaluate(() => {
+    const button = document.getElementById('remove-me');
+    button.hidden = true;
+    setTimeout(() => button.remove(), 300);
+  });
+  const removed = await callTool('wait_for', { ref: remove, timeout_ms: 5000 });
+  assert.equal(removed.result.ok, false);
+  assert.match(removed.result.content, /was removed from the page while waiting; call page_snapshot/);
+  assert.match(await fails('wait_for', {}), /wait_for needs "text" .* or "ref"/);
+  const zero = await callTool('wait_for', { text: 'nope', timeout_ms: -5 });
+  assert.match(zero.result.content, /^Timed out after 0 s/, 'negative timeouts are clamped to 0');
+});
+
+test('wait_for ends with a clear error when the page navigates away', { skip }, async () => {
+  const pending = callTool('wait_for', { text: 'never shown', timeout_ms: 20000 });
+  await waitFor(() => outbox.some((e) => e.message.type === 'tool.progress'), { timeout: 5000, message: 'the first progress message' });
+  // The page's last words must survive its unload: keep a copy in sessionStorage.
+  await page.evaluate(() => {
+    const post = window.__portPost;
+    window.__portPost = (entry) => {
+      sessionStorage.setItem('lastPost', JSON.stringify(entry));
+      return post(entry);
+    };
+    location.href = 'archive.html';
+  });
+  await page.waitForURL(/archive\.html$/);
+  const stored = JSON.parse(await page.evaluate(() => sessionStorage.getItem('lastPost')));
+  assert.equal(stored?.message?.type, 'tool.result', 'a tool.result was posted while the page unloaded');
+  outbox.push(stored);
+  const { result } = await pending;
+  assert.equal(result.ok, false);
+  assert.match(result.content, /^The page navigated away \(or was closed\) while waiting for the text "never shown"; nothing was found\. Call page_snapshot/);
+  assert.equal(result.details.navigated, true);
+});
+
+test('stale, unknown, hidden and disabled refs fail with what to do next', { skip }, async () => {
+  const text = await snapshot();
+  const remove = refOf(text, /button "Remove me"/);
+  await page.evaluate(() => document.getElementById('remove-me').remove());
+  for (const [tool, params] of [
+    ['click', { ref: remove }],
+    ['type', { ref: remove, text: 'x' }],
+    ['select', { ref: remove, option: 'x' }],
+    ['scroll', { ref: remove }],
+    ['wait_for', { ref: remove }],
+  ]) {
+    const content = await fails(tool, params);
+    assert.equal(content, `Element ${remove} is no longer on the page (the page changed); call page_snapshot (or read_page) to get fresh refs.`, tool);
+  }
+  assert.match(await fails('click', { ref: 'e9999' }), /^Unknown ref e9999; call page_snapshot/);
+  assert.match(await fails('type', { ref: 'name', text: 'x' }), /"name" is not a ref; refs look like "e12"/);
+
+  assert.match(await fails('click', { ref: refOf(text, /button "Not yet"/) }), /is disabled and cannot be clicked/);
+  const reveal = refOf(text, /button "Reveal code"/);
+  await page.evaluate(() => { document.getElementById('reveal').style.visibility = 'hidden'; });
+  assert.match(await fails('click', { ref: reveal }), /^Element e\d+ \(button "Reveal code"\) is not visible on the page: it is hidden .*wait_for.*page_snapshot/);
+  await page.evaluate(() => { document.getElementById('reveal').parentElement.setAttribute('aria-hidden', 'true'); });
+  assert.match(await fails('scroll', { ref: reveal }), /is not visible on the page: it is hidden from users \(aria-hidden\)/);
+
+  assert.equal(await page.evaluate(() => window.submits), 0);
+});
