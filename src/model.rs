@@ -253,6 +253,10 @@ pub struct ProviderProfile {
     /// The model can call tools; without it no tool schema is sent.
     #[serde(default = "yes")]
     pub tool_use: bool,
+    /// Tokens (input + output) a run may spend before it pauses with
+    /// `budget_pause` at the next safe boundary; None: no budget.
+    #[serde(default)]
+    pub token_budget: Option<u64>,
 }
 
 fn yes() -> bool {

@@ -159,6 +159,7 @@ impl Sim {
             temperature_centi: None,
             vision: false,
             tool_use: true,
+            token_budget: None,
         };
         let store = MemoryStore::new();
         let engine = Engine::new(config.clone(), profile.clone(), seed, store.image(), 0);

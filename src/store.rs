@@ -42,6 +42,9 @@ pub mod stores {
 
 /// A record to put.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Records are built once and moved into a unit; boxing the large ones would
+// only add an allocation per checkpoint.
+#[allow(clippy::large_enum_variant)]
 pub enum Record {
     Thread(Thread),
     Node(Node),

@@ -160,6 +160,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
         temperature_centi: None,
         vision: false,
         tool_use: true,
+        token_budget: None,
     };
     let (image, _) = store.load_image().await.unwrap();
     let mut engine = Engine::new(EngineConfig::default(), profile.clone(), 1, image, 100);

@@ -8,6 +8,23 @@
 use crate::model::{Node, NodeBody, ToolStatus};
 use crate::provider::{ChatMessage, OutboundToolCall};
 
+/// Tool results longer than this (in characters) reach the model truncated;
+/// the stored node keeps everything for the user.
+pub const MAX_TOOL_RESULT_CHARS: usize = 24_000;
+
+/// Cut an over-long tool result for the model, saying how to see more.
+fn for_model(content: &str) -> String {
+    let total = content.chars().count();
+    if total <= MAX_TOOL_RESULT_CHARS {
+        return content.to_string();
+    }
+    let kept: String = content.chars().take(MAX_TOOL_RESULT_CHARS).collect();
+    format!(
+        "{kept}\n[… {} more characters not shown. Ask for a narrower view (scroll, then page_snapshot; wait_for a specific text) to see other parts.]",
+        total - MAX_TOOL_RESULT_CHARS
+    )
+}
+
 /// Build the provider messages for a path (root first).
 pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
     let mut messages: Vec<ChatMessage> = Vec::with_capacity(path.len());
@@ -60,7 +77,7 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
                 ..
             } => messages.push(ChatMessage::ToolResult {
                 call_id: call_id.clone(),
-                content: content.clone(),
+                content: for_model(content),
                 is_error: *status != ToolStatus::Ok,
                 images: images.clone(),
             }),
@@ -68,4 +85,83 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
         }
     }
     messages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Node;
+
+    fn node(id: &str, body: NodeBody) -> Node {
+        Node {
+            id: id.into(),
+            thread_id: "t".into(),
+            parent_id: None,
+            created_at: 0,
+            body,
+        }
+    }
+
+    #[test]
+    fn large_tool_results_are_truncated_for_the_model_only() {
+        let big = "x".repeat(MAX_TOOL_RESULT_CHARS + 500);
+        let path = vec![
+            node(
+                "u",
+                NodeBody::UserMessage {
+                    text: "go".into(),
+                    steered: false,
+                },
+            ),
+            node(
+                "a",
+                NodeBody::AssistantMessage {
+                    text: String::new(),
+                    reasoning: None,
+                    stop_reason: crate::model::StopReason::ToolUse,
+                    usage: None,
+                    interrupted: false,
+                    model: "m".into(),
+                    provider_private: None,
+                },
+            ),
+            node(
+                "c",
+                NodeBody::ToolCall {
+                    call_id: "c1".into(),
+                    assistant_id: "a".into(),
+                    name: "read_page".into(),
+                    label: "Read".into(),
+                    arguments: serde_json::json!({}),
+                },
+            ),
+            node(
+                "r",
+                NodeBody::ToolResult {
+                    call_id: "c1".into(),
+                    name: "read_page".into(),
+                    status: ToolStatus::Ok,
+                    content: big.clone(),
+                    details: None,
+                    images: vec![],
+                },
+            ),
+        ];
+        let messages = outbound_messages(&path);
+        match &messages[2] {
+            ChatMessage::ToolResult { content, .. } => {
+                assert!(content.len() < big.len());
+                assert!(content.contains("500 more characters not shown"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The stored node is untouched.
+        assert!(
+            matches!(&path[3].body, NodeBody::ToolResult { content, .. } if content.len() == big.len())
+        );
+        // Calls stay attached to their assistant message.
+        assert!(
+            matches!(&messages[1], ChatMessage::Assistant { tool_calls, .. } if tool_calls.len() == 1)
+        );
+    }
 }

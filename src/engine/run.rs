@@ -120,6 +120,25 @@ impl Engine {
 
     /// Start the next provider request: cutoff, materialize steers, call.
     pub(super) fn begin_step(&mut self, now: u64, tid: &str) {
+        // Token budget: checked at this safe boundary (every result is in,
+        // no request is out); the user can continue from here.
+        let over_budget = self.threads[tid].latest_run.as_ref().is_some_and(|r| {
+            r.step > 0
+                && r.profile
+                    .token_budget
+                    .is_some_and(|b| r.usage.input + r.usage.output >= b)
+        });
+        if over_budget {
+            return self.finish_run(
+                now,
+                tid,
+                Finish {
+                    state: RunState::BudgetPaused,
+                    stop: StopReason::BudgetPause,
+                    error: None,
+                },
+            );
+        }
         let cutoff = self.next_steer_seq.saturating_sub(1);
         let t = self.threads.get_mut(tid).expect("active thread");
         let exec = t.exec.as_mut().expect("active run");

@@ -102,6 +102,14 @@ pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
         // Safe defaults: no images unless the user says the model sees them.
         vision: flag("vision", false),
         tool_use: flag("toolUse", true),
+        token_budget: value
+            .get("tokenBudget")
+            .and_then(|v| {
+                v.as_f64()
+                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+            })
+            .filter(|n| *n >= 1.0)
+            .map(|n| n as u64),
     };
     (profile, text("apiKey"))
 }

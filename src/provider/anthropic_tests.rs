@@ -174,6 +174,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             temperature_centi: None,
             vision: false,
             tool_use: true,
+            token_budget: None,
         },
         system: "be brief".into(),
         messages,

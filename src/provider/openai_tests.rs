@@ -160,6 +160,7 @@ fn body_has_stream_usage_tools_and_tool_results() {
             temperature_centi: Some(20),
             vision: false,
             tool_use: true,
+            token_budget: None,
         },
         system: "sys".into(),
         messages: vec![

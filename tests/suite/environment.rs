@@ -155,6 +155,7 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
         temperature_centi: None,
         vision: false,
         tool_use: true,
+        token_budget: None,
     };
     let tight = EnvironmentLimits {
         max_entries: 1,

@@ -569,3 +569,26 @@ fn switching_model_mid_thread_adds_a_notice_and_keeps_history() {
         .iter()
         .all(|m| !format!("{m:?}").contains("Model changed")));
 }
+
+#[test]
+fn token_budget_pauses_at_a_safe_boundary_and_can_continue() {
+    let mut sim = Sim::new(11, agent_policy(), page_tools());
+    // Each simulated response reports 15 tokens: the budget is spent after two.
+    sim.profile.token_budget = Some(25);
+    sim.engine.handle_settings(sim.profile.clone());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::BudgetPause));
+    let run = sim.store.runs.values().next().unwrap().clone();
+    assert_eq!(run.state, RunState::BudgetPaused);
+    assert_eq!(sim.requests.len(), 2, "paused before the third request");
+    check_invariants(&sim, &[]).unwrap();
+    // Continue: a new run picks up from the durable history.
+    sim.profile.token_budget = None;
+    sim.engine.handle_settings(sim.profile.clone());
+    sim.send(conn, resume("r1", &run.thread_id));
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    check_invariants(&sim, &[]).unwrap();
+}
