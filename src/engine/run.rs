@@ -963,49 +963,45 @@ pick a different element or tool, or explain the problem to the user.",
                 .position(|c| c.call_id == f.call_id && !c.done)
         });
         self.threads.get_mut(tid).expect("exists").exec = Some(exec);
-        // A waiting approval is re-presented from the store; the answer
-        // continues this same run.
-        let waiting = run.pending_approval.as_ref().and_then(|approval_id| {
-            let t = &self.threads[tid];
-            let approval = t
+        // A waiting approval or question is re-presented from the store; the
+        // answer continues this same run.
+        let open_index = |call_id: &str| {
+            self.threads[tid]
+                .exec
+                .as_ref()?
+                .calls
+                .iter()
+                .position(|c| c.call_id == call_id && !c.done)
+        };
+        let t = &self.threads[tid];
+        let pending_approval = run.pending_approval.as_ref().and_then(|id| {
+            let a = t
                 .approvals
                 .iter()
-                .find(|a| &a.id == approval_id && a.status == ApprovalStatus::Pending)?;
-            let index = t
-                .exec
-                .as_ref()?
-                .calls
-                .iter()
-                .position(|c| c.call_id == approval.call_id && !c.done)?;
-            Some((index, approval_id.clone()))
+                .find(|a| &a.id == id && a.status == ApprovalStatus::Pending)?;
+            Some((open_index(&a.call_id)?, id.clone()))
         });
-        if let (RunState::WaitingApproval, Some((index, approval_id))) = (run.state, waiting) {
-            self.set_phase(tid, Phase::WaitingApproval { index, approval_id });
-            return;
-        }
-        let asked = run.pending_interaction.as_ref().and_then(|interaction_id| {
-            let t = &self.threads[tid];
-            let interaction = t
+        let pending_question = run.pending_interaction.as_ref().and_then(|id| {
+            let q = t
                 .interactions
                 .iter()
-                .find(|i| &i.id == interaction_id && i.status == InteractionStatus::Pending)?;
-            let index = t
-                .exec
-                .as_ref()?
-                .calls
-                .iter()
-                .position(|c| c.call_id == interaction.call_id && !c.done)?;
-            Some((index, interaction_id.clone()))
+                .find(|q| &q.id == id && q.status == InteractionStatus::Pending)?;
+            Some((open_index(&q.call_id)?, id.clone()))
         });
-        if let (RunState::WaitingInteraction, Some((index, interaction_id))) = (run.state, asked) {
-            self.set_phase(
-                tid,
-                Phase::WaitingInteraction {
-                    index,
-                    interaction_id,
-                },
-            );
-            return;
+        match (run.state, pending_approval, pending_question) {
+            (RunState::WaitingApproval, Some((index, approval_id)), _) => {
+                return self.set_phase(tid, Phase::WaitingApproval { index, approval_id });
+            }
+            (RunState::WaitingInteraction, _, Some((index, interaction_id))) => {
+                return self.set_phase(
+                    tid,
+                    Phase::WaitingInteraction {
+                        index,
+                        interaction_id,
+                    },
+                );
+            }
+            _ => {}
         }
         match (run.state, uncertain) {
             (RunState::PausedUncertain, Some(index)) => {
