@@ -1,15 +1,24 @@
 //! Browser tests of the platform glue, run by `scripts/test-wasm.sh` inside a
-//! real service worker in Chrome and Firefox.
+//! real service worker in Chrome and Firefox: IndexedDB units, an engine
+//! against IndexedDB, and provider requests over real `fetch` (streaming,
+//! typed errors, idle timeout, abort, retries) against the local mock LLM
+//! whose URL the script compiles in as `MOCK_LLM_URL`.
 
 #![cfg(target_arch = "wasm32")]
 
 use sw_agent::engine::{Effect, Engine, EngineConfig, ToolOutcome};
+use sw_agent::gatekeeper::TargetInfo;
 use sw_agent::model::{NodeBody, ProviderProfile, Run, RunState, StopReason, Thread, Usage};
 use sw_agent::platform::idb::IdbStore;
-use sw_agent::protocol::{ClientKind, Event, Op, Submission, UserInput};
-use sw_agent::provider::{ProviderResponse, RawToolCall, StreamEvent};
+use sw_agent::platform::stream::stream_response;
+use sw_agent::protocol::{ClientKind, ErrorKind, Event, Op, Submission, UserInput};
+use sw_agent::provider::{
+    http_request, ChatMessage, ProviderError, ProviderRequest, ProviderResponse, RawToolCall,
+    StreamEvent, ToolSpec, Transport,
+};
 use sw_agent::store::{stores, Record, UnitOfWork};
 use wasm_bindgen_test::*;
+use web_sys::AbortController;
 
 wasm_bindgen_test_configure!(run_in_service_worker);
 
@@ -110,6 +119,17 @@ async fn idb_undecodable_record_is_skipped_not_fatal() {
     IdbStore::delete(name).await.unwrap();
 }
 
+/// The web page page tools act on in these tests.
+fn test_target() -> TargetInfo {
+    TargetInfo {
+        tab_id: 1,
+        url: "https://shop.example/".into(),
+        origin: "https://shop.example".into(),
+        title: "Shop".into(),
+        host_permission: true,
+    }
+}
+
 /// Drive an engine against IndexedDB with a scripted model and tools.
 async fn drive(
     engine: &mut Engine,
@@ -134,9 +154,19 @@ async fn drive(
                 );
                 engine.handle_provider_done(now, request_id, Ok(response));
             }
-            Effect::DispatchTool { dispatch_id, .. } => {
-                engine.handle_tool_result(now, dispatch_id, ToolOutcome::text(true, "PAGE"))
+            Effect::ResolveTarget { resolve_id, .. } => {
+                engine.handle_target_resolved(now, resolve_id, Ok(test_target()))
             }
+            Effect::DispatchTool { dispatch_id, .. } => engine.handle_tool_result(
+                now,
+                dispatch_id,
+                ToolOutcome {
+                    ok: true,
+                    content: "PAGE".into(),
+                    details: None,
+                    images: vec![],
+                },
+            ),
             Effect::LoadThread { thread_id } => {
                 let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
                 engine.handle_thread_loaded(now, &thread_id, nodes);
@@ -264,4 +294,777 @@ fn api_key_never_persisted_settings_split_keeps_key_out_of_profile() {
     assert!(!serde_json::to_string(&profile)
         .unwrap()
         .contains("sk-secret"));
+}
+
+// ---------------------------------------------------------------------------
+// Provider requests over real fetch inside the service worker, against the
+// mock LLM (tests/mock-llm/server.mjs) that scripts/test-wasm.sh starts.
+
+const API_KEY: &str = "sk-wasm-test-key";
+const MODEL: &str = "mock-model";
+
+/// The mock LLM's base URL (`http://127.0.0.1:<port>/v1`), compiled in by
+/// scripts/test-wasm.sh. Missing means the tests were built without the
+/// server: they fail instead of silently skipping.
+fn mock_url() -> &'static str {
+    match option_env!("MOCK_LLM_URL") {
+        Some(url) if !url.trim().is_empty() => url.trim(),
+        _ => panic!(
+            "MOCK_LLM_URL was not set when tests/web.rs was compiled, so the fetch tests \
+             have no mock LLM to talk to. Run `bash scripts/test-wasm.sh`, which starts \
+             tests/mock-llm/server.mjs and passes its URL, or start the server yourself and \
+             build with MOCK_LLM_URL=http://127.0.0.1:<port>/v1."
+        ),
+    }
+}
+
+fn mock_origin() -> String {
+    let url = mock_url().trim_end_matches('/');
+    url.strip_suffix("/v1").unwrap_or(url).to_string()
+}
+
+fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+async fn sleep_ms(ms: u32) {
+    gloo_timers::future::TimeoutFuture::new(ms).await;
+}
+
+/// A plain fetch (GET or POST) of the mock's control API: (status, body text).
+async fn control_fetch(method: &str, path: &str, body: Option<String>) -> (u16, String) {
+    use wasm_bindgen::JsCast;
+    let url = format!("{}{path}", mock_origin());
+    let init = web_sys::RequestInit::new();
+    init.set_method(method);
+    if let Some(body) = body {
+        // text/plain keeps it a simple request (no preflight); the mock parses JSON anyway.
+        init.set_body(&wasm_bindgen::JsValue::from_str(&body));
+    }
+    let request = web_sys::Request::new_with_str_and_init(&url, &init).unwrap();
+    let global = js_sys::global();
+    let fetch: js_sys::Function = js_sys::Reflect::get(&global, &"fetch".into())
+        .unwrap()
+        .unchecked_into();
+    let promise: js_sys::Promise = fetch.call1(&global, &request).unwrap().unchecked_into();
+    let response: web_sys::Response = wasm_bindgen_futures::JsFuture::from(promise)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the mock LLM at {url} is unreachable ({e:?}); is scripts/test-wasm.sh running it?"
+            )
+        })
+        .unchecked_into();
+    let text = wasm_bindgen_futures::JsFuture::from(response.text().unwrap())
+        .await
+        .unwrap()
+        .as_string()
+        .unwrap_or_default();
+    (response.status(), text)
+}
+
+/// Empty the mock's request log and queue, then script the next responses.
+async fn mock_script(steps: serde_json::Value) {
+    let (status, body) = control_fetch("POST", "/__control/reset", None).await;
+    assert_eq!(status, 200, "reset: {body}");
+    let script = serde_json::json!({ "steps": steps }).to_string();
+    let (status, body) = control_fetch("POST", "/__control/script", Some(script)).await;
+    assert_eq!(status, 200, "script: {body}");
+}
+
+/// Every provider request the mock received since the last reset.
+async fn mock_requests() -> Vec<serde_json::Value> {
+    let (status, body) = control_fetch("GET", "/__control/requests", None).await;
+    assert_eq!(status, 200, "requests: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Wait until the mock's request `index` has `outcome` (the server notices a
+/// closed connection asynchronously).
+async fn wait_for_outcome(index: usize, outcome: &str) {
+    let deadline = now_ms() + 5_000.0;
+    loop {
+        let requests = mock_requests().await;
+        let seen = requests
+            .get(index)
+            .and_then(|r| r["outcome"].as_str())
+            .unwrap_or("")
+            .to_string();
+        if seen == outcome {
+            return;
+        }
+        assert!(
+            now_ms() < deadline,
+            "request {index} has outcome {seen:?}, expected {outcome:?}; log: {requests:?}"
+        );
+        sleep_ms(25).await;
+    }
+}
+
+fn provider_request(transport: Transport) -> ProviderRequest {
+    let kind = match transport {
+        Transport::OpenAi => "openai",
+        Transport::Anthropic => "anthropic",
+    };
+    ProviderRequest {
+        profile: ProviderProfile {
+            kind: kind.into(),
+            base_url: mock_url().into(),
+            model: MODEL.into(),
+            max_output_tokens: None,
+            temperature_centi: None,
+            vision: false,
+            tool_use: true,
+            token_budget: None,
+        },
+        system: "You are a test.".into(),
+        messages: vec![ChatMessage::User {
+            text: "Subscribe to the newsletter".into(),
+        }],
+        tools: vec![ToolSpec {
+            name: "read_page".into(),
+            description: "Read the page".into(),
+            parameters: serde_json::json!({ "type": "object", "properties": {} }),
+        }],
+    }
+}
+
+/// What one `stream_response` call produced.
+struct Streamed {
+    result: Result<ProviderResponse, ProviderError>,
+    /// Every delta with the time it arrived (ms after the call started).
+    deltas: Vec<(f64, StreamEvent)>,
+    /// How long the call took (ms).
+    elapsed: f64,
+}
+
+impl Streamed {
+    fn texts(&self) -> Vec<String> {
+        self.deltas
+            .iter()
+            .filter_map(|(_, d)| match d {
+                StreamEvent::TextDelta(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn reasoning(&self) -> Vec<String> {
+        self.deltas
+            .iter()
+            .filter_map(|(_, d)| match d {
+                StreamEvent::ReasoningDelta(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn error(&self) -> &ProviderError {
+        match &self.result {
+            Err(e) => e,
+            Ok(r) => panic!("expected an error, got a response: {r:?}"),
+        }
+    }
+}
+
+async fn stream_with(
+    transport: Transport,
+    idle_timeout_ms: u64,
+    controller: &AbortController,
+) -> Streamed {
+    let http = http_request(&provider_request(transport), API_KEY);
+    let started = now_ms();
+    let mut deltas = Vec::new();
+    let result = stream_response(&http, transport, controller, idle_timeout_ms, |d| {
+        deltas.push((now_ms() - started, d))
+    })
+    .await;
+    Streamed {
+        result,
+        deltas,
+        elapsed: now_ms() - started,
+    }
+}
+
+async fn stream(transport: Transport, idle_timeout_ms: u64) -> Streamed {
+    stream_with(transport, idle_timeout_ms, &AbortController::new().unwrap()).await
+}
+
+fn json_args(raw: &str) -> serde_json::Value {
+    serde_json::from_str(raw).unwrap_or_else(|e| panic!("arguments {raw:?} are not JSON: {e}"))
+}
+
+#[wasm_bindgen_test]
+async fn fetch_streams_openai_text_and_parallel_tool_calls_incrementally() {
+    let text = "I will read the page and then click the button.";
+    mock_script(serde_json::json!([{
+        "text": text,
+        "chunkDelayMs": 20,
+        "toolCalls": [
+            { "name": "read_page", "arguments": {} },
+            { "name": "click", "arguments": { "ref": "e12", "note": "an argument long enough to be split" }, "id": "call_fixed" }
+        ],
+        "usage": { "prompt_tokens": 31, "completion_tokens": 17 }
+    }]))
+    .await;
+    let s = stream(Transport::OpenAi, 10_000).await;
+    let response = s.result.as_ref().expect("the stream succeeds").clone();
+    assert_eq!(response.text, text);
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(response.model, MODEL);
+    assert_eq!(
+        response.usage,
+        Some(Usage {
+            input: 31,
+            output: 17,
+            ..Usage::default()
+        })
+    );
+    assert_eq!(response.private, None);
+    assert_eq!(response.tool_calls.len(), 2, "{:?}", response.tool_calls);
+    assert!(response.tool_calls[0].id.starts_with("call_mock_"));
+    assert_eq!(response.tool_calls[0].name, "read_page");
+    assert_eq!(
+        json_args(&response.tool_calls[0].arguments),
+        serde_json::json!({})
+    );
+    assert_eq!(response.tool_calls[1].id, "call_fixed");
+    assert_eq!(response.tool_calls[1].name, "click");
+    assert_eq!(
+        json_args(&response.tool_calls[1].arguments),
+        serde_json::json!({ "ref": "e12", "note": "an argument long enough to be split" })
+    );
+
+    // Deltas reached the callback one by one while the body was still
+    // streaming (20 ms between chunks), not all at the end.
+    let texts = s.texts();
+    assert!(texts.len() >= 5, "text split into deltas: {texts:?}");
+    assert_eq!(texts.concat(), text);
+    let first = s.deltas.first().unwrap().0;
+    let last_text = s
+        .deltas
+        .iter()
+        .rev()
+        .find(|(_, d)| matches!(d, StreamEvent::TextDelta(_)))
+        .unwrap()
+        .0;
+    assert!(
+        last_text - first >= 60.0,
+        "text deltas arrived within {} ms: the body was not read incrementally",
+        last_text - first
+    );
+    assert!(
+        s.elapsed - last_text >= 60.0,
+        "the last text delta arrived {} ms before the end, after the tool-call chunks",
+        s.elapsed - last_text
+    );
+
+    let requests = mock_requests().await;
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r["format"], "openai");
+    assert_eq!(r["path"], "/v1/chat/completions");
+    assert_eq!(r["headers"]["authorization"], format!("Bearer {API_KEY}"));
+    assert_eq!(r["body"]["stream"], true);
+    assert_eq!(r["body"]["model"], MODEL);
+    assert_eq!(r["outcome"], "completed");
+}
+
+#[wasm_bindgen_test]
+async fn fetch_streams_anthropic_thinking_text_and_tool_use_keeping_the_signature_private() {
+    let thinking = "The user wants the page read before anything is clicked.";
+    let signature = "EqSIGNATURE/mock+1==";
+    mock_script(serde_json::json!([{
+        "thinking": thinking,
+        "signature": signature,
+        "text": "Reading the page first.",
+        "chunkDelayMs": 5,
+        "toolCalls": [
+            { "name": "read_page", "arguments": {} },
+            { "name": "click", "arguments": { "ref": "e3" } }
+        ],
+        "usage": { "input_tokens": 40, "output_tokens": 12 }
+    }]))
+    .await;
+    let s = stream(Transport::Anthropic, 10_000).await;
+    let response = s.result.as_ref().expect("the stream succeeds").clone();
+    assert_eq!(response.text, "Reading the page first.");
+    assert_eq!(response.reasoning, thinking);
+    assert_eq!(
+        response.private,
+        Some(serde_json::json!({
+            "anthropic": { "thinking": [{ "type": "thinking", "thinking": thinking, "signature": signature }] }
+        }))
+    );
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(response.model, MODEL);
+    assert_eq!(
+        response.usage,
+        Some(Usage {
+            input: 40,
+            output: 12,
+            ..Usage::default()
+        })
+    );
+    let calls: Vec<(&str, serde_json::Value)> = response
+        .tool_calls
+        .iter()
+        .map(|c| (c.name.as_str(), json_args(&c.arguments)))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("read_page", serde_json::json!({})),
+            ("click", serde_json::json!({ "ref": "e3" }))
+        ]
+    );
+    assert!(response
+        .tool_calls
+        .iter()
+        .all(|c| c.id.starts_with("toolu_mock_")));
+    assert_ne!(response.tool_calls[0].id, response.tool_calls[1].id);
+    let reasoning = s.reasoning();
+    assert!(reasoning.len() >= 2, "{reasoning:?}");
+    assert_eq!(reasoning.concat(), thinking);
+    assert_eq!(s.texts().concat(), "Reading the page first.");
+    // Reasoning is shown before the text, as it was streamed.
+    let first_text = s
+        .deltas
+        .iter()
+        .position(|(_, d)| matches!(d, StreamEvent::TextDelta(_)))
+        .unwrap();
+    assert!(s.deltas[..first_text]
+        .iter()
+        .all(|(_, d)| matches!(d, StreamEvent::ReasoningDelta(_))));
+
+    let requests = mock_requests().await;
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r["format"], "anthropic");
+    assert_eq!(r["path"], "/v1/messages");
+    assert_eq!(r["outcome"], "completed");
+    assert_eq!(r["headers"]["x-api-key"], API_KEY);
+    assert_eq!(r["headers"]["anthropic-version"], "2023-06-01");
+    assert_eq!(
+        r["headers"]["anthropic-dangerous-direct-browser-access"],
+        "true"
+    );
+    assert!(r["headers"].get("authorization").is_none());
+    assert_eq!(r["body"]["system"], "You are a test.");
+    assert_eq!(r["body"]["stream"], true);
+    assert!(r["body"]["max_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(r["body"]["tools"][0]["name"], "read_page");
+    assert!(r["body"]["tools"][0]["input_schema"].is_object());
+}
+
+#[wasm_bindgen_test]
+async fn invalid_tool_arguments_arrive_raw_in_both_formats() {
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        mock_script(serde_json::json!([{
+            "toolCalls": [{ "name": "click", "arguments": { "ref": "e1" }, "invalidArguments": true }]
+        }]))
+        .await;
+        let s = stream(transport, 10_000).await;
+        let response = s.result.expect("invalid arguments are not a stream error");
+        assert_eq!(response.stop_reason, StopReason::ToolUse);
+        assert_eq!(response.tool_calls.len(), 1);
+        assert_eq!(response.tool_calls[0].arguments, r#"{"ref":"e1",}"#);
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&response.tool_calls[0].arguments).is_err()
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+async fn http_errors_become_typed_errors_with_retry_after() {
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        mock_script(serde_json::json!([
+            { "error": { "status": 429, "headers": { "retry-after": "1" } } },
+            { "error": { "status": 429, "headers": { "retry-after-ms": "250" } } },
+            { "error": { "status": 401 } },
+            { "error": { "status": 500 } },
+            { "error": { "status": 404 } }
+        ]))
+        .await;
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(e.kind, ErrorKind::RateLimited, "{transport:?}: {e}");
+        assert!(e.retryable);
+        assert_eq!(
+            e.retry_after_ms,
+            Some(1_000),
+            "{transport:?}: Retry-After: 1"
+        );
+        assert!(e.message.contains("Mock error 429"), "{}", e.message);
+
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(e.kind, ErrorKind::RateLimited);
+        assert_eq!(e.retry_after_ms, Some(250), "{transport:?}: retry-after-ms");
+
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(e.kind, ErrorKind::Auth, "{transport:?}: {e}");
+        assert!(!e.retryable);
+        assert_eq!(e.retry_after_ms, None);
+        assert!(
+            !e.message.contains(API_KEY),
+            "the key never appears in an error"
+        );
+
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(e.kind, ErrorKind::ProviderUnavailable, "{transport:?}: {e}");
+        assert!(e.retryable);
+
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(e.kind, ErrorKind::ModelNotFound, "{transport:?}: {e}");
+        assert!(!e.retryable);
+
+        let outcomes: Vec<String> = mock_requests()
+            .await
+            .iter()
+            .map(|r| r["outcome"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(outcomes, vec!["error"; 5]);
+    }
+}
+
+#[wasm_bindgen_test]
+async fn mid_stream_error_events_become_typed_errors_after_the_streamed_prefix() {
+    mock_script(serde_json::json!([
+        { "text": "Partial answer", "midStreamError": { "message": "The server had an error while processing your request." } },
+        { "text": "Partial answer", "midStreamError": true }
+    ]))
+    .await;
+    let s = stream(Transport::OpenAi, 10_000).await;
+    assert_eq!(s.texts().concat(), "Partial answer");
+    let e = s.error();
+    assert_eq!(e.kind, ErrorKind::ProviderUnavailable, "{e}");
+    assert!(e.retryable);
+    assert!(
+        e.message.contains("The server had an error"),
+        "{}",
+        e.message
+    );
+
+    let s = stream(Transport::Anthropic, 10_000).await;
+    assert_eq!(s.texts().concat(), "Partial answer");
+    let e = s.error();
+    assert_eq!(
+        e.kind,
+        ErrorKind::ProviderUnavailable,
+        "overloaded_error: {e}"
+    );
+    assert!(e.retryable);
+    assert!(e.message.contains("Overloaded"), "{}", e.message);
+}
+
+#[wasm_bindgen_test]
+async fn a_stream_left_open_after_an_error_event_is_closed_by_the_client() {
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        mock_script(serde_json::json!([
+            { "text": "Partial", "midStreamError": { "keepOpenMs": 60_000 } }
+        ]))
+        .await;
+        let s = stream(transport, 60_000).await;
+        assert_eq!(
+            s.error().kind,
+            ErrorKind::ProviderUnavailable,
+            "{transport:?}"
+        );
+        assert!(s.elapsed < 2_000.0, "returned after {} ms", s.elapsed);
+        // The server kept the connection open: only the client could close it.
+        wait_for_outcome(0, "aborted").await;
+    }
+}
+
+#[wasm_bindgen_test]
+async fn idle_timeout_also_bounds_a_stalled_error_body() {
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        mock_script(serde_json::json!([
+            { "error": { "status": 503, "stallMs": 60_000, "headers": { "retry-after": "2" } } }
+        ]))
+        .await;
+        let s = stream(transport, 300).await;
+        let e = s.error();
+        // The status is known: the error keeps its type without the body.
+        assert_eq!(e.kind, ErrorKind::ProviderUnavailable, "{transport:?}: {e}");
+        assert!(e.retryable);
+        assert_eq!(e.retry_after_ms, Some(2_000));
+        assert!(
+            s.elapsed >= 290.0 && s.elapsed < 3_000.0,
+            "{transport:?}: returned after {} ms",
+            s.elapsed
+        );
+        wait_for_outcome(0, "aborted").await;
+    }
+}
+
+#[wasm_bindgen_test]
+async fn truncated_body_is_a_retryable_network_error() {
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        // `true`: the connection drops mid-chunk; "end": the body ends mid-chunk.
+        // The chunks are spaced out: an errored body stream discards what
+        // the page has not read yet, so a prefix sent just before the drop
+        // may legitimately never be seen.
+        for mode in [serde_json::json!(true), serde_json::json!("end")] {
+            mock_script(serde_json::json!([
+                { "text": "Some text first", "truncate": mode, "chunkDelayMs": 30 }
+            ]))
+            .await;
+            let s = stream(transport, 10_000).await;
+            assert_eq!(
+                s.texts().concat(),
+                "Some text first",
+                "{transport:?} {mode}"
+            );
+            let e = s.error();
+            assert_eq!(e.kind, ErrorKind::Network, "{transport:?} {mode}: {e}");
+            assert!(e.retryable, "{transport:?} {mode}: {e}");
+            assert!(
+                !e.message.contains("Could not reach"),
+                "{transport:?} {mode}: the provider was reached; the message must not say otherwise: {}",
+                e.message
+            );
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn idle_timeout_aborts_a_stalled_stream_as_retryable() {
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        // Before the response headers, after them, and after a first delta.
+        for stall_at in ["request", "headers", "delta"] {
+            mock_script(serde_json::json!([{ "stallMs": 60_000, "stallAt": stall_at }])).await;
+            let s = stream(transport, 300).await;
+            let e = s.error();
+            assert_eq!(e.kind, ErrorKind::Network, "{transport:?} {stall_at}: {e}");
+            assert!(e.retryable, "{transport:?} {stall_at}: {e}");
+            assert!(e.message.contains("sent nothing"), "{}", e.message);
+            assert!(
+                s.elapsed >= 290.0 && s.elapsed < 3_000.0,
+                "{transport:?} {stall_at}: returned after {} ms",
+                s.elapsed
+            );
+            if stall_at == "delta" {
+                assert_eq!(s.texts().concat(), "Thinking");
+            }
+            wait_for_outcome(0, "aborted").await;
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn abort_ends_a_request_promptly_at_any_point() {
+    use gloo_timers::callback::Timeout;
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        for stall_at in ["request", "headers", "delta"] {
+            mock_script(serde_json::json!([{ "stallMs": 60_000, "stallAt": stall_at }])).await;
+            let controller = AbortController::new().unwrap();
+            let timer = {
+                let controller = controller.clone();
+                Timeout::new(200, move || controller.abort())
+            };
+            // The idle timeout is far away: only the abort can end this call.
+            let s = stream_with(transport, 60_000, &controller).await;
+            drop(timer);
+            let e = s.error();
+            assert_eq!(e.kind, ErrorKind::Network, "{transport:?} {stall_at}: {e}");
+            assert!(!e.retryable, "an abort is not retried: {e}");
+            assert!(e.message.contains("aborted"), "{}", e.message);
+            assert!(
+                s.elapsed >= 190.0 && s.elapsed < 2_000.0,
+                "{transport:?} {stall_at}: returned after {} ms",
+                s.elapsed
+            );
+            if stall_at == "delta" {
+                assert_eq!(s.texts().concat(), "Thinking");
+            }
+            wait_for_outcome(0, "aborted").await;
+        }
+    }
+}
+
+/// Drive an engine with real fetch against the mock: every effect is
+/// executed, `CallProvider` with `stream_response`, and the engine's timers
+/// (delta flushes, retry backoff) with gloo timers, until nothing is left.
+async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Event>) {
+    let now = || js_sys::Date::now() as u64;
+    let deadline = now_ms() + 20_000.0;
+    loop {
+        assert!(
+            now_ms() < deadline,
+            "the engine did not settle within 20 s; events: {events:?}"
+        );
+        while let Some(effect) = engine.poll_effect() {
+            match effect {
+                Effect::Persist { token, unit } => {
+                    store.commit(&unit).await.unwrap();
+                    engine.handle_store_ack(now(), token);
+                }
+                Effect::LoadThread { thread_id } => {
+                    let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
+                    engine.handle_thread_loaded(now(), &thread_id, nodes);
+                }
+                Effect::CallProvider {
+                    request_id,
+                    request,
+                    idle_timeout_ms,
+                } => {
+                    let transport = Transport::from_kind(&request.profile.kind);
+                    let http = http_request(&request, API_KEY);
+                    let controller = AbortController::new().unwrap();
+                    let result =
+                        stream_response(&http, transport, &controller, idle_timeout_ms, |d| {
+                            engine.handle_provider_delta(now(), request_id, d)
+                        })
+                        .await;
+                    engine.handle_provider_done(now(), request_id, result);
+                }
+                Effect::Send { event, .. } => events.push(event.event),
+                _ => {}
+            }
+        }
+        match engine.poll_timeout() {
+            Some(at) => {
+                let delay = at.saturating_sub(now()).min(60_000) as u32;
+                sleep_ms(delay).await;
+                engine.handle_timeout(now());
+            }
+            None => return,
+        }
+    }
+}
+
+/// Submit one turn to a fresh engine whose retry policy has a small base
+/// delay, drive it against the mock, and return its events.
+async fn run_turn_with_retries(db: &str) -> Vec<Event> {
+    use sw_agent::engine::RetryPolicy;
+    let _ = IdbStore::delete(db).await;
+    let store = IdbStore::open(db).await.unwrap();
+    let profile = ProviderProfile {
+        kind: "openai".into(),
+        base_url: mock_url().into(),
+        model: MODEL.into(),
+        max_output_tokens: None,
+        temperature_centi: None,
+        vision: false,
+        tool_use: true,
+        token_budget: None,
+    };
+    let config = EngineConfig {
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base_delay_ms: 50,
+            max_delay_ms: 2_000,
+        },
+        stream_idle_timeout_ms: 5_000,
+        ..EngineConfig::default()
+    };
+    let (image, _) = store.load_image().await.unwrap();
+    let start = js_sys::Date::now() as u64;
+    let mut engine = Engine::new(config, profile, 3, image, start);
+    engine.handle_connect(1, ClientKind::ExtensionPage);
+    engine.handle_op(
+        start,
+        1,
+        Op::TurnSubmit {
+            submission: Submission {
+                client_id: "c".into(),
+                submission_id: "s".into(),
+            },
+            thread_id: None,
+            input: UserInput {
+                text: "Say something".into(),
+            },
+        },
+    );
+    let mut events = Vec::new();
+    drive_live(&mut engine, &store, &mut events).await;
+    drop(engine);
+    store.close();
+    IdbStore::delete(db).await.unwrap();
+    events
+}
+
+fn retries(events: &[Event]) -> Vec<(u32, u64, ErrorKind)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RunRetry {
+                attempt,
+                delay_ms,
+                error,
+                ..
+            } => Some((*attempt, *delay_ms, error.kind)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn final_assistant_text(events: &[Event]) -> Option<String> {
+    events.iter().rev().find_map(|e| match e {
+        Event::ItemComplete { node, .. } => match &node.body {
+            NodeBody::AssistantMessage { text, .. } => Some(text.clone()),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn completed_with(events: &[Event]) -> Option<StopReason> {
+    events.iter().find_map(|e| match e {
+        Event::TurnComplete { stop_reason, .. } => Some(*stop_reason),
+        _ => None,
+    })
+}
+
+#[wasm_bindgen_test]
+async fn engine_retries_a_500_with_backoff_over_real_fetch_and_completes() {
+    mock_script(serde_json::json!([
+        { "error": { "status": 500 } },
+        { "text": "Recovered after a retry." }
+    ]))
+    .await;
+    let events = run_turn_with_retries("sw-agent-test-retry-500").await;
+    let retries = retries(&events);
+    assert_eq!(retries.len(), 1, "one run.retry event: {events:?}");
+    let (attempt, delay, kind) = retries[0];
+    assert_eq!(attempt, 1);
+    assert_eq!(kind, ErrorKind::ProviderUnavailable);
+    assert!(
+        (50..=63).contains(&delay),
+        "base delay 50 ms plus at most 25% jitter, got {delay}"
+    );
+    assert_eq!(completed_with(&events), Some(StopReason::End), "{events:?}");
+    assert_eq!(
+        final_assistant_text(&events).as_deref(),
+        Some("Recovered after a retry.")
+    );
+
+    let requests = mock_requests().await;
+    assert_eq!(requests.len(), 2, "two requests reached the mock");
+    assert_eq!(requests[0]["outcome"], "error");
+    assert_eq!(requests[1]["outcome"], "completed");
+    let gap =
+        requests[1]["receivedAt"].as_f64().unwrap() - requests[0]["receivedAt"].as_f64().unwrap();
+    assert!(gap >= 45.0, "the retry waited for the backoff ({gap} ms)");
+    assert_eq!(
+        requests[0]["body"], requests[1]["body"],
+        "the same request was sent again"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn engine_honours_retry_after_ms_from_a_429() {
+    mock_script(serde_json::json!([
+        { "error": { "status": 429, "headers": { "retry-after-ms": "300" } } },
+        { "text": "Done after waiting." }
+    ]))
+    .await;
+    let events = run_turn_with_retries("sw-agent-test-retry-429").await;
+    assert_eq!(retries(&events), vec![(1, 300, ErrorKind::RateLimited)]);
+    assert_eq!(completed_with(&events), Some(StopReason::End), "{events:?}");
+    let requests = mock_requests().await;
+    assert_eq!(requests.len(), 2);
+    let gap =
+        requests[1]["receivedAt"].as_f64().unwrap() - requests[0]["receivedAt"].as_f64().unwrap();
+    assert!(gap >= 290.0, "the retry waited for Retry-After ({gap} ms)");
 }

@@ -1,10 +1,17 @@
-// Mock OpenAI-compatible chat-completions server for the demo and the tests.
+// Mock LLM server for the demo and the tests: OpenAI chat completions and
+// Anthropic Messages, streaming, on 127.0.0.1.
 //
 // Owns: the OpenAI streaming wire format (SSE `chat.completion.chunk`s, split
 // text deltas, tool-call deltas split into fragments, finish_reason, the usage
-// chunk, `[DONE]`), a scriptable queue of responses, a deterministic default
-// policy (a "tiny agent" that reads the page, clicks the best-matching element
-// and reports), and a log of every provider request for assertions.
+// chunk, `[DONE]`) at `POST …/chat/completions`; Anthropic's Messages
+// streaming format (`message_start`, `ping`, `content_block_start/delta/stop`
+// with `text_delta`, `input_json_delta` fragments, `thinking_delta` +
+// `signature_delta`, `message_delta` with stop_reason and usage,
+// `message_stop`, mid-stream `error` events) at `POST …/messages`; error
+// injection; a scriptable queue of responses shared by both formats; a
+// deterministic default policy (a "tiny agent" that reads the page, clicks the
+// best-matching element and reports); and a log of every provider request for
+// assertions.
 // Must not: listen on anything but 127.0.0.1, depend on any package, or reach
 // the network.
 //
@@ -16,23 +23,61 @@
 //
 // Control API (same port):
 //   POST /__control/script   { steps: Step[], chunkDelayMs? }  replace the queue
-//   GET  /__control/requests  every provider request received so far
+//   GET  /__control/requests  every provider request received so far, each with
+//                             { index, format: openai|anthropic, path, headers,
+//                             body, source: script|policy|validation, step,
+//                             outcome: pending|stalled|completed|error|
+//                             truncated|aborted|rejected }
 //   GET  /__control/state     { pendingSteps, requestCount, inFlight }
 //   POST /__control/reset     empty queue and request log
 //
-// Step forms (each provider request consumes one; empty queue = default policy):
-//   { text, chunkDelayMs?, finish? }          finish: stop (default) | length | content_filter
-//   { toolCalls: [{ name, arguments, id? }], text?, finish? }   finish defaults to tool_calls
-//   { error: { status, body? } }              HTTP error with an OpenAI error JSON body
-//   { stallMs, text?, tickMs?, tickText?, then? }
-//                                             headers + one text delta (`text`, default
-//                                             "Thinking"), wait stallMs (sending `tickText`,
-//                                             default ".", every tickMs if given), then
-//                                             continue with step `then` or, without it,
-//                                             end the body abruptly (no finish, no [DONE])
+// Step forms (each provider request consumes one, in either format; empty
+// queue = default policy):
+//   { text, thinking?, signature?, chunkDelayMs?, finish? }
+//                                             finish: stop (default) | length | content_filter,
+//                                             or the Anthropic names (end_turn, max_tokens,
+//                                             refusal, …); each format gets its own name.
+//                                             `thinking` streams reasoning first: Anthropic
+//                                             thinking_delta + one signature_delta
+//                                             (`signature`, default derived from the text);
+//                                             OpenAI `reasoning_content` deltas.
+//   { toolCalls: [{ name, arguments, id?, invalidArguments? }], text?, finish? }
+//                                             finish defaults to tool_calls / tool_use;
+//                                             invalidArguments: the streamed arguments are
+//                                             not valid JSON (a trailing comma)
+//   { error: { status, body?, headers?, stallMs? } }
+//                                             HTTP error with the format's error JSON body
+//                                             (a string body becomes the message); headers
+//                                             e.g. { 'retry-after': '1' } or
+//                                             { 'retry-after-ms': '250' } (CORS-exposed);
+//                                             stallMs: send the headers and the body's first
+//                                             byte, the rest only after stallMs
+//   { midStreamError: true | { message?, type?, code?, keepOpenMs? }, text? }
+//                                             stream `text`, then an error in the stream
+//                                             (OpenAI: a `data: {"error":{…}}` chunk;
+//                                             Anthropic: `event: error`, default
+//                                             overloaded_error), then end the body (after
+//                                             keepOpenMs, or when the client closes it:
+//                                             outcome `aborted`)
+//   { truncate: true | 'end', text?, toolCalls? }
+//                                             stream the step, then half of one more JSON
+//                                             chunk instead of the finish; `true` then
+//                                             destroys the connection (the body never
+//                                             completes), 'end' ends the body cleanly there
+//   { stallMs, stallAt?, text?, tickMs?, tickText?, then? }
+//                                             stallAt: 'delta' (default: headers + one text
+//                                             delta `text`, default "Thinking"), 'headers'
+//                                             (headers, then no byte of body) or 'request'
+//                                             (not even headers); wait stallMs (sending
+//                                             `tickText`, default ".", every tickMs if
+//                                             given), then continue with step `then` or,
+//                                             without it, end the body abruptly (no finish,
+//                                             no [DONE])
 //   { auto: true, chunkDelayMs? }             the default policy for this request
-// Any step may carry `usage: { prompt_tokens, completion_tokens }` to override
-// the computed usage.
+// Any step may carry `usage: { prompt_tokens, completion_tokens }` (or
+// `input_tokens`, `output_tokens`) to override the computed usage.
+// Messages requests without an `anthropic-version` header, `messages` or an
+// integer `max_tokens` get the real API's 400 without consuming a step.
 
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
@@ -235,19 +280,37 @@ function readBody(req) {
   });
 }
 
-function corsHeaders(req) {
+/** Request headers browsers may send (OpenAI and Anthropic clients). */
+const ALLOWED_HEADERS = [
+  'authorization',
+  'content-type',
+  'x-api-key',
+  'anthropic-version',
+  'anthropic-dangerous-direct-browser-access',
+  'anthropic-beta',
+];
+/** Response headers a cross-origin caller may read (Retry-After is not CORS-safelisted). */
+const EXPOSED_HEADERS = ['retry-after', 'retry-after-ms', 'request-id', 'x-request-id'];
+
+function corsHeaders(req, extraExposed = []) {
   const requested = req.headers['access-control-request-headers'];
-  const allowHeaders = ['authorization', 'content-type'];
+  const allowHeaders = [...ALLOWED_HEADERS];
   if (requested) {
     for (const h of String(requested).split(',')) {
       const name = h.trim().toLowerCase();
       if (name && !allowHeaders.includes(name)) allowHeaders.push(name);
     }
   }
+  const exposeHeaders = [...EXPOSED_HEADERS];
+  for (const h of extraExposed) {
+    const name = String(h).trim().toLowerCase();
+    if (name && !exposeHeaders.includes(name)) exposeHeaders.push(name);
+  }
   const headers = {
     'Access-Control-Allow-Origin': '*',
     'Access-Control-Allow-Methods': 'GET, POST, OPTIONS',
     'Access-Control-Allow-Headers': allowHeaders.join(', '),
+    'Access-Control-Expose-Headers': exposeHeaders.join(', '),
     'Access-Control-Max-Age': '600',
   };
   if (req.headers['access-control-request-private-network']) {
@@ -256,14 +319,268 @@ function corsHeaders(req) {
   return headers;
 }
 
-function sendJson(req, res, status, value) {
+function sendJson(req, res, status, value, extraHeaders = {}) {
   const body = JSON.stringify(value);
   res.writeHead(status, {
-    ...corsHeaders(req),
+    ...corsHeaders(req, Object.keys(extraHeaders)),
     'Content-Type': 'application/json',
     'Content-Length': Buffer.byteLength(body),
+    ...extraHeaders,
   });
   res.end(body);
+}
+
+const OPENAI_TO_ANTHROPIC_FINISH = { stop: 'end_turn', length: 'max_tokens', content_filter: 'refusal', tool_calls: 'tool_use' };
+const ANTHROPIC_TO_OPENAI_FINISH = Object.fromEntries(
+  Object.entries(OPENAI_TO_ANTHROPIC_FINISH).map(([openai, anthropic]) => [anthropic, openai]),
+);
+
+/**
+ * The finish reason of a step in the request's format. A step may name it in
+ * either format (`stop` or `end_turn`, `length` or `max_tokens`, …); other
+ * values are passed through as scripted.
+ */
+export function finishReason(format, step, hasToolCalls) {
+  const requested = step.finish ?? (hasToolCalls ? 'tool_calls' : 'stop');
+  if (format === 'anthropic') return OPENAI_TO_ANTHROPIC_FINISH[requested] ?? requested;
+  return ANTHROPIC_TO_OPENAI_FINISH[requested] ?? requested;
+}
+
+/** Anthropic's error `type` for an HTTP status. */
+export function anthropicErrorType(status) {
+  switch (status) {
+    case 400: return 'invalid_request_error';
+    case 401: return 'authentication_error';
+    case 403: return 'permission_error';
+    case 404: return 'not_found_error';
+    case 413: return 'request_too_large';
+    case 429: return 'rate_limit_error';
+    case 504: return 'timeout_error';
+    case 529: return 'overloaded_error';
+    default: return status >= 500 ? 'api_error' : 'invalid_request_error';
+  }
+}
+
+/**
+ * The JSON body of an `{ error: { status, body? } }` step in the request's
+ * format: an object body is sent as is, a string becomes the message.
+ */
+export function errorBody(format, status, body) {
+  if (body != null && typeof body === 'object') return body;
+  const message = typeof body === 'string' ? body : `Mock error ${status}`;
+  if (format === 'anthropic') return { type: 'error', error: { type: anthropicErrorType(status), message } };
+  const type = typeof body === 'string' ? 'server_error' : status === 429 ? 'rate_limit_exceeded' : status >= 500 ? 'server_error' : 'invalid_request_error';
+  return { error: { message, type, param: null, code: null } };
+}
+
+function invalidRequestBody(format, message) {
+  return format === 'anthropic'
+    ? { type: 'error', error: { type: 'invalid_request_error', message } }
+    : { error: { message, type: 'invalid_request_error', param: null, code: null } };
+}
+
+/**
+ * The argument text of a scripted tool call. `invalidArguments: true` makes
+ * it invalid JSON (a trailing comma, a classic model mistake).
+ */
+export function callArguments(call) {
+  const args = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments ?? {});
+  if (!call.invalidArguments) return args;
+  return `${args.replace(/\}\s*$/, '')},}`;
+}
+
+/** A deterministic stand-in for Anthropic's opaque thinking signature. */
+export function thinkingSignature(thinking) {
+  return `EqMock${Buffer.from(`mock-signature:${thinking}`).toString('base64')}`;
+}
+
+/**
+ * An Anthropic Messages request body in OpenAI chat shape (system message,
+ * `tool_use` blocks as `tool_calls`, `tool_result` blocks as `tool` messages),
+ * so the default policy serves both formats.
+ */
+export function anthropicToOpenAi(body) {
+  const messages = [];
+  const system = Array.isArray(body?.system) ? contentText(body.system) : body?.system;
+  if (system) messages.push({ role: 'system', content: system });
+  for (const message of Array.isArray(body?.messages) ? body.messages : []) {
+    const blocks = typeof message?.content === 'string'
+      ? [{ type: 'text', text: message.content }]
+      : Array.isArray(message?.content) ? message.content : [];
+    if (message?.role === 'assistant') {
+      const text = blocks.filter((b) => b?.type === 'text').map((b) => b.text ?? '').join('');
+      const toolCalls = blocks
+        .filter((b) => b?.type === 'tool_use')
+        .map((b) => ({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } }));
+      messages.push({ role: 'assistant', content: text || null, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) });
+      continue;
+    }
+    let pending = null;
+    const flush = () => {
+      if (pending !== null) messages.push({ role: 'user', content: pending });
+      pending = null;
+    };
+    for (const block of blocks) {
+      if (block?.type === 'tool_result') {
+        flush();
+        const content = contentText(block.content);
+        messages.push({ role: 'tool', tool_call_id: block.tool_use_id, content: block.is_error ? `Error: ${content}` : content });
+      } else if (block?.type === 'text') {
+        pending = (pending ?? '') + (block.text ?? '');
+      }
+    }
+    flush();
+  }
+  const converted = { model: body?.model, messages };
+  if (Array.isArray(body?.tools)) {
+    converted.tools = body.tools.map((t) => ({
+      type: 'function',
+      function: { name: t?.name, description: t?.description, parameters: t?.input_schema },
+    }));
+  }
+  return converted;
+}
+
+function sseData(value) {
+  return `data: ${typeof value === 'string' ? value : JSON.stringify(value)}\n\n`;
+}
+
+function sseEvent(name, value) {
+  return `event: ${name}\ndata: ${JSON.stringify(value)}\n\n`;
+}
+
+/** The first part of an SSE frame, cut in the middle of its JSON. */
+function cutFrame(frame) {
+  const brace = frame.indexOf('{');
+  const json = frame.length - brace - 2;
+  return frame.slice(0, brace + Math.max(2, Math.floor(json / 2)));
+}
+
+/**
+ * OpenAI chat-completions frames. Each method returns the SSE frames (strings)
+ * to write for one logical piece of the response.
+ */
+function openAiWire({ id, created, model, includeUsage, promptTokens }) {
+  const chunk = (delta, finishReason = null) => {
+    const value = {
+      id,
+      object: 'chat.completion.chunk',
+      created,
+      model,
+      system_fingerprint: 'fp_mock',
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    };
+    if (includeUsage) value.usage = null;
+    return value;
+  };
+  return {
+    start: (content) => [sseData(chunk({ role: 'assistant', content }))],
+    text: (piece) => [sseData(chunk({ content: piece }))],
+    // What compatible servers (DeepSeek, vLLM, llama.cpp) send for reasoning.
+    thinking: (piece) => [sseData(chunk({ reasoning_content: piece }))],
+    signature: () => [],
+    toolCall: (index, callId, name, fragments) => [
+      sseData(chunk({ tool_calls: [{ index, id: callId, type: 'function', function: { name, arguments: '' } }] })),
+      ...fragments.map((fragment) => sseData(chunk({ tool_calls: [{ index, function: { arguments: fragment } }] }))),
+    ],
+    finish: (reason, completionTokens) => {
+      const frames = [sseData(chunk({}, reason))];
+      if (includeUsage) {
+        frames.push(sseData({
+          id,
+          object: 'chat.completion.chunk',
+          created,
+          model,
+          system_fingerprint: 'fp_mock',
+          choices: [],
+          usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+        }));
+      }
+      frames.push(sseData('[DONE]'));
+      return frames;
+    },
+    error: (err) => [sseData({
+      error: {
+        message: err.message ?? 'The server had an error while processing your request.',
+        type: err.type ?? 'server_error',
+        param: null,
+        code: err.code ?? null,
+      },
+    })],
+    partial: () => cutFrame(sseData(chunk({ content: 'this chunk is cut off in the middle' }))),
+  };
+}
+
+/** Anthropic Messages frames (`event:` + `data:`), tracking the open content block. */
+function anthropicWire({ id, model, promptTokens }) {
+  let index = -1;
+  let open = null;
+  const close = () => {
+    if (open === null) return [];
+    open = null;
+    return [sseEvent('content_block_stop', { type: 'content_block_stop', index })];
+  };
+  const openBlock = (kind, block) => {
+    const frames = close();
+    index += 1;
+    open = kind;
+    frames.push(sseEvent('content_block_start', { type: 'content_block_start', index, content_block: block }));
+    return frames;
+  };
+  const delta = (value) => sseEvent('content_block_delta', { type: 'content_block_delta', index, delta: value });
+  const text = (piece) => [
+    ...(open === 'text' ? [] : openBlock('text', { type: 'text', text: '' })),
+    delta({ type: 'text_delta', text: piece }),
+  ];
+  return {
+    start: (content) => [
+      sseEvent('message_start', {
+        type: 'message_start',
+        message: {
+          id,
+          type: 'message',
+          role: 'assistant',
+          model,
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage: { input_tokens: promptTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 },
+        },
+      }),
+      sseEvent('ping', { type: 'ping' }),
+      ...(content ? text(content) : []),
+    ],
+    text,
+    thinking: (piece) => [
+      ...(open === 'thinking' ? [] : openBlock('thinking', { type: 'thinking', thinking: '', signature: '' })),
+      delta({ type: 'thinking_delta', thinking: piece }),
+    ],
+    signature: (signature) => (open === 'thinking' ? [delta({ type: 'signature_delta', signature })] : []),
+    toolCall: (_index, callId, name, fragments) => [
+      ...openBlock('tool_use', { type: 'tool_use', id: callId, name, input: {} }),
+      delta({ type: 'input_json_delta', partial_json: '' }),
+      ...fragments.map((fragment) => delta({ type: 'input_json_delta', partial_json: fragment })),
+      ...close(),
+    ],
+    finish: (reason, completionTokens) => [
+      ...close(),
+      sseEvent('message_delta', {
+        type: 'message_delta',
+        delta: { stop_reason: reason, stop_sequence: null },
+        usage: { output_tokens: completionTokens },
+      }),
+      sseEvent('message_stop', { type: 'message_stop' }),
+    ],
+    error: (err) => [sseEvent('error', {
+      type: 'error',
+      error: { type: err.type ?? 'overloaded_error', message: err.message ?? 'Overloaded' },
+    })],
+    partial: () => cutFrame(sseEvent('content_block_delta', {
+      type: 'content_block_delta',
+      index: Math.max(index, 0),
+      delta: { type: 'text_delta', text: 'this event is cut off in the middle' },
+    })),
+  };
 }
 
 /**
@@ -289,57 +606,75 @@ export async function startMockLlm(options = {}) {
     }
   };
 
-  async function streamStep(req, res, entry, body, step) {
-    const includeUsage = Boolean(body?.stream_options?.include_usage);
-    const model = typeof body?.model === 'string' && body.model ? body.model : MODEL_FALLBACK;
+  const promptTokensOf = (body, step) =>
+    step.usage?.prompt_tokens ?? step.usage?.input_tokens ?? estimateTokens(JSON.stringify(body?.messages ?? []));
+  const completionTokensOf = (step, outputText) =>
+    step.usage?.completion_tokens ?? step.usage?.output_tokens ?? estimateTokens(outputText);
+  const modelOf = (body) => (typeof body?.model === 'string' && body.model ? body.model : MODEL_FALLBACK);
+  const callIdOf = (format, call, n, index) => {
+    if (call.id !== undefined) return call.id;
+    return format === 'anthropic' ? `toolu_mock_${n}_${index}` : `call_mock_${n}_${index}`;
+  };
+
+  async function streamStep(req, res, entry, body, step, format) {
     completionCounter += 1;
-    const id = `chatcmpl-mock-${completionCounter}`;
-    const created = Math.floor(Date.now() / 1000);
+    const n = completionCounter;
+    const wire = format === 'anthropic'
+      ? anthropicWire({ id: `msg_mock_${n}`, model: modelOf(body), promptTokens: promptTokensOf(body, step) })
+      : openAiWire({
+        id: `chatcmpl-mock-${n}`,
+        created: Math.floor(Date.now() / 1000),
+        model: modelOf(body),
+        includeUsage: Boolean(body?.stream_options?.include_usage),
+        promptTokens: promptTokensOf(body, step),
+      });
     let closed = false;
     res.on('close', () => {
       closed = true;
     });
-
-    const chunk = (delta, finishReason = null) => {
-      const value = {
-        id,
-        object: 'chat.completion.chunk',
-        created,
-        model,
-        system_fingerprint: 'fp_mock',
-        choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
-      };
-      if (includeUsage) value.usage = null;
-      return value;
+    const sendHeaders = () => {
+      if (res.headersSent || closed) return;
+      res.writeHead(200, {
+        ...corsHeaders(req),
+        'Content-Type': 'text/event-stream',
+        'Cache-Control': 'no-cache',
+        Connection: 'keep-alive',
+        ...(format === 'anthropic' ? { 'request-id': `req_mock_${n}` } : {}),
+      });
+      if (typeof res.flushHeaders === 'function') res.flushHeaders();
     };
-    const send = async (value, delayMs) => {
-      if (closed) return false;
-      if (delayMs > 0) await sleep(delayMs);
-      if (closed) return false;
-      res.write(`data: ${JSON.stringify(value)}\n\n`);
-      return true;
+    const emit = async (frames, delayMs) => {
+      for (const frame of frames) {
+        if (closed) return false;
+        if (delayMs > 0) await sleep(delayMs);
+        if (closed) return false;
+        sendHeaders();
+        res.write(frame);
+      }
+      return !closed;
     };
-
-    res.writeHead(200, {
-      ...corsHeaders(req),
-      'Content-Type': 'text/event-stream',
-      'Cache-Control': 'no-cache',
-      Connection: 'keep-alive',
-    });
-    if (typeof res.flushHeaders === 'function') res.flushHeaders();
 
     let outputText = '';
-    let roleSent = false;
+    let started = false;
+    const start = (content, delayMs) => {
+      started = true;
+      return emit(wire.start(content), delayMs);
+    };
+    const sendText = (piece, delayMs) => (started ? emit(wire.text(piece), delayMs) : start(piece, delayMs));
 
     const play = async (current) => {
       const delay = current.chunkDelayMs ?? defaultChunkDelayMs;
 
       if (current.stallMs != null) {
-        const stallText = current.text ?? 'Thinking';
+        const stallAt = current.stallAt ?? 'delta';
         entry.outcome = 'stalled';
-        if (!(await send(chunk({ role: 'assistant', content: stallText }), 0))) return 'aborted';
-        roleSent = true;
-        outputText += stallText;
+        if (stallAt === 'delta') {
+          const stallText = current.text ?? 'Thinking';
+          if (!(await sendText(stallText, 0))) return 'aborted';
+          outputText += stallText;
+        } else if (stallAt === 'headers') {
+          sendHeaders();
+        }
         const stallUntil = Date.now() + current.stallMs;
         const tickMs = current.tickMs > 0 ? current.tickMs : null;
         let nextTick = tickMs ? Date.now() + tickMs : Infinity;
@@ -347,7 +682,7 @@ export async function startMockLlm(options = {}) {
           await sleep(Math.min(50, Math.max(1, Math.min(stallUntil, nextTick) - Date.now())));
           if (!closed && Date.now() >= nextTick) {
             const tickText = current.tickText ?? '.';
-            res.write(`data: ${JSON.stringify(chunk({ content: tickText }))}\n\n`);
+            await sendText(tickText, 0);
             outputText += tickText;
             nextTick += tickMs;
           }
@@ -358,53 +693,57 @@ export async function startMockLlm(options = {}) {
       }
 
       const text = current.text ?? '';
+      const thinking = current.thinking ?? '';
       const toolCalls = Array.isArray(current.toolCalls) ? current.toolCalls : [];
-      if (!roleSent) {
-        const first = toolCalls.length > 0 && !text ? { role: 'assistant', content: null } : { role: 'assistant', content: '' };
-        if (!(await send(chunk(first), delay))) return 'aborted';
-        roleSent = true;
+      if (!started) {
+        if (!(await start(toolCalls.length > 0 && !text ? null : '', delay))) return 'aborted';
+      }
+      if (thinking) {
+        for (const piece of splitText(thinking)) {
+          if (!(await emit(wire.thinking(piece), delay))) return 'aborted';
+          outputText += piece;
+        }
+        if (!(await emit(wire.signature(current.signature ?? thinkingSignature(thinking)), delay))) return 'aborted';
       }
       for (const piece of text ? splitText(text) : []) {
-        if (!(await send(chunk({ content: piece }), delay))) return 'aborted';
+        if (!(await emit(wire.text(piece), delay))) return 'aborted';
         outputText += piece;
+      }
+      if (current.midStreamError) {
+        const err = typeof current.midStreamError === 'object' ? current.midStreamError : {};
+        if (!(await emit(wire.error(err), delay))) return 'aborted';
+        if (err.keepOpenMs > 0) {
+          // A server that does not close after the error: the client must.
+          const until = Date.now() + err.keepOpenMs;
+          while (!closed && Date.now() < until) await sleep(Math.min(50, Math.max(1, until - Date.now())));
+          if (closed) return 'aborted';
+        }
+        return 'error';
       }
       for (let index = 0; index < toolCalls.length; index += 1) {
         const call = toolCalls[index];
-        const callId = call.id !== undefined ? call.id : `call_mock_${completionCounter}_${index}`;
-        const args = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments ?? {});
+        const args = callArguments(call);
         outputText += call.name + args;
-        const head = { index, id: callId, type: 'function', function: { name: call.name, arguments: '' } };
-        if (!(await send(chunk({ tool_calls: [head] }), delay))) return 'aborted';
-        for (const fragment of splitArguments(args)) {
-          if (!(await send(chunk({ tool_calls: [{ index, function: { arguments: fragment } }] }), delay))) return 'aborted';
-        }
+        const frames = wire.toolCall(index, callIdOf(format, call, n, index), call.name, splitArguments(args));
+        if (!(await emit(frames, delay))) return 'aborted';
       }
-      const finish = current.finish ?? (toolCalls.length > 0 ? 'tool_calls' : 'stop');
-      if (!(await send(chunk({}, finish), delay))) return 'aborted';
-      if (includeUsage) {
-        const usage = current.usage ?? {};
-        const prompt = usage.prompt_tokens ?? estimateTokens(JSON.stringify(body?.messages ?? []));
-        const completion = usage.completion_tokens ?? estimateTokens(outputText);
-        const usageChunk = {
-          id,
-          object: 'chat.completion.chunk',
-          created,
-          model,
-          system_fingerprint: 'fp_mock',
-          choices: [],
-          usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion },
-        };
-        if (!(await send(usageChunk, delay))) return 'aborted';
+      if (current.truncate) {
+        if (closed) return 'aborted';
+        if (delay > 0) await sleep(delay);
+        sendHeaders();
+        // Wait until the partial frame left the process before closing.
+        await new Promise((resolve) => res.write(wire.partial(), () => resolve()));
+        return current.truncate === 'end' ? 'truncated_end' : 'truncated';
       }
-      if (closed) return 'aborted';
-      res.write('data: [DONE]\n\n');
+      const finish = finishReason(format, current, toolCalls.length > 0);
+      if (!(await emit(wire.finish(finish, completionTokensOf(current, outputText)), delay))) return 'aborted';
       return 'completed';
     };
 
     const outcome = await play(step);
-    entry.outcome = outcome;
+    entry.outcome = outcome === 'truncated_end' ? 'truncated' : outcome;
     if (outcome === 'truncated') {
-      // Simulates a dropped connection: no finish_reason, no [DONE].
+      // Simulates a dropped connection: the body is cut and the socket closed.
       res.destroy();
     } else if (!closed) {
       res.end();
@@ -412,61 +751,110 @@ export async function startMockLlm(options = {}) {
   }
 
   function completionJson(body, step) {
-    const model = typeof body?.model === 'string' && body.model ? body.model : MODEL_FALLBACK;
     completionCounter += 1;
     const toolCalls = Array.isArray(step.toolCalls) ? step.toolCalls : [];
     const text = step.text ?? '';
     const message = { role: 'assistant', content: text || (toolCalls.length ? null : '') };
+    if (step.thinking) message.reasoning_content = step.thinking;
     if (toolCalls.length > 0) {
       message.tool_calls = toolCalls.map((call, index) => ({
-        id: call.id !== undefined ? call.id : `call_mock_${completionCounter}_${index}`,
+        id: callIdOf('openai', call, completionCounter, index),
         type: 'function',
-        function: {
-          name: call.name,
-          arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments ?? {}),
-        },
+        function: { name: call.name, arguments: callArguments(call) },
       }));
     }
-    const prompt = step.usage?.prompt_tokens ?? estimateTokens(JSON.stringify(body?.messages ?? []));
-    const completion = step.usage?.completion_tokens ?? estimateTokens(text + JSON.stringify(message.tool_calls ?? ''));
+    const prompt = promptTokensOf(body, step);
+    const completion = completionTokensOf(step, text + JSON.stringify(message.tool_calls ?? ''));
     return {
       id: `chatcmpl-mock-${completionCounter}`,
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
-      model,
+      model: modelOf(body),
       system_fingerprint: 'fp_mock',
       choices: [
         {
           index: 0,
           message,
           logprobs: null,
-          finish_reason: step.finish ?? (toolCalls.length > 0 ? 'tool_calls' : 'stop'),
+          finish_reason: finishReason('openai', step, toolCalls.length > 0),
         },
       ],
       usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion },
     };
   }
 
-  async function handleCompletion(req, res) {
+  function messageJson(body, step) {
+    completionCounter += 1;
+    const toolCalls = Array.isArray(step.toolCalls) ? step.toolCalls : [];
+    const text = step.text ?? '';
+    const content = [];
+    if (step.thinking) {
+      content.push({ type: 'thinking', thinking: step.thinking, signature: step.signature ?? thinkingSignature(step.thinking) });
+    }
+    if (text) content.push({ type: 'text', text });
+    toolCalls.forEach((call, index) => {
+      let input = {};
+      try {
+        input = JSON.parse(callArguments(call));
+      } catch {
+        input = {};
+      }
+      content.push({ type: 'tool_use', id: callIdOf('anthropic', call, completionCounter, index), name: call.name, input });
+    });
+    return {
+      id: `msg_mock_${completionCounter}`,
+      type: 'message',
+      role: 'assistant',
+      model: modelOf(body),
+      content,
+      stop_reason: finishReason('anthropic', step, toolCalls.length > 0),
+      stop_sequence: null,
+      usage: {
+        input_tokens: promptTokensOf(body, step),
+        output_tokens: completionTokensOf(step, text + JSON.stringify(toolCalls)),
+      },
+    };
+  }
+
+  /** Why a Messages request would be rejected by the real API before any model work, or null. */
+  function anthropicRequestProblem(req, body) {
+    if (!req.headers['anthropic-version']) return 'anthropic-version: header is required';
+    if (!Array.isArray(body?.messages)) return 'messages: Field required';
+    if (!Number.isInteger(body?.max_tokens)) return 'max_tokens: Field required';
+    return null;
+  }
+
+  async function handleCompletion(req, res, format) {
     const raw = await readBody(req);
     let body = null;
     try {
       body = raw ? JSON.parse(raw) : {};
     } catch {
-      sendJson(req, res, 400, {
-        error: { message: 'Request body is not valid JSON.', type: 'invalid_request_error', param: null, code: null },
-      });
+      sendJson(req, res, 400, invalidRequestBody(format, 'Request body is not valid JSON.'));
       return;
     }
-    const scripted = queue.length > 0 ? queue.shift() : null;
-    const step = !scripted || scripted.auto ? { ...defaultPolicy(body), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
-    const entry = {
+    const base = {
       index: requestLog.length,
       receivedAt: Date.now(),
       method: req.method,
       path: req.url,
+      format,
       headers: { ...req.headers },
       body,
+    };
+    const problem = format === 'anthropic' ? anthropicRequestProblem(req, body) : null;
+    if (problem) {
+      // Rejected like the real API would, without consuming a scripted step.
+      requestLog.push({ ...base, source: 'validation', step: null, outcome: 'rejected' });
+      notifyWaiters();
+      sendJson(req, res, 400, invalidRequestBody(format, problem));
+      return;
+    }
+    const scripted = queue.length > 0 ? queue.shift() : null;
+    const policyBody = format === 'anthropic' ? anthropicToOpenAi(body) : body;
+    const step = !scripted || scripted.auto ? { ...defaultPolicy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
+    const entry = {
+      ...base,
       source: scripted && !scripted.auto ? 'script' : 'policy',
       step,
       outcome: 'pending',
@@ -477,21 +865,57 @@ export async function startMockLlm(options = {}) {
     try {
       if (step.error) {
         const status = step.error.status ?? 500;
-        const errorBody = step.error.body ?? {
-          error: {
-            message: `Mock error ${status}`,
-            type: status === 429 ? 'rate_limit_exceeded' : status >= 500 ? 'server_error' : 'invalid_request_error',
-            param: null,
-            code: null,
-          },
-        };
-        sendJson(req, res, status, typeof errorBody === 'string' ? { error: { message: errorBody, type: 'server_error', param: null, code: null } } : errorBody);
-        entry.outcome = 'error';
+        const value = errorBody(format, status, step.error.body);
+        const extra = step.error.headers ?? {};
+        if (step.error.stallMs != null) {
+          // Headers now, the body only after stallMs (unless the client gives up first).
+          const text = JSON.stringify(value);
+          let closed = false;
+          res.on('close', () => {
+            closed = true;
+          });
+          res.writeHead(status, {
+            ...corsHeaders(req, Object.keys(extra)),
+            'Content-Type': 'application/json',
+            'Content-Length': Buffer.byteLength(text),
+            ...extra,
+          });
+          // The first byte goes out with the headers (some browsers resolve
+          // fetch only once body data arrived), the rest after the stall.
+          res.write(text.slice(0, 1));
+          entry.outcome = 'stalled';
+          const until = Date.now() + step.error.stallMs;
+          while (!closed && Date.now() < until) await sleep(Math.min(50, Math.max(1, until - Date.now())));
+          if (closed) {
+            entry.outcome = 'aborted';
+          } else {
+            res.end(text.slice(1));
+            entry.outcome = 'error';
+          }
+        } else {
+          sendJson(req, res, status, value, extra);
+          entry.outcome = 'error';
+        }
       } else if (body?.stream === true) {
-        await streamStep(req, res, entry, body, step);
+        await streamStep(req, res, entry, body, step, format);
+      } else if (step.midStreamError) {
+        const err = typeof step.midStreamError === 'object' ? step.midStreamError : {};
+        const status = err.status ?? (format === 'anthropic' ? 529 : 500);
+        sendJson(req, res, status, errorBody(format, status, err.message));
+        entry.outcome = 'error';
       } else {
-        sendJson(req, res, 200, completionJson(body, step.stallMs != null ? { text: step.text ?? 'Thinking', ...(step.then ?? {}) } : step));
-        entry.outcome = 'completed';
+        const effective = step.stallMs != null ? { text: step.text ?? 'Thinking', ...(step.then ?? {}) } : step;
+        const value = format === 'anthropic' ? messageJson(body, effective) : completionJson(body, effective);
+        if (step.truncate) {
+          const text = JSON.stringify(value);
+          res.writeHead(200, { ...corsHeaders(req), 'Content-Type': 'application/json' });
+          await new Promise((resolve) => res.write(text.slice(0, Math.floor(text.length / 2)), () => resolve()));
+          res.destroy();
+          entry.outcome = 'truncated';
+        } else {
+          sendJson(req, res, 200, value);
+          entry.outcome = 'completed';
+        }
       }
     } finally {
       inFlight -= 1;
@@ -550,7 +974,11 @@ export async function startMockLlm(options = {}) {
         return;
       }
       if (req.method === 'POST' && pathname.endsWith('/chat/completions')) {
-        await handleCompletion(req, res);
+        await handleCompletion(req, res, 'openai');
+        return;
+      }
+      if (req.method === 'POST' && pathname.endsWith('/messages')) {
+        await handleCompletion(req, res, 'anthropic');
         return;
       }
       if (req.method === 'GET' && pathname.endsWith('/models')) {

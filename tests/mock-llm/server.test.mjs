@@ -1,6 +1,7 @@
 // Wire-format tests of the mock LLM server: the SSE it sends must look like
-// the real OpenAI chat-completions stream, so the Rust parser is exercised on
-// realistic input (split text, tool-call fragments, usage chunk, [DONE]).
+// the real OpenAI chat-completions and Anthropic Messages streams, so the Rust
+// parsers are exercised on realistic input (split text, tool-call fragments,
+// usage, [DONE], thinking signatures, errors, cut-off bodies).
 // Run: node --test tests/mock-llm/
 
 import { test, before, after, beforeEach } from 'node:test';
@@ -14,6 +15,9 @@ import {
   bestElementForTask,
   parseInteractiveElements,
   splitArguments,
+  anthropicToOpenAi,
+  callArguments,
+  finishReason,
 } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -436,4 +440,426 @@ test('CLI: --port 0 prints MOCK_LLM_URL on the first stdout line and serves', as
   } finally {
     child.kill('SIGTERM');
   }
+});
+
+// ---------------------------------------------------------------------------
+// Anthropic Messages format and error injection.
+
+/** Reads a text/event-stream body into `{ event, data }` records (event '' when absent). */
+async function readSseEvents(response) {
+  const text = await response.text();
+  const records = [];
+  const blocks = text.replace(/\r\n/g, '\n').split('\n\n');
+  const rest = blocks.pop();
+  for (const block of blocks) {
+    let event = '';
+    const data = [];
+    for (const line of block.split('\n')) {
+      if (line.startsWith('event:')) event = line.slice(6).trim();
+      else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+    }
+    if (data.length > 0) records.push({ event, data: data.join('\n') });
+  }
+  return { records, rest };
+}
+
+/** Reads a body that may end with a network error; returns the text received and whether it failed. */
+async function readUntilEnd(response) {
+  const decoder = new TextDecoder();
+  let text = '';
+  try {
+    for await (const bytes of response.body) text += decoder.decode(bytes, { stream: true });
+    return { text, failed: false };
+  } catch {
+    return { text, failed: true };
+  }
+}
+
+const ANTHROPIC_HEADERS = {
+  'content-type': 'application/json',
+  'x-api-key': 'sk-ant-unit',
+  'anthropic-version': '2023-06-01',
+  'anthropic-dangerous-direct-browser-access': 'true',
+};
+
+function messagesRequest(body, headers = ANTHROPIC_HEADERS) {
+  return fetch(`${mock.url}/messages`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({
+      model: 'claude-mock',
+      max_tokens: 1024,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }],
+      ...body,
+    }),
+  });
+}
+
+/** Parses Anthropic events, checking that every `event:` name matches its `data.type`. */
+function parseAnthropic(records) {
+  return records.map(({ event, data }) => {
+    const value = JSON.parse(data);
+    assert.equal(event, value.type, `event name ${event} matches data.type`);
+    return value;
+  });
+}
+
+/** Assembles a Messages stream like a client would: blocks by index, stop reason, usage. */
+function assembleAnthropic(events) {
+  const blocks = [];
+  let stopReason = null;
+  let usage = {};
+  for (const e of events) {
+    if (e.type === 'message_start') usage = { ...e.message.usage };
+    if (e.type === 'content_block_start') blocks[e.index] = { ...e.content_block, json: '', deltas: [] };
+    if (e.type === 'content_block_delta') {
+      const block = blocks[e.index];
+      block.deltas.push(e.delta.type);
+      if (e.delta.type === 'text_delta') block.text += e.delta.text;
+      if (e.delta.type === 'thinking_delta') block.thinking += e.delta.thinking;
+      if (e.delta.type === 'signature_delta') block.signature += e.delta.signature;
+      if (e.delta.type === 'input_json_delta') block.json += e.delta.partial_json;
+    }
+    if (e.type === 'content_block_stop') blocks[e.index].stopped = true;
+    if (e.type === 'message_delta') {
+      stopReason = e.delta.stop_reason;
+      usage = { ...usage, ...e.usage };
+    }
+  }
+  return { blocks, stopReason, usage };
+}
+
+test('anthropic text stream: documented event order, split text deltas, end_turn, usage, headers recorded', async () => {
+  const text = 'Hello there, this is a streamed answer.';
+  mock.setScript([{ text, usage: { input_tokens: 21, output_tokens: 9 } }]);
+  const response = await messagesRequest({ stream: true });
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get('content-type'), /^text\/event-stream/);
+  assert.equal(response.headers.get('access-control-allow-origin'), '*');
+  assert.match(response.headers.get('request-id'), /^req_mock_/);
+  const { records, rest } = await readSseEvents(response);
+  assert.equal(rest, '');
+  const events = parseAnthropic(records);
+  const types = events.map((e) => e.type);
+  assert.equal(types[0], 'message_start');
+  assert.ok(types.includes('ping'));
+  assert.deepEqual(types.slice(-2), ['message_delta', 'message_stop']);
+  const start = events[0].message;
+  assert.equal(start.type, 'message');
+  assert.equal(start.role, 'assistant');
+  assert.equal(start.model, 'claude-mock');
+  assert.deepEqual(start.content, []);
+  assert.equal(start.stop_reason, null);
+  assert.equal(start.usage.input_tokens, 21);
+  const withoutPing = types.filter((t) => t !== 'ping');
+  assert.deepEqual(withoutPing.slice(0, 2), ['message_start', 'content_block_start']);
+  assert.equal(withoutPing.at(-3), 'content_block_stop');
+  const deltas = events.filter((e) => e.type === 'content_block_delta');
+  assert.ok(deltas.length >= 3, 'text split into several deltas');
+  assert.ok(deltas.every((d) => d.index === 0 && d.delta.type === 'text_delta'));
+  const { blocks, stopReason, usage } = assembleAnthropic(events);
+  assert.equal(blocks.length, 1);
+  assert.equal(blocks[0].type, 'text');
+  assert.equal(blocks[0].text, text);
+  assert.equal(stopReason, 'end_turn');
+  assert.equal(usage.output_tokens, 9);
+  assert.equal(events.at(-2).delta.stop_sequence, null);
+
+  const [entry] = mock.requests();
+  assert.equal(entry.format, 'anthropic');
+  assert.equal(entry.path, '/v1/messages');
+  assert.equal(entry.headers['x-api-key'], 'sk-ant-unit');
+  assert.equal(entry.headers['anthropic-version'], '2023-06-01');
+  assert.equal(entry.headers['anthropic-dangerous-direct-browser-access'], 'true');
+  assert.equal(entry.outcome, 'completed');
+});
+
+test('anthropic thinking + text + parallel tool_use: signature_delta, input_json_delta fragments, tool_use stop', async () => {
+  const calls = [
+    { name: 'click', arguments: { ref: 'e12', note: 'a longer argument value to split' } },
+    { name: 'read_page', arguments: {}, id: 'toolu_fixed' },
+  ];
+  mock.setScript([{ thinking: 'The user wants a click. I should click it.', signature: 'EqSIG/abc+==', text: 'Working on it.', toolCalls: calls }]);
+  const events = parseAnthropic((await readSseEvents(await messagesRequest({ stream: true }))).records);
+  const { blocks, stopReason } = assembleAnthropic(events);
+  assert.deepEqual(blocks.map((b) => b.type), ['thinking', 'text', 'tool_use', 'tool_use']);
+  assert.ok(blocks.every((b) => b.stopped), 'every block is stopped');
+  const [thinking, text, first, second] = blocks;
+  assert.equal(thinking.thinking, 'The user wants a click. I should click it.');
+  assert.equal(thinking.signature, 'EqSIG/abc+==');
+  assert.ok(thinking.deltas.filter((d) => d === 'thinking_delta').length >= 2);
+  assert.equal(thinking.deltas.at(-1), 'signature_delta', 'the signature comes last in its block');
+  assert.equal(text.text, 'Working on it.');
+  assert.match(first.id, /^toolu_/);
+  assert.equal(first.name, 'click');
+  assert.deepEqual(first.input, {});
+  assert.ok(first.deltas.length >= 3, 'arguments arrive in several input_json_delta fragments');
+  assert.deepEqual(JSON.parse(first.json), calls[0].arguments);
+  assert.equal(second.id, 'toolu_fixed');
+  assert.deepEqual(JSON.parse(second.json), {});
+  assert.equal(stopReason, 'tool_use');
+  // Blocks never interleave: each stop comes before the next start.
+  let open = null;
+  for (const e of events) {
+    if (e.type === 'content_block_start') {
+      assert.equal(open, null);
+      open = e.index;
+    }
+    if (e.type === 'content_block_stop') {
+      assert.equal(e.index, open);
+      open = null;
+    }
+  }
+});
+
+test('thinking in OpenAI format streams reasoning_content deltas before the text', async () => {
+  mock.setScript([{ thinking: 'Let me think about it.', text: 'Answer.' }]);
+  const chunks = parseChunks((await readSse(await completionRequest({ stream: true }))).events);
+  const deltas = chunks.map((c) => c.choices[0].delta);
+  assert.equal(deltas.map((d) => d.reasoning_content ?? '').join(''), 'Let me think about it.');
+  assert.equal(deltas.map((d) => d.content ?? '').join(''), 'Answer.');
+  const lastReasoning = deltas.findLastIndex((d) => d.reasoning_content);
+  const firstText = deltas.findIndex((d) => d.content);
+  assert.ok(lastReasoning < firstText);
+});
+
+test('anthropic finish names map both ways; a step may use either name', () => {
+  assert.equal(finishReason('anthropic', {}, false), 'end_turn');
+  assert.equal(finishReason('anthropic', {}, true), 'tool_use');
+  assert.equal(finishReason('anthropic', { finish: 'length' }, false), 'max_tokens');
+  assert.equal(finishReason('anthropic', { finish: 'content_filter' }, false), 'refusal');
+  assert.equal(finishReason('anthropic', { finish: 'pause_turn' }, false), 'pause_turn');
+  assert.equal(finishReason('openai', { finish: 'max_tokens' }, false), 'length');
+  assert.equal(finishReason('openai', { finish: 'stop' }, true), 'stop');
+});
+
+test('CORS preflight allows the Anthropic headers even when not echoed', async () => {
+  for (const requested of [null, 'x-api-key,anthropic-version,anthropic-dangerous-direct-browser-access,content-type']) {
+    const headers = { origin: 'http://127.0.0.1:1', 'access-control-request-method': 'POST' };
+    if (requested) headers['access-control-request-headers'] = requested;
+    const response = await fetch(`${mock.url}/messages`, { method: 'OPTIONS', headers });
+    assert.equal(response.status, 204);
+    const allowed = response.headers.get('access-control-allow-headers').split(',').map((h) => h.trim());
+    for (const name of ['x-api-key', 'anthropic-version', 'anthropic-dangerous-direct-browser-access', 'content-type', 'authorization']) {
+      assert.ok(allowed.includes(name), `${name} allowed`);
+    }
+  }
+  assert.equal(mock.requests().length, 0);
+});
+
+test('anthropic request validation: missing anthropic-version or max_tokens is a 400 that keeps the script', async () => {
+  mock.setScript([{ text: 'kept' }]);
+  const { 'anthropic-version': _, ...noVersion } = ANTHROPIC_HEADERS;
+  const first = await messagesRequest({ stream: true }, noVersion);
+  assert.equal(first.status, 400);
+  const body = await first.json();
+  assert.equal(body.type, 'error');
+  assert.equal(body.error.type, 'invalid_request_error');
+  assert.match(body.error.message, /anthropic-version/);
+  const second = await messagesRequest({ stream: true, max_tokens: undefined });
+  assert.equal(second.status, 400);
+  assert.match((await second.json()).error.message, /max_tokens/);
+  assert.deepEqual(mock.requests().map((r) => r.outcome), ['rejected', 'rejected']);
+  assert.equal(mock.pendingSteps(), 1);
+});
+
+test('anthropicToOpenAi turns tool_use / tool_result blocks into tool_calls / tool messages', () => {
+  const converted = anthropicToOpenAi({
+    model: 'm',
+    system: 'Be brief.',
+    tools: [{ name: 'read_page', description: 'd', input_schema: { type: 'object' } }],
+    messages: [
+      { role: 'user', content: 'Subscribe' },
+      { role: 'assistant', content: [{ type: 'thinking', thinking: 't', signature: 's' }, { type: 'tool_use', id: 'tu1', name: 'read_page', input: {} }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'tu1', content: 'page', is_error: true }, { type: 'text', text: 'steer' }] },
+    ],
+  });
+  assert.deepEqual(converted.messages, [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Subscribe' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'tu1', type: 'function', function: { name: 'read_page', arguments: '{}' } }] },
+    { role: 'tool', tool_call_id: 'tu1', content: 'Error: page' },
+    { role: 'user', content: 'steer' },
+  ]);
+  assert.deepEqual(converted.tools, [{ type: 'function', function: { name: 'read_page', description: 'd', parameters: { type: 'object' } } }]);
+});
+
+test('anthropic default policy over HTTP: read_page, then click the best match, then a final answer', async () => {
+  const tools = [
+    { name: 'read_page', description: 'Read the page', input_schema: { type: 'object', properties: {} } },
+    { name: 'click', description: 'Click', input_schema: { type: 'object', properties: { ref: { type: 'string' } } } },
+  ];
+  const messages = [{ role: 'user', content: [{ type: 'text', text: 'Subscribe to the newsletter' }] }];
+  const turn = async () => {
+    const events = parseAnthropic((await readSseEvents(await messagesRequest({ stream: true, system: 'You are an agent.', messages, tools }))).records);
+    const { blocks, stopReason } = assembleAnthropic(events);
+    const content = blocks.map((b) => (b.type === 'tool_use' ? { type: 'tool_use', id: b.id, name: b.name, input: JSON.parse(b.json) } : { type: 'text', text: b.text }));
+    messages.push({ role: 'assistant', content });
+    return { content, stopReason };
+  };
+  const first = await turn();
+  assert.equal(first.stopReason, 'tool_use');
+  const read = first.content.find((b) => b.type === 'tool_use');
+  assert.equal(read.name, 'read_page');
+  messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: read.id, content: 'Acme\nInteractive elements:\n[e5] button "Unsubscribe"\n[e6] button "Subscribe"' }] });
+  const second = await turn();
+  const click = second.content.find((b) => b.type === 'tool_use');
+  assert.equal(click.name, 'click');
+  assert.deepEqual(click.input, { ref: 'e6' });
+  messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: click.id, content: 'Clicked button "Subscribe".' }] });
+  const third = await turn();
+  assert.equal(third.stopReason, 'end_turn');
+  assert.deepEqual(third.content, [{ type: 'text', text: 'Done: clicked "Subscribe".' }]);
+  assert.ok(mock.requests().every((r) => r.source === 'policy' && r.format === 'anthropic'));
+});
+
+test('anthropic non-streaming request gets a Message object', async () => {
+  mock.setScript([{ thinking: 'hm', text: 'Reading.', toolCalls: [{ name: 'read_page', arguments: {} }] }]);
+  const body = await (await messagesRequest({})).json();
+  assert.equal(body.type, 'message');
+  assert.deepEqual(body.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+  assert.equal(typeof body.content[0].signature, 'string');
+  assert.equal(body.stop_reason, 'tool_use');
+  assert.ok(body.usage.input_tokens > 0);
+});
+
+test('error steps in both formats: status, format-specific body, Retry-After headers exposed to CORS', async () => {
+  mock.setScript([
+    { error: { status: 429, headers: { 'retry-after': '1' } } },
+    { error: { status: 429, headers: { 'retry-after-ms': '250' } } },
+    { error: { status: 500 } },
+    { error: { status: 401, body: 'invalid x-api-key' } },
+  ]);
+  const first = await completionRequest({ stream: true });
+  assert.equal(first.status, 429);
+  assert.equal(first.headers.get('retry-after'), '1');
+  assert.match(first.headers.get('access-control-expose-headers'), /retry-after/);
+  assert.equal((await first.json()).error.type, 'rate_limit_exceeded');
+
+  const second = await messagesRequest({ stream: true });
+  assert.equal(second.status, 429);
+  assert.equal(second.headers.get('retry-after-ms'), '250');
+  assert.match(second.headers.get('access-control-expose-headers'), /retry-after-ms/);
+  assert.deepEqual(await second.json(), { type: 'error', error: { type: 'rate_limit_error', message: 'Mock error 429' } });
+
+  const third = await messagesRequest({ stream: true });
+  assert.equal(third.status, 500);
+  assert.equal((await third.json()).error.type, 'api_error');
+
+  const fourth = await messagesRequest({ stream: true });
+  assert.equal(fourth.status, 401);
+  assert.deepEqual(await fourth.json(), { type: 'error', error: { type: 'authentication_error', message: 'invalid x-api-key' } });
+  assert.deepEqual(mock.requests().map((r) => r.outcome), ['error', 'error', 'error', 'error']);
+});
+
+test('mid-stream error: OpenAI error chunk, Anthropic overloaded_error event, after the streamed text', async () => {
+  mock.setScript([{ text: 'Partial answer', midStreamError: true }, { text: 'Partial answer', midStreamError: true }]);
+  const { events } = await readSse(await completionRequest({ stream: true }));
+  assert.ok(!events.includes('[DONE]'));
+  const last = JSON.parse(events.at(-1));
+  assert.equal(typeof last.error.message, 'string');
+  assert.equal(last.error.type, 'server_error');
+  const text = events.slice(0, -1).map((e) => JSON.parse(e).choices[0].delta.content ?? '').join('');
+  assert.equal(text, 'Partial answer');
+  assert.ok(events.slice(0, -1).every((e) => JSON.parse(e).choices[0].finish_reason === null), 'no finish before the error');
+
+  const anthropic = parseAnthropic((await readSseEvents(await messagesRequest({ stream: true }))).records);
+  assert.deepEqual(anthropic.at(-1), { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } });
+  assert.ok(!anthropic.some((e) => e.type === 'message_stop' || e.type === 'message_delta'));
+  assert.equal(assembleAnthropic(anthropic).blocks[0].text, 'Partial answer');
+  assert.deepEqual(mock.requests().map((r) => r.outcome), ['error', 'error']);
+});
+
+test('truncate: the body is cut inside a JSON chunk; true drops the connection, "end" ends the body', async () => {
+  for (const format of ['openai', 'anthropic']) {
+    mock.reset();
+    mock.setScript([{ text: 'Some text first', truncate: true }, { text: 'Some text first', truncate: 'end' }]);
+    const request = () => (format === 'openai' ? completionRequest({ stream: true }) : messagesRequest({ stream: true }));
+    const dropped = await readUntilEnd(await request());
+    assert.equal(dropped.failed, true, `${format}: the connection drop is a network error`);
+    const ended = await readUntilEnd(await request());
+    assert.equal(ended.failed, false, `${format}: 'end' completes the body`);
+    for (const { text } of [dropped, ended]) {
+      assert.match(text, /Some /);
+      assert.ok(!text.endsWith('\n'), 'the body ends inside a frame');
+      const lastData = text.slice(text.lastIndexOf('data: ') + 6);
+      assert.ok(lastData.startsWith('{'));
+      assert.throws(() => JSON.parse(lastData), SyntaxError, 'the last chunk is cut inside its JSON');
+      assert.doesNotMatch(text, /\[DONE\]|message_stop/);
+    }
+    assert.deepEqual(mock.requests().map((r) => r.outcome), ['truncated', 'truncated']);
+  }
+});
+
+test('stallAt headers sends headers and no body byte; stallAt request sends nothing; aborts are recorded', async () => {
+  mock.setScript([{ stallMs: 600000, stallAt: 'headers' }, { stallMs: 600000, stallAt: 'request' }]);
+  const waitForOutcome = async (index, outcome) => {
+    const until = Date.now() + 10000;
+    while (mock.requests()[index]?.outcome !== outcome && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(mock.requests()[index]?.outcome, outcome);
+  };
+
+  const response = await completionRequest({ stream: true });
+  assert.equal(response.status, 200, 'headers arrived');
+  const reader = response.body.getReader();
+  const first = await Promise.race([reader.read().then(() => 'byte'), new Promise((r) => setTimeout(() => r('silence'), 300))]);
+  assert.equal(first, 'silence');
+  await reader.cancel();
+  await waitForOutcome(0, 'aborted');
+
+  const controller = new AbortController();
+  let settled = false;
+  const pending = fetch(`${mock.url}/messages`, {
+    method: 'POST',
+    headers: ANTHROPIC_HEADERS,
+    body: JSON.stringify({ model: 'claude-mock', max_tokens: 16, stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    signal: controller.signal,
+  }).finally(() => {
+    settled = true;
+  });
+  await waitForOutcome(1, 'stalled');
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(settled, false, 'no response headers while stalled before the response');
+  controller.abort();
+  await assert.rejects(pending, { name: 'AbortError' });
+  await waitForOutcome(1, 'aborted');
+  assert.equal(mock.requests()[1].format, 'anthropic');
+});
+
+test('invalidArguments streams tool-call arguments that are not valid JSON, in both formats', async () => {
+  assert.equal(callArguments({ arguments: { ref: 'e1' }, invalidArguments: true }), '{"ref":"e1",}');
+  assert.throws(() => JSON.parse(callArguments({ arguments: {}, invalidArguments: true })));
+  mock.setScript([
+    { toolCalls: [{ name: 'click', arguments: { ref: 'e1' }, invalidArguments: true }] },
+    { toolCalls: [{ name: 'click', arguments: { ref: 'e1' }, invalidArguments: true }] },
+  ]);
+  const chunks = parseChunks((await readSse(await completionRequest({ stream: true }))).events);
+  const openAiArgs = chunks.flatMap((c) => c.choices[0].delta.tool_calls ?? []).map((f) => f.function.arguments ?? '').join('');
+  assert.equal(openAiArgs, '{"ref":"e1",}');
+  const { blocks } = assembleAnthropic(parseAnthropic((await readSseEvents(await messagesRequest({ stream: true }))).records));
+  assert.equal(blocks[0].json, '{"ref":"e1",}');
+});
+
+test('error with stallMs sends the headers first and the body later; keepOpenMs holds a stream open after an error', async () => {
+  mock.setScript([
+    { error: { status: 503, stallMs: 200 } },
+    { text: 'x', midStreamError: { keepOpenMs: 600000 } },
+  ]);
+  const started = Date.now();
+  const response = await completionRequest({ stream: true });
+  assert.equal(response.status, 503);
+  assert.ok(Date.now() - started < 150, 'headers arrive before the stall ends');
+  assert.equal((await response.json()).error.type, 'server_error');
+  assert.ok(Date.now() - started >= 190, 'the body arrives after the stall');
+  assert.equal(mock.requests()[0].outcome, 'error');
+
+  const open = await completionRequest({ stream: true });
+  const reader = open.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes('"error"')) text += decoder.decode((await reader.read()).value);
+  await reader.cancel();
+  const until = Date.now() + 10000;
+  while (mock.requests()[1].outcome !== 'aborted' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(mock.requests()[1].outcome, 'aborted', 'the client had to close the stream');
 });
