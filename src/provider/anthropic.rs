@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::sse::{SseEvent, SseParser};
+use super::sse::SseEvent;
 use super::{
     error_from_status, ChatMessage, ProviderError, ProviderRequest, ProviderResponse, RawToolCall,
     StreamEvent,
@@ -447,56 +447,15 @@ pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> 
 }
 
 /// SSE parsing plus event assembly.
-#[derive(Debug, Default)]
-pub struct AnthropicDecoder {
-    parser: SseParser,
-    stream: AnthropicStream,
-}
+pub type AnthropicDecoder = super::SseDecoder<AnthropicStream>;
 
-impl AnthropicDecoder {
-    pub fn new() -> Self {
-        Self::default()
+impl super::Assembler for AnthropicStream {
+    fn on_event(&mut self, event: &SseEvent) -> Result<Vec<StreamEvent>, ProviderError> {
+        AnthropicStream::on_event(self, event)
     }
 
-    /// Feed response bytes; returns deltas to show. On an error, deltas
-    /// decoded from the same bytes before it are dropped: drivers use
-    /// [`Self::push_with`].
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
-        let mut out = Vec::new();
-        self.push_with(bytes, &mut |d| out.push(d))?;
-        Ok(out)
-    }
-
-    /// Feed response bytes, handing each delta to `on_delta` as soon as it is
-    /// decoded, so the deltas before an error event (even one in the same
-    /// bytes) are delivered.
-    pub fn push_with(
-        &mut self,
-        bytes: &[u8],
-        on_delta: &mut dyn FnMut(StreamEvent),
-    ) -> Result<(), ProviderError> {
-        for event in self.parser.push(bytes) {
-            for delta in self.stream.on_event(&event)? {
-                on_delta(delta);
-            }
-        }
-        Ok(())
-    }
-
-    pub fn finish(mut self) -> Result<ProviderResponse, ProviderError> {
-        for event in self.parser.finish() {
-            if let Err(e) = self.stream.on_event(&event) {
-                if e.kind == ErrorKind::ProviderProtocol {
-                    return Err(ProviderError::new(
-                        ErrorKind::Network,
-                        "The provider's stream was cut off in the middle of an event.",
-                        true,
-                    ));
-                }
-                return Err(e);
-            }
-        }
-        self.stream.finish()
+    fn finish(self) -> Result<ProviderResponse, ProviderError> {
+        AnthropicStream::finish(self)
     }
 }
 

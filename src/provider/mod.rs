@@ -207,6 +207,70 @@ pub fn parse_retry_after(retry_after: Option<&str>, retry_after_ms: Option<&str>
         .map(|s| (s * 1000.0) as u64)
 }
 
+/// Assembles one streamed response from SSE events (one per wire format).
+pub trait Assembler: Default {
+    /// Feed one event; returns deltas to show.
+    fn on_event(&mut self, event: &sse::SseEvent) -> Result<Vec<StreamEvent>, ProviderError>;
+    /// The stream ended: the response, or why it is incomplete.
+    fn finish(self) -> Result<ProviderResponse, ProviderError>;
+}
+
+/// SSE parsing plus an [`Assembler`]: what the driver feeds response bytes to.
+#[derive(Debug, Default)]
+pub struct SseDecoder<A> {
+    parser: sse::SseParser,
+    stream: A,
+}
+
+impl<A: Assembler> SseDecoder<A> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed response bytes; returns deltas to show. On an error, deltas
+    /// decoded from the same bytes before it are dropped: drivers use
+    /// [`Self::push_with`].
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
+        let mut out = Vec::new();
+        self.push_with(bytes, &mut |d| out.push(d))?;
+        Ok(out)
+    }
+
+    /// Feed response bytes, handing each delta to `on_delta` as soon as it is
+    /// decoded, so the deltas before an error (even one in the same bytes)
+    /// are delivered.
+    pub fn push_with(
+        &mut self,
+        bytes: &[u8],
+        on_delta: &mut dyn FnMut(StreamEvent),
+    ) -> Result<(), ProviderError> {
+        for event in self.parser.push(bytes) {
+            for delta in self.stream.on_event(&event)? {
+                on_delta(delta);
+            }
+        }
+        Ok(())
+    }
+
+    /// The body ended. An unterminated last event that does not parse means
+    /// the body was cut off: a retryable network error, not a protocol one.
+    pub fn finish(mut self) -> Result<ProviderResponse, ProviderError> {
+        for event in self.parser.finish() {
+            if let Err(e) = self.stream.on_event(&event) {
+                if e.kind == ErrorKind::ProviderProtocol {
+                    return Err(ProviderError::new(
+                        ErrorKind::Network,
+                        "The provider's stream was cut off in the middle of a message.",
+                        true,
+                    ));
+                }
+                return Err(e);
+            }
+        }
+        self.stream.finish()
+    }
+}
+
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {

@@ -305,62 +305,19 @@ pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> 
     error_from_status(status, &message, retry_after_ms)
 }
 
+/// SSE parsing plus chunk assembly: what the driver feeds response bytes to.
+pub type OpenAiDecoder = super::SseDecoder<OpenAiStream>;
+
+impl super::Assembler for OpenAiStream {
+    fn on_event(&mut self, event: &SseEvent) -> Result<Vec<StreamEvent>, ProviderError> {
+        OpenAiStream::on_event(self, event)
+    }
+
+    fn finish(self) -> Result<ProviderResponse, ProviderError> {
+        OpenAiStream::finish(self)
+    }
+}
+
 #[cfg(test)]
 #[path = "openai_tests.rs"]
 mod tests;
-
-/// SSE parsing plus chunk assembly: what the driver feeds response bytes to.
-#[derive(Debug, Default)]
-pub struct OpenAiDecoder {
-    parser: super::sse::SseParser,
-    stream: OpenAiStream,
-}
-
-impl OpenAiDecoder {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Feed response bytes; returns deltas to show. On an error, deltas
-    /// decoded from the same bytes before it are dropped: drivers use
-    /// [`Self::push_with`].
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<StreamEvent>, ProviderError> {
-        let mut out = Vec::new();
-        self.push_with(bytes, &mut |d| out.push(d))?;
-        Ok(out)
-    }
-
-    /// Feed response bytes, handing each delta to `on_delta` as soon as it is
-    /// decoded, so the deltas before an error (even one in the same bytes)
-    /// are delivered.
-    pub fn push_with(
-        &mut self,
-        bytes: &[u8],
-        on_delta: &mut dyn FnMut(StreamEvent),
-    ) -> Result<(), ProviderError> {
-        for event in self.parser.push(bytes) {
-            for delta in self.stream.on_event(&event)? {
-                on_delta(delta);
-            }
-        }
-        Ok(())
-    }
-
-    /// The body ended. An unterminated last event that does not parse means
-    /// the body was cut off: a retryable network error, not a protocol one.
-    pub fn finish(mut self) -> Result<ProviderResponse, ProviderError> {
-        for event in self.parser.finish() {
-            if let Err(e) = self.stream.on_event(&event) {
-                if e.kind == ErrorKind::ProviderProtocol {
-                    return Err(ProviderError::new(
-                        ErrorKind::Network,
-                        "The provider's stream was cut off in the middle of a message.",
-                        true,
-                    ));
-                }
-                return Err(e);
-            }
-        }
-        self.stream.finish()
-    }
-}
