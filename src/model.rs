@@ -193,6 +193,13 @@ pub enum NodeBody {
         level: NoticeLevel,
         text: String,
     },
+    /// A compaction checkpoint: the model-written summary that replaces
+    /// everything before it in the outbound view (the history itself stays).
+    Compaction {
+        summary: String,
+        /// How many path nodes the summary stands for.
+        compacted_nodes: u64,
+    },
 }
 
 impl Node {
@@ -204,6 +211,7 @@ impl Node {
             NodeBody::ToolCall { .. } => "tool_call",
             NodeBody::ToolResult { .. } => "tool_result",
             NodeBody::Notice { .. } => "notice",
+            NodeBody::Compaction { .. } => "compaction",
         }
     }
 }
@@ -257,6 +265,11 @@ pub struct ProviderProfile {
     /// `budget_pause` at the next safe boundary; None: no budget.
     #[serde(default)]
     pub token_budget: Option<u64>,
+    /// The model's context window in tokens; when the outbound request is
+    /// estimated above 80% of it, the conversation is compacted first.
+    /// None: compaction happens only when the provider reports an overflow.
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 fn yes() -> bool {

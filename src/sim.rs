@@ -137,6 +137,9 @@ pub struct Sim {
     pub auto_approve: Option<ApprovalDecision>,
     /// What the simulated user answers to `ask_user` (None: never).
     pub auto_answer: Option<String>,
+    /// Report usage like a real provider (input = estimated request size)
+    /// instead of the fixed 10 in / 5 out.
+    pub realistic_usage: bool,
     /// When set, persists are parked in `held` instead of committed (a slow disk).
     pub hold_persists: bool,
     pub held: Vec<(u64, crate::store::UnitOfWork)>,
@@ -160,6 +163,7 @@ impl Sim {
             vision: false,
             tool_use: true,
             token_budget: None,
+            context_window: None,
         };
         let store = MemoryStore::new();
         let engine = Engine::new(config.clone(), profile.clone(), seed, store.image(), 0);
@@ -185,6 +189,7 @@ impl Sim {
             target: Ok(Sim::page("https://shop.example/")),
             auto_approve: Some(ApprovalDecision::AcceptOnce),
             auto_answer: Some("yes".into()),
+            realistic_usage: false,
             hold_persists: false,
             held: Vec::new(),
             violations: Vec::new(),
@@ -346,8 +351,12 @@ impl Sim {
                 ..
             } => {
                 let reply = (self.policy)(&request);
+                let input = crate::engine::estimate_tokens(&request);
                 self.requests.push(request);
                 self.queue_reply(request_id, reply);
+                if self.realistic_usage {
+                    self.set_reported_input(request_id, input);
+                }
             }
             Effect::AbortProvider { request_id } => {
                 self.inputs.retain(|(_, i)| match i {
@@ -484,6 +493,23 @@ impl Sim {
         }
         self.inputs
             .push_back((request_id, Input::Done { request_id, result }));
+    }
+
+    /// Replace the usage of a queued response with a realistic input count.
+    fn set_reported_input(&mut self, request_id: u64, input: u64) {
+        for (_, queued) in self.inputs.iter_mut() {
+            if let Input::Done {
+                request_id: r,
+                result: Ok(response),
+            } = queued
+            {
+                if *r == request_id {
+                    if let Some(usage) = response.usage.as_mut() {
+                        usage.input = input;
+                    }
+                }
+            }
+        }
     }
 
     fn deliver(&mut self, input: Input) {

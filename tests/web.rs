@@ -191,6 +191,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
         vision: false,
         tool_use: true,
         token_budget: None,
+        context_window: None,
     };
     let (image, _) = store.load_image().await.unwrap();
     let mut engine = Engine::new(EngineConfig::default(), profile.clone(), 1, image, 100);
@@ -416,6 +417,7 @@ fn provider_request(transport: Transport) -> ProviderRequest {
             vision: false,
             tool_use: true,
             token_budget: None,
+            context_window: None,
         },
         system: "You are a test.".into(),
         messages: vec![ChatMessage::User {
@@ -948,6 +950,7 @@ async fn run_turn_with_retries(db: &str) -> Vec<Event> {
         vision: false,
         tool_use: true,
         token_budget: None,
+        context_window: None,
     };
     let config = EngineConfig {
         retry: RetryPolicy {

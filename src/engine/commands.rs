@@ -262,7 +262,7 @@ impl Engine {
                 }
             }
             Phase::Finishing { .. } => {}
-            Phase::Streaming { request_id } => {
+            Phase::Streaming { request_id } | Phase::Compacting { request_id } => {
                 self.effects.push_back(Effect::AbortProvider { request_id });
                 self.finish_run(now, thread_id, finish);
             }

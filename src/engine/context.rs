@@ -8,6 +8,35 @@
 use crate::model::{Node, NodeBody, ToolStatus};
 use crate::provider::{ChatMessage, OutboundToolCall};
 
+/// A rough token count of a request: about four characters per token for
+/// English and code, counted over everything that is sent. Providers report
+/// the real figure afterwards; the engine scales this estimate by the last
+/// reported/estimated ratio of the run.
+pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
+    let mut chars = request.system.len();
+    for message in &request.messages {
+        chars += match message {
+            ChatMessage::User { text } => text.len(),
+            ChatMessage::Assistant {
+                text, tool_calls, ..
+            } => {
+                text.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.to_string().len())
+                        .sum::<usize>()
+            }
+            ChatMessage::ToolResult {
+                content, images, ..
+            } => content.len() + images.len() * 4_000,
+        } + 16;
+    }
+    for tool in &request.tools {
+        chars += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
+    }
+    (chars / 4) as u64 + 1
+}
+
 /// Tool results longer than this (in characters) reach the model truncated;
 /// the stored node keeps everything for the user.
 pub const MAX_TOOL_RESULT_CHARS: usize = 24_000;
@@ -25,8 +54,20 @@ fn for_model(content: &str) -> String {
     )
 }
 
-/// Build the provider messages for a path (root first).
+/// How the summary of a compaction checkpoint is presented to the model.
+pub fn summary_message(summary: &str) -> String {
+    format!("[Summary of the earlier part of this conversation, written by you when it grew too long]\n{summary}")
+}
+
+/// Build the provider messages for a path (root first). The view starts at
+/// the latest compaction checkpoint (its summary leads), so the stored
+/// history is never rewritten but the model sees a bounded context.
 pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
+    let start = path
+        .iter()
+        .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }))
+        .unwrap_or(0);
+    let path = &path[start..];
     let mut messages: Vec<ChatMessage> = Vec::with_capacity(path.len());
     // Index in `messages` of each assistant node, so calls find their message.
     let mut assistant_index: Vec<(&str, usize)> = Vec::new();
@@ -80,6 +121,9 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
                 content: for_model(content),
                 is_error: *status != ToolStatus::Ok,
                 images: images.clone(),
+            }),
+            NodeBody::Compaction { summary, .. } => messages.push(ChatMessage::User {
+                text: summary_message(summary),
             }),
             NodeBody::TurnContext { .. } | NodeBody::Notice { .. } => {}
         }

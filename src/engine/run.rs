@@ -143,6 +143,7 @@ impl Engine {
         let t = self.threads.get_mut(tid).expect("active thread");
         let exec = t.exec.as_mut().expect("active run");
         exec.admission_open = true;
+        exec.compactions = 0;
         if t.admitting.iter().any(|seq| *seq <= cutoff) {
             exec.phase = Phase::AwaitingSteers { cutoff };
             return;
@@ -244,6 +245,13 @@ pick a different element or tool, or explain the problem to the user.",
                     .collect()
             },
         };
+        if self.needs_compaction(tid, &request) {
+            if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
+                exec.request = Some(request.clone());
+            }
+            return self.start_compaction(tid, request);
+        }
+        let t = self.threads.get_mut(tid).expect("active thread");
         let exec = t.exec.as_mut().expect("active run");
         exec.item_id = item_id.clone();
         exec.request = Some(request);
@@ -335,6 +343,9 @@ pick a different element or tool, or explain the problem to the user.",
     }
 
     pub(super) fn on_response(&mut self, now: u64, tid: &str, response: ProviderResponse) {
+        if let Some(usage) = &response.usage {
+            self.calibrate(tid, usage.input);
+        }
         let t = &self.threads[tid];
         let run = t.latest_run.clone().expect("active run");
         let exec = t.exec.as_ref().expect("active run");
@@ -1215,6 +1226,21 @@ pick a different element or tool, or explain the problem to the user.",
                     return;
                 }
                 self.run_next_tool(now, &tid);
+            }
+            Then::Compacted => {
+                self.announce(&tid, &unit);
+                if self.take_pending_finish(now, &tid) {
+                    return;
+                }
+                // The same logical step, rebuilt from the checkpoint.
+                if let Some(run) = self
+                    .threads
+                    .get_mut(&tid)
+                    .and_then(|t| t.latest_run.as_mut())
+                {
+                    run.step = run.step.saturating_sub(1);
+                }
+                self.call_provider(now, &tid);
             }
             Then::RetryDecided { index } => {
                 self.announce(&tid, &unit);

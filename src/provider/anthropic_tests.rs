@@ -175,6 +175,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             vision: false,
             tool_use: true,
             token_budget: None,
+            context_window: None,
         },
         system: "be brief".into(),
         messages,

@@ -161,6 +161,7 @@ fn body_has_stream_usage_tools_and_tool_results() {
             vision: false,
             tool_use: true,
             token_budget: None,
+            context_window: None,
         },
         system: "sys".into(),
         messages: vec![

@@ -156,6 +156,7 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
         vision: false,
         tool_use: true,
         token_budget: None,
+        context_window: None,
     };
     let tight = EnvironmentLimits {
         max_entries: 1,

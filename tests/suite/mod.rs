@@ -1,4 +1,5 @@
 mod approvals;
+mod compaction;
 mod environment;
 mod interactions;
 mod parallel;

@@ -1,0 +1,192 @@
+//! Context window management: compaction checkpoints and overflow repair.
+//!
+//! Before a request, its size is estimated (characters / 4, scaled by what
+//! the provider reported for the previous request of the run). Above
+//! `COMPACT_AT_PERCENT` of the model's window, or when the provider reports a
+//! context overflow, the model first writes a summary; a compaction node with
+//! it is appended to the path and the outbound view starts there. The stored
+//! history is never deleted. Each compaction must have something new to
+//! summarize, so a model that keeps overflowing ends in a clear error.
+
+use super::context::estimate_tokens;
+use super::*;
+use crate::provider::ChatMessage;
+
+/// Tool results are cut to this many characters inside a compaction request.
+const SUMMARY_RESULT_CHARS: usize = 2_000;
+
+impl Engine {
+    /// Whether the path has grown since the last checkpoint (progress guard)
+    /// and this step has not compacted twice already.
+    pub(super) fn can_compact(&self, tid: &str) -> bool {
+        let t = &self.threads[tid];
+        let since = t
+            .path
+            .iter()
+            .rev()
+            .take_while(|n| !matches!(n.body, NodeBody::Compaction { .. }))
+            .filter(|n| {
+                !matches!(
+                    n.body,
+                    NodeBody::Notice { .. } | NodeBody::TurnContext { .. }
+                )
+            })
+            .count();
+        let compactions = t.exec.as_ref().map_or(0, |e| e.compactions);
+        since > 2 && compactions < 2
+    }
+
+    /// Whether `request` should be compacted before it is sent.
+    pub(super) fn needs_compaction(&self, tid: &str, request: &ProviderRequest) -> bool {
+        let Some(window) = request.profile.context_window else {
+            return false;
+        };
+        let calibration = self.threads[tid]
+            .exec
+            .as_ref()
+            .map_or(1.0, |e| e.calibration);
+        let estimate = (estimate_tokens(request) as f64 * calibration) as u64;
+        estimate * 100 > window * COMPACT_AT_PERCENT && self.can_compact(tid)
+    }
+
+    /// Ask the model for a summary of `base` (the request that is too large).
+    pub(super) fn start_compaction(&mut self, tid: &str, base: ProviderRequest) {
+        let request_id = self.next_handle();
+        let idle_timeout_ms = self.config.stream_idle_timeout_ms;
+        let mut messages: Vec<ChatMessage> = base
+            .messages
+            .into_iter()
+            .map(|m| match m {
+                ChatMessage::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                    images,
+                } => ChatMessage::ToolResult {
+                    call_id,
+                    content: content.chars().take(SUMMARY_RESULT_CHARS).collect(),
+                    is_error,
+                    images: if images.is_empty() {
+                        images
+                    } else {
+                        Vec::new()
+                    },
+                },
+                other => other,
+            })
+            .collect();
+        messages.push(ChatMessage::User {
+            text: "Write the summary now, following the instructions.".into(),
+        });
+        let request = ProviderRequest {
+            profile: base.profile,
+            system: COMPACTION_PROMPT.to_string(),
+            messages,
+            tools: Vec::new(),
+        };
+        self.set_phase(tid, Phase::Compacting { request_id });
+        self.effects.push_back(Effect::CallProvider {
+            request_id,
+            request,
+            idle_timeout_ms,
+        });
+    }
+
+    pub(super) fn thread_compacting(&self, request_id: u64) -> Option<String> {
+        self.threads
+            .iter()
+            .find(|(_, t)| {
+                t.exec
+                    .as_ref()
+                    .is_some_and(|e| e.phase == Phase::Compacting { request_id })
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    /// The summary arrived: write the checkpoint (its usage counts like any other).
+    pub(super) fn on_compaction_done(
+        &mut self,
+        now: u64,
+        tid: &str,
+        result: Result<ProviderResponse, ProviderError>,
+    ) {
+        let response = match result {
+            Ok(r) if !r.text.trim().is_empty() => r,
+            Ok(_) => {
+                return self.fail_compaction(
+                    now,
+                    tid,
+                    "The model returned an empty summary.".into(),
+                );
+            }
+            Err(e) => return self.fail_compaction(now, tid, e.message),
+        };
+        let t = &self.threads[tid];
+        let compacted = t
+            .path
+            .iter()
+            .rev()
+            .take_while(|n| !matches!(n.body, NodeBody::Compaction { .. }))
+            .count() as u64;
+        let usage = response.usage.unwrap_or_default();
+        let node = Node {
+            id: self.ids.next_id("n"),
+            thread_id: tid.to_string(),
+            parent_id: t.leaf_id(),
+            created_at: now,
+            body: NodeBody::Compaction {
+                summary: response.text,
+                compacted_nodes: compacted,
+            },
+        };
+        let mut thread = t.thread.clone();
+        thread.leaf_id = Some(node.id.clone());
+        thread.updated_at = now;
+        thread.revision += 1;
+        thread.usage.add(&usage);
+        let mut run = t.latest_run.clone().expect("active run");
+        run.usage.add(&usage);
+        run.revision += 1;
+        run.updated_at = now;
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Node(node))
+            .put(Record::Thread(thread))
+            .put(Record::Run(run));
+        let token = self.persist(tid, unit, Then::Compacted);
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .expect("active run");
+        exec.compactions += 1;
+        exec.phase = Phase::Persisting(token);
+    }
+
+    fn fail_compaction(&mut self, now: u64, tid: &str, why: String) {
+        self.finish_run(
+            now,
+            tid,
+            Finish {
+                state: RunState::Failed,
+                stop: StopReason::Error,
+                error: Some(ErrorInfo::new(
+                    ErrorKind::ContextOverflow,
+                    format!("The conversation is too long and could not be compacted: {why}"),
+                )),
+            },
+        );
+    }
+
+    /// Record how far the estimate was from what the provider reported.
+    pub(super) fn calibrate(&mut self, tid: &str, reported_input: u64) {
+        let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) else {
+            return;
+        };
+        if let Some(request) = &exec.request {
+            let estimate = estimate_tokens(request).max(1);
+            if reported_input > 0 {
+                exec.calibration = (reported_input as f64 / estimate as f64).clamp(0.25, 4.0);
+            }
+        }
+    }
+}
