@@ -152,6 +152,8 @@ impl Sim {
     pub fn new(seed: u64, policy: Policy, tool: ToolFn) -> Self {
         let config = EngineConfig {
             approver: Approver::Interactive,
+            // Tests that count provider requests opt in to title requests.
+            model_titles: false,
             ..EngineConfig::default()
         };
         let profile = ProviderProfile {

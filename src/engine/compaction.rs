@@ -190,3 +190,100 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// On a thread's first turn, ask for a short title in the background;
+    /// the first-line title stays until (and unless) this succeeds.
+    pub(super) fn request_title(&mut self, tid: &str) {
+        let t = &self.threads[tid];
+        let Some(run) = t.latest_run.as_ref() else {
+            return;
+        };
+        if !self.config.model_titles || t.run_ids.len() != 1 || !run.profile.is_configured() {
+            return;
+        }
+        let Some(first) = t.path.iter().find_map(|n| match &n.body {
+            NodeBody::UserMessage { text, .. } => {
+                Some(text.chars().take(2_000).collect::<String>())
+            }
+            _ => None,
+        }) else {
+            return;
+        };
+        let mut profile = run.profile.clone();
+        profile.max_output_tokens = Some(32);
+        let request = ProviderRequest {
+            profile,
+            system: TITLE_PROMPT.to_string(),
+            messages: vec![ChatMessage::User { text: first }],
+            tools: Vec::new(),
+        };
+        let request_id = self.next_handle();
+        self.title_requests.insert(request_id, tid.to_string());
+        self.effects.push_back(Effect::CallProvider {
+            request_id,
+            request,
+            idle_timeout_ms: self.config.stream_idle_timeout_ms,
+        });
+    }
+
+    pub(super) fn on_title(
+        &mut self,
+        now: u64,
+        tid: &str,
+        result: Result<ProviderResponse, ProviderError>,
+    ) {
+        let Ok(response) = result else { return };
+        let title: String = response
+            .text
+            .lines()
+            .map(|l| {
+                l.trim()
+                    .trim_matches(|c| c == '"' || c == '\'' || c == '*' || c == '#')
+                    .trim()
+            })
+            .find(|l| !l.is_empty())
+            .unwrap_or("")
+            .chars()
+            .take(80)
+            .collect();
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
+        if title.is_empty() || title == t.thread.title {
+            return;
+        }
+        let running = t.exec.is_some();
+        let t = self.threads.get_mut(tid).expect("exists");
+        // In memory at once, so every thread record written from now on
+        // carries it; a record already in flight cannot undo it.
+        t.thread.title = title.clone();
+        t.pending_title = Some(title);
+        if running {
+            // The run's next checkpoint writes it.
+            return self.broadcast_threads();
+        }
+        let mut thread = t.thread.clone();
+        thread.revision += 1;
+        thread.updated_at = thread.updated_at.max(now);
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Thread(thread));
+        self.persist(tid, unit, Then::TitleUpdated);
+    }
+
+    /// A title that arrived while the run's last checkpoint was in flight.
+    pub(super) fn persist_pending_title(&mut self, now: u64, tid: &str) {
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
+        if t.pending_title.is_none() || t.exec.is_some() {
+            return;
+        }
+        let mut thread = t.thread.clone();
+        thread.revision += 1;
+        thread.updated_at = thread.updated_at.max(now);
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Thread(thread));
+        self.persist(tid, unit, Then::TitleUpdated);
+    }
+}

@@ -69,6 +69,11 @@ and constraints (verbatim where exact wording matters), key facts learned, tool 
 tabs and element refs that are still valid, what has been done, and the next step. Copy any plan, list of \
 remaining items or queued requests verbatim. Plain text, no preamble.";
 
+/// The instruction of a title request.
+pub const TITLE_PROMPT: &str =
+    "Write a short title (3 to 6 words) for a conversation that starts with the \
+user's message below. Answer with the title only, no quotes.";
+
 /// Share of the context window above which a request is compacted first.
 pub const COMPACT_AT_PERCENT: u64 = 80;
 
@@ -111,6 +116,9 @@ pub struct EngineConfig {
     pub approver: Approver,
     /// How many parallel-safe reads may run together.
     pub parallel_reads: usize,
+    /// Ask the model for a short thread title when a thread's first turn
+    /// starts (best effort, never blocks the turn).
+    pub model_titles: bool,
 }
 
 /// Who answers the gatekeeper's `ask`.
@@ -134,6 +142,7 @@ impl Default for EngineConfig {
             // Fail safe: an embedder must attach an approver explicitly.
             approver: Approver::DenyAll,
             parallel_reads: 4,
+            model_titles: true,
         }
     }
 }
@@ -406,6 +415,8 @@ struct ThreadState {
     approvals: Vec<ApprovalRecord>,
     /// Questions of this thread's runs.
     interactions: Vec<InteractionRecord>,
+    /// A model-written title not yet carried by a committed thread record.
+    pending_title: Option<String>,
     latest_run: Option<Run>,
     run_ids: Vec<String>,
     exec: Option<Exec>,
@@ -427,6 +438,7 @@ impl ThreadState {
             announced_state: None,
             approvals: Vec::new(),
             interactions: Vec::new(),
+            pending_title: None,
             latest_run: None,
             run_ids: Vec::new(),
             exec: None,
@@ -453,6 +465,8 @@ enum Then {
     RunPaused,
     /// A compaction checkpoint is durable: send the step's request anew.
     Compacted,
+    /// A model-written title is durable.
+    TitleUpdated,
     /// The user chose to retry an uncertain write.
     RetryDecided {
         index: usize,
@@ -536,6 +550,8 @@ pub struct Engine {
     next_steer_seq: u64,
     next_queue_position: u64,
     heartbeat: bool,
+    /// Title requests in flight: request id → thread id.
+    title_requests: HashMap<u64, String>,
 }
 
 impl Engine {
@@ -568,6 +584,7 @@ impl Engine {
             next_steer_seq: 1,
             next_queue_position: 1,
             heartbeat: false,
+            title_requests: HashMap::new(),
         };
         engine.restore(image, now);
         engine
@@ -1001,6 +1018,9 @@ impl Engine {
         request_id: u64,
         result: Result<ProviderResponse, ProviderError>,
     ) {
+        if let Some(tid) = self.title_requests.remove(&request_id) {
+            return self.on_title(now, &tid, result);
+        }
         if let Some(tid) = self.thread_compacting(request_id) {
             return self.on_compaction_done(now, &tid, result);
         }

@@ -1176,6 +1176,7 @@ pick a different element or tool, or explain the problem to the user.",
                         },
                     );
                 }
+                self.request_title(&tid);
                 self.begin_step(now, &tid);
             }
             Then::SteersMaterialized => {
@@ -1227,6 +1228,7 @@ pick a different element or tool, or explain the problem to the user.",
                 }
                 self.run_next_tool(now, &tid);
             }
+            Then::TitleUpdated => self.broadcast_threads(),
             Then::Compacted => {
                 self.announce(&tid, &unit);
                 if self.take_pending_finish(now, &tid) {
@@ -1335,6 +1337,7 @@ pick a different element or tool, or explain the problem to the user.",
                     },
                 );
                 self.update_heartbeat();
+                self.persist_pending_title(now, &tid);
                 if self.threads[&tid].latest_run.as_ref().map(|r| r.state)
                     == Some(RunState::Completed)
                 {

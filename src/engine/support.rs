@@ -461,6 +461,13 @@ impl Engine {
                         .entry(thread.id.clone())
                         .or_insert_with(|| ThreadState::new(thread.clone(), true));
                     t.thread = thread.clone();
+                    // A model title that arrived while this record was in
+                    // flight wins; once a record carries it, it is durable.
+                    match &t.pending_title {
+                        Some(title) if *title == thread.title => t.pending_title = None,
+                        Some(title) => t.thread.title = title.clone(),
+                        None => {}
+                    }
                 }
                 Record::Node(node) => {
                     if let Some(t) = self.threads.get_mut(&node.thread_id) {

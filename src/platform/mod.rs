@@ -93,9 +93,10 @@ pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
         .filter(|t| (0.0..=2.0).contains(t))
         .map(|t| (t * 100.0).round() as u32);
     let number = |k: &str| {
-        value
-            .get(k)
-            .and_then(|v| v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())))
+        value.get(k).and_then(|v| {
+            v.as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        })
     };
     let flag = |k: &str, default: bool| value.get(k).and_then(Value::as_bool).unwrap_or(default);
     let profile = ProviderProfile {
@@ -115,7 +116,9 @@ pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
             })
             .filter(|n| *n >= 1.0)
             .map(|n| n as u64),
-        context_window: number("contextWindow").filter(|n| *n >= 1_000.0).map(|n| n as u64),
+        context_window: number("contextWindow")
+            .filter(|n| *n >= 1_000.0)
+            .map(|n| n as u64),
     };
     (profile, text("apiKey"))
 }

@@ -592,6 +592,8 @@ export async function startMockLlm(options = {}) {
   let queue = [];
   let defaultChunkDelayMs = 0;
   let requestLog = [];
+  // Background title requests, kept apart from the log tests count.
+  let titleLog = [];
   let inFlight = 0;
   let completionCounter = 0;
   const openResponses = new Set();
@@ -850,16 +852,26 @@ export async function startMockLlm(options = {}) {
       sendJson(req, res, 400, invalidRequestBody(format, problem));
       return;
     }
-    const scripted = queue.length > 0 ? queue.shift() : null;
+    // The engine's background title request (TITLE_PROMPT in src/engine/mod.rs)
+    // is answered on the side: it neither consumes a scripted step nor
+    // appears in the request log the tests count.
+    const system = format === 'anthropic'
+      ? (typeof body.system === 'string' ? body.system : '')
+      : (Array.isArray(body.messages) && body.messages[0]?.role === 'system' ? String(body.messages[0].content ?? '') : '');
+    const isTitle = system.startsWith('Write a short title');
+    const scripted = !isTitle && queue.length > 0 ? queue.shift() : null;
     const policyBody = format === 'anthropic' ? anthropicToOpenAi(body) : body;
-    const step = !scripted || scripted.auto ? { ...defaultPolicy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
+    const step = isTitle
+      ? { text: 'Mock title' }
+      : !scripted || scripted.auto ? { ...defaultPolicy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
     const entry = {
       ...base,
-      source: scripted && !scripted.auto ? 'script' : 'policy',
+      source: isTitle ? 'title' : scripted && !scripted.auto ? 'script' : 'policy',
       step,
       outcome: 'pending',
     };
-    requestLog.push(entry);
+    if (isTitle) titleLog.push(entry);
+    else requestLog.push(entry);
     inFlight += 1;
     notifyWaiters();
     try {
@@ -928,6 +940,10 @@ export async function startMockLlm(options = {}) {
       sendJson(req, res, 200, requestLog);
       return;
     }
+    if (req.method === 'GET' && pathname === '/__control/titles') {
+      sendJson(req, res, 200, titleLog);
+      return;
+    }
     if (req.method === 'GET' && pathname === '/__control/state') {
       sendJson(req, res, 200, { pendingSteps: queue.length, requestCount: requestLog.length, inFlight });
       return;
@@ -935,6 +951,7 @@ export async function startMockLlm(options = {}) {
     if (req.method === 'POST' && pathname === '/__control/reset') {
       queue = [];
       requestLog = [];
+      titleLog = [];
       defaultChunkDelayMs = 0;
       sendJson(req, res, 200, { ok: true });
       return;
@@ -1027,6 +1044,7 @@ export async function startMockLlm(options = {}) {
     reset() {
       queue = [];
       requestLog = [];
+      titleLog = [];
       defaultChunkDelayMs = 0;
     },
     /** Resolves once at least `count` provider requests were received. */

@@ -34,7 +34,25 @@ struct Outcome {
 
 fn run_schedule(seed: u64) -> Result<Outcome, String> {
     let mut rng = Rng(seed);
-    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    let mut inner = agent_policy();
+    let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+        if request.system == sw_agent::engine::TITLE_PROMPT {
+            return sw_agent::sim::Reply::text("A model title");
+        }
+        inner(request)
+    });
+    let mut sim = Sim::new(seed, policy, page_tools());
+    // Some schedules race a background title write against run checkpoints.
+    if seed % 3 == 0 {
+        sim.config.model_titles = true;
+        sim.engine = sw_agent::engine::Engine::new(
+            sim.config.clone(),
+            sim.profile.clone(),
+            seed,
+            sim.store.image(),
+            0,
+        );
+    }
     // The simulated user answers approvals differently per schedule.
     sim.auto_approve = Some(match seed % 4 {
         0 | 3 => ApprovalDecision::AcceptOnce,

@@ -592,3 +592,78 @@ fn token_budget_pauses_at_a_safe_boundary_and_can_continue() {
     assert_eq!(last_stop(&sim), Some(StopReason::End));
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn model_title_replaces_the_first_line_title_without_blocking_the_turn() {
+    use sw_agent::engine::TITLE_PROMPT;
+    let mut inner = agent_policy();
+    let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+        if request.system == TITLE_PROMPT {
+            return Reply::text("\"Newsletter signup\"");
+        }
+        inner(request)
+    });
+    let mut sim = Sim::new(12, policy, page_tools());
+    sim.config.model_titles = true;
+    sim.crash(); // rebuild the engine with the config
+    let conn = sim.connect();
+    sim.send(
+        conn,
+        submit(
+            "s1",
+            None,
+            "please subscribe me to the newsletter on this page",
+        ),
+    );
+    sim.run(10_000);
+    let thread = sim.store.threads.values().next().unwrap();
+    assert_eq!(thread.title, "Newsletter signup");
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    assert!(sim.events_for(conn).iter().any(|e| matches!(e,
+        Event::ThreadsUpdated { threads } if threads.iter().any(|t| t.title == "Newsletter signup"))));
+    // A second turn does not ask again; the title survives a restart.
+    let tid = thread.id.clone();
+    let requests = sim
+        .requests
+        .iter()
+        .filter(|r| r.system == TITLE_PROMPT)
+        .count();
+    sim.send(conn, submit("s2", Some(&tid), "again"));
+    sim.run(10_000);
+    assert_eq!(
+        sim.requests
+            .iter()
+            .filter(|r| r.system == TITLE_PROMPT)
+            .count(),
+        requests
+    );
+    sim.crash();
+    assert_eq!(sim.store.threads[&tid].title, "Newsletter signup");
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn failed_title_request_keeps_the_first_line() {
+    use sw_agent::engine::TITLE_PROMPT;
+    let mut inner = agent_policy();
+    let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+        if request.system == TITLE_PROMPT {
+            return Reply::Error {
+                partial: String::new(),
+                error: ProviderError::new(ErrorKind::RateLimited, "429", false),
+            };
+        }
+        inner(request)
+    });
+    let mut sim = Sim::new(13, policy, page_tools());
+    sim.config.model_titles = true;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me\nplease"));
+    sim.run(10_000);
+    assert_eq!(
+        sim.store.threads.values().next().unwrap().title,
+        "Subscribe me"
+    );
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+}
