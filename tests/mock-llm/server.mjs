@@ -594,6 +594,7 @@ export async function startMockLlm(options = {}) {
   let requestLog = [];
   // Background title requests, kept apart from the log tests count.
   let titleLog = [];
+  let compactionLog = [];
   let inFlight = 0;
   let completionCounter = 0;
   const openResponses = new Set();
@@ -609,7 +610,10 @@ export async function startMockLlm(options = {}) {
   };
 
   const promptTokensOf = (body, step) =>
-    step.usage?.prompt_tokens ?? step.usage?.input_tokens ?? estimateTokens(JSON.stringify(body?.messages ?? []));
+    step.usage?.prompt_tokens ??
+    step.usage?.input_tokens ??
+    // Like a real provider: the system prompt and the tool schemas count too.
+    estimateTokens(JSON.stringify([body?.system ?? '', body?.messages ?? [], body?.tools ?? []]));
   const completionTokensOf = (step, outputText) =>
     step.usage?.completion_tokens ?? step.usage?.output_tokens ?? estimateTokens(outputText);
   const modelOf = (body) => (typeof body?.model === 'string' && body.model ? body.model : MODEL_FALLBACK);
@@ -859,18 +863,25 @@ export async function startMockLlm(options = {}) {
       ? (typeof body.system === 'string' ? body.system : '')
       : (Array.isArray(body.messages) && body.messages[0]?.role === 'system' ? String(body.messages[0].content ?? '') : '');
     const isTitle = system.startsWith('Write a short title');
-    const scripted = !isTitle && queue.length > 0 ? queue.shift() : null;
+    // Compaction requests (COMPACTION_PROMPT) are answered on the side too,
+    // with a summary that counts them, and logged apart.
+    const isCompaction = system.startsWith('You are compacting');
+    const aside = isTitle || isCompaction;
+    const scripted = !aside && queue.length > 0 ? queue.shift() : null;
     const policyBody = format === 'anthropic' ? anthropicToOpenAi(body) : body;
     const step = isTitle
       ? { text: 'Mock title' }
-      : !scripted || scripted.auto ? { ...defaultPolicy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
+      : isCompaction
+        ? { text: `Summary ${compactionLog.length + 1}: the user asked to look at the page many times; keep going.` }
+        : !scripted || scripted.auto ? { ...defaultPolicy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
     const entry = {
       ...base,
-      source: isTitle ? 'title' : scripted && !scripted.auto ? 'script' : 'policy',
+      source: isTitle ? 'title' : isCompaction ? 'compaction' : scripted && !scripted.auto ? 'script' : 'policy',
       step,
       outcome: 'pending',
     };
     if (isTitle) titleLog.push(entry);
+    else if (isCompaction) compactionLog.push(entry);
     else requestLog.push(entry);
     inFlight += 1;
     notifyWaiters();
@@ -944,6 +955,10 @@ export async function startMockLlm(options = {}) {
       sendJson(req, res, 200, titleLog);
       return;
     }
+    if (req.method === 'GET' && pathname === '/__control/compactions') {
+      sendJson(req, res, 200, compactionLog);
+      return;
+    }
     if (req.method === 'GET' && pathname === '/__control/state') {
       sendJson(req, res, 200, { pendingSteps: queue.length, requestCount: requestLog.length, inFlight });
       return;
@@ -952,6 +967,7 @@ export async function startMockLlm(options = {}) {
       queue = [];
       requestLog = [];
       titleLog = [];
+      compactionLog = [];
       defaultChunkDelayMs = 0;
       sendJson(req, res, 200, { ok: true });
       return;
@@ -1038,6 +1054,10 @@ export async function startMockLlm(options = {}) {
     requests() {
       return requestLog;
     },
+    /** Compaction requests answered on the side. */
+    compactions() {
+      return compactionLog;
+    },
     pendingSteps() {
       return queue.length;
     },
@@ -1045,6 +1065,7 @@ export async function startMockLlm(options = {}) {
       queue = [];
       requestLog = [];
       titleLog = [];
+      compactionLog = [];
       defaultChunkDelayMs = 0;
     },
     /** Resolves once at least `count` provider requests were received. */
