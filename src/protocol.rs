@@ -54,6 +54,17 @@ pub enum Op {
         #[serde(flatten)]
         submission: Submission,
     },
+    /// Copy a thread's conversation up to a message into a new thread →
+    /// `command.ack{threadId}`, `threads.updated`, `initialized` (the client
+    /// is subscribed to the fork). `nodeId` null: up to the current end.
+    #[serde(rename = "thread.fork")]
+    ThreadFork {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        #[serde(default)]
+        node_id: Option<String>,
+    },
     /// Delete a thread and everything in it → `command.ack`, `threads.updated`.
     #[serde(rename = "thread.delete")]
     ThreadDelete {
@@ -180,6 +191,7 @@ impl Op {
         match self {
             Op::Initialize { submission, .. }
             | Op::ThreadCreate { submission }
+            | Op::ThreadFork { submission, .. }
             | Op::ThreadDelete { submission, .. }
             | Op::TurnSubmit { submission, .. }
             | Op::TurnSteer { submission, .. }
@@ -198,6 +210,7 @@ impl Op {
         match self {
             Op::Initialize { .. } => "initialize",
             Op::ThreadCreate { .. } => "thread.create",
+            Op::ThreadFork { .. } => "thread.fork",
             Op::ThreadDelete { .. } => "thread.delete",
             Op::TurnSubmit { .. } => "turn.submit",
             Op::TurnSteer { .. } => "turn.steer",

@@ -45,6 +45,92 @@ impl Engine {
         self.command(now, &thread.id, unit, reply, result, Follow::ThreadCreated);
     }
 
+    /// A new thread holding copies of the path up to `node_id`.
+    pub(super) fn op_thread_fork(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        node_id: Option<String>,
+    ) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let held = t.exec.as_ref().is_some_and(|e| {
+            matches!(
+                e.phase,
+                Phase::WaitingApproval { .. } | Phase::WaitingInteraction { .. }
+            )
+        });
+        if held {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This thread waits for your answer to a question; answer it (or stop the turn) before forking.",
+            );
+        }
+        let end = match &node_id {
+            None => t.path.len(),
+            Some(id) => match t.path.iter().position(|n| &n.id == id) {
+                Some(i) => i + 1,
+                None => {
+                    return self.reject(
+                        &reply,
+                        ErrorKind::NotFound,
+                        "That message is not in this conversation.",
+                    )
+                }
+            },
+        };
+        let prefix = &t.path[..end];
+        // The fork must not start with a tool call waiting for its result.
+        let mut open: Vec<&str> = Vec::new();
+        for node in prefix {
+            match &node.body {
+                NodeBody::ToolCall { call_id, .. } => open.push(call_id),
+                NodeBody::ToolResult { call_id, .. } => open.retain(|c| c != call_id),
+                _ => {}
+            }
+        }
+        if !open.is_empty() {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "Fork at a message where every tool call already has its result.",
+            );
+        }
+        let fork_id = self.ids.next_id("t");
+        let mut unit = UnitOfWork::new();
+        let mut parent: Option<String> = None;
+        for node in prefix.to_vec() {
+            let mut copy = node;
+            copy.id = self.ids.next_id("n");
+            copy.thread_id = fork_id.clone();
+            copy.parent_id = parent.clone();
+            parent = Some(copy.id.clone());
+            unit.put(Record::Node(copy));
+        }
+        let source = &self.threads[thread_id].thread;
+        let title = if source.title.is_empty() {
+            String::new()
+        } else {
+            format!("{} (fork)", source.title)
+        };
+        let thread = Thread {
+            id: fork_id.clone(),
+            title,
+            leaf_id: parent,
+            created_at: now,
+            updated_at: now,
+            revision: 1,
+            parent_thread_id: Some(thread_id.to_string()),
+            usage: Usage::default(),
+        };
+        unit.puts.insert(0, Record::Thread(thread));
+        let result = json!({ "threadId": fork_id });
+        self.command(now, &fork_id, unit, reply, result, Follow::ThreadCreated);
+    }
+
     pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");

@@ -795,6 +795,9 @@ impl Engine {
         match op {
             Op::Initialize { thread_id, .. } => self.op_initialize(conn, thread_id),
             Op::ThreadCreate { .. } => self.op_thread_create(now, reply),
+            Op::ThreadFork {
+                thread_id, node_id, ..
+            } => self.op_thread_fork(now, reply, &thread_id, node_id),
             Op::ThreadDelete { thread_id, .. } => self.op_thread_delete(reply, &thread_id),
             Op::TurnSubmit {
                 thread_id, input, ..

@@ -378,6 +378,7 @@ impl Engine {
                     .map(|t| t.thread.id.clone())
             }),
             Op::ThreadDelete { thread_id, .. }
+            | Op::ThreadFork { thread_id, .. }
             | Op::ApprovalResponse { thread_id, .. }
             | Op::InteractionResponse { thread_id, .. }
             | Op::RunResolveUncertain { thread_id, .. }

@@ -9,4 +9,5 @@ mod retry;
 mod simulation;
 mod steering;
 pub mod support;
+mod threads;
 mod turn;
