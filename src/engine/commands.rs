@@ -82,10 +82,10 @@ impl Engine {
                 }
             },
         };
-        let prefix = &t.path[..end];
+        let prefix: Vec<Node> = t.path[..end].to_vec();
         // The fork must not start with a tool call waiting for its result.
         let mut open: Vec<&str> = Vec::new();
-        for node in prefix {
+        for node in &prefix {
             match &node.body {
                 NodeBody::ToolCall { call_id, .. } => open.push(call_id),
                 NodeBody::ToolResult { call_id, .. } => open.retain(|c| c != call_id),
@@ -102,7 +102,7 @@ impl Engine {
         let fork_id = self.ids.next_id("t");
         let mut unit = UnitOfWork::new();
         let mut parent: Option<String> = None;
-        for node in prefix.to_vec() {
+        for node in prefix {
             let mut copy = node;
             copy.id = self.ids.next_id("n");
             copy.thread_id = fork_id.clone();
