@@ -812,6 +812,16 @@ pick a different element or tool, or explain the problem to the user.",
             Phase::Batch {
                 running, results, ..
             } => (running.iter().map(|(_, i)| *i).collect(), results.clone()),
+            // A question the user was shown but did not answer.
+            Phase::WaitingInteraction { index, .. } => (
+                Vec::new(),
+                vec![ResultParts::new(
+                    *index,
+                    ToolStatus::Aborted,
+                    "The turn was stopped before the user answered this question.".to_string(),
+                    None,
+                )],
+            ),
             _ => (Vec::new(), Vec::new()),
         };
         for (index, call) in open_calls {
