@@ -30,6 +30,8 @@ test-node:
 test-e2e:
 	node tests/e2e/run.mjs
 	node tests/e2e/tools.mjs
+	node tests/e2e/long.mjs
+	node tests/e2e/panel.mjs
 
 lint:
 	cargo fmt --check

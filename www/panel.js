@@ -32,7 +32,10 @@ const dom = {
   usageText: $("usage-text"),
   errorBanner: $("error-banner"),
   errorText: $("error-text"),
+  errorDetail: $("error-detail"),
+  errorSettings: $("error-settings"),
   errorDismiss: $("error-dismiss"),
+  interruptedBanner: $("interrupted-banner"),
   messages: $("messages"),
   steerList: null,
   queueSection: $("queue-section"),
@@ -62,6 +65,13 @@ const dom = {
     acceptForSite: $("approval-accept-site"),
     decline: $("approval-decline"),
   },
+  interactionCard: $("interaction-card"),
+  interactionQuestion: $("interaction-question"),
+  interactionOptions: $("interaction-options"),
+  interactionForm: $("interaction-form"),
+  interactionAnswer: $("interaction-answer"),
+  interactionSubmit: $("interaction-submit"),
+  interactionStatus: $("interaction-status"),
   uncertainCard: $("uncertain-card"),
   uncertainLabel: $("uncertain-tool-label"),
   uncertainName: $("uncertain-tool-name"),
@@ -83,7 +93,7 @@ const STATE_TEXT = {
   streaming_model: "Thinking…",
   executing_tools: "Working on the page…",
   waiting_approval: "Waiting for your approval",
-  waiting_interaction: "Waiting for your input",
+  waiting_interaction: "Waiting for your answer",
   completed: "Done",
   interrupted: "Stopped",
   failed: "Failed",
@@ -118,6 +128,7 @@ const OP_VERBS = {
   "run.resume": "continue the run",
   "run.resolveUncertain": "record your answer about the interrupted action",
   "approval.response": "record your answer to the approval request",
+  "interaction.response": "send your answer to the agent's question",
 };
 const APPROVAL_DECISION_TEXT = {
   acceptOnce: "Allowing once…",
@@ -129,6 +140,51 @@ const APPROVAL_STATUS_TEXT = {
   accepted_for_site: "allowed on this site",
   declined: "declined",
   cancelled: "cancelled",
+};
+const INTERACTION_STATUS_TEXT = {
+  answered: "answered",
+  cancelled: "question withdrawn",
+};
+/** Prefix of the tool result the engine writes for an answered `ask_user`. */
+const ANSWER_PREFIX = "The user answered: ";
+/** Tools whose results list the page's elements as `[e12] role "name" state…` lines. */
+const PAGE_READ_TOOLS = new Set(["page_snapshot", "read_page"]);
+/**
+ * One element line of a page_snapshot / read_page result: optional indentation,
+ * `[ref]`, the role, the JSON-quoted name (escapes allowed), then state words
+ * (`value="…"`, `checked`, …), which may contain quotes of their own.
+ */
+const ELEMENT_LINE = /^\s*\[([A-Za-z0-9_-]+)\]\s+([A-Za-z][\w-]*)\s+("(?:[^"\\\n]|\\.)*")(.*)$/;
+/**
+ * Every error kind of docs/protocol.md §1.3 in words a user can act on:
+ * what happened, then what to do. `settings` names the field the fix is in
+ * (the banner then offers "Open Settings").
+ */
+const ERROR_WORDS = {
+  auth: { text: "The provider rejected the API key. Open Settings and check the key.", settings: "settings-api-key" },
+  model_not_found: { text: "The provider does not know this model. Open Settings and check the model name.", settings: "settings-model" },
+  rate_limited: { text: "The provider is rate limiting your requests. Wait a minute, then press Continue." },
+  provider_unavailable: { text: "The provider is overloaded or having problems. Wait a moment, then press Continue." },
+  network: { text: "Could not reach the provider. Check your internet connection and the base URL in Settings, then press Continue.", settings: "settings-base-url" },
+  not_configured: { text: "No provider is set up yet. Open Settings and enter the base URL, the model and (if your provider needs one) the API key.", settings: "settings-base-url" },
+  context_overflow: { text: "The conversation is too long for this model's context window. Start a new thread, or choose a model with a larger context window in Settings.", settings: "settings-model" },
+  environment_drift: { text: "The agent's setup (tools, system prompt or provider) changed since this run started, so the run cannot pick up where it left off. Press Continue to start a new turn with the current setup." },
+  environment_too_large: { text: "The agent's setup (system prompt and tool list) is over a size limit, so nothing was sent to the provider. This is a problem with the extension: please report it." },
+  storage: { text: "The browser's storage failed, so the agent could not save its progress. Make sure the disk is not full, reload the side panel, then press Continue." },
+  provider_protocol: { text: "The provider sent a reply the agent could not understand. Check that the base URL in Settings points to an OpenAI-compatible API, then press Continue.", settings: "settings-base-url" },
+  queue_full: { text: "The queue is full. Wait until a queued message has started, or remove one." },
+  tool: { text: "A page tool failed in a way that stopped the run. Check the page, then press Continue." },
+  internal: { text: "Something went wrong inside the agent. Press Continue to try again; if it keeps happening, reload the extension." },
+  invalid_op: { text: "The side panel sent a message the agent did not understand. Reload the side panel." },
+  forbidden: { text: "Only the side panel may control the agent." },
+};
+/** Kinds whose own message is the best explanation (the engine says why it refused). */
+const MESSAGE_FIRST_KINDS = new Set(["invalid_command", "not_found"]);
+/** The retry line's short cause per retryable kind (the engine retries by itself). */
+const RETRY_WORDS = {
+  rate_limited: "the provider is rate limiting requests",
+  provider_unavailable: "the provider is overloaded or failing",
+  network: "the provider could not be reached",
 };
 /** Start of a page tool's result: page text the model must treat as data (docs/protocol.md). */
 const UNTRUSTED_OPEN = "<untrusted_page_content";
@@ -169,6 +225,10 @@ const state = {
   approval: null,
   /** { submissionId, approvalId, decision } of a sent approval.response, until the question closes (or it is rejected). */
   approvalAnswer: null,
+  /** The pending InteractionRecord (ask_user) of this thread's run (from interaction.request or the snapshot). */
+  interaction: null,
+  /** { submissionId, interactionId, answer } of a sent interaction.response, until the question closes (or it is rejected). */
+  interactionAnswer: null,
   /** The last run.retry of the current turn, until the retried request shows progress. */
   retry: null,
   retryTimer: null,
@@ -306,6 +366,8 @@ function handleEvent(event) {
     case "run.retry": return onRunRetry(event);
     case "approval.request": return onApprovalRequest(event);
     case "approval.resolved": return onApprovalResolved(event);
+    case "interaction.request": return onInteractionRequest(event);
+    case "interaction.resolved": return onInteractionResolved(event);
     case "turn.complete": return onTurnComplete(event);
     default: return undefined;
   }
@@ -354,11 +416,20 @@ function applySnapshot(snapshot) {
     dom.approvalStatus.textContent = "";
   }
   state.approval = pendingApproval;
+  const pendingInteraction = thread && isPendingInteraction(thread.pendingInteraction) ? thread.pendingInteraction : null;
+  const reply = state.interactionAnswer;
+  const replyInFlight = reply !== null && pendingInteraction !== null
+    && reply.interactionId === pendingInteraction.id && state.pendingOps.has(reply.submissionId);
+  if (!replyInFlight) {
+    state.interactionAnswer = null;
+    dom.interactionStatus.textContent = "";
+  }
+  state.interaction = pendingInteraction;
   clearRetry();
 
   hideError();
   if (run && run.error && (run.state === "failed" || run.state === "paused_uncertain")) {
-    showError(plainError(run.error));
+    showError(run.error);
   }
   if (threadChanged) dom.usageText.textContent = "";
   renderQueue();
@@ -387,7 +458,14 @@ function onAck(event) {
       if (result.queued === true) setNote("A turn is running; your message is queued as the next turn.");
       break;
     case "turn.steer":
-      if (result.downgraded === true) setNote("Could not steer; queued as next turn");
+      if (result.downgraded === true) {
+        setNote("Could not steer; queued as next turn");
+      } else if (typeof result.steerId === "string" && typeof pending.text === "string"
+        && !state.pendingSteers.some((steer) => steer.id === result.steerId)) {
+        // Durable, not yet read by the agent: listed until its user message arrives.
+        state.pendingSteers.push({ id: result.steerId, text: pending.text });
+        renderPendingSteers();
+      }
       break;
     case "run.resume":
       if (typeof result.turnId === "string") {
@@ -399,6 +477,12 @@ function onAck(event) {
       if (state.approvalAnswer && state.approvalAnswer.submissionId === event.submissionId) {
         // Durable now; the card goes away with approval.resolved (or the next snapshot).
         dom.approvalStatus.textContent = "Answer recorded. Waiting for the agent…";
+      }
+      break;
+    case "interaction.response":
+      if (state.interactionAnswer && state.interactionAnswer.submissionId === event.submissionId) {
+        // Durable now; the card goes away with interaction.resolved (or the next snapshot).
+        dom.interactionStatus.textContent = "Answer recorded. Waiting for the agent…";
       }
       break;
     case "run.resolveUncertain":
@@ -419,7 +503,7 @@ function onReject(event) {
   state.pendingOps.delete(event.submissionId);
   const opType = event.opType || (pending && pending.message.type) || "";
   const verb = OP_VERBS[opType] || "do that";
-  showError(`Could not ${verb}: ${plainError(event.error)}`);
+  showError(event.error, `Could not ${verb}: `);
   if (state.resolveSubmission === event.submissionId) {
     state.resolveSubmission = null;
     dom.uncertainStatus.textContent = "";
@@ -430,6 +514,12 @@ function onReject(event) {
     state.approvalAnswer = null;
     dom.approvalStatus.textContent = "";
     renderApproval();
+  }
+  if (state.interactionAnswer && state.interactionAnswer.submissionId === event.submissionId) {
+    // Not recorded: the question is still open; the typed answer is still in the field.
+    state.interactionAnswer = null;
+    dom.interactionStatus.textContent = "";
+    renderInteraction();
   }
   // Give the user their words back so nothing typed is lost.
   if (pending && pending.text && dom.input.value.trim() === "") dom.input.value = pending.text;
@@ -457,11 +547,22 @@ function onTurnComplete(event) {
     state.approval = null;
     state.approvalAnswer = null;
   }
+  if (state.interaction && (!event.turnId || state.interaction.runId === event.turnId)) {
+    markInteractionOnCard(state.interaction.callId, "cancelled", null);
+    state.interaction = null;
+    state.interactionAnswer = null;
+    dom.interactionStatus.textContent = "";
+  }
   if (RUNNING_STATES.has(state.runState) || state.runState === "idle") {
     state.runState = STATE_FOR_STOP_REASON[event.stopReason] || "completed";
   }
+  // A finished run has written every steer it admitted into the conversation.
+  if (state.pendingSteers.length > 0) {
+    state.pendingSteers = [];
+    renderPendingSteers();
+  }
   if (event.error) {
-    showError(plainError(event.error));
+    showError(event.error);
   } else if (STOP_REASON_TEXT[event.stopReason]) {
     setNote(STOP_REASON_TEXT[event.stopReason]);
   }
@@ -500,6 +601,8 @@ function startAssistantStream(itemId) {
   element.dataset.kind = "assistant_message";
   element.dataset.nodeId = itemId;
   element.setAttribute("aria-busy", "true");
+  // Shown with its first text or reasoning: a step that only calls tools has nothing to read.
+  element.hidden = true;
   const body = document.createElement("div");
   body.className = "message-text plain";
   const text = document.createTextNode("");
@@ -539,6 +642,7 @@ function onItemDelta(event) {
   } else {
     entry.text.appendData(delta.text);
   }
+  if (entry.element.hidden && delta.text.trim() !== "") entry.element.hidden = false;
   scheduleScroll();
 }
 
@@ -578,6 +682,7 @@ function placeNode(node) {
     const result = view.resultsByCallId.get(node.callId);
     if (result) setCardResult(element, result);
     else if (state.approval && state.approval.callId === node.callId) renderApproval();
+    else if (state.interaction && state.interaction.callId === node.callId) renderInteraction();
   }
   if (node.kind === "user_message" && node.steered) dropPendingSteer(node.text);
 }
@@ -622,8 +727,8 @@ function renderUserMessage(node) {
 function renderAssistantMessage(node) {
   const element = nodeElement(node, "article", "assistant");
   element.setAttribute("aria-label", "Agent");
-  const text = typeof node.text === "string" ? node.text : "";
-  const reasoning = typeof node.reasoning === "string" ? node.reasoning : "";
+  const text = typeof node.text === "string" && node.text.trim() !== "" ? node.text : "";
+  const reasoning = typeof node.reasoning === "string" && node.reasoning.trim() !== "" ? node.reasoning : "";
   if (reasoning) addReasoning(element, reasoning, false);
   if (text) {
     const body = document.createElement("div");
@@ -633,8 +738,9 @@ function renderAssistantMessage(node) {
   }
   if (node.interrupted) element.append(badge("interrupted", "The reply was cut off"));
   else if (STOP_REASON_TEXT[node.stopReason]) element.append(badge("stopped", STOP_REASON_TEXT[node.stopReason]));
-  // A reply that only called tools has nothing to read.
-  if (!text && !reasoning && !node.interrupted) element.hidden = true;
+  // A reply that only called tools (or was cut off before its first word) has
+  // nothing to read: no empty bubble. The status line tells about an interrupt.
+  if (!text && !reasoning) element.hidden = true;
   return element;
 }
 
@@ -776,6 +882,30 @@ function setCardResult(card, node) {
   if (existing) existing.replaceWith(section);
   else card.append(section);
   view.elementsById.set(node.id, section);
+  if (node.name === "ask_user") {
+    const content = typeof node.content === "string" ? node.content : "";
+    const answered = status === "ok" && content.startsWith(ANSWER_PREFIX);
+    if (answered && statusElement) statusElement.textContent = "answered";
+    showAnswerOnCard(card, answered ? content.slice(ANSWER_PREFIX.length) : null);
+  }
+}
+
+/** The user's answer to an ask_user call, as text under the call (null removes it). */
+function showAnswerOnCard(card, answer) {
+  let line = card.querySelector(":scope > .tool-answer");
+  if (answer === null) {
+    if (line) line.remove();
+    return;
+  }
+  if (!line) {
+    line = document.createElement("p");
+    line.className = "tool-answer";
+    const result = card.querySelector(":scope > .tool-result");
+    card.insertBefore(line, result);
+  }
+  const label = document.createElement("strong");
+  label.textContent = "Your answer: ";
+  line.replaceChildren(label, document.createTextNode(answer));
 }
 
 function buildResultSection(node, asChild) {
@@ -1014,7 +1144,8 @@ function renderPendingSteers() {
 }
 
 function dropPendingSteer(text) {
-  const index = state.pendingSteers.findIndex((steer) => steer.text === text);
+  if (typeof text !== "string") return;
+  const index = state.pendingSteers.findIndex((steer) => steer.text === text || (steer.text !== "" && text.startsWith(steer.text)));
   if (index === -1) return;
   state.pendingSteers.splice(index, 1);
   renderPendingSteers();
@@ -1037,7 +1168,9 @@ function renderRunState() {
   const canContinue = !running && state.threadId !== null
     && (state.runState === "interrupted" || state.runState === "failed" || state.lastStopReason === "interrupted");
   dom.continue.hidden = !canContinue;
+  dom.interruptedBanner.hidden = !(canContinue && (state.runState === "interrupted" || state.lastStopReason === "interrupted"));
   renderApproval();
+  renderInteraction();
   renderUncertain();
 }
 
@@ -1159,24 +1292,52 @@ function renderApproval() {
 }
 
 /**
- * What a click would hit, in words: the element its `ref` named in the agent's
- * latest page read (as the page described it), or the `text` it names.
+ * What a page action would hit, in words: the element its `ref` named in the
+ * agent's most recent page read (page_snapshot or read_page) that lists that
+ * ref, as the page described it, or the `text` it names.
  */
 function describeTarget(params) {
   if (!params || typeof params !== "object") return "";
-  if (typeof params.ref === "string" && params.ref) {
-    let found = null;
-    for (const result of view.resultsByCallId.values()) {
-      if (result.name !== "read_page" || typeof result.content !== "string") continue;
-      for (const line of result.content.split("\n")) {
-        const match = /^\s*\[([\w-]+)\]\s+(\S+)\s+"(.*)"/.exec(line);
-        if (match && match[1] === params.ref) found = `${match[2]} "${match[3]}"`;
-      }
-    }
+  if (typeof params.ref === "string" && params.ref.trim()) {
+    const found = describeRef(params.ref.trim());
     return found ? `${found} (as the page described it when last read)` : "";
   }
-  if (typeof params.text === "string" && params.text) return `the element named "${params.text}"`;
+  if (typeof params.text === "string" && params.text) return `the element named ${JSON.stringify(clipText(params.text, 80))}`;
   return "";
+}
+
+/** `role "name" state…` of `ref` in the newest page read that lists it; "" when none does. */
+function describeRef(ref) {
+  const reads = [...view.resultsByCallId.values()]
+    .map((result, index) => ({ result, index }))
+    .filter(({ result }) => PAGE_READ_TOOLS.has(result.name) && typeof result.content === "string");
+  // Newest first: by creation time, then by the order they were drawn.
+  reads.sort((a, b) => (Number(b.result.createdAt) || 0) - (Number(a.result.createdAt) || 0) || b.index - a.index);
+  for (const { result } of reads) {
+    const page = untrustedPageContent(result.content);
+    const text = page ? page.text : result.content;
+    for (const line of text.split("\n")) {
+      const element = parseElementLine(line);
+      if (element && element.ref === ref) {
+        const stateWords = element.state ? ` ${clipText(element.state, 80)}` : "";
+        return `${element.role} ${JSON.stringify(clipText(element.name, 80))}${stateWords}`;
+      }
+    }
+  }
+  return "";
+}
+
+/** `[e12] textbox "Email" value="a@b.c" required` → { ref, role, name, state }, or null. */
+function parseElementLine(line) {
+  const match = ELEMENT_LINE.exec(line);
+  if (!match) return null;
+  let name;
+  try {
+    name = JSON.parse(match[3]);
+  } catch {
+    name = match[3].slice(1, -1);
+  }
+  return { ref: match[1], role: match[2], name: String(name), state: match[4].trim() };
 }
 
 function userIsTyping() {
@@ -1197,6 +1358,144 @@ function answerApproval(decision) {
   renderApproval();
 }
 
+// ----------------------------------------------------------- interaction ---
+// The model asked the user a question (the built-in `ask_user` tool): the run
+// waits (`waiting_interaction`) until the user picks an option or types an
+// answer. The answer is claimed once; after a restart the snapshot's
+// `pendingInteraction` shows the same question again.
+
+function isPendingInteraction(value) {
+  return value !== null && typeof value === "object" && typeof value.id === "string"
+    && (value.status === undefined || value.status === "pending");
+}
+
+function onInteractionRequest(event) {
+  const interaction = event.interaction;
+  if (!isPendingInteraction(interaction)) return;
+  if (state.interaction && state.interaction.id === interaction.id) return; // already shown
+  state.interaction = interaction;
+  state.interactionAnswer = null;
+  dom.interactionStatus.textContent = "";
+  if (event.turnId) state.turnId = event.turnId;
+  renderInteraction();
+}
+
+function onInteractionResolved(event) {
+  const shown = state.interaction && state.interaction.id === event.interactionId ? state.interaction : null;
+  if (!shown) return;
+  const sent = state.interactionAnswer && state.interactionAnswer.interactionId === shown.id ? state.interactionAnswer.answer : null;
+  markInteractionOnCard(shown.callId, typeof event.status === "string" ? event.status : "", sent);
+  state.interaction = null;
+  state.interactionAnswer = null;
+  dom.interactionStatus.textContent = "";
+  renderInteraction();
+}
+
+/** Show how the question ended on the ask_user tool card (until its result or the next snapshot redraws it). */
+function markInteractionOnCard(callId, status, answer) {
+  const card = view.cardsByCallId.get(callId);
+  if (!card || !INTERACTION_STATUS_TEXT[status]) return;
+  const header = card.querySelector(":scope > .tool-header");
+  if (!header) return;
+  const statusElement = header.querySelector(":scope > .tool-status");
+  let mark = header.querySelector(":scope > .badge-interaction");
+  if (!mark) {
+    mark = document.createElement("span");
+    mark.className = "badge badge-approval badge-interaction";
+    header.insertBefore(mark, statusElement);
+  }
+  mark.dataset.status = status;
+  mark.textContent = INTERACTION_STATUS_TEXT[status];
+  mark.title = status === "answered" ? "You answered the agent's question" : "The run ended before the question was answered";
+  card.dataset.interaction = status;
+  delete card.dataset.awaitingAnswer;
+  if (statusElement && !view.resultsByCallId.has(callId)) statusElement.textContent = INTERACTION_STATUS_TEXT[status];
+  if (status === "answered" && typeof answer === "string" && !view.resultsByCallId.has(callId)) showAnswerOnCard(card, answer);
+}
+
+function renderInteraction() {
+  const card = dom.interactionCard;
+  const interaction = state.interaction;
+  const show = interaction !== null && state.threadId !== null
+    && (typeof interaction.threadId !== "string" || interaction.threadId === state.threadId);
+  for (const marked of dom.messages.querySelectorAll(".node.tool-call[data-awaiting-answer]")) {
+    if (show && marked.dataset.callId === interaction.callId) continue;
+    delete marked.dataset.awaitingAnswer;
+    const statusElement = marked.querySelector(":scope > .tool-header > .tool-status");
+    if (statusElement && statusElement.textContent === "waiting for your answer") statusElement.textContent = marked.dataset.status || "";
+  }
+  if (!show) {
+    if (!card.hidden && card.contains(document.activeElement)) dom.input.focus();
+    card.hidden = true;
+    delete card.dataset.interactionId;
+    delete card.dataset.callId;
+    card.removeAttribute("aria-busy");
+    dom.interactionAnswer.value = "";
+    return;
+  }
+  if (card.dataset.interactionId !== interaction.id) {
+    // A new question: draw it (kept as is while it stays open, so typed text survives redraws).
+    const question = typeof interaction.question === "string" ? interaction.question : "";
+    dom.interactionQuestion.textContent = question;
+    const options = Array.isArray(interaction.options)
+      ? interaction.options.filter((option) => typeof option === "string" && option.trim() !== "")
+      : [];
+    dom.interactionOptions.replaceChildren(...options.map((option) => {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "interaction-option";
+      button.textContent = option;
+      button.dataset.answer = option;
+      button.addEventListener("click", () => answerInteraction(option));
+      return button;
+    }));
+    dom.interactionOptions.hidden = options.length === 0;
+    dom.interactionAnswer.value = "";
+    dom.interactionAnswer.placeholder = options.length ? "Or type another answer…" : "Type your answer…";
+    dom.interactionSubmit.textContent = "Answer";
+  }
+  card.dataset.interactionId = interaction.id;
+  card.dataset.epoch = state.epoch || "";
+  if (typeof interaction.callId === "string") card.dataset.callId = interaction.callId;
+
+  const toolCard = view.cardsByCallId.get(interaction.callId);
+  if (toolCard && !view.resultsByCallId.has(interaction.callId)) {
+    toolCard.dataset.awaitingAnswer = "true";
+    const statusElement = toolCard.querySelector(":scope > .tool-header > .tool-status");
+    if (statusElement) statusElement.textContent = "waiting for your answer";
+  }
+
+  const busy = state.interactionAnswer !== null;
+  card.setAttribute("aria-busy", String(busy));
+  for (const button of dom.interactionOptions.querySelectorAll("button")) button.disabled = busy;
+  dom.interactionAnswer.disabled = busy;
+  dom.interactionSubmit.disabled = busy;
+  const appearing = card.hidden;
+  card.hidden = false;
+  if (appearing) {
+    // Bring the question to keyboard and screen-reader users, unless they are typing.
+    if (!userIsTyping()) card.focus({ preventScroll: true });
+    card.scrollIntoView({ block: "nearest" });
+  }
+}
+
+function answerInteraction(answer) {
+  const interaction = state.interaction;
+  if (interaction === null || state.threadId === null || state.interactionAnswer !== null) return;
+  if (typeof answer !== "string" || answer.trim() === "") {
+    dom.interactionStatus.textContent = "Type an answer or choose one of the suggestions.";
+    dom.interactionAnswer.focus();
+    return;
+  }
+  // Keep focus inside the card while its controls are disabled (a disabled control drops focus).
+  dom.interactionCard.focus({ preventScroll: true });
+  const submissionId = sendOp("interaction.response", { threadId: state.threadId, interactionId: interaction.id, answer });
+  state.interactionAnswer = { submissionId, interactionId: interaction.id, answer };
+  dom.interactionStatus.textContent = `Sending your answer: ${clipText(answer, 80)}`;
+  hideError();
+  renderInteraction();
+}
+
 // ------------------------------------------------------------ provider retry ---
 
 function onRunRetry(event) {
@@ -1206,7 +1505,8 @@ function onRunRetry(event) {
     // `attempt` counts the failed attempts so far; the retry is the next one.
     next: Number.isFinite(event.attempt) ? event.attempt + 1 : null,
     maxAttempts: Number.isFinite(event.maxAttempts) ? event.maxAttempts : null,
-    message: plainError(event.error),
+    message: retryCause(event.error),
+    detail: event.error && typeof event.error.message === "string" ? event.error.message : "",
     until: Date.now() + delayMs,
   };
   renderRetry(true);
@@ -1233,6 +1533,7 @@ function renderRetry(announce = false) {
   if (retry === null) {
     dom.retryLine.hidden = true;
     dom.retryLine.replaceChildren();
+    dom.retryLine.title = "";
     return;
   }
   const { left, text } = retryText(retry);
@@ -1248,6 +1549,7 @@ function renderRetry(announce = false) {
   }
   if (announce) spoken.textContent = text;
   shown.textContent = text;
+  dom.retryLine.title = retry.detail ? `Details: ${retry.detail}` : "";
   dom.retryLine.hidden = false;
   if (left > 0) state.retryTimer = setTimeout(renderRetry, left % 1000 || 1000);
 }
@@ -1356,21 +1658,58 @@ function isRunning() {
   return RUNNING_STATES.has(state.runState);
 }
 
-function plainError(error) {
-  if (!error || typeof error !== "object") return "Something went wrong.";
-  if (typeof error.message === "string" && error.message.trim()) return error.message.trim();
-  if (typeof error.kind === "string") return `${error.kind.replace(/[_-]/g, " ")}.`;
-  return "Something went wrong.";
+/**
+ * An ErrorInfo in plain words: `text` says what happened and what to do,
+ * `detail` is the engine's own message when it adds something, `settings` the
+ * id of the settings field the fix is in (or null).
+ */
+function explainError(error) {
+  const kind = error && typeof error === "object" && typeof error.kind === "string" ? error.kind : "";
+  const message = error && typeof error === "object" && typeof error.message === "string" ? error.message.trim() : "";
+  const words = ERROR_WORDS[kind];
+  if (words && !MESSAGE_FIRST_KINDS.has(kind)) {
+    return { kind, text: words.text, detail: message && message !== words.text ? message : "", settings: words.settings || null };
+  }
+  if (message) return { kind, text: /[.!?]$/.test(message) ? message : `${message}.`, detail: "", settings: null };
+  if (kind === "invalid_command") return { kind, text: "That is not possible right now.", detail: "", settings: null };
+  if (kind === "not_found") return { kind, text: "That no longer exists. It may have been deleted.", detail: "", settings: null };
+  return { kind, text: "Something went wrong. Press Continue to try again.", detail: "", settings: null };
 }
 
-function showError(text) {
-  dom.errorText.textContent = text;
+/**
+ * The short cause of a provider retry for the retry line: the kind in words and
+ * the HTTP status when the engine's message names one (the full message is the
+ * line's tooltip). The action is the countdown: the engine retries by itself.
+ */
+function retryCause(error) {
+  const kind = error && typeof error.kind === "string" ? error.kind : "";
+  const message = error && typeof error.message === "string" ? error.message.trim() : "";
+  const status = /\bHTTP \d{3}\b/.exec(message);
+  const cause = RETRY_WORDS[kind] || "the request failed";
+  return status ? `${cause} (${status[0]})` : cause;
+}
+
+/** Shows an ErrorInfo (or a sentence) in the error banner; `prefix` says what failed. */
+function showError(error, prefix = "") {
+  const explained = typeof error === "string"
+    ? { kind: "", text: error, detail: "", settings: null }
+    : explainError(error);
+  dom.errorBanner.dataset.kind = explained.kind;
+  dom.errorText.textContent = `${prefix}${explained.text}`;
+  dom.errorDetail.textContent = explained.detail ? `Details: ${explained.detail}` : "";
+  dom.errorDetail.hidden = !explained.detail;
+  dom.errorSettings.hidden = explained.settings === null;
+  dom.errorSettings.dataset.field = explained.settings || "";
   dom.errorBanner.hidden = false;
 }
 
 function hideError() {
   dom.errorBanner.hidden = true;
+  dom.errorBanner.dataset.kind = "";
   dom.errorText.textContent = "";
+  dom.errorDetail.textContent = "";
+  dom.errorDetail.hidden = true;
+  dom.errorSettings.hidden = true;
 }
 
 function setNote(text) {
@@ -1457,6 +1796,10 @@ for (const [choice, button] of Object.entries(dom.uncertainButtons)) {
 for (const [decision, button] of Object.entries(dom.approvalButtons)) {
   button.addEventListener("click", () => answerApproval(decision));
 }
+dom.interactionForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  answerInteraction(dom.interactionAnswer.value.trim());
+});
 dom.threadList.addEventListener("change", () => {
   const threadId = dom.threadList.value;
   if (!threadId || threadId === state.threadId) return;
@@ -1466,6 +1809,10 @@ dom.threadList.addEventListener("change", () => {
   sendInitialize();
 });
 dom.errorDismiss.addEventListener("click", hideError);
+dom.errorSettings.addEventListener("click", () => {
+  const field = document.getElementById(dom.errorSettings.dataset.field || "") || dom.settingsProvider;
+  openSettings().then(() => field.focus());
+});
 dom.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = dom.messages;
   view.stickToBottom = scrollHeight - scrollTop - clientHeight < 40;
@@ -1574,13 +1921,21 @@ dom.settingsProvider.addEventListener("change", () => {
   }
   dom.settingsBaseUrl.placeholder = DEFAULT_BASE_URLS[provider] || "";
 });
+/** Opens the settings section (loading the stored values); resolves when the form is filled. */
+function openSettings() {
+  if (!dom.settingsSection.hidden) return Promise.resolve();
+  dom.settingsSection.hidden = false;
+  dom.settingsToggle.setAttribute("aria-expanded", "true");
+  setSettingsStatus("", false);
+  return loadSettings();
+}
+
 dom.settingsToggle.addEventListener("click", () => {
-  const opening = dom.settingsSection.hidden;
-  dom.settingsSection.hidden = !opening;
-  dom.settingsToggle.setAttribute("aria-expanded", String(opening));
-  if (opening) {
-    setSettingsStatus("", false);
-    loadSettings().then(() => dom.settingsProvider.focus());
+  if (dom.settingsSection.hidden) {
+    openSettings().then(() => dom.settingsProvider.focus());
+  } else {
+    dom.settingsSection.hidden = true;
+    dom.settingsToggle.setAttribute("aria-expanded", "false");
   }
 });
 
