@@ -38,5 +38,12 @@ lint:
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
 
+# Benchmarks (BENCHMARKS.md): the release extension, then native criterion
+# benches and the browser harness; writes target/bench/results.json.
+# BENCH_ARGS=--quick for a short smoke run.
+bench: deps
+	bash scripts/build.sh
+	node scripts/bench.mjs $(BENCH_ARGS)
+
 clean:
-	rm -rf dist target/pkg target/demo target/e2e
+	rm -rf dist target/pkg target/demo target/e2e target/bench

@@ -130,6 +130,15 @@ fn test_target() -> TargetInfo {
     }
 }
 
+/// The default engine, without the background title request (the scripted
+/// provider below answers requests in order).
+fn quiet_config() -> EngineConfig {
+    EngineConfig {
+        model_titles: false,
+        ..EngineConfig::default()
+    }
+}
+
 /// Drive an engine against IndexedDB with a scripted model and tools.
 async fn drive(
     engine: &mut Engine,
@@ -194,7 +203,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
         context_window: None,
     };
     let (image, _) = store.load_image().await.unwrap();
-    let mut engine = Engine::new(EngineConfig::default(), profile.clone(), 1, image, 100);
+    let mut engine = Engine::new(quiet_config(), profile.clone(), 1, image, 100);
     engine.handle_connect(1, ClientKind::ExtensionPage);
     engine.handle_op(
         100,
@@ -244,7 +253,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
     // A fresh worker: reopen, reload, subscribe; the thread is intact.
     let store = IdbStore::open(name).await.unwrap();
     let (image, _) = store.load_image().await.unwrap();
-    let mut engine = Engine::new(EngineConfig::default(), profile, 2, image, 200);
+    let mut engine = Engine::new(quiet_config(), profile, 2, image, 200);
     engine.handle_connect(7, ClientKind::ExtensionPage);
     engine.handle_op(
         200,
@@ -959,7 +968,7 @@ async fn run_turn_with_retries(db: &str) -> Vec<Event> {
             max_delay_ms: 2_000,
         },
         stream_idle_timeout_ms: 5_000,
-        ..EngineConfig::default()
+        ..quiet_config()
     };
     let (image, _) = store.load_image().await.unwrap();
     let start = js_sys::Date::now() as u64;

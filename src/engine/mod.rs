@@ -106,7 +106,8 @@ impl Default for RetryPolicy {
 pub struct EngineConfig {
     pub system_prompt: String,
     pub registry: ToolRegistry,
-    /// Minimum spacing between coalesced delta messages to one client (ms).
+    /// Minimum spacing between coalesced delta messages to one client (ms);
+    /// 17 keeps it at most one message per 60 Hz frame.
     pub delta_interval_ms: u64,
     pub retry: RetryPolicy,
     /// A stream that sends nothing for this long is aborted and retried (ms).
@@ -135,7 +136,7 @@ impl Default for EngineConfig {
         EngineConfig {
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
             registry: ToolRegistry::page_tools(),
-            delta_interval_ms: 16,
+            delta_interval_ms: 17,
             retry: RetryPolicy::default(),
             stream_idle_timeout_ms: 90_000,
             environment_limits: EnvironmentLimits::default(),
