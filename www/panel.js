@@ -25,6 +25,8 @@ const dom = {
   settingsTemperature: $("settings-temperature"),
   settingsToolUse: $("settings-tool-use"),
   settingsVision: $("settings-vision"),
+  settingsContextWindow: $("settings-context-window"),
+  settingsTokenBudget: $("settings-token-budget"),
   settingsStatus: $("settings-status"),
   settingsSave: $("settings-save"),
   status: $("status"),
@@ -700,6 +702,7 @@ function renderNode(node) {
       status: "running",
     });
     case "notice": return renderNotice(node);
+    case "compaction": return renderCompaction(node);
     case "turn_context": return null; // bookkeeping for the engine, nothing to read
     default: return renderUnknown(node);
   }
@@ -765,6 +768,20 @@ function renderNotice(node) {
   element.dataset.level = level;
   if (level === "error") element.setAttribute("role", "note");
   element.textContent = typeof node.text === "string" ? node.text : "";
+  return element;
+}
+
+/** A compaction checkpoint: where the conversation was summarized for the model. */
+function renderCompaction(node) {
+  const element = nodeElement(node, "details", "notice compaction");
+  element.dataset.level = "info";
+  const summary = document.createElement("summary");
+  const count = Number.isFinite(node.compactedNodes) ? node.compactedNodes : 0;
+  summary.textContent = `Conversation compacted: ${count} earlier items summarized for the model (history kept)`;
+  const body = document.createElement("pre");
+  body.className = "compaction-summary";
+  body.textContent = typeof node.summary === "string" ? node.summary : "";
+  element.append(summary, body);
   return element;
 }
 
@@ -1833,6 +1850,8 @@ async function loadSettings() {
     dom.settingsTemperature.value = Number.isFinite(current.temperature) ? String(current.temperature) : "";
     dom.settingsToolUse.checked = current.toolUse !== false;
     dom.settingsVision.checked = current.vision === true;
+    dom.settingsContextWindow.value = Number.isFinite(current.contextWindow) ? String(current.contextWindow) : "";
+    dom.settingsTokenBudget.value = Number.isFinite(current.tokenBudget) ? String(current.tokenBudget) : "";
     dom.settingsBaseUrl.placeholder = DEFAULT_BASE_URLS[provider];
   } catch (err) {
     setSettingsStatus(`Could not load settings: ${err && err.message ? err.message : err}`, true);
@@ -1866,8 +1885,20 @@ function readSettingsForm() {
       return { error: "Temperature must be a number from 0 to 2, or empty for the model's default.", field: dom.settingsTemperature };
     }
   }
+  const wholeNumber = (input, min, message) => {
+    const text = input.value.trim();
+    if (text === "") return { value: null };
+    const value = Number(text);
+    return Number.isInteger(value) && value >= min ? { value } : { error: message, field: input };
+  };
+  const contextWindow = wholeNumber(dom.settingsContextWindow, 1000, "Context window must be a whole number of tokens (at least 1000), or empty if unknown.");
+  if (contextWindow.error) return contextWindow;
+  const tokenBudget = wholeNumber(dom.settingsTokenBudget, 1, "Token budget must be a whole number of tokens, or empty for no budget.");
+  if (tokenBudget.error) return tokenBudget;
   return {
     settings: {
+      contextWindow: contextWindow.value,
+      tokenBudget: tokenBudget.value,
       provider,
       baseUrl: baseUrl.replace(/\/+$/, ""),
       model,

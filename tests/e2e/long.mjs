@@ -54,6 +54,9 @@ test('long_task_compacts_at_least_twice_and_finishes', { timeout: 300000 }, asyn
     const checkpoints = nodes.filter((n) => n.kind === 'compaction');
     assert.equal(results.length, STEPS);
     assert.ok(checkpoints.length >= 2);
+    // The panel shows where the conversation was compacted.
+    const shown = await session.panel.locator('[data-kind="compaction"]').count();
+    assert.ok(shown >= 2, `the panel shows ${shown} compaction notices`);
   } catch (error) {
     if (session) await saveArtifacts(session, 'long_task_compacts_at_least_twice_and_finishes', error);
     throw error;

@@ -887,6 +887,8 @@ isolatedTest('settings_round_trip', {}, async (session) => {
   await panel.fill('#settings-temperature', values.temperature);
   await panel.locator('#settings-tool-use').setChecked(false);
   await panel.locator('#settings-vision').setChecked(true);
+  await panel.fill('#settings-context-window', '128000');
+  await panel.fill('#settings-token-budget', '');
   await panel.click('#settings-save');
   await waitFor(async () => (await panel.locator('#settings-status').textContent()) === 'Saved', { timeout: 15000, message: 'Saved' });
   await screenshot(panel, 'settings');
@@ -902,6 +904,8 @@ isolatedTest('settings_round_trip', {}, async (session) => {
       temperature: 0.7,
       toolUse: false,
       vision: true,
+      contextWindow: 128000,
+      tokenBudget: null,
     },
     'stored in chrome.storage.local (the trailing slash of the URL dropped)',
   );
@@ -920,6 +924,8 @@ isolatedTest('settings_round_trip', {}, async (session) => {
   assert.equal(await panel.inputValue('#settings-temperature'), values.temperature);
   assert.equal(await panel.locator('#settings-tool-use').isChecked(), false);
   assert.equal(await panel.locator('#settings-vision').isChecked(), true);
+  assert.equal(await panel.inputValue('#settings-context-window'), '128000');
+  assert.equal(await panel.inputValue('#settings-token-budget'), '');
   assert.equal(await panel.getAttribute('#settings-api-key', 'type'), 'password', 'the API key field is masked');
   assert.ok(!(await panel.evaluate(() => document.body.innerText)).includes(values.apiKey), 'the key is not shown as text anywhere');
   assert.equal(await panel.getByRole('textbox', { name: 'Model' }).count(), 1, 'fields have accessible names');
