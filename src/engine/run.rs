@@ -207,7 +207,7 @@ impl Engine {
         put_thread(unit, thread);
     }
 
-    pub(super) fn call_provider(&mut self, now: u64, tid: &str) {
+    pub(super) fn call_provider(&mut self, _now: u64, tid: &str) {
         let item_id = self.ids.next_id("n");
         let t = self.threads.get_mut(tid).expect("active thread");
         let run = t.latest_run.as_mut().expect("active run");
@@ -266,7 +266,6 @@ pick a different element or tool, or explain the problem to the user.",
                 label: None,
             },
         );
-        let _ = now;
         self.send_request(tid);
     }
 
@@ -1044,9 +1043,8 @@ pick a different element or tool, or explain the problem to the user.",
                     None,
                 );
             }
-            (_, Some(index)) => {
+            (_, Some(_)) => {
                 // A never-retry write was dispatched and has no result: ask the user.
-                let _ = index;
                 let mut run = run;
                 run.state = RunState::PausedUncertain;
                 run.revision += 1;
