@@ -47,6 +47,7 @@ import {
   toolCards,
   orphanToolCallProblems,
   saveArtifacts,
+  isolatedTest as sharedIsolatedTest,
 } from '../support/session.mjs';
 
 try {
@@ -62,22 +63,9 @@ const TEST_TIMEOUT = 300000;
 const STALL_FOREVER_MS = 600000;
 const SCREENS_DIR = path.join(REPO_ROOT, 'target', 'e2e', 'screens');
 
-/** A test with its own fresh session (browser, profile, servers); artifacts are saved when it fails. */
+/** A test with its own fresh session (see tests/support/session.mjs). */
 function isolatedTest(name, options, body) {
-  test(name, { timeout: TEST_TIMEOUT }, async () => {
-    let session = null;
-    try {
-      session = await startSession(options);
-      await body(session);
-      if (process.env.E2E_ARTIFACTS === 'always') await saveArtifacts(session, name, 'passed (E2E_ARTIFACTS=always)');
-    } catch (error) {
-      const written = await saveArtifacts(session, name, error);
-      if (written.length) process.stderr.write(`e2e: ${name} failed; artifacts: ${written.join(', ')}\n`);
-      throw error;
-    } finally {
-      if (session) await session.close();
-    }
-  });
+  sharedIsolatedTest(test, name, options, body, { timeout: TEST_TIMEOUT });
 }
 
 /** Saves a screenshot of the panel as target/e2e/screens/<name>.png (on every run, for review). */

@@ -24,7 +24,7 @@ import {
   answerApprovalInPanel,
   approvalHistory,
 } from '../support/browser.mjs';
-import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts } from '../support/session.mjs';
+import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts, isolatedTest as sharedIsolatedTest } from '../support/session.mjs';
 
 try {
   assertExtensionBuilt(DEFAULT_EXTENSION_PATH);
@@ -36,22 +36,9 @@ try {
 const TEST_TIMEOUT = 300000;
 const FORM_PAGE = 'form.html';
 
-/** A test with its own fresh session; artifacts are saved when it fails. */
+/** A test with its own fresh session (see tests/support/session.mjs). */
 function isolatedTest(name, options, body) {
-  test(name, { timeout: TEST_TIMEOUT }, async () => {
-    let session = null;
-    try {
-      session = await startSession(options);
-      await body(session);
-      if (process.env.E2E_ARTIFACTS === 'always') await saveArtifacts(session, name, 'passed (E2E_ARTIFACTS=always)');
-    } catch (error) {
-      const written = await saveArtifacts(session, name, error);
-      if (written.length) process.stderr.write(`e2e: ${name} failed; artifacts: ${written.join(', ')}\n`);
-      throw error;
-    } finally {
-      if (session) await session.close();
-    }
-  });
+  sharedIsolatedTest(test, name, options, body, { timeout: TEST_TIMEOUT });
 }
 
 /** Replaces the mock's queue of responses through its HTTP control API. */

@@ -72,6 +72,29 @@ async function closeAll(closers) {
   }
 }
 
+/**
+ * Registers a node:test test with its own fresh session (browser, profile,
+ * servers); artifacts are saved when it fails (and always with
+ * E2E_ARTIFACTS=always). `test` is node:test's, passed in so this module
+ * stays importable by the demo.
+ */
+export function isolatedTest(test, name, options, body, { timeout = 300000 } = {}) {
+  test(name, { timeout }, async () => {
+    let session = null;
+    try {
+      session = await startSession(options);
+      await body(session);
+      if (process.env.E2E_ARTIFACTS === 'always') await saveArtifacts(session, name, 'passed (E2E_ARTIFACTS=always)');
+    } catch (error) {
+      const written = await saveArtifacts(session, name, error);
+      if (written.length) process.stderr.write(`e2e: ${name} failed; artifacts: ${written.join(', ')}\n`);
+      throw error;
+    } finally {
+      if (session) await session.close();
+    }
+  });
+}
+
 /** The page's Subscribe click counter (body[data-subscribe-clicks]). */
 export async function subscribeClicks(shop) {
   return Number(await shop.evaluate(() => document.body.dataset.subscribeClicks ?? window.subscribeClicks ?? 0));
