@@ -65,6 +65,17 @@ pub enum Op {
         #[serde(default)]
         node_id: Option<String>,
     },
+    /// Make another branch of a thread the active one → `command.ack{leafId}`,
+    /// `initialized` to every client subscribed to the thread. `nodeId` is any
+    /// message of the thread; the branch's newest tip under it becomes the leaf.
+    /// Refused while a turn runs or waits for an answer on the thread.
+    #[serde(rename = "thread.selectBranch")]
+    ThreadSelectBranch {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        node_id: String,
+    },
     /// Delete a thread and everything in it → `command.ack`, `threads.updated`.
     #[serde(rename = "thread.delete")]
     ThreadDelete {
@@ -73,6 +84,10 @@ pub enum Op {
         thread_id: String,
     },
     /// Start a turn (or queue it when one is running) → `command.ack`, `turn.start`, items…, `turn.complete`.
+    /// With `replaces` (the id of a message that started a turn on the active
+    /// path) the new turn starts a sibling branch in its place ("edit and
+    /// resend"): the old branch stays in the thread, subscribers get a fresh
+    /// `initialized`; refused (not queued) while a turn runs.
     #[serde(rename = "turn.submit")]
     TurnSubmit {
         #[serde(flatten)]
@@ -80,6 +95,8 @@ pub enum Op {
         #[serde(default)]
         thread_id: Option<String>,
         input: UserInput,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaces: Option<String>,
     },
     /// Add input to the running turn → `command.ack{steerId}` after the steer is durable.
     #[serde(rename = "turn.steer")]
@@ -105,6 +122,16 @@ pub enum Op {
         submission: Submission,
         thread_id: String,
         item_id: String,
+    },
+    /// Change the text of a queued turn that has not started →
+    /// `command.ack{itemId}`, `queue.updated`.
+    #[serde(rename = "queue.edit")]
+    QueueEdit {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        item_id: String,
+        input: UserInput,
     },
     /// Stop the running turn now → `command.ack`, `turn.complete{interrupted}`.
     #[serde(rename = "turn.interrupt")]
@@ -192,6 +219,8 @@ impl Op {
             Op::Initialize { submission, .. }
             | Op::ThreadCreate { submission }
             | Op::ThreadFork { submission, .. }
+            | Op::ThreadSelectBranch { submission, .. }
+            | Op::QueueEdit { submission, .. }
             | Op::ThreadDelete { submission, .. }
             | Op::TurnSubmit { submission, .. }
             | Op::TurnSteer { submission, .. }
@@ -211,6 +240,8 @@ impl Op {
             Op::Initialize { .. } => "initialize",
             Op::ThreadCreate { .. } => "thread.create",
             Op::ThreadFork { .. } => "thread.fork",
+            Op::ThreadSelectBranch { .. } => "thread.selectBranch",
+            Op::QueueEdit { .. } => "queue.edit",
             Op::ThreadDelete { .. } => "thread.delete",
             Op::TurnSubmit { .. } => "turn.submit",
             Op::TurnSteer { .. } => "turn.steer",
@@ -335,6 +366,18 @@ pub struct ThreadView {
     /// The question the run waits for, re-presented after a restart.
     #[serde(default)]
     pub pending_interaction: Option<InteractionRecord>,
+    /// Where the active path meets other branches of this thread, root first.
+    #[serde(default)]
+    pub branches: Vec<BranchPoint>,
+}
+
+/// A place where the conversation has alternatives: `nodeIds` are siblings
+/// (same parent, oldest first) and `active` indexes the one on the active path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchPoint {
+    pub node_ids: Vec<String>,
+    pub active: usize,
 }
 
 /// A steer that is durable but not yet part of the conversation.

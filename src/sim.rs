@@ -294,6 +294,18 @@ impl Sim {
         }
     }
 
+    /// Commit and acknowledge the oldest parked persist only; later ones stay parked.
+    pub fn release_one(&mut self) -> bool {
+        if self.held.is_empty() {
+            return false;
+        }
+        let (token, unit) = self.held.remove(0);
+        self.store.apply(&unit);
+        self.commit_log.push(token);
+        self.engine.handle_store_ack(self.now, token);
+        true
+    }
+
     /// Drive until idle; panics on livelock (more than `max_steps`).
     pub fn run(&mut self, max_steps: usize) {
         for _ in 0..max_steps {

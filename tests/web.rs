@@ -215,6 +215,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
             },
             thread_id: None,
             input: UserInput { text: "go".into() },
+            replaces: None,
         },
     );
     let response = |text: &str, calls: Vec<RawToolCall>, stop| ProviderResponse {
@@ -986,6 +987,7 @@ async fn run_turn_with_retries(db: &str) -> Vec<Event> {
             input: UserInput {
                 text: "Say something".into(),
             },
+            replaces: None,
         },
     );
     let mut events = Vec::new();

@@ -56,18 +56,8 @@ impl Engine {
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         };
-        let held = t.exec.as_ref().is_some_and(|e| {
-            matches!(
-                e.phase,
-                Phase::WaitingApproval { .. } | Phase::WaitingInteraction { .. }
-            )
-        });
-        if held {
-            return self.reject(
-                &reply,
-                ErrorKind::InvalidCommand,
-                "This thread waits for your answer to a question; answer it (or stop the turn) before forking.",
-            );
+        if let Some(why) = held_reason(t, "forking") {
+            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
         }
         let end = match &node_id {
             None => t.path.len(),
@@ -131,6 +121,93 @@ impl Engine {
         self.command(now, &fork_id, unit, reply, result, Follow::ThreadCreated);
     }
 
+    /// Make the branch holding `node_id` the active path.
+    pub(super) fn op_select_branch(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        node_id: &str,
+    ) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if let Some(why) = busy_reason(t, "switching branches") {
+            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
+        }
+        if !t.all_nodes().any(|n| n.id == node_id) {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "That message is not in this thread.",
+            );
+        }
+        let leaf = t.branch_tip(node_id);
+        let mut thread = t.thread.clone();
+        let result = json!({ "threadId": thread_id, "leafId": leaf });
+        let mut unit = UnitOfWork::new();
+        if thread.leaf_id.as_deref() != Some(leaf.as_str()) {
+            thread.leaf_id = Some(leaf);
+            thread.revision += 1;
+            thread.updated_at = now;
+            unit.put(Record::Thread(thread));
+        }
+        // Without a change the unit still carries the receipt: a duplicate replays it.
+        self.command(now, thread_id, unit, reply, result, Follow::AckOnly);
+    }
+
+    /// "Edit and resend": a new turn in place of the one `replaces` started,
+    /// as a sibling branch; the old branch stays in the thread.
+    pub(super) fn op_submit_branch(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: Option<String>,
+        replaces: &str,
+        text: String,
+    ) {
+        if text.trim().is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
+        }
+        let Some(tid) = thread_id else {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "Editing a message needs the thread it is in.",
+            );
+        };
+        let Some(t) = self.threads.get(&tid) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if let Some(why) = busy_reason(t, "editing a message") {
+            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
+        }
+        let Some(index) = t.path.iter().position(|n| n.id == replaces) else {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "That message is not in the active conversation.",
+            );
+        };
+        // Only a turn's opening message can be replaced; its turn_context
+        // goes with it (anything before, like a model-switch notice, stays shared).
+        let opens_turn = matches!(
+            t.path[index].body,
+            NodeBody::UserMessage { steered: false, .. }
+        ) && index > 0
+            && matches!(t.path[index - 1].body, NodeBody::TurnContext { .. });
+        if !opens_turn {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "Only a message that started a turn can be edited.",
+            );
+        }
+        let start = index - 1;
+        let parent = t.path[start].parent_id.clone();
+        self.start_turn_at(now, &tid, text, Some(reply), None, Some(parent));
+    }
+
     pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
@@ -144,7 +221,7 @@ impl Engine {
         }
         let mut unit = UnitOfWork::new();
         unit.delete(stores::THREADS, thread_id);
-        for node in &t.path {
+        for node in t.all_nodes() {
             unit.delete(stores::NODES, node.id.clone());
         }
         for run_id in &t.run_ids {
@@ -309,20 +386,66 @@ impl Engine {
     }
 
     pub(super) fn op_queue_remove(&mut self, reply: Reply, thread_id: &str, item_id: &str) {
-        let Some(t) = self.threads.get(thread_id) else {
-            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
-        };
-        if !t.queue.iter().any(|q| q.id == item_id) {
-            return self.reject(
-                &reply,
-                ErrorKind::NotFound,
-                "That queued turn no longer exists.",
-            );
+        if let Err((kind, why)) = self.queue_item_editable(thread_id, item_id) {
+            return self.reject(&reply, kind, why);
         }
         let mut unit = UnitOfWork::new();
         unit.delete(stores::QUEUE, item_id);
         let result = json!({ "itemId": item_id });
         self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
+    }
+
+    pub(super) fn op_queue_edit(
+        &mut self,
+        reply: Reply,
+        thread_id: &str,
+        item_id: &str,
+        text: String,
+    ) {
+        if text.trim().is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
+        }
+        if let Err((kind, why)) = self.queue_item_editable(thread_id, item_id) {
+            return self.reject(&reply, kind, why);
+        }
+        let mut item = self.threads[thread_id]
+            .queue
+            .iter()
+            .find(|q| q.id == item_id)
+            .cloned()
+            .expect("checked");
+        item.text = text;
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::QueueItem(item));
+        let result = json!({ "itemId": item_id });
+        self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
+    }
+
+    /// A queued turn that exists and is not being started right now.
+    fn queue_item_editable(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+    ) -> Result<(), (ErrorKind, &'static str)> {
+        let Some(t) = self.threads.get(thread_id) else {
+            return Err((ErrorKind::NotFound, "No such thread."));
+        };
+        if !t.queue.iter().any(|q| q.id == item_id) {
+            return Err((ErrorKind::NotFound, "That queued turn no longer exists."));
+        }
+        let starting = self.pending.values().any(|p| {
+            p.unit
+                .deletes
+                .iter()
+                .any(|d| d.store == stores::QUEUE && d.key == item_id)
+        });
+        if starting {
+            return Err((
+                ErrorKind::InvalidCommand,
+                "That queued turn is starting now; it can no longer be changed.",
+            ));
+        }
+        Ok(())
     }
 
     pub(super) fn op_interrupt(&mut self, now: u64, reply: Reply, thread_id: &str) {
@@ -441,4 +564,38 @@ impl Engine {
             ),
         }
     }
+}
+
+/// Why a thread cannot change shape now: it waits for the user's answer.
+fn held_reason(t: &ThreadState, doing: &str) -> Option<String> {
+    let held = t.exec.as_ref().is_some_and(|e| {
+        matches!(
+            e.phase,
+            Phase::WaitingApproval { .. } | Phase::WaitingInteraction { .. }
+        )
+    });
+    held.then(|| {
+        format!(
+            "This thread waits for your answer to a question; answer it (or stop the turn) before {doing}."
+        )
+    })
+}
+
+/// Why the active path cannot move now: a turn holds it.
+fn busy_reason(t: &ThreadState, doing: &str) -> Option<String> {
+    if let Some(why) = held_reason(t, doing) {
+        return Some(why);
+    }
+    let uncertain = t
+        .exec
+        .as_ref()
+        .is_some_and(|e| matches!(e.phase, Phase::Uncertain { .. }));
+    if uncertain {
+        return Some(format!(
+            "An action on this thread has an unknown outcome; choose Retry, Mark done or Fail before {doing}."
+        ));
+    }
+    t.exec
+        .is_some()
+        .then(|| format!("A turn is running on this thread; stop it (Esc) before {doing}."))
 }

@@ -39,9 +39,9 @@ use crate::model::{
     Receipt, Run, RunState, SiteRule, StopReason, Thread, ToolStatus, Usage, MAX_QUEUE,
 };
 use crate::protocol::{
-    ApprovalDecision, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event, EventEnvelope,
-    ItemKind, Op, PendingSteerView, Snapshot, Submission, ThreadView, UncertainChoice, UsageTotals,
-    PROTOCOL_VERSION,
+    ApprovalDecision, BranchPoint, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event,
+    EventEnvelope, ItemKind, Op, PendingSteerView, Snapshot, Submission, ThreadView,
+    UncertainChoice, UsageTotals, PROTOCOL_VERSION,
 };
 use crate::provider::{ProviderError, ProviderRequest, ProviderResponse, StreamEvent};
 use crate::store::{stores, Record, StoreError, StoreImage, UnitOfWork};
@@ -402,7 +402,10 @@ struct ThreadState {
     thread: Thread,
     loaded: bool,
     loading: bool,
+    /// The active path, root first.
     path: Vec<Node>,
+    /// Every other node of the thread (other branches), in no order.
+    off_path: Vec<Node>,
     call_ids: HashSet<String>,
     queue: Vec<QueueItem>,
     steers: Vec<PendingSteer>,
@@ -431,6 +434,7 @@ impl ThreadState {
             loaded,
             loading: false,
             path: Vec::new(),
+            off_path: Vec::new(),
             call_ids: HashSet::new(),
             queue: Vec::new(),
             steers: Vec::new(),
@@ -449,6 +453,98 @@ impl ThreadState {
 
     fn leaf_id(&self) -> Option<String> {
         self.path.last().map(|n| n.id.clone())
+    }
+
+    /// Split a thread's nodes into the active path (ending at the thread's
+    /// leaf) and the other branches.
+    fn set_nodes(&mut self, mut nodes: Vec<Node>) {
+        self.path = path_to_leaf(&nodes, self.thread.leaf_id.as_deref());
+        let on_path: HashSet<&str> = self.path.iter().map(|n| n.id.as_str()).collect();
+        nodes.retain(|n| !on_path.contains(n.id.as_str()));
+        self.off_path = nodes;
+    }
+
+    /// A committed node: it extends the active path or lands on another branch.
+    fn add_node(&mut self, node: Node) {
+        if node.parent_id == self.leaf_id() {
+            self.path.push(node);
+        } else {
+            self.off_path.retain(|n| n.id != node.id);
+            self.off_path.push(node);
+        }
+    }
+
+    /// Re-split after the thread record's leaf moved somewhere other than the
+    /// end of the active path (a branch switch or an edited message).
+    /// Returns whether the active path changed shape.
+    fn realign(&mut self) -> bool {
+        if self.thread.leaf_id == self.leaf_id() {
+            return false;
+        }
+        let mut nodes = std::mem::take(&mut self.path);
+        nodes.append(&mut self.off_path);
+        self.set_nodes(nodes);
+        true
+    }
+
+    fn node_count(&self) -> usize {
+        self.path.len() + self.off_path.len()
+    }
+
+    fn all_nodes(&self) -> impl Iterator<Item = &Node> {
+        self.path.iter().chain(self.off_path.iter())
+    }
+
+    /// The newest tip under `node_id`: from it, follow the newest child down.
+    fn branch_tip(&self, node_id: &str) -> String {
+        let mut children: HashMap<&str, Vec<&Node>> = HashMap::new();
+        for node in self.all_nodes() {
+            if let Some(parent) = node.parent_id.as_deref() {
+                children.entry(parent).or_default().push(node);
+            }
+        }
+        let mut tip = node_id;
+        let mut steps = 0;
+        while let Some(kids) = children.get(tip) {
+            let newest = kids
+                .iter()
+                .max_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
+                .expect("non-empty");
+            tip = newest.id.as_str();
+            steps += 1;
+            if steps > self.node_count() {
+                break; // a damaged store with a cycle
+            }
+        }
+        tip.to_string()
+    }
+
+    /// Where the active path has sibling alternatives.
+    fn branch_points(&self) -> Vec<BranchPoint> {
+        if self.off_path.is_empty() {
+            return Vec::new();
+        }
+        let mut siblings: HashMap<Option<&str>, Vec<&Node>> = HashMap::new();
+        for node in self.all_nodes() {
+            siblings
+                .entry(node.parent_id.as_deref())
+                .or_default()
+                .push(node);
+        }
+        let mut points = Vec::new();
+        for node in &self.path {
+            let Some(group) = siblings.get_mut(&node.parent_id.as_deref()) else {
+                continue;
+            };
+            if group.len() < 2 {
+                continue;
+            }
+            group.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            let node_ids: Vec<String> = group.iter().map(|n| n.id.clone()).collect();
+            let active = node_ids.iter().position(|id| *id == node.id).unwrap_or(0);
+            points.push(BranchPoint { node_ids, active });
+        }
+        points
     }
 }
 
@@ -504,6 +600,8 @@ enum Then {
 
 #[derive(Debug)]
 enum Follow {
+    /// Nothing beyond the ACK (and the snapshot a reshaped path sends).
+    AckOnly,
     QueueUpdated,
     ThreadCreated,
     ThreadDeleted,
@@ -613,8 +711,8 @@ impl Engine {
                     .filter(|n| n.thread_id == state.thread.id)
                     .cloned()
                     .collect();
-                state.path = path_to_leaf(&own, state.thread.leaf_id.as_deref());
                 state.call_ids = call_ids_of(&own);
+                state.set_nodes(own);
             }
             self.threads.insert(state.thread.id.clone(), state);
         }
@@ -801,8 +899,26 @@ impl Engine {
             } => self.op_thread_fork(now, reply, &thread_id, node_id),
             Op::ThreadDelete { thread_id, .. } => self.op_thread_delete(reply, &thread_id),
             Op::TurnSubmit {
-                thread_id, input, ..
+                thread_id,
+                input,
+                replaces: None,
+                ..
             } => self.op_submit(now, reply, thread_id, input.text),
+            Op::TurnSubmit {
+                thread_id,
+                input,
+                replaces: Some(node_id),
+                ..
+            } => self.op_submit_branch(now, reply, thread_id, &node_id, input.text),
+            Op::ThreadSelectBranch {
+                thread_id, node_id, ..
+            } => self.op_select_branch(now, reply, &thread_id, &node_id),
+            Op::QueueEdit {
+                thread_id,
+                item_id,
+                input,
+                ..
+            } => self.op_queue_edit(reply, &thread_id, &item_id, input.text),
             Op::TurnSteer {
                 thread_id,
                 expected_turn_id,
@@ -848,8 +964,8 @@ impl Engine {
             return;
         };
         if !t.loaded {
-            t.path = path_to_leaf(&nodes, t.thread.leaf_id.as_deref());
             t.call_ids = call_ids_of(&nodes);
+            t.set_nodes(nodes);
             t.loaded = true;
         }
         t.loading = false;
@@ -887,6 +1003,21 @@ impl Engine {
             return;
         };
         self.apply_to_memory(&pending.unit);
+        // A moved leaf (branch switch, edited message): clients redraw from a
+        // snapshot before any event of this commit refers to the new path.
+        let reshaped = self
+            .threads
+            .get_mut(&pending.thread_id)
+            .is_some_and(|t| t.realign());
+        if reshaped {
+            let snapshot = self.snapshot(Some(&pending.thread_id));
+            self.broadcast(
+                &pending.thread_id,
+                Event::Initialized {
+                    snapshot: Box::new(snapshot),
+                },
+            );
+        }
         self.after_commit(now, pending);
     }
 

@@ -17,13 +17,26 @@ impl Engine {
         reply: Option<Reply>,
         from_queue: Option<String>,
     ) {
+        self.start_turn_at(now, tid, text, reply, from_queue, None);
+    }
+
+    /// Start a turn after `parent` (Some: a branch point; None: the leaf).
+    pub(super) fn start_turn_at(
+        &mut self,
+        now: u64,
+        tid: &str,
+        text: String,
+        reply: Option<Reply>,
+        from_queue: Option<String>,
+        parent: Option<Option<String>>,
+    ) {
         let profile = self.profile.clone();
         let environment =
             build_environment(&self.config, &profile, &self.config.environment_limits).ok();
         let run_id = self.ids.next_id("r");
         let t = self.threads.get_mut(tid).expect("caller checked");
         let mut thread = t.thread.clone();
-        let mut parent = t.leaf_id();
+        let mut parent = parent.unwrap_or_else(|| t.leaf_id());
         // Switching model or provider mid-thread is a field change plus a notice;
         // the history itself is never rewritten.
         let switched = t.latest_run.as_ref().and_then(|previous| {
@@ -1110,6 +1123,7 @@ pick a different element or tool, or explain the problem to the user.",
         }
         match then {
             Then::Command { follow } => match follow {
+                Follow::AckOnly => {}
                 Follow::QueueUpdated => self.emit_queue(&tid),
                 Follow::StartQueued => {
                     if let Some(t) = self.threads.get_mut(&tid) {

@@ -384,6 +384,8 @@ impl Engine {
             | Op::RunResolveUncertain { thread_id, .. }
             | Op::TurnInterrupt { thread_id, .. }
             | Op::QueueRemove { thread_id, .. }
+            | Op::QueueEdit { thread_id, .. }
+            | Op::ThreadSelectBranch { thread_id, .. }
             | Op::TurnSteer { thread_id, .. }
             | Op::TurnEnqueue { thread_id, .. }
             | Op::RunResume { thread_id, .. } => Some(thread_id.clone()),
@@ -444,6 +446,7 @@ impl Engine {
                         .find(|q| &q.id == id && q.status == InteractionStatus::Pending)
                 })
                 .cloned(),
+            branches: t.branch_points(),
         });
         Snapshot {
             protocol_version: PROTOCOL_VERSION,
@@ -475,7 +478,7 @@ impl Engine {
                         if let NodeBody::ToolCall { call_id, .. } = &node.body {
                             t.call_ids.insert(call_id.clone());
                         }
-                        t.path.push(node.clone());
+                        t.add_node(node.clone());
                     }
                 }
                 Record::Run(run) => {

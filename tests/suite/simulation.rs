@@ -1,12 +1,18 @@
 //! Deterministic simulation: seeded schedules that inject steers, enqueues,
-//! interrupts and crashes (before/after commits, mid-stream, mid-tool) at
-//! random points, then check every invariant that applies.
+//! interrupts, duplicate and conflicting submissions (turns, steers, approval
+//! decisions), registry changes between a crash and the resume, and crashes
+//! (before/after commits, mid-stream, mid-tool) at random points, then check
+//! every invariant that applies.
 //!
 //! `SIM_SEEDS=N` runs N schedules (default 10,000); `SIM_SEED=S` replays one.
 
-use sw_agent::model::RunState;
-use sw_agent::protocol::{ApprovalDecision, Event, UncertainChoice};
+use std::collections::HashSet;
+
+use serde_json::json;
+use sw_agent::model::{NodeBody, RunState};
+use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event, Op, Submission, UncertainChoice};
 use sw_agent::sim::{CrashPoint, Sim};
+use sw_agent::tools::ToolRegistry;
 
 use super::support::*;
 
@@ -30,6 +36,12 @@ impl Rng {
 struct Outcome {
     steps: usize,
     crashes: u32,
+    /// Runs refused on resume because the registry changed under them.
+    drifted_runs: usize,
+    /// Conflicting payloads under a used submission id that were refused.
+    conflicts_refused: usize,
+    /// Uncertain writes the user chose to retry.
+    retries: usize,
 }
 
 fn run_schedule(seed: u64) -> Result<Outcome, String> {
@@ -65,6 +77,9 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
     sim.send(conn, submit("submit-0", None, "Subscribe me"));
     let mut steps = 0usize;
     let mut resumes = 0;
+    // resume_refuses_drift: once per schedule the registry may change while
+    // the worker is down; calls made before that must never be dispatched after.
+    let mut drift: Option<Drift> = None;
     loop {
         steps += 1;
         if steps > 20_000 {
@@ -93,6 +108,48 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
                 // A duplicate of an earlier submission must replay, never redo.
                 sim.send(conn, submit("submit-0", None, "Subscribe me"));
             }
+            if rng.chance(4) {
+                // receipt_replay_or_reject: another payload under a used id.
+                sim.send(conn, submit("submit-0", None, "Unsubscribe me"));
+            }
+            if rng.chance(6) && !steers.is_empty() {
+                // The same steer id with other text: refused once the first is
+                // durable; if the first was lost in a crash it is a new steer.
+                let first = steers[rng.next() as usize % steers.len()].clone();
+                let text = format!("{first} (conflict)");
+                if !first.ends_with("(conflict)") && !steers.contains(&text) {
+                    sim.send(conn, steer(&format!("steer-{first}"), thread, turn, &text));
+                    steers.push(text);
+                }
+            }
+        }
+        if rng.chance(10) {
+            // A conflicting answer to a waiting approval, under the id the
+            // simulated user answers with.
+            let pending = sim
+                .store
+                .approvals
+                .values()
+                .find(|a| a.status == sw_agent::model::ApprovalStatus::Pending)
+                .cloned();
+            if let Some(approval) = pending {
+                let decision = match sim.auto_approve {
+                    Some(ApprovalDecision::Decline) => ApprovalDecision::AcceptOnce,
+                    _ => ApprovalDecision::Decline,
+                };
+                sim.send(
+                    conn,
+                    Op::ApprovalResponse {
+                        submission: Submission {
+                            client_id: "sim-user".into(),
+                            submission_id: format!("approve-{}", approval.id),
+                        },
+                        thread_id: approval.thread_id.clone(),
+                        approval_id: approval.id.clone(),
+                        decision,
+                    },
+                );
+            }
         }
         if rng.chance(25) {
             let point = match rng.next() % 3 {
@@ -110,7 +167,12 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
                         }
                     }
                 }
-                None => sim.crash(), // mid-stream / mid-tool / between steps
+                None => {
+                    if drift.is_none() && rng.chance(60) {
+                        drift = Some(change_registry(&mut sim));
+                    }
+                    sim.crash() // mid-stream / mid-tool / between steps
+                }
             }
             conn = reconnect(&mut sim);
             continue;
@@ -131,10 +193,10 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
         match run.map(|r| r.state) {
             Some(RunState::PausedUncertain) => {
                 n += 1;
-                let choice = if rng.chance(500) {
-                    UncertainChoice::MarkDone
-                } else {
-                    UncertainChoice::Fail
+                let choice = match rng.next() % 3 {
+                    0 => UncertainChoice::MarkDone,
+                    1 => UncertainChoice::Retry,
+                    _ => UncertainChoice::Fail,
                 };
                 sim.send(conn, resolve(&format!("u-{n}"), &thread, choice));
             }
@@ -160,6 +222,10 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
         return Err("heartbeat left on with no active run".into());
     }
     check_invariants(&sim, &steers)?;
+    check_conflicts(&sim)?;
+    if let Some(drift) = &drift {
+        check_drift(&sim, drift)?;
+    }
     // Every event of one engine instance has increasing seq.
     let mut last: Option<(String, u64)> = None;
     for (_, e) in &sim.events {
@@ -175,10 +241,142 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
         .iter()
         .filter(|(_, e)| matches!(e.event, Event::TurnComplete { .. }))
         .count();
+    let conflicts_refused = sim
+        .events
+        .iter()
+        .filter(|(_, e)| {
+            matches!(&e.event, Event::CommandReject { error, .. }
+                if error.kind == ErrorKind::InvalidCommand && error.message.contains("different"))
+        })
+        .count();
+    let retries = sim
+        .events
+        .iter()
+        .filter(|(_, e)| {
+            matches!(&e.event, Event::CommandAck { op_type, result, .. }
+                if op_type == "run.resolveUncertain" && result["choice"] == "retry")
+        })
+        .count();
     Ok(Outcome {
         steps,
         crashes: sim.crashes,
+        drifted_runs: drift.map_or(0, |d| d.started.len()),
+        conflicts_refused,
+        retries,
     })
+}
+
+/// What the store held when the registry changed under a crashed worker.
+struct Drift {
+    /// Tool calls already in the store (made in the old environment).
+    calls: HashSet<String>,
+    /// Dispatches before the change.
+    dispatched: usize,
+    /// Runs that had started and were not finished.
+    started: Vec<String>,
+}
+
+/// The click tool gains a parameter: its digest changes, so any run started
+/// before must refuse to resume.
+fn change_registry(sim: &mut Sim) -> Drift {
+    let mut registry = ToolRegistry::new();
+    for d in ToolRegistry::page_tools().descriptors() {
+        let mut d = d.clone();
+        if d.name == "click" {
+            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
+        }
+        registry.register(d).expect("valid descriptor");
+    }
+    sim.config.registry = registry;
+    Drift {
+        calls: sim
+            .store
+            .nodes
+            .values()
+            .filter_map(|n| match &n.body {
+                NodeBody::ToolCall { call_id, .. } => Some(call_id.clone()),
+                _ => None,
+            })
+            .collect(),
+        dispatched: sim.dispatches.len(),
+        started: sim
+            .store
+            .runs
+            .values()
+            .filter(|r| !r.state.is_terminal() && r.state != RunState::Queued)
+            .map(|r| r.id.clone())
+            .collect(),
+    }
+}
+
+/// resume_refuses_drift: nothing of the old environment ran after the change,
+/// and every run it interrupted ended naming the drift.
+fn check_drift(sim: &Sim, drift: &Drift) -> Result<(), String> {
+    for d in &sim.dispatches[drift.dispatched..] {
+        if drift.calls.contains(&d.call_id) {
+            return Err(format!(
+                "resume_refuses_drift: call {} from before the registry change was dispatched after it",
+                d.call_id
+            ));
+        }
+    }
+    for id in &drift.started {
+        let run = &sim.store.runs[id];
+        let named = run
+            .error
+            .as_ref()
+            .is_some_and(|e| e.kind == ErrorKind::EnvironmentDrift);
+        if run.state != RunState::Failed || !named {
+            return Err(format!(
+                "resume_refuses_drift: run {id} started before the registry change ended {:?} ({:?})",
+                run.state, run.error
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// receipt_replay_or_reject: every ACK of one submission id carries the
+/// same result, a conflicting payload never shows, and what was ACKed is
+/// what the store holds.
+fn check_conflicts(sim: &Sim) -> Result<(), String> {
+    let mut acks: std::collections::HashMap<&str, &serde_json::Value> = Default::default();
+    for (_, e) in &sim.events {
+        if let Event::CommandAck {
+            submission_id,
+            result,
+            ..
+        } = &e.event
+        {
+            if let Some(first) = acks.insert(submission_id.as_str(), result) {
+                if first != result {
+                    return Err(format!(
+                        "receipt_replay_or_reject: {submission_id} ACKed twice with different results: {first} vs {result}"
+                    ));
+                }
+            }
+        }
+    }
+    for node in sim.store.nodes.values() {
+        if let NodeBody::UserMessage { text, .. } = &node.body {
+            if text == "Unsubscribe me" {
+                return Err("receipt_replay_or_reject: a conflicting turn.submit ran".into());
+            }
+        }
+    }
+    for approval in sim.store.approvals.values() {
+        let key = format!("approve-{}", approval.id);
+        if let Some(result) = acks.get(key.as_str()) {
+            let acked = serde_json::to_value(approval.status).expect("status");
+            if result["status"] != acked {
+                return Err(format!(
+                    "receipt_replay_or_reject: approval {} ACKed {} but stored {acked}",
+                    approval.id, result["status"]
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -196,11 +394,15 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
         .unwrap_or(10_000);
     let mut total_steps = 0usize;
     let mut total_crashes = 0u64;
+    let (mut drifted, mut conflicts, mut retries) = (0usize, 0usize, 0usize);
     for seed in 0..seeds {
         match run_schedule(seed) {
             Ok(o) => {
                 total_steps += o.steps;
                 total_crashes += u64::from(o.crashes);
+                drifted += o.drifted_runs;
+                conflicts += o.conflicts_refused;
+                retries += o.retries;
             }
             Err(e) => panic!("seed {seed} failed: {e}\nreplay with: SIM_SEED={seed} cargo test simulation_crash_anywhere"),
         }
@@ -210,7 +412,16 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
         total_crashes > seeds,
         "only {total_crashes} crashes in {seeds} schedules"
     );
-    eprintln!("{seeds} schedules, {total_steps} steps, {total_crashes} crashes");
+    if seeds >= 1000 {
+        assert!(drifted > 0, "no run met a registry change");
+        assert!(conflicts > 0, "no conflicting submission was refused");
+        assert!(retries > 0, "no uncertain write was retried");
+    }
+    eprintln!(
+        "{seeds} schedules, {total_steps} steps, {total_crashes} crashes, \
+         {drifted} runs refused for drift, {conflicts} conflicting submissions refused, \
+         {retries} uncertain writes retried"
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ pub fn submit(id: &str, thread: Option<&str>, text: &str) -> Op {
         submission: submission(id),
         thread_id: thread.map(str::to_string),
         input: UserInput { text: text.into() },
+        replaces: None,
     }
 }
 
@@ -212,8 +213,18 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
     }
     if runs_terminal {
         for text in &acked_steers {
-            let durable_pending = sim.store.steers.values().any(|s| &s.text == text);
-            if !counts.contains_key(text.as_str()) && !durable_pending {
+            // The simulation may reuse a steer's id with other text ("<text>
+            // (conflict)"); if the first was lost before it was durable, the
+            // ACK under that id is the conflicting steer's.
+            let conflict = format!("{text} (conflict)");
+            let durable_pending = sim
+                .store
+                .steers
+                .values()
+                .any(|s| &s.text == text || s.text == conflict);
+            let landed =
+                counts.contains_key(text.as_str()) || counts.contains_key(conflict.as_str());
+            if !landed && !durable_pending {
                 return Err(format!(
                     "steer_exactly_once_in_order: acked steer {text:?} was lost"
                 ));
@@ -263,10 +274,29 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
             ));
         }
     }
-    // never_retry_at_most_once
-    let mut seen = HashSet::new();
+    // never_retry_at_most_once: a repeat needs the user's explicit Retry of
+    // an uncertain write (one more dispatch per Retry decision).
+    let retries = sim
+        .events
+        .iter()
+        .filter(|(_, e)| {
+            matches!(&e.event, Event::CommandAck { op_type, result, .. }
+                if op_type == "run.resolveUncertain" && result["choice"] == "retry")
+        })
+        .map(|(_, e)| match &e.event {
+            Event::CommandAck { submission_id, .. } => submission_id.clone(),
+            _ => unreachable!(),
+        })
+        .collect::<HashSet<_>>()
+        .len();
+    let mut counts: HashMap<&str, usize> = HashMap::new();
     for d in &sim.dispatches {
-        if d.name == "click" && !seen.insert(d.call_id.clone()) {
+        if d.name != "click" {
+            continue;
+        }
+        let n = counts.entry(d.call_id.as_str()).or_default();
+        *n += 1;
+        if *n > 1 + retries {
             return Err(format!(
                 "never_retry_at_most_once: click {} dispatched twice",
                 d.call_id

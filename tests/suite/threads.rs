@@ -132,3 +132,321 @@ fn fork_is_refused_at_an_open_tool_call_or_while_a_question_waits() {
     assert_eq!(rejects[2].1, ErrorKind::NotFound);
     assert_eq!(sim.store.threads.len(), 1);
 }
+
+/// A model that answers every turn with an echo of the last user message.
+fn echo_policy() -> sw_agent::sim::Policy {
+    Box::new(|request: &sw_agent::provider::ProviderRequest| {
+        let last = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                sw_agent::provider::ChatMessage::User { text } => Some(text.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        sw_agent::sim::Reply::text(&format!("echo: {last}"))
+    })
+}
+
+fn select(id: &str, thread: &str, node: &str) -> Op {
+    Op::ThreadSelectBranch {
+        submission: submission(id),
+        thread_id: thread.into(),
+        node_id: node.into(),
+    }
+}
+
+fn edit(id: &str, thread: &str, replaces: &str, text: &str) -> Op {
+    Op::TurnSubmit {
+        submission: submission(id),
+        thread_id: Some(thread.into()),
+        input: sw_agent::protocol::UserInput { text: text.into() },
+        replaces: Some(replaces.into()),
+    }
+}
+
+fn user_texts(path: &[sw_agent::model::Node]) -> Vec<String> {
+    path.iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::UserMessage { text, .. } => Some(text.clone()),
+            NodeBody::AssistantMessage { text, .. } => Some(format!("A:{text}")),
+            _ => None,
+        })
+        .collect()
+}
+
+fn user_node(sim: &Sim, text: &str) -> String {
+    paths(sim)[0]
+        .iter()
+        .find(|n| matches!(&n.body, NodeBody::UserMessage { text: t, .. } if t == text))
+        .expect("message on the active path")
+        .id
+        .clone()
+}
+
+fn rejects(sim: &Sim, conn: u64, op: &str) -> Vec<(String, ErrorKind, String)> {
+    sim.events_for(conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CommandReject {
+                submission_id,
+                op_type,
+                error,
+            } if op_type == op => Some((submission_id.clone(), error.kind, error.message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn last_branches(sim: &Sim, conn: u64) -> Vec<sw_agent::protocol::BranchPoint> {
+    sim.events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Initialized { snapshot } => snapshot.thread.as_ref().map(|t| t.branches.clone()),
+            _ => None,
+        })
+        .expect("a snapshot")
+}
+
+#[test]
+fn edit_starts_a_sibling_branch_and_select_branch_switches_between_them() {
+    let mut sim = Sim::new(130, echo_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "first"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, submit("s2", Some(&tid), "second"));
+    sim.run(10_000);
+    let second = user_node(&sim, "second");
+    let before_nodes = sim.store.nodes.len();
+
+    sim.send(conn, edit("e1", &tid, &second, "second, edited"));
+    sim.run(10_000);
+    assert_eq!(
+        user_texts(&paths(&sim)[0]),
+        [
+            "first",
+            "A:echo: first",
+            "second, edited",
+            "A:echo: second, edited"
+        ]
+    );
+    // The old branch is still stored; the request of the new one never saw it.
+    assert_eq!(sim.store.nodes.len(), before_nodes + 3);
+    assert!(sim.store.nodes.contains_key(&second));
+    let points = last_branches(&sim, conn);
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0].node_ids.len(), 2);
+    assert_eq!(points[0].active, 1);
+    let old_start = points[0].node_ids[0].clone();
+
+    // Switch back: the leaf becomes the old branch's tip, clients get a snapshot.
+    sim.send(conn, select("b1", &tid, &old_start));
+    sim.run(10_000);
+    assert_eq!(
+        user_texts(&paths(&sim)[0]),
+        ["first", "A:echo: first", "second", "A:echo: second"]
+    );
+    assert_eq!(last_branches(&sim, conn)[0].active, 0);
+    let revision = sim.store.threads[&tid].revision;
+
+    // receipt_replay_or_reject: the same submission replays, another payload under its id is refused.
+    sim.send(conn, select("b1", &tid, &old_start));
+    sim.send(conn, select("b1", &tid, &points[0].node_ids[1]));
+    sim.run(1000);
+    assert_eq!(sim.store.threads[&tid].revision, revision);
+    let refused = rejects(&sim, conn, "thread.selectBranch");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].1, ErrorKind::InvalidCommand);
+    let acks = sim
+        .events_for(conn)
+        .into_iter()
+        .filter(
+            |e| matches!(e, Event::CommandAck { op_type, .. } if op_type == "thread.selectBranch"),
+        )
+        .count();
+    assert_eq!(acks, 2, "original ACK and its replay");
+
+    // A turn on the selected branch extends it, not the other one.
+    sim.send(conn, submit("s3", Some(&tid), "third"));
+    sim.run(10_000);
+    assert_eq!(
+        user_texts(&paths(&sim)[0]),
+        [
+            "first",
+            "A:echo: first",
+            "second",
+            "A:echo: second",
+            "third",
+            "A:echo: third"
+        ]
+    );
+
+    // After a restart the branches are rebuilt from the store.
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(1000);
+    let points = last_branches(&sim, conn);
+    assert_eq!(points.len(), 1);
+    assert_eq!(points[0].active, 0);
+    sim.send(conn, select("b2", &tid, &points[0].node_ids[1]));
+    sim.run(1000);
+    assert_eq!(
+        user_texts(&paths(&sim)[0]),
+        [
+            "first",
+            "A:echo: first",
+            "second, edited",
+            "A:echo: second, edited"
+        ]
+    );
+
+    // Deleting the thread removes every branch.
+    sim.send(
+        conn,
+        Op::ThreadDelete {
+            submission: submission("d1"),
+            thread_id: tid.clone(),
+        },
+    );
+    sim.run(1000);
+    assert!(sim.store.nodes.is_empty(), "{:?}", sim.store.nodes.keys());
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn edit_and_branch_switch_are_refused_while_a_turn_holds_the_thread() {
+    let mut sim = Sim::new(131, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::WaitingApproval
+    );
+    let first = user_node(&sim, "Subscribe me");
+    let leaf = sim.store.threads[&tid].leaf_id.clone();
+    sim.send(conn, edit("e1", &tid, &first, "Do not subscribe"));
+    sim.send(conn, select("b1", &tid, &first));
+    sim.run(1000);
+    let edits = rejects(&sim, conn, "turn.submit");
+    let selects = rejects(&sim, conn, "thread.selectBranch");
+    assert!(edits[0].2.contains("answer"), "{edits:?}");
+    assert!(selects[0].2.contains("answer"), "{selects:?}");
+    assert_eq!(sim.store.threads[&tid].leaf_id, leaf);
+    assert_eq!(sim.store.runs.len(), 1);
+
+    // Once the turn ended: only a turn's opening message can be replaced,
+    // and unknown messages are not found.
+    sim.send(conn, interrupt("x1", &tid));
+    sim.run(10_000);
+    let call = paths(&sim)[0]
+        .iter()
+        .find(|n| matches!(n.body, NodeBody::ToolCall { .. }))
+        .unwrap()
+        .id
+        .clone();
+    sim.send(conn, edit("e2", &tid, &call, "nope"));
+    sim.send(conn, edit("e3", &tid, "no-such-node", "nope"));
+    sim.send(conn, select("b2", &tid, "no-such-node"));
+    sim.run(1000);
+    let edits = rejects(&sim, conn, "turn.submit");
+    assert!(edits[1].2.contains("started a turn"), "{edits:?}");
+    assert_eq!(edits[2].1, ErrorKind::NotFound);
+    assert_eq!(
+        rejects(&sim, conn, "thread.selectBranch")[1].1,
+        ErrorKind::NotFound
+    );
+}
+
+#[test]
+fn queued_turn_can_be_edited_until_it_starts() {
+    let mut sim = Sim::new(132, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    // The turn waits for an approval, so a new message is queued.
+    sim.send(conn, submit("s2", Some(&tid), "then read, draft"));
+    sim.run(1000);
+    let item = sim.store.queue.keys().next().cloned().expect("queued");
+    let edit_op = |id: &str, text: &str| Op::QueueEdit {
+        submission: submission(id),
+        thread_id: tid.clone(),
+        item_id: item.clone(),
+        input: sw_agent::protocol::UserInput { text: text.into() },
+    };
+    sim.send(conn, edit_op("qe1", "then read"));
+    sim.send(conn, edit_op("qe2", "   "));
+    sim.run(1000);
+    assert_eq!(sim.store.queue[&item].text, "then read");
+    assert_eq!(rejects(&sim, conn, "queue.edit")[0].0, "qe2");
+
+    // Answer the approval with commits parked: once the queued turn's start
+    // is in flight, editing or removing it is refused.
+    sim.hold_persists = true;
+    let approval = sim.store.approvals.keys().next().unwrap().clone();
+    sim.send(
+        conn,
+        Op::ApprovalResponse {
+            submission: submission("a1"),
+            thread_id: tid.clone(),
+            approval_id: approval,
+            decision: sw_agent::protocol::ApprovalDecision::AcceptOnce,
+        },
+    );
+    let mut starting = false;
+    for _ in 0..200 {
+        sim.run(1000);
+        starting = sim.held.iter().any(|(_, unit)| {
+            unit.deletes
+                .iter()
+                .any(|d| d.store == "queue" && d.key == item)
+        });
+        if starting || !sim.release_one() {
+            break;
+        }
+    }
+    assert!(starting, "the queued turn started");
+    sim.send(conn, edit_op("qe3", "too late"));
+    sim.send(
+        conn,
+        Op::QueueRemove {
+            submission: submission("qr1"),
+            thread_id: tid.clone(),
+            item_id: item.clone(),
+        },
+    );
+    sim.run(1000);
+    sim.release_persists();
+    sim.auto_approve = Some(sw_agent::protocol::ApprovalDecision::AcceptOnce);
+    sim.run(20_000);
+    let late = rejects(&sim, conn, "queue.edit");
+    assert!(late[1].2.contains("starting"), "{late:?}");
+    assert!(rejects(&sim, conn, "queue.remove")[0]
+        .2
+        .contains("starting"));
+    let texts = user_texts(&paths(&sim)[0]);
+    assert!(texts.contains(&"then read".to_string()), "{texts:?}");
+    assert!(!texts
+        .iter()
+        .any(|t| t.contains("draft") || t.contains("late")));
+    // receipt_replay_or_reject: the first edit replays after the item is gone.
+    sim.send(conn, edit_op("qe1", "then read"));
+    sim.send(conn, edit_op("qe4", "again"));
+    sim.run(1000);
+    let acks = sim
+        .events_for(conn)
+        .into_iter()
+        .filter(|e| matches!(e, Event::CommandAck { submission_id, .. } if submission_id == "qe1"))
+        .count();
+    assert_eq!(acks, 2);
+    assert_eq!(rejects(&sim, conn, "queue.edit")[2].1, ErrorKind::NotFound);
+    check_invariants(&sim, &[]).unwrap();
+}
