@@ -170,6 +170,15 @@ pub enum Op {
         interaction_id: String,
         answer: String,
     },
+    /// A tiny real request with these settings (the API key is the stored
+    /// one) → `command.ack{ok: true, model, reply, latencyMs}` or
+    /// `command.reject` with the provider's typed error. Changes nothing.
+    #[serde(rename = "provider.test")]
+    ProviderTest {
+        #[serde(flatten)]
+        submission: Submission,
+        profile: crate::model::ProviderProfile,
+    },
     /// Decide a `paused_uncertain` write → `command.ack`, then the run continues.
     #[serde(rename = "run.resolveUncertain")]
     RunResolveUncertain {
@@ -221,6 +230,7 @@ impl Op {
             | Op::ThreadFork { submission, .. }
             | Op::ThreadSelectBranch { submission, .. }
             | Op::QueueEdit { submission, .. }
+            | Op::ProviderTest { submission, .. }
             | Op::ThreadDelete { submission, .. }
             | Op::TurnSubmit { submission, .. }
             | Op::TurnSteer { submission, .. }
@@ -242,6 +252,7 @@ impl Op {
             Op::ThreadFork { .. } => "thread.fork",
             Op::ThreadSelectBranch { .. } => "thread.selectBranch",
             Op::QueueEdit { .. } => "queue.edit",
+            Op::ProviderTest { .. } => "provider.test",
             Op::ThreadDelete { .. } => "thread.delete",
             Op::TurnSubmit { .. } => "turn.submit",
             Op::TurnSteer { .. } => "turn.steer",

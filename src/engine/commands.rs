@@ -3,6 +3,10 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::provider::ChatMessage;
+
+/// Output tokens a connection test may use.
+const PROVIDER_TEST_MAX_TOKENS: u32 = 16;
 
 impl Engine {
     // --------------------------------------------------------------- commands
@@ -419,6 +423,76 @@ impl Engine {
         unit.put(Record::QueueItem(item));
         let result = json!({ "itemId": item_id });
         self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
+    }
+
+    /// "Test connection": one tiny request with the given settings.
+    pub(super) fn op_provider_test(&mut self, now: u64, reply: Reply, profile: ProviderProfile) {
+        if !profile.is_configured() {
+            return self.reject(
+                &reply,
+                ErrorKind::NotConfigured,
+                "Set the base URL and the model first.",
+            );
+        }
+        if !matches!(profile.kind.as_str(), "openai" | "anthropic") {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "The provider must be \"openai\" (OpenAI-compatible) or \"anthropic\".",
+            );
+        }
+        let model = profile.model.clone();
+        let mut profile = profile;
+        profile.max_output_tokens = Some(PROVIDER_TEST_MAX_TOKENS);
+        profile.token_budget = None;
+        let request = ProviderRequest {
+            profile,
+            system: PROVIDER_TEST_PROMPT.to_string(),
+            messages: vec![ChatMessage::User {
+                text: "ping".into(),
+            }],
+            tools: Vec::new(),
+        };
+        let request_id = self.next_handle();
+        self.test_requests.insert(request_id, (reply, model, now));
+        self.effects.push_back(Effect::CallProvider {
+            request_id,
+            request,
+            idle_timeout_ms: self.config.stream_idle_timeout_ms,
+        });
+    }
+
+    pub(super) fn on_provider_test(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        model: String,
+        started: u64,
+        result: Result<ProviderResponse, ProviderError>,
+    ) {
+        match result {
+            Ok(response) => {
+                let text: String = response.text.trim().chars().take(200).collect();
+                let result = json!({
+                    "ok": true,
+                    "model": model,
+                    "reply": text,
+                    "latencyMs": now.saturating_sub(started),
+                });
+                self.ack(&reply, result);
+            }
+            Err(error) => {
+                let info = error.info();
+                self.send(
+                    reply.conn,
+                    Event::CommandReject {
+                        submission_id: reply.submission.submission_id.clone(),
+                        op_type: reply.op_type.to_string(),
+                        error: info,
+                    },
+                );
+            }
+        }
     }
 
     /// A queued turn that exists and is not being started right now.

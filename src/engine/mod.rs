@@ -70,6 +70,9 @@ tabs and element refs that are still valid, what has been done, and the next ste
 remaining items or queued requests verbatim. Plain text, no preamble.";
 
 /// The instruction of a title request.
+/// What "test connection" (`provider.test`) asks; any answer proves the settings work.
+pub const PROVIDER_TEST_PROMPT: &str = "This is a connection test. Reply with the single word: ok";
+
 pub const TITLE_PROMPT: &str =
     "Write a short title (3 to 6 words) for a conversation that starts with the \
 user's message below. Answer with the title only, no quotes.";
@@ -651,6 +654,8 @@ pub struct Engine {
     heartbeat: bool,
     /// Title requests in flight: request id → thread id.
     title_requests: HashMap<u64, String>,
+    /// `provider.test` requests in flight: request id → (reply, model, started at).
+    test_requests: HashMap<u64, (Reply, String, u64)>,
 }
 
 impl Engine {
@@ -684,6 +689,7 @@ impl Engine {
             next_queue_position: 1,
             heartbeat: false,
             title_requests: HashMap::new(),
+            test_requests: HashMap::new(),
         };
         engine.restore(image, now);
         engine
@@ -913,6 +919,7 @@ impl Engine {
             Op::ThreadSelectBranch {
                 thread_id, node_id, ..
             } => self.op_select_branch(now, reply, &thread_id, &node_id),
+            Op::ProviderTest { profile, .. } => self.op_provider_test(now, reply, profile),
             Op::QueueEdit {
                 thread_id,
                 item_id,
@@ -1155,6 +1162,9 @@ impl Engine {
     ) {
         if let Some(tid) = self.title_requests.remove(&request_id) {
             return self.on_title(now, &tid, result);
+        }
+        if let Some((reply, model, started)) = self.test_requests.remove(&request_id) {
+            return self.on_provider_test(now, reply, model, started, result);
         }
         if let Some(tid) = self.thread_compacting(request_id) {
             return self.on_compaction_done(now, &tid, result);

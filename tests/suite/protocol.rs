@@ -34,6 +34,112 @@ fn ops_round_trip() {
         thread_id: "t".into(),
         item_id: "q".into(),
     });
+    round_trip_op(Op::QueueEdit {
+        submission: submission("s"),
+        thread_id: "t".into(),
+        item_id: "q".into(),
+        input: UserInput { text: "x".into() },
+    });
+    round_trip_op(Op::ThreadSelectBranch {
+        submission: submission("s"),
+        thread_id: "t".into(),
+        node_id: "n".into(),
+    });
+    round_trip_op(Op::TurnSubmit {
+        submission: submission("s"),
+        thread_id: Some("t".into()),
+        input: UserInput { text: "x".into() },
+        replaces: Some("n".into()),
+    });
+}
+
+#[test]
+fn provider_test_reports_success_and_typed_errors_and_writes_nothing() {
+    let policy: sw_agent::sim::Policy = Box::new(|request| {
+        assert_eq!(request.system, sw_agent::engine::PROVIDER_TEST_PROMPT);
+        assert!(request.tools.is_empty());
+        assert_eq!(request.profile.max_output_tokens, Some(16));
+        match request.profile.model.as_str() {
+            "gone" => sw_agent::sim::Reply::Error {
+                partial: String::new(),
+                error: sw_agent::provider::ProviderError::new(
+                    ErrorKind::ModelNotFound,
+                    "The model gone does not exist.",
+                    false,
+                ),
+            },
+            _ => sw_agent::sim::Reply::text("ok"),
+        }
+    });
+    let mut sim = sw_agent::sim::Sim::new(7, policy, page_tools());
+    let conn = sim.connect();
+    let test = |id: &str, profile: serde_json::Value| -> Op {
+        serde_json::from_value(json!({
+            "type": "provider.test", "clientId": "c", "submissionId": id, "profile": profile
+        }))
+        .unwrap()
+    };
+    let good = json!({ "kind": "openai", "baseUrl": "http://127.0.0.1:9/v1", "model": "m" });
+    sim.send(conn, test("t1", good));
+    sim.send(
+        conn,
+        test(
+            "t2",
+            json!({ "kind": "openai", "baseUrl": "http://x/v1", "model": "gone" }),
+        ),
+    );
+    sim.send(
+        conn,
+        test(
+            "t3",
+            json!({ "kind": "openai", "baseUrl": "", "model": "m" }),
+        ),
+    );
+    sim.send(
+        conn,
+        test(
+            "t4",
+            json!({ "kind": "gemini", "baseUrl": "http://x", "model": "m" }),
+        ),
+    );
+    sim.run(1000);
+    let mut outcomes: Vec<(String, Result<serde_json::Value, ErrorInfo>)> = sim
+        .events_for(conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CommandAck {
+                submission_id,
+                result,
+                ..
+            } => Some((submission_id.clone(), Ok(result.clone()))),
+            Event::CommandReject {
+                submission_id,
+                error,
+                ..
+            } => Some((submission_id.clone(), Err(error.clone()))),
+            _ => None,
+        })
+        .collect();
+    outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(outcomes.len(), 4, "{outcomes:?}");
+    let ok = outcomes[0].1.as_ref().unwrap();
+    assert_eq!(ok["ok"], json!(true));
+    assert_eq!(ok["model"], json!("m"));
+    assert_eq!(ok["reply"], json!("ok"));
+    assert_eq!(
+        outcomes[1].1.as_ref().unwrap_err().kind,
+        ErrorKind::ModelNotFound
+    );
+    assert_eq!(
+        outcomes[2].1.as_ref().unwrap_err().kind,
+        ErrorKind::NotConfigured
+    );
+    assert_eq!(
+        outcomes[3].1.as_ref().unwrap_err().kind,
+        ErrorKind::InvalidCommand
+    );
+    // A test is not a command with an outcome to keep: nothing was written.
+    assert!(sim.store.threads.is_empty() && sim.store.receipts.is_empty());
 }
 
 #[test]
