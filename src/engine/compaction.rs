@@ -1,14 +1,14 @@
 //! Context window management: compaction checkpoints and overflow repair.
 //!
-//! Before a request, its size is estimated (characters / 4, scaled by what
-//! the provider reported for the previous request of the run). Above
+//! Before a request, its size is estimated (`estimate_tokens`, a tokenizer-free
+//! heuristic measured against real tokenizers, scaled by what the provider
+//! reported for the previous request of the run). Above
 //! `COMPACT_AT_PERCENT` of the model's window, or when the provider reports a
 //! context overflow, the model first writes a summary; a compaction node with
 //! it is appended to the path and the outbound view starts there. The stored
 //! history is never deleted. Each compaction must have something new to
 //! summarize, so a model that keeps overflowing ends in a clear error.
 
-use super::context::estimate_tokens;
 use super::*;
 use crate::provider::ChatMessage;
 
@@ -36,8 +36,14 @@ impl Engine {
         since > 2 && compactions < 2
     }
 
-    /// Whether `request` should be compacted before it is sent.
-    pub(super) fn needs_compaction(&self, tid: &str, request: &ProviderRequest) -> bool {
+    /// Whether `request` (of `estimate` tokens before calibration) should be
+    /// compacted before it is sent.
+    pub(super) fn needs_compaction(
+        &self,
+        tid: &str,
+        request: &ProviderRequest,
+        estimate: u64,
+    ) -> bool {
         let Some(window) = request.profile.context_window else {
             return false;
         };
@@ -45,7 +51,7 @@ impl Engine {
             .exec
             .as_ref()
             .map_or(1.0, |e| e.calibration);
-        let estimate = (estimate_tokens(request) as f64 * calibration) as u64;
+        let estimate = (estimate as f64 * calibration) as u64;
         estimate * 100 > window * COMPACT_AT_PERCENT && self.can_compact(tid)
     }
 
@@ -182,11 +188,8 @@ impl Engine {
         let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) else {
             return;
         };
-        if let Some(request) = &exec.request {
-            let estimate = estimate_tokens(request).max(1);
-            if reported_input > 0 {
-                exec.calibration = (reported_input as f64 / estimate as f64).clamp(0.25, 4.0);
-            }
+        if exec.estimate > 0 && reported_input > 0 {
+            exec.calibration = (reported_input as f64 / exec.estimate as f64).clamp(0.25, 4.0);
         }
     }
 }

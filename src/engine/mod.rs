@@ -24,7 +24,10 @@ mod interactions;
 mod run;
 mod support;
 
-pub use context::{estimate_tokens, outbound_messages, summary_message, MAX_TOOL_RESULT_CHARS};
+pub use context::{
+    estimate_text_tokens, estimate_tokens, outbound_messages, summary_message,
+    MAX_TOOL_RESULT_CHARS,
+};
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -363,6 +366,9 @@ struct Exec {
     deltas: DeltaBuffer,
     /// The request of the current step, kept for retries.
     request: Option<ProviderRequest>,
+    /// `estimate_tokens(request)`, computed once per request (0 when the
+    /// model has no context window: nothing uses it then).
+    estimate: u64,
     /// Resolved targets of the current calls, by call index.
     targets: HashMap<usize, TargetInfo>,
     /// Failed attempts of the current request.
@@ -388,6 +394,7 @@ impl Exec {
             calls: Vec::new(),
             deltas: DeltaBuffer::default(),
             request: None,
+            estimate: 0,
             targets: HashMap::new(),
             attempt: 0,
             delta_seen: false,
