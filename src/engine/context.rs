@@ -362,6 +362,39 @@ mod tests {
     }
 
     #[test]
+    fn token_estimate_prices_pieces_not_bytes() {
+        // Empty text: only the rounding token.
+        assert_eq!(estimate_text_tokens(""), 1);
+        // A multi-byte character at the very end is read safely.
+        for text in ["é", "中", "🚀", "a\u{0301}", "x\n"] {
+            assert!(estimate_text_tokens(text) >= 1);
+        }
+        // Same length, very different token counts: a word vs a random id.
+        assert!(
+            estimate_text_tokens("characterization") < estimate_text_tokens("xQ7vK2pZ9wR4mN8t")
+        );
+        // Digits come in groups of at most three.
+        assert!(estimate_text_tokens("1234567890") >= 4);
+        // CJK costs about a token per character; Cyrillic about half.
+        assert!(estimate_text_tokens(&"中".repeat(100)) >= 100);
+        let cyrillic = estimate_text_tokens(&"д".repeat(100));
+        assert!((45..=60).contains(&cyrillic), "{cyrillic}");
+        // Message framing and call ids count too.
+        let request = crate::provider::ProviderRequest {
+            profile: crate::model::ProviderProfile::default(),
+            system: String::new(),
+            messages: vec![ChatMessage::ToolResult {
+                call_id: "call_Y2TNfXEJLhPygZNX5DU0Hzch".into(),
+                content: String::new(),
+                is_error: false,
+                images: vec![],
+            }],
+            tools: vec![],
+        };
+        assert!(estimate_tokens(&request) >= 20);
+    }
+
+    #[test]
     fn large_tool_results_are_truncated_for_the_model_only() {
         let big = "x".repeat(MAX_TOOL_RESULT_CHARS + 500);
         let path = vec![
