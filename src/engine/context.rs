@@ -269,9 +269,15 @@ fn for_model(content: &str) -> String {
     )
 }
 
-/// How the summary of a compaction checkpoint is presented to the model.
-pub fn summary_message(summary: &str) -> String {
-    format!("[Summary of the earlier part of this conversation, written by you when it grew too long]\n{summary}")
+/// How a compaction checkpoint is presented to the model: its summary, then
+/// the section the engine copied verbatim (when there is one).
+pub fn summary_message(summary: &str, verbatim: &str) -> String {
+    let mut text = format!("[Summary of the earlier part of this conversation, written by you when it grew too long]\n{summary}");
+    if !verbatim.is_empty() {
+        text.push_str("\n\n");
+        text.push_str(verbatim);
+    }
+    text
 }
 
 /// Build the provider messages for a path (root first). The view starts at
@@ -337,8 +343,10 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
                 is_error: *status != ToolStatus::Ok,
                 images: images.clone(),
             }),
-            NodeBody::Compaction { summary, .. } => messages.push(ChatMessage::User {
-                text: summary_message(summary),
+            NodeBody::Compaction {
+                summary, verbatim, ..
+            } => messages.push(ChatMessage::User {
+                text: summary_message(summary, verbatim),
             }),
             NodeBody::TurnContext { .. } | NodeBody::Notice { .. } => {}
         }

@@ -24,6 +24,7 @@ mod interactions;
 mod run;
 mod support;
 
+pub use compaction::{verbatim_section, VERBATIM_HEADER, VERBATIM_MAX_TOKENS};
 pub use context::{
     estimate_text_tokens, estimate_tokens, outbound_messages, summary_message,
     MAX_TOOL_RESULT_CHARS,
@@ -69,8 +70,9 @@ is ambiguous. When the task is done, answer briefly with what you did.";
 pub const COMPACTION_PROMPT: &str = "You are compacting a long browser-automation conversation so it fits the \
 context window. Write a summary that lets you continue the task without the earlier messages: the user's goal \
 and constraints (verbatim where exact wording matters), key facts learned, tool results that still matter, open \
-tabs and element refs that are still valid, what has been done, and the next step. Copy any plan, list of \
-remaining items or queued requests verbatim. Plain text, no preamble.";
+tabs and element refs that are still valid, what has been done, and the next step. Copy any plan or list of \
+remaining items you made verbatim. The engine appends the user's messages of the task in progress and the queued \
+messages word for word after your summary, so do not repeat those. Plain text, no preamble.";
 
 /// The instruction of a title request.
 pub const TITLE_PROMPT: &str =
