@@ -5,7 +5,9 @@
 //! reported for the previous request of the run). Above
 //! `COMPACT_AT_PERCENT` of the model's window, or when the provider reports a
 //! context overflow, the model first writes a summary; a compaction node with
-//! it is appended to the path and the outbound view starts there. The stored
+//! it, followed by what the engine copies verbatim (the user's messages of the
+//! task in progress and the queue), is appended to the path and the outbound
+//! view starts there. The stored
 //! history is never deleted. Each compaction must have something new to
 //! summarize, so a model that keeps overflowing ends in a clear error.
 
@@ -242,7 +244,7 @@ fn task_messages(path: &[Node]) -> Vec<(&str, bool)> {
 
 /// What a checkpoint copies verbatim after the model's summary, so the exact
 /// words do not depend on the summary: the user's messages of the task in
-/// progress (see [`task_messages`]) and the messages queued for later turns.
+/// progress (`task_messages`) and the messages queued for later turns.
 /// Each message is delimited by tags and copied byte for byte; past
 /// `budget_tokens` (estimated) the message in hand is cut with a note and the
 /// rest are only counted. Pending steers are not copied: they reach the model
