@@ -4,9 +4,11 @@
 //! - `sse/*`: the SSE parser alone and the full OpenAI decoder (SSE + JSON +
 //!   assembly) on a recorded-shape stream of 5,000 text chunks and a tool
 //!   call, fed in 4 KiB reads: bytes per second.
-//! - `context/*`: the outbound context builder (`outbound_messages`) and the
-//!   whole request body (`http_request`) for active paths of 10 to 10,000
-//!   nodes: time per call (it runs once per provider request).
+//! - `context/*`: the outbound context builder (`outbound_messages`), the
+//!   whole request body (`http_request`) and the size estimate
+//!   (`estimate_tokens`) for active paths of 10 to 10,000 nodes: time per
+//!   call (each runs once per provider request; the estimate only when the
+//!   model has a context window).
 //! - `sim/*`: whole agent turns on the native driver (engine + in-memory
 //!   store, no IO): provider steps per second, for a fresh thread and for
 //!   threads that already hold 1,000 and 10,000 nodes.
@@ -20,7 +22,7 @@ mod native {
     use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
     use serde_json::json;
     use std::hint::black_box;
-    use sw_agent::engine::{outbound_messages, ToolOutcome};
+    use sw_agent::engine::{estimate_tokens, outbound_messages, ToolOutcome};
     use sw_agent::model::{Node, ProviderProfile, Thread};
     use sw_agent::protocol::Op;
     use sw_agent::provider::sse::SseParser;
@@ -186,6 +188,11 @@ mod native {
                 BenchmarkId::new("request_body", len),
                 &request,
                 |b, request| b.iter(|| http_request(black_box(request), "sk-bench").body.len()),
+            );
+            group.bench_with_input(
+                BenchmarkId::new("estimate_tokens", len),
+                &request,
+                |b, request| b.iter(|| estimate_tokens(black_box(request))),
             );
         }
         group.finish();

@@ -196,9 +196,15 @@ pub enum NodeBody {
     /// A compaction checkpoint: the model-written summary that replaces
     /// everything before it in the outbound view (the history itself stays).
     Compaction {
+        /// Written by the model.
         summary: String,
         /// How many path nodes the summary stands for.
         compacted_nodes: u64,
+        /// Copied by the engine, not the model: the user's messages of the
+        /// task in progress and the queued messages, delimited and size-bounded
+        /// (empty in checkpoints written before it existed).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        verbatim: String,
     },
 }
 

@@ -365,10 +365,12 @@ impl Sim {
                 ..
             } => {
                 let reply = (self.policy)(&request);
-                let input = crate::engine::estimate_tokens(&request);
+                let input = self
+                    .realistic_usage
+                    .then(|| crate::engine::estimate_tokens(&request));
                 self.requests.push(request);
                 self.queue_reply(request_id, reply);
-                if self.realistic_usage {
+                if let Some(input) = input {
                     self.set_reported_input(request_id, input);
                 }
             }

@@ -780,7 +780,10 @@ function renderCompaction(node) {
   summary.textContent = `Conversation compacted: ${count} earlier items summarized for the model (history kept)`;
   const body = document.createElement("pre");
   body.className = "compaction-summary";
-  body.textContent = typeof node.summary === "string" ? node.summary : "";
+  const written = typeof node.summary === "string" ? node.summary : "";
+  // The part the engine copied word for word (the task's messages, the queue).
+  const copied = typeof node.verbatim === "string" && node.verbatim ? `\n\n${node.verbatim}` : "";
+  body.textContent = written + copied;
   element.append(summary, body);
   return element;
 }

@@ -1,19 +1,30 @@
 //! Context window management: compaction checkpoints and overflow repair.
 //!
-//! Before a request, its size is estimated (characters / 4, scaled by what
-//! the provider reported for the previous request of the run). Above
+//! Before a request, its size is estimated (`estimate_tokens`, a tokenizer-free
+//! heuristic measured against real tokenizers, scaled by what the provider
+//! reported for the previous request of the run). Above
 //! `COMPACT_AT_PERCENT` of the model's window, or when the provider reports a
 //! context overflow, the model first writes a summary; a compaction node with
-//! it is appended to the path and the outbound view starts there. The stored
+//! it, followed by what the engine copies verbatim (the user's messages of the
+//! task in progress and the queue), is appended to the path and the outbound
+//! view starts there. The stored
 //! history is never deleted. Each compaction must have something new to
 //! summarize, so a model that keeps overflowing ends in a clear error.
 
-use super::context::estimate_tokens;
+use super::context::estimate_text_tokens;
 use super::*;
 use crate::provider::ChatMessage;
 
 /// Tool results are cut to this many characters inside a compaction request.
 const SUMMARY_RESULT_CHARS: usize = 2_000;
+
+/// The verbatim section of a checkpoint holds at most this many estimated
+/// tokens of message text, and at most an eighth of the model's window.
+pub const VERBATIM_MAX_TOKENS: u64 = 2_000;
+
+/// The first line of a checkpoint's verbatim section.
+pub const VERBATIM_HEADER: &str =
+    "[Copied verbatim by the engine when this summary was written, not summarized]";
 
 impl Engine {
     /// Whether the path has grown since the last checkpoint (progress guard)
@@ -36,8 +47,14 @@ impl Engine {
         since > 2 && compactions < 2
     }
 
-    /// Whether `request` should be compacted before it is sent.
-    pub(super) fn needs_compaction(&self, tid: &str, request: &ProviderRequest) -> bool {
+    /// Whether `request` (of `estimate` tokens before calibration) should be
+    /// compacted before it is sent.
+    pub(super) fn needs_compaction(
+        &self,
+        tid: &str,
+        request: &ProviderRequest,
+        estimate: u64,
+    ) -> bool {
         let Some(window) = request.profile.context_window else {
             return false;
         };
@@ -45,7 +62,7 @@ impl Engine {
             .exec
             .as_ref()
             .map_or(1.0, |e| e.calibration);
-        let estimate = (estimate_tokens(request) as f64 * calibration) as u64;
+        let estimate = (estimate as f64 * calibration) as u64;
         estimate * 100 > window * COMPACT_AT_PERCENT && self.can_compact(tid)
     }
 
@@ -129,6 +146,12 @@ impl Engine {
             .take_while(|n| !matches!(n.body, NodeBody::Compaction { .. }))
             .count() as u64;
         let usage = response.usage.unwrap_or_default();
+        let budget = t
+            .latest_run
+            .as_ref()
+            .and_then(|r| r.profile.context_window)
+            .map_or(VERBATIM_MAX_TOKENS, |w| (w / 8).min(VERBATIM_MAX_TOKENS));
+        let verbatim = verbatim_section(&t.path, &t.queue, budget);
         let node = Node {
             id: self.ids.next_id("n"),
             thread_id: tid.to_string(),
@@ -137,6 +160,7 @@ impl Engine {
             body: NodeBody::Compaction {
                 summary: response.text,
                 compacted_nodes: compacted,
+                verbatim,
             },
         };
         let mut thread = t.thread.clone();
@@ -182,13 +206,126 @@ impl Engine {
         let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) else {
             return;
         };
-        if let Some(request) = &exec.request {
-            let estimate = estimate_tokens(request).max(1);
-            if reported_input > 0 {
-                exec.calibration = (reported_input as f64 / estimate as f64).clamp(0.25, 4.0);
-            }
+        if exec.estimate > 0 && reported_input > 0 {
+            exec.calibration = (reported_input as f64 / exec.estimate as f64).clamp(0.25, 4.0);
         }
     }
+}
+
+/// The user's messages of the task in progress, oldest first, with whether
+/// each was a steer: those of the current turn, and of the turns before it
+/// as long as a turn was opened by a plain resume (`CONTINUE_TEXT`), so a
+/// task continued after a budget pause keeps its goal.
+fn task_messages(path: &[Node]) -> Vec<(&str, bool)> {
+    let mut turns = Vec::new();
+    let mut end = path.len();
+    while let Some(start) = path[..end]
+        .iter()
+        .rposition(|n| matches!(n.body, NodeBody::TurnContext { .. }))
+    {
+        let messages: Vec<(&str, bool)> = path[start..end]
+            .iter()
+            .filter_map(|n| match &n.body {
+                NodeBody::UserMessage { text, steered } => Some((text.as_str(), *steered)),
+                _ => None,
+            })
+            .collect();
+        let resumed = messages
+            .first()
+            .is_some_and(|(text, _)| *text == CONTINUE_TEXT);
+        turns.push(messages);
+        if !resumed {
+            break;
+        }
+        end = start;
+    }
+    turns.into_iter().rev().flatten().collect()
+}
+
+/// What a checkpoint copies verbatim after the model's summary, so the exact
+/// words do not depend on the summary: the user's messages of the task in
+/// progress (`task_messages`) and the messages queued for later turns.
+/// Each message is delimited by tags and copied byte for byte; past
+/// `budget_tokens` (estimated) the message in hand is cut with a note and the
+/// rest are only counted. Pending steers are not copied: they reach the model
+/// as their own messages right after the checkpoint (exactly once).
+/// Empty when there is nothing to copy.
+pub fn verbatim_section(path: &[Node], queue: &[QueueItem], budget_tokens: u64) -> String {
+    const TASK: &str = "The user's messages of the task in progress, oldest first:";
+    const QUEUED: &str =
+        "Messages the user queued for after this task (not part of it; do not start them now):";
+    // (heading, tag, attributes, text) in the order they are copied.
+    let entries: Vec<(&str, &str, &str, &str)> = task_messages(path)
+        .into_iter()
+        .map(|(text, steered)| {
+            let attributes = if steered { " steered=\"true\"" } else { "" };
+            (TASK, "user_message", attributes, text)
+        })
+        .chain(
+            queue
+                .iter()
+                .map(|item| (QUEUED, "queued_message", "", item.text.as_str())),
+        )
+        .collect();
+    if entries.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(VERBATIM_HEADER);
+    let mut heading = "";
+    // The bound covers the framing too; room for the two notes is kept.
+    let mut left = budget_tokens.saturating_sub(estimate_text_tokens(VERBATIM_HEADER) + 50);
+    for (index, (section, tag, attributes, text)) in entries.iter().enumerate() {
+        if *section != heading {
+            heading = section;
+            out.push('\n');
+            out.push_str(section);
+            left = left.saturating_sub(estimate_text_tokens(section));
+        }
+        let open = format!("\n<{tag}{attributes}>\n");
+        let close = format!("\n</{tag}>");
+        left = left.saturating_sub(estimate_text_tokens(&open) + estimate_text_tokens(&close));
+        let (kept, cut) = within(text, left);
+        out.push_str(&open);
+        out.push_str(kept);
+        out.push_str(&close);
+        left = left.saturating_sub(estimate_text_tokens(kept));
+        if cut > 0 {
+            out.push_str(&format!(
+                "\n[… the size limit cut this message here: {cut} more characters are not copied; the summary covers them.]"
+            ));
+            let rest = entries.len() - index - 1;
+            if rest > 0 {
+                out.push_str(&format!(
+                    "\n[{rest} more message(s) not copied (size limit); the summary covers them.]"
+                ));
+            }
+            break;
+        }
+    }
+    out
+}
+
+/// The longest prefix of `text` (at a character boundary) whose estimate fits
+/// `budget` tokens, and how many characters were left out.
+fn within(text: &str, budget: u64) -> (&str, usize) {
+    if estimate_text_tokens(text) <= budget {
+        return (text, 0);
+    }
+    let boundaries: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    // The estimate grows (almost) monotonically with the prefix: binary
+    // search the last one that fits; `low` always fits (0 characters).
+    let (mut low, mut high) = (0, boundaries.len());
+    while low < high {
+        let mid = (low + high).div_ceil(2);
+        let end = boundaries.get(mid).copied().unwrap_or(text.len());
+        if estimate_text_tokens(&text[..end]) <= budget {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    let end = boundaries.get(low).copied().unwrap_or(text.len());
+    (&text[..end], boundaries.len() - low)
 }
 
 impl Engine {

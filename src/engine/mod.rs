@@ -24,7 +24,11 @@ mod interactions;
 mod run;
 mod support;
 
-pub use context::{estimate_tokens, outbound_messages, summary_message, MAX_TOOL_RESULT_CHARS};
+pub use compaction::{verbatim_section, VERBATIM_HEADER, VERBATIM_MAX_TOKENS};
+pub use context::{
+    estimate_text_tokens, estimate_tokens, outbound_messages, summary_message,
+    MAX_TOOL_RESULT_CHARS,
+};
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -66,8 +70,9 @@ is ambiguous. When the task is done, answer briefly with what you did.";
 pub const COMPACTION_PROMPT: &str = "You are compacting a long browser-automation conversation so it fits the \
 context window. Write a summary that lets you continue the task without the earlier messages: the user's goal \
 and constraints (verbatim where exact wording matters), key facts learned, tool results that still matter, open \
-tabs and element refs that are still valid, what has been done, and the next step. Copy any plan, list of \
-remaining items or queued requests verbatim. Plain text, no preamble.";
+tabs and element refs that are still valid, what has been done, and the next step. Copy any plan or list of \
+remaining items you made verbatim. The engine appends the user's messages of the task in progress and the queued \
+messages word for word after your summary, so do not repeat those. Plain text, no preamble.";
 
 /// The instruction of a title request.
 /// What "test connection" (`provider.test`) asks; any answer proves the settings work.
@@ -366,6 +371,9 @@ struct Exec {
     deltas: DeltaBuffer,
     /// The request of the current step, kept for retries.
     request: Option<ProviderRequest>,
+    /// `estimate_tokens(request)`, computed once per request (0 when the
+    /// model has no context window: nothing uses it then).
+    estimate: u64,
     /// Resolved targets of the current calls, by call index.
     targets: HashMap<usize, TargetInfo>,
     /// Failed attempts of the current request.
@@ -391,6 +399,7 @@ impl Exec {
             calls: Vec::new(),
             deltas: DeltaBuffer::default(),
             request: None,
+            estimate: 0,
             targets: HashMap::new(),
             attempt: 0,
             delta_seen: false,

@@ -258,9 +258,17 @@ pick a different element or tool, or explain the problem to the user.",
                     .collect()
             },
         };
-        if self.needs_compaction(tid, &request) {
+        // The estimate is a pass over the whole request: once per request,
+        // and only when a context window makes it matter.
+        let estimate = if request.profile.context_window.is_some() {
+            estimate_tokens(&request)
+        } else {
+            0
+        };
+        if self.needs_compaction(tid, &request, estimate) {
             if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
                 exec.request = Some(request.clone());
+                exec.estimate = estimate;
             }
             return self.start_compaction(tid, request);
         }
@@ -268,6 +276,7 @@ pick a different element or tool, or explain the problem to the user.",
         let exec = t.exec.as_mut().expect("active run");
         exec.item_id = item_id.clone();
         exec.request = Some(request);
+        exec.estimate = estimate;
         exec.attempt = 0;
         self.broadcast(
             tid,

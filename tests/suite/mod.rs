@@ -10,4 +10,7 @@ mod simulation;
 mod steering;
 pub mod support;
 mod threads;
+// tiktoken-rs is a native-only dev-dependency.
+#[cfg(not(target_arch = "wasm32"))]
+mod token_estimate;
 mod turn;
