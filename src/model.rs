@@ -442,10 +442,17 @@ pub struct ApprovalRecord {
     pub label: String,
     /// The full parameters the tool would run with.
     pub params: serde_json::Value,
-    /// The page the call would act on.
+    /// The page the call would act on (the frame's, when it acts in a
+    /// child frame: that is the origin the user approves).
     pub origin: String,
     pub url: String,
     pub tab_id: i64,
+    /// Chrome's frame id when the call acts in a child frame of the tab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_id: Option<i64>,
+    /// The tab's own URL when the call acts in a child frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
     pub status: ApprovalStatus,
     pub created_at: u64,
     #[serde(default)]
@@ -493,6 +500,11 @@ pub struct SiteRule {
     pub version: u64,
     pub created_at: u64,
 }
+
+/// The most image data one `tool_result` node keeps: base64 characters over
+/// all its images (400 KiB, about 300 KB of JPEG). The screenshot tool scales
+/// and compresses below it; the engine drops anything larger with a note.
+pub const MAX_RESULT_IMAGE_CHARS: usize = 400 * 1024;
 
 /// An image as the model receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
