@@ -2,8 +2,9 @@
 //! one page outline assembled from the outlines of a tab's frames.
 //!
 //! Owns: the ref syntax (`e12` in the tab's top document, `f7:e12` in the
-//! frame Chrome numbers 7), which frame a call's parameters address, and the
-//! splicing of child-frame outlines under their `iframe` lines.
+//! frame Chrome numbers 7), which frame a call's parameters address, which
+//! of a tab's frames belongs to which `iframe` line of its parent's outline,
+//! and the splicing of child-frame outlines under those lines.
 //!
 //! Must not: do IO. The driver injects the content script into frames, talks
 //! to them and asks Chrome which frame has which URL; this module only says
@@ -89,6 +90,104 @@ pub fn frame_gone(frame_id: u32) -> String {
     )
 }
 
+/// How a content script ends the line of an iframe it cannot look into.
+pub const OTHER_SITE_SUFFIX: &str = " (other site: its content is not shown)";
+
+/// An iframe line of another origin in a frame's outline, as its content
+/// script reported it (`details.frames: [{ line, src }]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placeholder {
+    /// Index of the `iframe` line in the `page_snapshot` content.
+    pub line: usize,
+    /// The iframe element's `src` (absolute; the frame may have navigated since).
+    pub src: String,
+}
+
+impl Placeholder {
+    /// Read the placeholders from a content script's `details.frames`;
+    /// malformed entries are ignored.
+    pub fn from_details(details: Option<&Value>) -> Vec<Placeholder> {
+        let Some(frames) = details
+            .and_then(|d| d.get("frames"))
+            .and_then(Value::as_array)
+        else {
+            return Vec::new();
+        };
+        frames
+            .iter()
+            .filter_map(|f| {
+                Some(Placeholder {
+                    line: usize::try_from(f.get("line")?.as_u64()?).ok()?,
+                    src: f
+                        .get("src")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// A frame of the tab as Chrome lists it (`webNavigation.getAllFrames`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownFrame {
+    pub frame_id: u32,
+    /// -1 for the top document.
+    pub parent_frame_id: i64,
+    pub url: String,
+}
+
+/// Which child frame of `parent` each placeholder line shows. A content
+/// script cannot tell which Chrome frame an iframe element is, so frames are
+/// matched by URL: the same URL as the element's `src` first, then the same
+/// origin, then the remaining ones in frame-id (creation) order. Frames left
+/// over (hidden iframes, which the outline skips) are not shown; a
+/// placeholder left over keeps its line as it is.
+pub fn match_frames(
+    placeholders: &[Placeholder],
+    parent: u32,
+    frames: &[KnownFrame],
+) -> Vec<FrameSlot> {
+    let mut children: Vec<&KnownFrame> = frames
+        .iter()
+        .filter(|f| f.parent_frame_id == i64::from(parent) && f.frame_id != parent)
+        .collect();
+    children.sort_by_key(|f| f.frame_id);
+    let mut taken = vec![false; children.len()];
+    let mut slots: Vec<Option<u32>> = vec![None; placeholders.len()];
+    let origin = crate::gatekeeper::origin_of;
+    // Pass 0: the same URL; pass 1: the same origin; pass 2: any frame left.
+    let rule = |pass: u8, p: &Placeholder, f: &KnownFrame| match pass {
+        0 => f.url == p.src,
+        1 => !p.src.is_empty() && origin(&f.url) == origin(&p.src),
+        _ => true,
+    };
+    for pass in 0..3 {
+        for (placeholder, slot) in placeholders.iter().zip(slots.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            if let Some(i) =
+                (0..children.len()).find(|&i| !taken[i] && rule(pass, placeholder, children[i]))
+            {
+                taken[i] = true;
+                *slot = Some(children[i].frame_id);
+            }
+        }
+    }
+    placeholders
+        .iter()
+        .zip(slots)
+        .filter_map(|(p, slot)| {
+            slot.map(|frame_id| FrameSlot {
+                frame_id,
+                line: p.line,
+            })
+        })
+        .collect()
+}
+
 /// Where a child frame's `iframe` line is in its parent's outline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameSlot {
@@ -104,31 +203,8 @@ pub struct FrameOutline {
     pub url: String,
     /// `Title:` / `URL:` / `Scroll:` header, a blank line, the outline.
     pub content: String,
-    /// Cross-origin child frames whose `iframe` line is in `content`.
+    /// Child frames whose `iframe` line is in `content` (see [`match_frames`]).
     pub slots: Vec<FrameSlot>,
-}
-
-impl FrameOutline {
-    /// Read the slots from a content script's `details.frames`
-    /// (`[{ frameId, line }]`); malformed entries are ignored.
-    pub fn slots_from_details(details: Option<&Value>) -> Vec<FrameSlot> {
-        let Some(frames) = details
-            .and_then(|d| d.get("frames"))
-            .and_then(Value::as_array)
-        else {
-            return Vec::new();
-        };
-        frames
-            .iter()
-            .filter_map(|f| {
-                Some(FrameSlot {
-                    frame_id: u32::try_from(f.get("frameId")?.as_u64()?).ok()?,
-                    line: usize::try_from(f.get("line")?.as_u64()?).ok()?,
-                })
-            })
-            .filter(|s| s.frame_id != TOP_FRAME)
-            .collect()
-    }
 }
 
 /// What the driver got from a child frame.
@@ -142,7 +218,8 @@ pub enum ChildFrame {
 
 /// The top document's outline with every child frame's outline spliced in
 /// under its `iframe` line (recursively, at most [`MAX_FRAME_DEPTH`] deep).
-/// Child headers are dropped: the `iframe` line names the frame's URL.
+/// The line becomes `iframe "…" [frame f7] <url>` (the frame's refs are
+/// `f7:e…`); child headers are dropped.
 pub fn assemble(top: &FrameOutline, children: &BTreeMap<u32, ChildFrame>) -> String {
     render(top, children, 0).join("\n")
 }
@@ -162,9 +239,14 @@ fn render(
             continue;
         };
         let indent = &line[..line.len() - line.trim_start().len()];
+        let named = format!(
+            "{} [frame f{}]",
+            line.strip_suffix(OTHER_SITE_SUFFIX).unwrap_or(line),
+            slot.frame_id
+        );
         match children.get(&slot.frame_id) {
             Some(ChildFrame::Read(child)) if depth < MAX_FRAME_DEPTH => {
-                out.push(format!("{line} {}", child.url));
+                out.push(format!("{named} {}", child.url));
                 let rendered = render(child, children, depth + 1);
                 // The child's header ends at its first blank line.
                 let body_start = rendered
@@ -175,8 +257,8 @@ fn render(
                     out.push(format!("{indent}  {child_line}"));
                 }
             }
-            Some(ChildFrame::NotRead(reason)) => out.push(format!("{line} (not shown: {reason})")),
-            _ => out.push(format!("{line} (not shown: frames nested too deep)")),
+            Some(ChildFrame::NotRead(reason)) => out.push(format!("{named} (not shown: {reason})")),
+            _ => out.push(format!("{named} (not shown: frames nested too deep)")),
         }
     }
     out
@@ -219,23 +301,78 @@ mod tests {
     }
 
     #[test]
-    fn slots_come_from_details() {
-        let details = json!({ "frames": [{ "frameId": 4, "line": 7 }, { "frameId": "x" }, { "frameId": 0, "line": 1 }, { "frameId": 5, "line": 9 }] });
+    fn placeholders_come_from_details() {
+        let details = json!({ "frames": [{ "line": 7, "src": "http://b.test/x" }, { "src": "x" }, { "line": 9 }] });
         assert_eq!(
-            FrameOutline::slots_from_details(Some(&details)),
+            Placeholder::from_details(Some(&details)),
             vec![
-                FrameSlot {
-                    frame_id: 4,
-                    line: 7
+                Placeholder {
+                    line: 7,
+                    src: "http://b.test/x".into()
                 },
-                FrameSlot {
-                    frame_id: 5,
-                    line: 9
+                Placeholder {
+                    line: 9,
+                    src: String::new()
                 }
             ]
         );
-        assert!(FrameOutline::slots_from_details(None).is_empty());
-        assert!(FrameOutline::slots_from_details(Some(&json!({}))).is_empty());
+        assert!(Placeholder::from_details(None).is_empty());
+        assert!(Placeholder::from_details(Some(&json!({}))).is_empty());
+    }
+
+    #[test]
+    fn frames_are_matched_to_iframe_lines_by_url_then_origin_then_order() {
+        let frame = |frame_id, parent_frame_id, url: &str| KnownFrame {
+            frame_id,
+            parent_frame_id,
+            url: url.into(),
+        };
+        let frames = [
+            frame(0, -1, "http://a.test/"),
+            frame(3, 0, "http://ads.test/banner"),
+            frame(4, 0, "http://pay.test/card?step=2"),
+            frame(5, 0, "http://help.test/chat"),
+            frame(6, 4, "http://pay.test/3ds"),
+            frame(7, 0, "http://other.test/"),
+        ];
+        let placeholder = |line, src: &str| Placeholder {
+            line,
+            src: src.into(),
+        };
+        let placeholders = [
+            // Navigated inside since: same origin as its src.
+            placeholder(10, "http://pay.test/card"),
+            placeholder(11, "http://help.test/chat"),
+            // src changed by script, frame elsewhere: the first one left.
+            placeholder(12, "about:blank"),
+        ];
+        assert_eq!(
+            match_frames(&placeholders, 0, &frames),
+            vec![
+                FrameSlot {
+                    frame_id: 4,
+                    line: 10
+                },
+                FrameSlot {
+                    frame_id: 5,
+                    line: 11
+                },
+                FrameSlot {
+                    frame_id: 3,
+                    line: 12
+                },
+            ]
+        );
+        // The nested frame belongs to frame 4's outline only.
+        assert_eq!(
+            match_frames(&[placeholder(2, "http://pay.test/3ds")], 4, &frames),
+            vec![FrameSlot {
+                frame_id: 6,
+                line: 2
+            }]
+        );
+        // More iframe lines than frames: the extra line stays as it is.
+        assert_eq!(match_frames(&placeholders, 6, &frames), vec![]);
     }
 
     fn outline(frame_id: u32, url: &str, body: &[&str], slots: &[(u32, usize)]) -> FrameOutline {
@@ -264,10 +401,10 @@ mod tests {
             "http://a.test/",
             &[
                 "main",
-                "  iframe \"Pay\" [frame f3]",
+                "  iframe \"Pay\" (other site: its content is not shown)",
                 "  [e1] button \"Top\"",
-                "iframe [frame f4]",
-                "iframe [frame f5]",
+                "iframe (other site: its content is not shown)",
+                "iframe",
             ],
             &[(3, 5), (4, 7), (5, 8)],
         );
@@ -277,7 +414,7 @@ mod tests {
             &[
                 "h2 \"Card\"",
                 "[f3:e1] button \"Pay\"",
-                "iframe \"Inner\" [frame f6]",
+                "iframe \"Inner\" (other site: its content is not shown)",
             ],
             &[(6, 6)],
         );
@@ -314,7 +451,7 @@ mod tests {
         let top = outline(
             0,
             "http://a.test/",
-            &["text \"iframe [frame f3]\""],
+            &["text \"iframe (other site: its content is not shown)\""],
             &[(3, 4)],
         );
         let child = outline(3, "http://b.test/", &["[f3:e1] button \"X\""], &[]);
@@ -332,12 +469,12 @@ mod tests {
                 ChildFrame::Read(outline(
                     id,
                     &format!("http://f{id}.test/"),
-                    &[&format!("iframe [frame f{}]", id + 1)],
+                    &["iframe"],
                     &[(id + 1, 4)],
                 )),
             );
         }
-        let top = outline(0, "http://a.test/", &["iframe [frame f1]"], &[(1, 4)]);
+        let top = outline(0, "http://a.test/", &["iframe"], &[(1, 4)]);
         let text = assemble(&top, &children);
         assert!(text.contains("http://f3.test/"), "{text}");
         assert!(!text.contains("http://f4.test/"), "{text}");
