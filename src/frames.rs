@@ -138,30 +138,57 @@ pub struct KnownFrame {
     pub url: String,
 }
 
-/// Which child frame of `parent` each placeholder line shows. A content
-/// script cannot tell which Chrome frame an iframe element is, so frames are
-/// matched by URL: the same URL as the element's `src` first, then the same
-/// origin, then the remaining ones in frame-id (creation) order. Frames left
-/// over (hidden iframes, which the outline skips) are not shown; a
-/// placeholder left over keeps its line as it is.
+/// Which frame each placeholder line of frame `parent`'s outline shows.
+///
+/// Candidates are the frames whose outline `parent`'s content script could
+/// not walk itself: its children, and the children of same-origin (or
+/// `about:`) frames it walked inline, at any depth. A content script cannot
+/// tell which Chrome frame an iframe element is, so frames are matched by
+/// URL: the same URL as the element's `src` first, then the same origin,
+/// then the remaining frames of another origin than `parent` in frame-id
+/// (creation) order. Frames left over (hidden iframes, which the outline
+/// skips) are not shown; a placeholder left over keeps its line as it is.
 pub fn match_frames(
     placeholders: &[Placeholder],
     parent: u32,
     frames: &[KnownFrame],
 ) -> Vec<FrameSlot> {
+    let origin = crate::gatekeeper::origin_of;
+    let by_id: std::collections::HashMap<u32, &KnownFrame> =
+        frames.iter().map(|f| (f.frame_id, f)).collect();
+    let parent_origin = by_id.get(&parent).map(|f| origin(&f.url));
+    let same_origin = |f: &KnownFrame| parent_origin.as_deref() == Some(origin(&f.url).as_str());
+    let walked_inline = |f: &KnownFrame| f.url.starts_with("about:") || same_origin(f);
+    // Whether the way up from `f` reaches `parent` through inline frames only.
+    let belongs = |f: &KnownFrame| {
+        let mut up = f.parent_frame_id;
+        for _ in 0..32 {
+            if up == i64::from(parent) {
+                return true;
+            }
+            let Some(above) = u32::try_from(up).ok().and_then(|id| by_id.get(&id)) else {
+                return false;
+            };
+            if !walked_inline(above) {
+                return false;
+            }
+            up = above.parent_frame_id;
+        }
+        false
+    };
     let mut children: Vec<&KnownFrame> = frames
         .iter()
-        .filter(|f| f.parent_frame_id == i64::from(parent) && f.frame_id != parent)
+        .filter(|f| f.frame_id != parent && !f.url.starts_with("about:") && belongs(f))
         .collect();
     children.sort_by_key(|f| f.frame_id);
     let mut taken = vec![false; children.len()];
     let mut slots: Vec<Option<u32>> = vec![None; placeholders.len()];
-    let origin = crate::gatekeeper::origin_of;
-    // Pass 0: the same URL; pass 1: the same origin; pass 2: any frame left.
+    // Pass 0: the same URL; pass 1: the same origin; pass 2: any frame of
+    // another origin left.
     let rule = |pass: u8, p: &Placeholder, f: &KnownFrame| match pass {
         0 => f.url == p.src,
         1 => !p.src.is_empty() && origin(&f.url) == origin(&p.src),
-        _ => true,
+        _ => !same_origin(f),
     };
     for pass in 0..3 {
         for (placeholder, slot) in placeholders.iter().zip(slots.iter_mut()) {
@@ -339,12 +366,27 @@ mod tests {
             line,
             src: src.into(),
         };
+        let frames = [
+            frames.as_slice(),
+            &[
+                // A srcdoc frame the top walks inline, holding a frame of another site.
+                frame(8, 0, "about:srcdoc"),
+                frame(9, 8, "http://deep.test/"),
+                // A frame inside a frame of another origin: not the top's.
+                frame(10, 7, "http://deeper.test/"),
+                // A same-origin frame the top walked inline.
+                frame(11, 0, "http://a.test/inner"),
+            ],
+        ]
+        .concat();
         let placeholders = [
             // Navigated inside since: same origin as its src.
             placeholder(10, "http://pay.test/card"),
             placeholder(11, "http://help.test/chat"),
             // src changed by script, frame elsewhere: the first one left.
             placeholder(12, "about:blank"),
+            placeholder(13, "http://deep.test/"),
+            placeholder(14, "http://deeper.test/"),
         ];
         assert_eq!(
             match_frames(&placeholders, 0, &frames),
@@ -360,6 +402,15 @@ mod tests {
                 FrameSlot {
                     frame_id: 3,
                     line: 12
+                },
+                FrameSlot {
+                    frame_id: 9,
+                    line: 13
+                },
+                // Not frame 10 (inside frame 7, another site): the frame left over.
+                FrameSlot {
+                    frame_id: 7,
+                    line: 14
                 },
             ]
         );

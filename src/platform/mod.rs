@@ -535,7 +535,10 @@ impl Driver {
         );
         let timeout = TimeoutFuture::new(FRAME_SNAPSHOT_TIMEOUT_MS);
         let reply = match futures::future::select(Box::pin(call), timeout).await {
-            futures::future::Either::Left((reply, _)) => reply?,
+            // The long tool-error text is for a ref tool; the iframe line gets a short reason.
+            futures::future::Either::Left((reply, _)) => reply.map_err(|_| {
+                "its content could not be read (it may be loading or have navigated)".to_string()
+            })?,
             futures::future::Either::Right(_) => {
                 self.close_page_port(dispatch_id);
                 return Err(format!(
