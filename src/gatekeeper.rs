@@ -13,7 +13,12 @@ use crate::model::SiteRule;
 use crate::tools::{Effects, Level, ToolDescriptor};
 
 /// The page a tool call would act on, as the driver resolved it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// When the call acts inside a child frame (a ref like `f7:e12`), `url`,
+/// `origin` and `host_permission` are the frame's: the gatekeeper judges the
+/// origin actually acted on, and site rules apply to it; `page_url` then
+/// names the tab's own page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetInfo {
     pub tab_id: i64,
@@ -24,6 +29,13 @@ pub struct TargetInfo {
     pub title: String,
     /// Whether the extension's host permissions cover this page.
     pub host_permission: bool,
+    /// Chrome's frame id when the call acts in a child frame (None: the
+    /// tab's top document).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_id: Option<i64>,
+    /// The tab's top-level URL when the call acts in a child frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
 }
 
 /// The gatekeeper's answer.
@@ -145,6 +157,7 @@ mod tests {
             origin: origin_of(url),
             title: String::new(),
             host_permission: true,
+            ..TargetInfo::default()
         }
     }
 
@@ -220,5 +233,45 @@ mod tests {
         let mut mcp = read.clone();
         mcp.level = Level::Mcp;
         assert_eq!(verdict(&mcp, Some(&shop), None), Verdict::Ask);
+    }
+
+    #[test]
+    fn gatekeeper_judges_the_frame_origin() {
+        let r = ToolRegistry::page_tools();
+        let click = r.get("click").unwrap();
+        let read = r.get("read_page").unwrap();
+        // A click inside a payment frame of another site on the shop's page.
+        let frame = TargetInfo {
+            frame_id: Some(7),
+            page_url: Some("https://shop.example/cart".into()),
+            ..target("https://pay.example/card")
+        };
+        assert_eq!(
+            verdict(
+                click,
+                Some(&frame),
+                Some(&rule("https://shop.example", true))
+            ),
+            Verdict::Ask,
+            "the shop's rule does not cover the payment frame"
+        );
+        assert_eq!(
+            verdict(
+                click,
+                Some(&frame),
+                Some(&rule("https://pay.example", true))
+            ),
+            Verdict::Allow
+        );
+        assert_eq!(verdict(read, Some(&frame), None), Verdict::Allow);
+        let store_frame = TargetInfo {
+            frame_id: Some(8),
+            page_url: Some("https://shop.example/".into()),
+            ..target("https://chromewebstore.google.com/detail/x")
+        };
+        assert!(matches!(
+            verdict(read, Some(&store_frame), None),
+            Verdict::Deny(_)
+        ));
     }
 }

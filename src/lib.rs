@@ -7,7 +7,9 @@
 //! alarms. `sim` is the native driver used by tests and by embedders who want
 //! to test their own tools.
 
+pub mod diff;
 pub mod engine;
+pub mod frames;
 pub mod gatekeeper;
 pub mod model;
 pub mod protocol;

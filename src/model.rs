@@ -448,10 +448,17 @@ pub struct ApprovalRecord {
     pub label: String,
     /// The full parameters the tool would run with.
     pub params: serde_json::Value,
-    /// The page the call would act on.
+    /// The page the call would act on (the frame's, when it acts in a
+    /// child frame: that is the origin the user approves).
     pub origin: String,
     pub url: String,
     pub tab_id: i64,
+    /// Chrome's frame id when the call acts in a child frame of the tab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_id: Option<i64>,
+    /// The tab's own URL when the call acts in a child frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
     pub status: ApprovalStatus,
     pub created_at: u64,
     #[serde(default)]
@@ -500,6 +507,11 @@ pub struct SiteRule {
     pub created_at: u64,
 }
 
+/// The most image data one `tool_result` node keeps: base64 characters over
+/// all its images (400 KiB, about 300 KB of JPEG). The screenshot tool scales
+/// and compresses below it; the engine drops anything larger with a note.
+pub const MAX_RESULT_IMAGE_CHARS: usize = 400 * 1024;
+
 /// An image as the model receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -528,6 +540,58 @@ impl ImageData {
     pub fn data_url(&self) -> String {
         format!("data:{};base64,{}", self.media_type, self.data)
     }
+
+    /// An image from encoded bytes (PNG or JPEG).
+    pub fn from_bytes(media_type: &str, bytes: &[u8]) -> ImageData {
+        ImageData {
+            media_type: media_type.to_string(),
+            data: base64_encode(bytes),
+        }
+    }
+}
+
+/// The longest side, in pixels, of the screenshot the model gets.
+pub const SCREENSHOT_MAX_SIDE: u32 = 1280;
+/// The longest side, in pixels, of the thumbnail in a screenshot's details.
+pub const THUMBNAIL_MAX_SIDE: u32 = 240;
+/// The largest thumbnail data URL a screenshot's details keep (characters);
+/// a larger one is left out.
+pub const MAX_THUMBNAIL_CHARS: usize = 24 * 1024;
+
+/// `width` × `height` scaled down (never up) so the longer side is at most
+/// `max_side`, keeping the aspect ratio; each side at least 1.
+pub fn fit_within(width: u32, height: u32, max_side: u32) -> (u32, u32) {
+    let longest = width.max(height);
+    if longest <= max_side || longest == 0 {
+        return (width.max(1), height.max(1));
+    }
+    let scale = |side: u32| {
+        ((u64::from(side) * u64::from(max_side) + u64::from(longest) / 2) / u64::from(longest))
+            .max(1) as u32
+    };
+    (scale(width), scale(height))
+}
+
+/// Standard base64 with padding.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -542,5 +606,29 @@ mod tests {
         assert!(ImageData::from_data_url("data:text/html;base64,PHA+").is_none());
         assert!(ImageData::from_data_url("data:image/png,raw").is_none());
         assert!(ImageData::from_data_url("https://x/y.png").is_none());
+    }
+
+    #[test]
+    fn base64_and_image_sizes() {
+        for (bytes, text) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"\xff\xfe\xfd\x00", "//79AA=="),
+        ] {
+            assert_eq!(base64_encode(bytes), text);
+        }
+        assert_eq!(
+            ImageData::from_bytes("image/png", b"foo").data_url(),
+            "data:image/png;base64,Zm9v"
+        );
+        assert_eq!(fit_within(1000, 800, 1280), (1000, 800), "never scaled up");
+        assert_eq!(fit_within(2560, 1600, 1280), (1280, 800));
+        assert_eq!(fit_within(1000, 800, 240), (240, 192));
+        assert_eq!(fit_within(800, 3000, 240), (64, 240));
+        assert_eq!(fit_within(5000, 1, 240), (240, 1));
+        assert_eq!(fit_within(0, 0, 240), (1, 1));
     }
 }

@@ -574,6 +574,10 @@ pub enum PageRequest {
         call_id: String,
         name: String,
         params: serde_json::Value,
+        /// Chrome's id of the frame the script runs in (0: the tab's top
+        /// document). In a child frame refs carry it (`f7:e12`).
+        #[serde(default)]
+        frame_id: u32,
     },
 }
 

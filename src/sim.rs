@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use serde_json::Value;
 
 use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::frames;
 use crate::gatekeeper::{origin_of, TargetInfo};
 use crate::model::{ProviderProfile, StopReason, Usage};
 use crate::protocol::{ApprovalDecision, Submission};
@@ -95,6 +96,8 @@ pub struct Dispatch {
     pub call_id: String,
     pub name: String,
     pub params: Value,
+    /// The page (and frame) the engine told the driver to act on.
+    pub target: Option<TargetInfo>,
 }
 
 /// Where a crash may be injected.
@@ -133,6 +136,10 @@ pub struct Sim {
     pub fail_next_persists: u32,
     /// The page tools act on (or why there is none).
     pub target: Result<TargetInfo, String>,
+    /// Child frames of that page by Chrome frame id (`url`, `origin` and
+    /// `host_permission` are the frame's); a ref like `f7:e1` acts in frame 7,
+    /// a missing frame is gone.
+    pub frames: std::collections::BTreeMap<u32, TargetInfo>,
     /// How the simulated user answers approval requests (None: never).
     pub auto_approve: Option<ApprovalDecision>,
     /// What the simulated user answers to `ask_user` (None: never).
@@ -189,6 +196,7 @@ impl Sim {
             chunk: 3,
             fail_next_persists: 0,
             target: Ok(Sim::page("https://shop.example/")),
+            frames: std::collections::BTreeMap::new(),
             auto_approve: Some(ApprovalDecision::AcceptOnce),
             auto_answer: Some("yes".into()),
             realistic_usage: false,
@@ -206,6 +214,7 @@ impl Sim {
             origin: origin_of(url),
             title: "Test page".into(),
             host_permission: true,
+            ..TargetInfo::default()
         }
     }
 
@@ -387,6 +396,7 @@ impl Sim {
                 call_id,
                 name,
                 params,
+                target,
                 ..
             } => {
                 let outcome = (self.tool)(&name, &params);
@@ -394,6 +404,7 @@ impl Sim {
                     call_id,
                     name,
                     params,
+                    target,
                 });
                 self.inputs.push_back((
                     dispatch_id,
@@ -406,8 +417,24 @@ impl Sim {
             Effect::AbortTool { dispatch_id } => {
                 self.inputs.retain(|(_, i)| !matches!(i, Input::ToolResult { dispatch_id: d, .. } if *d == dispatch_id));
             }
-            Effect::ResolveTarget { resolve_id, .. } => {
-                let target = self.target.clone();
+            Effect::ResolveTarget {
+                resolve_id, params, ..
+            } => {
+                let frame_id = params
+                    .as_ref()
+                    .map_or(frames::TOP_FRAME, frames::frame_of_params);
+                let target = match self.target.clone() {
+                    Ok(page) if frame_id != frames::TOP_FRAME => match self.frames.get(&frame_id) {
+                        Some(frame) => Ok(TargetInfo {
+                            tab_id: page.tab_id,
+                            frame_id: Some(i64::from(frame_id)),
+                            page_url: Some(page.url),
+                            ..frame.clone()
+                        }),
+                        None => Err(frames::frame_gone(frame_id)),
+                    },
+                    other => other,
+                };
                 self.inputs
                     .push_back((resolve_id, Input::Target { resolve_id, target }));
             }

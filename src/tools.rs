@@ -85,6 +85,11 @@ pub struct ToolDescriptor {
     /// Only offered to models with vision (it returns images).
     #[serde(default)]
     pub requires_vision: bool,
+    /// The UI gets a line diff against this tool's previous successful result
+    /// on the same page (`details.diff`, see `crate::diff`); the model still
+    /// gets the full content. UI only, so not part of the digest.
+    #[serde(default)]
+    pub diff_details: bool,
 }
 
 impl ToolDescriptor {
@@ -112,6 +117,7 @@ impl ToolDescriptor {
             binding,
             parallel_safe: false,
             requires_vision: false,
+            diff_details: false,
         }
     }
 
@@ -124,6 +130,12 @@ impl ToolDescriptor {
     /// Offer the tool only to models with vision.
     pub fn requires_vision(mut self) -> Self {
         self.requires_vision = true;
+        self
+    }
+
+    /// Show the UI what changed since the previous result on the same page.
+    pub fn diff_details(mut self) -> Self {
+        self.diff_details = true;
         self
     }
 
@@ -201,19 +213,20 @@ impl ToolRegistry {
     pub fn page_tools() -> Self {
         let string = |d: &str| json!({ "type": "string", "description": d });
         let object = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
-        let element_ref = string("Element ref from page_snapshot or read_page, e.g. e12.");
+        let element_ref = string("Element ref from page_snapshot or read_page, e.g. e12, or f3:e12 for an element inside a frame from another site.");
         let mut registry = Self::new();
         for descriptor in [
             ToolDescriptor::new(
                 "page_snapshot",
                 "Page outline",
-                "A compact outline of the visible page: headings, landmarks, text, and every interactive element with a ref (e.g. e12), its role, name, value and state. Refs stay valid until the page changes. Prefer this over read_page to decide what to click or type.",
+                "A compact outline of the visible page: headings, landmarks, text, and every interactive element with a ref (e.g. e12), its role, name, value and state. Frames from other sites are included under their iframe line, with refs like f3:e12. Refs stay valid until the page changes. Prefer this over read_page to decide what to click or type.",
                 object(json!({}), &[]),
                 Level::L0,
                 Effects::Read,
                 Binding::Page,
             )
-            .parallel_safe(),
+            .parallel_safe()
+            .diff_details(),
             ToolDescriptor::new(
                 "read_page",
                 "Read page",

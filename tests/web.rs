@@ -127,6 +127,7 @@ fn test_target() -> TargetInfo {
         origin: "https://shop.example".into(),
         title: "Shop".into(),
         host_permission: true,
+        ..TargetInfo::default()
     }
 }
 

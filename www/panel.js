@@ -58,6 +58,8 @@ const dom = {
   approvalOrigin: $("approval-origin"),
   approvalUrl: $("approval-url"),
   approvalElementTerm: $("approval-element-term"),
+  approvalFrameTerm: $("approval-frame-term"),
+  approvalFrame: $("approval-frame"),
   approvalElement: $("approval-element"),
   approvalParams: $("approval-params"),
   approvalHintSite: $("approval-hint-site"),
@@ -156,7 +158,7 @@ const PAGE_READ_TOOLS = new Set(["page_snapshot", "read_page"]);
  * `[ref]`, the role, the JSON-quoted name (escapes allowed), then state words
  * (`value="…"`, `checked`, …), which may contain quotes of their own.
  */
-const ELEMENT_LINE = /^\s*\[([A-Za-z0-9_-]+)\]\s+([A-Za-z][\w-]*)\s+("(?:[^"\\\n]|\\.)*")(.*)$/;
+const ELEMENT_LINE = /^\s*\[([A-Za-z0-9_:-]+)\]\s+([A-Za-z][\w-]*)\s+("(?:[^"\\\n]|\\.)*")(.*)$/;
 /**
  * Every error kind of docs/protocol.md §1.3 in words a user can act on:
  * what happened, then what to do. `settings` names the field the fix is in
@@ -886,6 +888,7 @@ function placeToolResult(node) {
   title.textContent = node.name || "Tool result";
   header.append(title);
   element.append(header, buildResultSection(node, false));
+  setResultExtras(element, node);
   const existing = view.elementsById.get(node.id);
   if (existing && existing.isConnected) existing.replaceWith(element);
   else dom.messages.append(element);
@@ -902,6 +905,7 @@ function setCardResult(card, node) {
   if (existing) existing.replaceWith(section);
   else card.append(section);
   view.elementsById.set(node.id, section);
+  setResultExtras(card, node);
   if (node.name === "ask_user") {
     const content = typeof node.content === "string" ? node.content : "";
     const answered = status === "ok" && content.startsWith(ANSWER_PREFIX);
@@ -967,6 +971,72 @@ function buildResultSection(node, asChild) {
     details.append(img);
   }
   return details;
+}
+
+const THUMBNAIL_URL = /^data:image\/(png|jpeg|webp);base64,[A-Za-z0-9+/]+=*$/;
+
+/**
+ * What a result's `details` show in its card, always visible: a screenshot's
+ * thumbnail, and what changed since the previous snapshot of the same page.
+ * Replaces what an earlier rendering of the card showed.
+ */
+function setResultExtras(card, node) {
+  const old = card.querySelector(":scope > .tool-extras");
+  if (old) old.remove();
+  const details = node.details && typeof node.details === "object" ? node.details : null;
+  if (!details) return;
+  const extras = document.createElement("div");
+  extras.className = "tool-extras";
+  extras.dataset.nodeId = node.id;
+  if (typeof details.thumbnail === "string" && THUMBNAIL_URL.test(details.thumbnail)) {
+    const img = document.createElement("img");
+    img.className = "tool-thumbnail";
+    img.alt = `Screenshot thumbnail${typeof details.title === "string" && details.title ? ` of ${details.title}` : ""}`;
+    if (Number.isInteger(details.thumbnailWidth) && Number.isInteger(details.thumbnailHeight)) {
+      img.width = details.thumbnailWidth;
+      img.height = details.thumbnailHeight;
+    }
+    img.src = details.thumbnail;
+    extras.append(img);
+  }
+  const diff = details.diff;
+  if (diff && typeof diff === "object" && Number.isInteger(diff.added) && Number.isInteger(diff.removed)) {
+    extras.append(buildSnapshotDiff(diff));
+  }
+  if (extras.childElementCount > 0) card.append(extras);
+}
+
+/** A snapshot's changes against the previous one: counts, then the changed lines as text. */
+function buildSnapshotDiff(diff) {
+  const box = document.createElement("details");
+  box.className = "snapshot-diff";
+  const summary = document.createElement("summary");
+  const unchanged = diff.added === 0 && diff.removed === 0;
+  summary.textContent = unchanged
+    ? "No change since the previous snapshot of this page"
+    : `Changed since the previous snapshot: ${diff.added} added, ${diff.removed} removed`;
+  box.append(summary);
+  const changes = Array.isArray(diff.changes) ? diff.changes : [];
+  if (changes.length > 0) {
+    const list = document.createElement("pre");
+    list.className = "snapshot-diff-lines";
+    for (const change of changes) {
+      if (!change || typeof change.line !== "string") continue;
+      const added = change.kind === "added";
+      const line = document.createElement("span");
+      line.className = added ? "diff-added" : "diff-removed";
+      // Page text: shown as text only.
+      line.textContent = `${added ? "+" : "−"} ${change.line}\n`;
+      list.append(line);
+    }
+    if (diff.truncated === true) {
+      const more = diff.added + diff.removed - changes.length;
+      list.append(document.createTextNode(`… ${more} more change${more === 1 ? "" : "s"} not listed`));
+    }
+    box.append(list);
+    box.open = true;
+  }
+  return box;
 }
 
 /**
@@ -1282,6 +1352,11 @@ function renderApproval() {
   dom.approvalName.hidden = dom.approvalName.textContent === "";
   dom.approvalOrigin.textContent = origin || "(unknown)";
   dom.approvalUrl.textContent = url || "(unknown)";
+  // An action inside a frame of another site: the site above is the frame's (that is what is approved).
+  const pageUrl = typeof approval.pageUrl === "string" ? approval.pageUrl : "";
+  dom.approvalFrame.textContent = pageUrl ? `a frame of the page ${pageUrl}` : "";
+  dom.approvalFrame.hidden = pageUrl === "";
+  dom.approvalFrameTerm.hidden = pageUrl === "";
   dom.approvalHintSite.textContent = origin || "this site";
   dom.approvalParams.textContent = approval.params !== undefined ? prettyJson(approval.params) : "{}";
   const element = describeTarget(approval.params);

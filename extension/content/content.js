@@ -12,7 +12,17 @@
 // Tools (parameters as declared in src/tools.rs): page_snapshot, read_page,
 // click, type, select, scroll, wait_for. All of them share one registry of
 // element refs ("e12"), so a ref from page_snapshot works with click and the
-// other way round. Every failure the model can fix (stale ref, hidden or
+// other way round.
+//
+// Frames: the engine injects this script into each frame it talks to and
+// says which frame it is (`frameId` of `tool.execute`, Chrome's frame id). In
+// a child frame every ref carries the frame ("f7:e12"), so refs are unique
+// in the tab and the engine routes a ref to the frame that owns it. Same-origin
+// iframes are walked from their parent; an iframe of another origin is one
+// line `iframe "…" (other site: …)` whose position and src page_snapshot
+// reports in `details.frames`, and the engine splices that frame's own
+// outline in (it knows the tab's frames; a content script cannot tell which
+// Chrome frame an iframe element is). Every failure the model can fix (stale ref, hidden or
 // disabled element, wrong kind of element, timeout) is an `ok:false` result
 // whose text says what to do next.
 (() => {
@@ -27,6 +37,8 @@
   const MAX_VALUE_CHARS = 80;
   const MAX_INTERACTIVE = 400;
   const MAX_SNAPSHOT_CHARS = 12000;
+  // A child frame's outline is spliced into its parent's: a smaller share.
+  const MAX_FRAME_SNAPSHOT_CHARS = 3000;
   const MAX_BLOCK_CHARS = 200;
   const MAX_HEADING_CHARS = 150;
   const MAX_OPTIONS_LISTED = 12;
@@ -41,9 +53,15 @@
   // ---------------------------------------------------------------- refs ---
   // A ref names one element for the life of this document: the same element
   // always gets the same ref, and a ref number is never given to another one.
+  // The maps hold the frame-local ref ("e12"); the model sees it with this
+  // frame's prefix ("f7:e12" in frame 7, none in the tab's top document).
   const refByElement = new WeakMap();
   const elementByRef = new Map();
   let nextRefNumber = 1;
+  /** Chrome's id of this frame, as the engine said (0: the top document). */
+  let ownFrameId = 0;
+  const framePrefix = () => (ownFrameId > 0 ? `f${ownFrameId}:` : "");
+  const REF_PATTERN = /^(?:f([1-9]\d*):)?(e[1-9]\d*)$/;
 
   function refFor(element) {
     let ref = refByElement.get(element);
@@ -52,7 +70,7 @@
       refByElement.set(element, ref);
       elementByRef.set(ref, new WeakRef(element));
     }
-    return ref;
+    return framePrefix() + ref;
   }
 
   function forgetCollectedRefs() {
@@ -445,13 +463,20 @@
 
   /** The element a ref names, visible or not; throws for unknown and stale refs. */
   function lookupRef(ref) {
-    if (typeof ref !== "string" || !/^e[1-9]\d*$/.test(ref.trim())) {
-      throw new ToolError(`${quote(String(ref))} is not a ref; refs look like "e12". Call page_snapshot (or read_page) to get refs.`);
+    const match = typeof ref === "string" ? REF_PATTERN.exec(ref.trim()) : null;
+    if (!match) {
+      throw new ToolError(`${quote(String(ref))} is not a ref; refs look like "e12" (or "f3:e12" inside a frame). Call page_snapshot (or read_page) to get refs.`);
     }
     ref = ref.trim();
-    const element = elementByRef.has(ref) ? elementByRef.get(ref).deref() : undefined;
+    const frame = match[1] === undefined ? 0 : Number(match[1]);
+    // An unprefixed ref in a child frame is accepted: the engine routed it here.
+    if (frame !== 0 && frame !== ownFrameId) {
+      throw new ToolError(`Element ${ref} belongs to another frame (f${frame}) than this one; call page_snapshot to get fresh refs.`);
+    }
+    const local = match[2];
+    const element = elementByRef.has(local) ? elementByRef.get(local).deref() : undefined;
     if (!element || !element.isConnected) {
-      if (elementByRef.has(ref) || Number(ref.slice(1)) < nextRefNumber) {
+      if (elementByRef.has(local) || Number(local.slice(1)) < nextRefNumber) {
         throw new ToolError(`Element ${ref} is no longer on the page (the page changed); call page_snapshot (or read_page) to get fresh refs.`);
       }
       throw new ToolError(`Unknown ref ${ref}; call page_snapshot (or read_page) to get the current refs.`);
@@ -835,7 +860,8 @@
       }
       const label = `iframe${name ? ` ${quote(clip(name, MAX_NAME_CHARS))}` : ""}`;
       if (!doc || !doc.body) {
-        block.container.children.push({ line: `${label} (other site: its content is not shown)`, element: frame });
+        // Another origin: the engine reads that frame itself and splices it in here.
+        block.container.children.push({ line: `${label} (other site: its content is not shown)`, element: frame, frameSrc: frame.src || "" });
         return;
       }
       const node = { label, element: frame, children: [] };
@@ -855,7 +881,7 @@
     return root;
   }
 
-  /** Flat list of outline entries `{ depth, text, element, interactive, container, parent }`, empty containers dropped. */
+  /** Flat list of outline entries `{ depth, text, element, interactive, container, parent, frameSrc? }`, empty containers dropped. */
   function flattenOutline(root) {
     const entries = [];
     const hasContent = (node) => (node.children ? node.children.some(hasContent) : true);
@@ -867,7 +893,7 @@
           entries.push({ depth, text: child.label, element: child.element, interactive: false, container: true, parent });
           visit(child, depth + 1, index);
         } else {
-          entries.push({ depth, text: child.line, element: child.element, interactive: child.interactive === true, container: false, parent });
+          entries.push({ depth, text: child.line, element: child.element, interactive: child.interactive === true, container: false, parent, frameSrc: child.frameSrc });
         }
       }
     })(root, 0, -1);
@@ -893,7 +919,7 @@
     const interactiveCount = entries.filter((entry) => entry.interactive).length;
     let included;
     const total = entries.reduce((sum, entry) => sum + lineOf(entry).length + 1, 0);
-    const budget = MAX_SNAPSHOT_CHARS - header.join("\n").length - 400;
+    const budget = (ownFrameId > 0 ? MAX_FRAME_SNAPSHOT_CHARS : MAX_SNAPSHOT_CHARS) - header.join("\n").length - 400;
     if (total <= budget) {
       included = entries.map(() => true);
     } else {
@@ -925,8 +951,11 @@
     const omittedAbove = { elements: 0, interactive: 0 };
     const omittedBelow = { elements: 0, interactive: 0 };
     const firstIncluded = included.indexOf(true);
+    // Where the iframe lines of other-origin frames are, for the engine to splice their outlines in.
+    const frames = [];
     entries.forEach((entry, index) => {
       if (included[index]) {
+        if (entry.frameSrc !== undefined) frames.push({ line: lines.length, src: entry.frameSrc });
         lines.push(lineOf(entry));
         return;
       }
@@ -938,7 +967,10 @@
     if (entries.length === 0) lines.push("(the page shows nothing)");
     const note = (count, where, how) =>
       `… ${plural(count.elements, "more element")} omitted ${where} (${count.interactive} interactive); ${how} or use wait_for/read_page.`;
-    if (omittedAbove.elements > 0) lines.splice(header.length, 0, note(omittedAbove, "above", "scroll up"));
+    if (omittedAbove.elements > 0) {
+      lines.splice(header.length, 0, note(omittedAbove, "above", "scroll up"));
+      for (const frame of frames) frame.line += 1;
+    }
     if (omittedBelow.elements > 0) lines.push(note(omittedBelow, "below", "scroll down"));
     return {
       ok: true,
@@ -951,6 +983,7 @@
         viewportHeight: viewport,
         interactiveCount,
         omitted: omittedAbove.elements + omittedBelow.elements,
+        ...(frames.length ? { frames } : {}),
       },
     };
   }
@@ -1645,6 +1678,8 @@
   async function execute(port, message) {
     const callId = message.callId;
     const name = message.name;
+    // A content script lives in one frame, so its id never changes once known.
+    if (Number.isInteger(message.frameId) && message.frameId >= 0) ownFrameId = message.frameId;
     const finish = (result) => {
       const reply = { type: "tool.result", callId, ok: result.ok === true, content: String(result.content ?? "") };
       if (result.details && typeof result.details === "object") reply.details = result.details;

@@ -83,10 +83,8 @@ impl Engine {
     ) {
         let target = target.unwrap_or(TargetInfo {
             tab_id: -1,
-            url: String::new(),
-            origin: String::new(),
-            title: String::new(),
             host_permission: true,
+            ..TargetInfo::default()
         });
         let t = &self.threads[tid];
         let exec = t.exec.as_ref().expect("active run");
@@ -103,6 +101,8 @@ impl Engine {
             origin: target.origin.clone(),
             url: target.url.clone(),
             tab_id: target.tab_id,
+            frame_id: target.frame_id,
+            page_url: target.page_url.clone(),
             status: ApprovalStatus::Pending,
             created_at: now,
             decided_at: None,
@@ -302,13 +302,18 @@ impl Engine {
         }
     }
 
-    /// Ask the driver which page the call at `index` would act on.
+    /// Ask the driver which page (and frame) the call at `index` would act on.
     pub(super) fn resolve_target(&mut self, tid: &str, index: usize) {
         let resolve_id = self.next_handle();
+        let params = self.threads[tid]
+            .exec
+            .as_ref()
+            .and_then(|e| e.calls[index].params.clone().ok());
         self.set_phase(tid, Phase::Resolving { index, resolve_id });
         self.effects.push_back(Effect::ResolveTarget {
             resolve_id,
             thread_id: tid.to_string(),
+            params,
         });
     }
 }
@@ -347,9 +352,11 @@ impl Engine {
                 indices,
             },
         );
+        // Parallel reads (page_snapshot, read_page) take no ref: the top document.
         self.effects.push_back(Effect::ResolveTarget {
             resolve_id,
             thread_id: tid.to_string(),
+            params: None,
         });
     }
 

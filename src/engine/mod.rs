@@ -180,7 +180,14 @@ pub enum Effect {
     /// Abort that request now; no more input for it is expected.
     AbortProvider { request_id: u64 },
     /// Find the page a tool call would act on; feed `handle_target_resolved`.
-    ResolveTarget { resolve_id: u64, thread_id: String },
+    /// `params` are the call's parameters (a ref like `f7:e12` names a child
+    /// frame, whose origin is then the target's, see `crate::frames`); None
+    /// for a batch of parallel reads, which act on the tab's top document.
+    ResolveTarget {
+        resolve_id: u64,
+        thread_id: String,
+        params: Option<Value>,
+    },
     /// Execute a tool; feed `handle_tool_progress` / `handle_tool_result`.
     /// Page tools act on `target` only (and fail if its origin changed).
     DispatchTool {

@@ -716,11 +716,23 @@ pick a different element or tool, or explain the problem to the user.",
             let call = &exec.calls[index];
             // Whatever came back from a page (results and the page's own error
             // texts) is data, not instructions.
+            let (content, images) = bound_images(status, content, images);
             let content = match (status, exec.targets.get(&index)) {
                 (ToolStatus::Ok | ToolStatus::Error, Some(target)) => {
                     mark_untrusted(&content, &target.origin)
                 }
                 _ => content,
+            };
+            let diffs = status == ToolStatus::Ok
+                && self
+                    .config
+                    .registry
+                    .get(&call.name)
+                    .is_some_and(|d| d.diff_details);
+            let details = if diffs {
+                with_diff(details, &call.name, &content, t.path.iter().chain(&nodes))
+            } else {
+                details
             };
             let id = self.ids.next_id("n");
             nodes.push(Node {
@@ -1496,6 +1508,76 @@ fn finished_answer(path: &[Node]) -> Option<StopReason> {
         } if *stop_reason != StopReason::ToolUse => Some(*stop_reason),
         _ => None,
     }
+}
+
+/// How far back a diffing tool looks for its previous result (nodes).
+const DIFF_LOOKBACK_NODES: usize = 500;
+
+/// Add `details.diff` (see `crate::diff`) when the latest earlier successful
+/// result of the same tool on this path was of the same page (`details.url`).
+/// A result of another page in between means a new page: no diff.
+fn with_diff<'a>(
+    details: Option<Value>,
+    name: &str,
+    content: &str,
+    earlier: impl DoubleEndedIterator<Item = &'a Node>,
+) -> Option<Value> {
+    let mut details = details?;
+    let url = details.get("url").and_then(Value::as_str)?.to_string();
+    let previous = earlier
+        .rev()
+        .take(DIFF_LOOKBACK_NODES)
+        .find_map(|n| match &n.body {
+            NodeBody::ToolResult {
+                name: other,
+                status: ToolStatus::Ok,
+                content,
+                details,
+                ..
+            } if other == name => Some((n.id.as_str(), content, details)),
+            _ => None,
+        });
+    if let Some((previous_id, previous_content, Some(previous_details))) = previous {
+        if previous_details.get("url").and_then(Value::as_str) == Some(url.as_str()) {
+            let old = untrusted_body(previous_content).unwrap_or(previous_content);
+            let new = untrusted_body(content).unwrap_or(content);
+            if let Some(object) = details.as_object_mut() {
+                object.insert(
+                    "diff".into(),
+                    crate::diff::snapshot_diff(previous_id, old, new),
+                );
+            }
+        }
+    }
+    Some(details)
+}
+
+/// Keep a result's images only within [`crate::model::MAX_RESULT_IMAGE_CHARS`]: larger
+/// ones are dropped (the node would bloat every later checkpoint read and
+/// every request) and the content says so.
+fn bound_images(
+    status: ToolStatus,
+    content: String,
+    images: Vec<crate::model::ImageData>,
+) -> (String, Vec<crate::model::ImageData>) {
+    let total: usize = images.iter().map(|i| i.data.len()).sum();
+    if status != ToolStatus::Ok || total <= crate::model::MAX_RESULT_IMAGE_CHARS {
+        return (content, images);
+    }
+    let note = format!(
+        "\n[The image ({} KB) was larger than the {} KB a result may keep and was dropped; use page_snapshot instead.]",
+        total / 1024,
+        crate::model::MAX_RESULT_IMAGE_CHARS / 1024
+    );
+    (content + &note, Vec::new())
+}
+
+/// The page's text inside `mark_untrusted`'s delimiters.
+fn untrusted_body(content: &str) -> Option<&str> {
+    let rest = content.strip_prefix("<untrusted_page_content origin=\"")?;
+    let start = rest.find(">\n")? + 2;
+    let end = rest.rfind("\n</untrusted_page_content>\n")?;
+    rest.get(start..end)
 }
 
 /// Page content is data, not instructions: delimit it and name its origin so

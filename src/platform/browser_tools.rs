@@ -1,13 +1,16 @@
 //! Tools the driver runs with the tabs API instead of a content script:
-//! navigation and the tab list.
+//! navigation, screenshots and the tab list.
 
 use gloo_timers::future::TimeoutFuture;
 use serde_json::{json, Value};
 
 use super::chrome::{self, TabInfo};
+use super::image::Bitmap;
 use crate::engine::ToolOutcome;
 use crate::gatekeeper::TargetInfo;
-use crate::model::ImageData;
+use crate::model::{
+    ImageData, MAX_RESULT_IMAGE_CHARS, MAX_THUMBNAIL_CHARS, SCREENSHOT_MAX_SIDE, THUMBNAIL_MAX_SIDE,
+};
 
 /// How long navigation may take before the tool reports what it has.
 const LOAD_TIMEOUT_MS: u32 = 20_000;
@@ -85,35 +88,83 @@ pub async fn tab_tool(
             let (tab, complete) = wait_loaded(tab_id).await?;
             loaded(tab, complete, "Went back to")
         }
-        "screenshot" => {
-            let tab = chrome::get_tab(tab_id)
-                .await
-                .map_err(|e| format!("The tab is gone ({e})."))?;
-            if !tab.active {
-                return Err(
-                    "The tab is not the visible one in its window; call switch_tab first.".into(),
-                );
-            }
-            let url = chrome::capture_visible(tab.window_id)
-                .await
-                .map_err(|e| format!("Could not capture the tab: {e}"))?;
-            let image = ImageData::from_data_url(&url)
-                .ok_or("The browser returned an unreadable image.")?;
-            let bytes = image.data.len() * 3 / 4;
-            Ok(ToolOutcome {
-                ok: true,
-                content: format!(
-                    "Screenshot of \"{}\" {} (JPEG, {} KB).",
-                    tab.title,
-                    tab.url,
-                    bytes / 1024
-                ),
-                details: Some(json!({ "url": tab.url, "bytes": bytes })),
-                images: vec![image],
-            })
-        }
+        "screenshot" => screenshot(tab_id).await,
         other => Err(format!("Unknown tab tool {other}.")),
     }
+}
+
+/// `screenshot`: what the tab shows, as a JPEG for the model (at most
+/// `SCREENSHOT_MAX_SIDE` px on its longer side and `MAX_RESULT_IMAGE_CHARS`
+/// of base64, recompressed until it fits), and a thumbnail data URL for the
+/// side panel in `details.thumbnail` (at most `THUMBNAIL_MAX_SIDE` px and
+/// `MAX_THUMBNAIL_CHARS`; left out when larger or when encoding failed).
+async fn screenshot(tab_id: i32) -> Result<ToolOutcome, String> {
+    let tab = chrome::get_tab(tab_id)
+        .await
+        .map_err(|e| format!("The tab is gone ({e})."))?;
+    if !tab.active {
+        return Err("The tab is not the visible one in its window; call switch_tab first.".into());
+    }
+    let captured = chrome::capture_visible(tab.window_id)
+        .await
+        .map_err(|e| format!("Could not capture the tab: {e}"))?;
+    let unreadable =
+        |e: super::error::JsError| format!("The browser returned an unreadable image ({e}).");
+    let bitmap = Bitmap::decode(&captured).await.map_err(unreadable)?;
+    let (width, height) = (bitmap.width(), bitmap.height());
+    let mut image =
+        ImageData::from_data_url(&captured).ok_or("The browser returned an unreadable image.")?;
+    let (mut sent_width, mut sent_height) = (width, height);
+    let fits = |image: &ImageData, w: u32, h: u32| {
+        image.data.len() <= MAX_RESULT_IMAGE_CHARS && w.max(h) <= SCREENSHOT_MAX_SIDE
+    };
+    // Smaller and smaller until it fits (a normal viewport fits at once).
+    for (side, quality) in [
+        (SCREENSHOT_MAX_SIDE, 0.7),
+        (SCREENSHOT_MAX_SIDE, 0.5),
+        (960, 0.5),
+        (640, 0.4),
+    ] {
+        if fits(&image, sent_width, sent_height) {
+            break;
+        }
+        (image, sent_width, sent_height) = bitmap.jpeg(side, quality).await.map_err(unreadable)?;
+    }
+    if !fits(&image, sent_width, sent_height) {
+        return Err("The screenshot stayed too large even after scaling it down; use page_snapshot instead.".into());
+    }
+    let mut details = json!({
+        "url": tab.url,
+        "title": tab.title,
+        "width": sent_width,
+        "height": sent_height,
+        "bytes": image.data.len() * 3 / 4,
+    });
+    match bitmap.jpeg(THUMBNAIL_MAX_SIDE, 0.6).await {
+        Ok((thumbnail, w, h)) if thumbnail.data_url().len() <= MAX_THUMBNAIL_CHARS => {
+            details["thumbnail"] = json!(thumbnail.data_url());
+            details["thumbnailWidth"] = json!(w);
+            details["thumbnailHeight"] = json!(h);
+        }
+        Ok(_) => details["thumbnailError"] = json!("too large"),
+        Err(e) => details["thumbnailError"] = json!(e.to_string()),
+    }
+    let note = if (sent_width, sent_height) == (width, height) {
+        String::new()
+    } else {
+        format!(", scaled down from {width}×{height}")
+    };
+    Ok(ToolOutcome {
+        ok: true,
+        content: format!(
+            "Screenshot of \"{}\" {} ({sent_width}×{sent_height} JPEG, {} KB{note}).",
+            tab.title,
+            tab.url,
+            image.data.len() * 3 / 4 / 1024
+        ),
+        details: Some(details),
+        images: vec![image],
+    })
 }
 
 /// `list_tabs` and `switch_tab`.

@@ -45,6 +45,12 @@ extern "C" {
     #[wasm_bindgen(catch, js_namespace = ["chrome", "tabs"], js_name = connect)]
     fn tabs_connect(tab_id: i32, info: &JsValue) -> Result<JsValue, JsValue>;
 
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "webNavigation"], js_name = getFrame)]
+    fn web_navigation_get_frame(details: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "webNavigation"], js_name = getAllFrames)]
+    fn web_navigation_get_all_frames(details: &JsValue) -> Result<Promise, JsValue>;
+
     #[wasm_bindgen(catch, js_namespace = ["chrome", "sidePanel"], js_name = setPanelBehavior)]
     fn side_panel_set_behavior(behavior: &JsValue) -> Result<Promise, JsValue>;
 
@@ -144,21 +150,48 @@ impl TabInfo {
         })
     }
 
-    /// The tool target this tab is. Host permissions cover every http(s)
-    /// page (`<all_urls>`); file pages need the user's "Allow access to file
-    /// URLs", which the injection itself then checks.
+    /// The tool target this tab is.
     pub fn into_target(self) -> crate::gatekeeper::TargetInfo {
-        let host_permission = self.url.starts_with("http://")
-            || self.url.starts_with("https://")
-            || self.url.starts_with("file://");
         crate::gatekeeper::TargetInfo {
             tab_id: i64::from(self.id),
             origin: crate::gatekeeper::origin_of(&self.url),
+            host_permission: host_permission(&self.url),
             url: self.url,
             title: self.title,
-            host_permission,
+            ..Default::default()
         }
     }
+}
+
+/// Whether the extension's host permissions cover a URL: every http(s)
+/// page (`<all_urls>`); file pages need the user's "Allow access to file
+/// URLs", which the injection itself then checks.
+pub fn host_permission(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://") || url.starts_with("file://")
+}
+
+/// One frame of a tab as `webNavigation.getFrame` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameInfo {
+    pub url: String,
+    /// -1 for the top document.
+    pub parent_frame_id: i64,
+}
+
+/// A frame of a tab by Chrome's frame id; None when it does not exist (any more).
+pub async fn get_frame(tab_id: i32, frame_id: u32) -> Result<Option<FrameInfo>, JsError> {
+    let details = object(&[
+        ("tabId", JsValue::from(tab_id)),
+        ("frameId", JsValue::from(frame_id)),
+    ]);
+    let frame = await_promise(web_navigation_get_frame(&details)).await?;
+    if frame.is_null() || frame.is_undefined() {
+        return Ok(None);
+    }
+    Ok(Some(FrameInfo {
+        url: get(&frame, "url").as_string().unwrap_or_default(),
+        parent_frame_id: get(&frame, "parentFrameId").as_f64().unwrap_or(-1.0) as i64,
+    }))
 }
 
 /// One tab by id.
@@ -187,10 +220,34 @@ pub async fn query_tabs(active_in_last_focused: bool) -> Result<Vec<TabInfo>, Js
         .collect())
 }
 
-/// Inject the page-tool content script (idempotent on the page side).
-pub async fn inject_content_script(tab_id: i32) -> Result<(), JsError> {
+/// Every frame of a tab (the top document included).
+pub async fn get_all_frames(tab_id: i32) -> Result<Vec<crate::frames::KnownFrame>, JsError> {
+    let details = object(&[("tabId", JsValue::from(tab_id))]);
+    let frames = await_promise(web_navigation_get_all_frames(&details)).await?;
+    if frames.is_null() || frames.is_undefined() {
+        return Ok(Vec::new());
+    }
+    Ok(Array::from(&frames)
+        .iter()
+        .filter_map(|f| {
+            Some(crate::frames::KnownFrame {
+                frame_id: get(&f, "frameId").as_f64()? as u32,
+                parent_frame_id: get(&f, "parentFrameId").as_f64().unwrap_or(-1.0) as i64,
+                url: get(&f, "url").as_string().unwrap_or_default(),
+            })
+        })
+        .collect())
+}
+
+/// Inject the page-tool content script into one frame of a tab (0: the top
+/// document); idempotent on the page side.
+pub async fn inject_content_script(tab_id: i32, frame_id: u32) -> Result<(), JsError> {
+    let target = object(&[
+        ("tabId", JsValue::from(tab_id)),
+        ("frameIds", Array::of1(&JsValue::from(frame_id)).into()),
+    ]);
     let injection = object(&[
-        ("target", object(&[("tabId", JsValue::from(tab_id))])),
+        ("target", target),
         (
             "files",
             Array::of1(&JsValue::from_str("content/content.js")).into(),
@@ -201,9 +258,14 @@ pub async fn inject_content_script(tab_id: i32) -> Result<(), JsError> {
         .map(|_| ())
 }
 
-/// Open a Port to the content script of a tab.
-pub fn connect_tab(tab_id: i32, name: &str) -> Result<JsValue, JsError> {
-    tabs_connect(tab_id, &object(&[("name", JsValue::from_str(name))])).map_err(js_to_error)
+/// Open a Port to the content script of one frame of a tab. Always with a
+/// frame id: without one Chrome connects every frame's script at once.
+pub fn connect_frame(tab_id: i32, frame_id: u32, name: &str) -> Result<JsValue, JsError> {
+    let info = object(&[
+        ("name", JsValue::from_str(name)),
+        ("frameId", JsValue::from(frame_id)),
+    ]);
+    tabs_connect(tab_id, &info).map_err(js_to_error)
 }
 
 /// Load `url` in a tab.

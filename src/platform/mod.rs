@@ -13,12 +13,13 @@ pub mod chrome;
 pub mod error;
 pub mod fetch;
 pub mod idb;
+pub mod image;
 pub mod metrics;
 pub mod port;
 pub mod stream;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
 use futures::channel::mpsc;
@@ -26,13 +27,14 @@ use futures::{FutureExt, StreamExt};
 use gloo_timers::callback::Timeout;
 use gloo_timers::future::TimeoutFuture;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::AbortController;
 
 use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolOutcome};
-use crate::gatekeeper::{origin_of, TargetInfo};
+use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
+use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
@@ -204,10 +206,12 @@ impl Driver {
                     controller.abort();
                 }
             }
-            Effect::ResolveTarget { resolve_id, .. } => {
+            Effect::ResolveTarget {
+                resolve_id, params, ..
+            } => {
                 let d = self.rc();
                 spawn_local(async move {
-                    let target = target_tab().await.map(chrome::TabInfo::into_target);
+                    let target = resolve_target(params.as_ref()).await;
                     d.input(|e, now| e.handle_target_resolved(now, resolve_id, target));
                 });
             }
@@ -413,14 +417,198 @@ impl Driver {
     ) -> Result<ToolOutcome, String> {
         let target = target.ok_or("No page was resolved for this tool.")?;
         let tab = check_origin(&target).await?;
-        chrome::inject_content_script(tab).await.map_err(|e| {
-            format!(
-                "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
-                e.message
+        if name == "page_snapshot" {
+            return self.page_snapshot(dispatch_id, call_id, tab, params).await;
+        }
+        let frame_id = target
+            .frame_id
+            .and_then(|f| u32::try_from(f).ok())
+            .unwrap_or(frames::TOP_FRAME);
+        let reply = self
+            .frame_call(dispatch_id, call_id, tab, frame_id, name, params)
+            .await?;
+        Ok(reply.into_outcome())
+    }
+
+    /// `page_snapshot`: the top document's outline with the outlines of its
+    /// other-origin frames spliced in (at most `frames::MAX_FRAMES` of them,
+    /// `frames::MAX_FRAME_DEPTH` deep). A frame that cannot be read is named
+    /// with the reason; the snapshot itself still succeeds.
+    async fn page_snapshot(
+        &self,
+        dispatch_id: u64,
+        call_id: &str,
+        tab: i32,
+        params: Value,
+    ) -> Result<ToolOutcome, String> {
+        let top = self
+            .frame_call(
+                dispatch_id,
+                call_id,
+                tab,
+                frames::TOP_FRAME,
+                "page_snapshot",
+                params,
             )
-        })?;
+            .await?;
+        if !top.ok {
+            return Ok(top.into_outcome());
+        }
+        let placeholders = Placeholder::from_details(top.details.as_ref());
+        if placeholders.is_empty() {
+            return Ok(top.into_outcome());
+        }
+        // Which iframe line is which frame: by URL (see frames::match_frames).
+        let known = chrome::get_all_frames(tab).await.unwrap_or_default();
+        let slots = frames::match_frames(&placeholders, frames::TOP_FRAME, &known);
+        let outline = FrameOutline {
+            frame_id: frames::TOP_FRAME,
+            url: String::new(),
+            content: top.content,
+            slots,
+        };
+        let mut queue: VecDeque<(u32, usize)> =
+            outline.slots.iter().map(|s| (s.frame_id, 1)).collect();
+        let mut children = BTreeMap::new();
+        let mut frame_details = Vec::new();
+        while let Some((frame_id, depth)) = queue.pop_front() {
+            if depth > frames::MAX_FRAME_DEPTH || children.contains_key(&frame_id) {
+                continue;
+            }
+            if frame_details.len() >= frames::MAX_FRAMES {
+                let reason = format!("more than {} frames", frames::MAX_FRAMES);
+                children.insert(frame_id, ChildFrame::NotRead(reason));
+                continue;
+            }
+            match self
+                .child_snapshot(dispatch_id, call_id, tab, frame_id, &known)
+                .await
+            {
+                Ok((child, details)) => {
+                    queue.extend(child.slots.iter().map(|s| (s.frame_id, depth + 1)));
+                    frame_details.push(details);
+                    children.insert(frame_id, ChildFrame::Read(child));
+                }
+                Err(reason) => {
+                    frame_details.push(json!({ "frameId": frame_id, "error": reason }));
+                    children.insert(frame_id, ChildFrame::NotRead(reason));
+                }
+            }
+        }
+        let mut details = top.details.unwrap_or_else(|| json!({}));
+        if let Some(object) = details.as_object_mut() {
+            object.insert("frames".into(), Value::Array(frame_details));
+        }
+        Ok(ToolOutcome {
+            ok: true,
+            content: frames::assemble(&outline, &children),
+            details: Some(details),
+            images: Vec::new(),
+        })
+    }
+
+    /// One child frame's outline, or why it is not shown (short, for the
+    /// `iframe` line).
+    async fn child_snapshot(
+        &self,
+        dispatch_id: u64,
+        call_id: &str,
+        tab: i32,
+        frame_id: u32,
+        known: &[frames::KnownFrame],
+    ) -> Result<(FrameOutline, Value), String> {
+        let frame = known
+            .iter()
+            .find(|f| f.frame_id == frame_id)
+            .ok_or("the frame is gone")?;
+        let target = frame_target(tab, frame_id, &frame.url, None);
+        if gatekeeper::restricted_reason(&target).is_some() {
+            return Err(format!("the extension may not read {}", target.origin));
+        }
+        let call = self.frame_call(
+            dispatch_id,
+            call_id,
+            tab,
+            frame_id,
+            "page_snapshot",
+            json!({}),
+        );
+        let timeout = TimeoutFuture::new(FRAME_SNAPSHOT_TIMEOUT_MS);
+        let reply = match futures::future::select(Box::pin(call), timeout).await {
+            // The long tool-error text is for a ref tool; the iframe line gets a short reason.
+            futures::future::Either::Left((reply, _)) => reply.map_err(|_| {
+                "its content could not be read (it may be loading or have navigated)".to_string()
+            })?,
+            futures::future::Either::Right(_) => {
+                self.close_page_port(dispatch_id);
+                return Err(format!(
+                    "it did not answer within {} s",
+                    FRAME_SNAPSHOT_TIMEOUT_MS / 1000
+                ));
+            }
+        };
+        if !reply.ok {
+            return Err(reply.content);
+        }
+        let interactive = reply
+            .details
+            .as_ref()
+            .and_then(|d| d.get("interactiveCount"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let details = json!({
+            "frameId": frame_id,
+            "url": frame.url,
+            "origin": target.origin,
+            "interactiveCount": interactive,
+        });
+        let placeholders = Placeholder::from_details(reply.details.as_ref());
+        Ok((
+            FrameOutline {
+                frame_id,
+                url: frame.url.clone(),
+                slots: frames::match_frames(&placeholders, frame_id, known),
+                content: reply.content,
+            },
+            details,
+        ))
+    }
+
+    fn close_page_port(&self, dispatch_id: u64) {
+        if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
+            port.disconnect();
+        }
+    }
+
+    /// Run one page tool in one frame of a tab: inject the content script
+    /// there, open a Port to that frame only, forward progress, return its
+    /// result. The Port is closed before returning.
+    async fn frame_call(
+        &self,
+        dispatch_id: u64,
+        call_id: &str,
+        tab: i32,
+        frame_id: u32,
+        name: &str,
+        params: Value,
+    ) -> Result<PageReply, String> {
+        chrome::inject_content_script(tab, frame_id)
+            .await
+            .map_err(|e| {
+                if frame_id == frames::TOP_FRAME {
+                    format!(
+                        "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
+                        e.message
+                    )
+                } else {
+                    format!(
+                        "Cannot run page tools in frame f{frame_id} ({}); it may have navigated or been removed. Call page_snapshot to get fresh refs.",
+                        e.message
+                    )
+                }
+            })?;
         let port = Port(
-            chrome::connect_tab(tab, "page")
+            chrome::connect_frame(tab, frame_id, "page")
                 .map_err(|e| format!("Could not reach the page: {e}"))?,
         );
         let (sender, mut receiver) = mpsc::unbounded::<Option<JsValue>>();
@@ -436,22 +624,63 @@ impl Driver {
         port.on_message(&on_message).map_err(|e| e.to_string())?;
         port.on_disconnect(&on_disconnect)
             .map_err(|e| e.to_string())?;
-        self.page_ports
+        if let Some(previous) = self
+            .page_ports
             .borrow_mut()
-            .insert(dispatch_id, port.clone());
+            .insert(dispatch_id, port.clone())
+        {
+            previous.disconnect();
+        }
+        let result = self
+            .exchange(
+                dispatch_id,
+                call_id,
+                frame_id,
+                name,
+                params,
+                &port,
+                &mut receiver,
+            )
+            .await;
+        // Closed before the closures it calls are dropped.
+        port.disconnect();
+        let mut ports = self.page_ports.borrow_mut();
+        if ports.get(&dispatch_id).is_some_and(|p| p.0 == port.0) {
+            ports.remove(&dispatch_id);
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange(
+        &self,
+        dispatch_id: u64,
+        call_id: &str,
+        frame_id: u32,
+        name: &str,
+        params: Value,
+        port: &Port,
+        receiver: &mut mpsc::UnboundedReceiver<Option<JsValue>>,
+    ) -> Result<PageReply, String> {
         let request = PageRequest::ToolExecute {
             call_id: call_id.to_string(),
             name: name.to_string(),
             params,
+            frame_id,
         };
         let message = request
             .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
             .map_err(|e| e.to_string())?;
         port.post(&message)
             .map_err(|e| format!("Could not reach the page: {e}"))?;
+        let gone = if frame_id == frames::TOP_FRAME {
+            "The page closed or navigated away before the tool finished.".to_string()
+        } else {
+            format!("The frame f{frame_id} was removed or navigated away before the tool finished. Call page_snapshot to see the page now.")
+        };
         while let Some(item) = receiver.next().await {
             let Some(raw) = item else {
-                return Err("The page closed or navigated away before the tool finished.".into());
+                return Err(gone);
             };
             let Ok(message) = serde_wasm_bindgen::from_value::<PageMessage>(raw) else {
                 warn("ignored a malformed message from a content script");
@@ -467,31 +696,107 @@ impl Driver {
                     content,
                     details,
                 } if c == call_id => {
-                    return Ok(ToolOutcome {
+                    return Ok(PageReply {
                         ok,
                         content,
                         details,
-                        images: Vec::new(),
                     });
                 }
                 _ => {}
             }
         }
-        Err("The page closed before the tool finished.".into())
+        Err(gone)
     }
 }
 
-/// Act only on the page the gatekeeper approved: if the tab moved to
-/// another origin meanwhile, nothing is done. Returns the tab id.
+/// A content script's `tool.result`.
+struct PageReply {
+    ok: bool,
+    content: String,
+    details: Option<Value>,
+}
+
+impl PageReply {
+    fn into_outcome(self) -> ToolOutcome {
+        ToolOutcome {
+            ok: self.ok,
+            content: self.content,
+            details: self.details,
+            images: Vec::new(),
+        }
+    }
+}
+
+/// How long one child frame may take to outline itself before
+/// `page_snapshot` shows it as not answering (ms).
+const FRAME_SNAPSHOT_TIMEOUT_MS: u32 = 5_000;
+
+/// The target of a call acting in a child frame: the frame's URL and origin
+/// (what the gatekeeper judges), the tab's page as `page_url`.
+fn frame_target(tab: i32, frame_id: u32, url: &str, page: Option<TargetInfo>) -> TargetInfo {
+    TargetInfo {
+        tab_id: i64::from(tab),
+        url: url.to_string(),
+        origin: origin_of(url),
+        host_permission: chrome::host_permission(url),
+        frame_id: Some(i64::from(frame_id)),
+        title: page.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
+        page_url: page.map(|p| p.url),
+    }
+}
+
+/// The page (and frame) a call acts on: the target tab, and the frame of the
+/// call's ref if it names one (`f7:e12`). A frame that no longer exists is a
+/// tool error the model can act on.
+async fn resolve_target(params: Option<&Value>) -> Result<TargetInfo, String> {
+    let page = target_tab().await?.into_target();
+    let frame_id = params.map_or(frames::TOP_FRAME, frames::frame_of_params);
+    if frame_id == frames::TOP_FRAME {
+        return Ok(page);
+    }
+    let tab = page.tab_id as i32;
+    match chrome::get_frame(tab, frame_id).await {
+        Ok(Some(frame)) => Ok(frame_target(tab, frame_id, &frame.url, Some(page))),
+        // Chrome answers an unknown frame id with null (or, in some versions, an error).
+        Ok(None) | Err(_) => Err(frames::frame_gone(frame_id)),
+    }
+}
+
+/// Act only on the page (and frame) the gatekeeper approved: if the tab or
+/// the frame moved to another origin meanwhile, or the frame is gone,
+/// nothing is done. Returns the tab id.
 async fn check_origin(target: &TargetInfo) -> Result<i32, String> {
     let tab = chrome::get_tab(target.tab_id as i32)
         .await
         .map_err(|e| format!("The tab is gone ({e}); call page_snapshot on the current page."))?;
     let now_origin = origin_of(&tab.url);
-    if now_origin != target.origin {
+    let Some(frame_id) = target.frame_id.and_then(|f| u32::try_from(f).ok()) else {
+        if now_origin != target.origin {
+            return Err(format!(
+                "The tab changed from {} to {} before the action ran; nothing was done. Call page_snapshot to look at the new page.",
+                target.origin, now_origin
+            ));
+        }
+        return Ok(tab.id);
+    };
+    let page_origin = target.page_url.as_deref().map(origin_of);
+    if page_origin.as_ref().is_some_and(|o| *o != now_origin) {
         return Err(format!(
             "The tab changed from {} to {} before the action ran; nothing was done. Call page_snapshot to look at the new page.",
-            target.origin, now_origin
+            page_origin.unwrap_or_default(),
+            now_origin
+        ));
+    }
+    let frame = chrome::get_frame(tab.id, frame_id)
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| frames::frame_gone(frame_id))?;
+    let frame_origin = origin_of(&frame.url);
+    if frame_origin != target.origin {
+        return Err(format!(
+            "The frame f{frame_id} changed from {} to {} before the action ran; nothing was done. Call page_snapshot to look at it again.",
+            target.origin, frame_origin
         ));
     }
     Ok(tab.id)

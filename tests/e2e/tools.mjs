@@ -2,7 +2,8 @@
 // extension (dist/extension) in headless Chromium, the mock LLM scripted over
 // its control API (POST /__control/script with `toolCalls` steps) and the
 // local test pages. The model "calls" page_snapshot, type, select, scroll,
-// wait_for, navigate, go_back, list_tabs and switch_tab; every write asks in
+// wait_for, navigate, go_back, list_tabs, switch_tab and screenshot, and acts
+// inside a cross-origin iframe (frame targeting); every write asks in
 // the side panel's approval card and the test answers there, like a user.
 // The tests check the real effect on the page and the tool results the model
 // received (the mock's recorded requests).
@@ -13,6 +14,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import {
   DEFAULT_EXTENSION_PATH,
   assertExtensionBuilt,
@@ -23,6 +26,9 @@ import {
   waitFor,
   answerApprovalInPanel,
   approvalHistory,
+  dumpIndexedDb,
+  REPO_ROOT,
+  waitForApprovalCard,
 } from '../support/browser.mjs';
 import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts, isolatedTest as sharedIsolatedTest } from '../support/session.mjs';
 
@@ -332,5 +338,213 @@ isolatedTest('browser_page_cannot_be_automated', { page: FORM_PAGE }, async (ses
     assert.notEqual(card.status, 'ok', describeState(final));
     assert.match(card.results[0].text, /does not let extensions act on chrome:\/\/version/);
   }
+  assertNoOrphans(session);
+});
+
+/** The ref of the first snapshot line matching `pattern`, frame refs (f3:e12) included. */
+function anyRefOf(snapshot, pattern) {
+  const line = snapshot.split('\n').find((l) => /\[(f\d+:)?e\d+\]/.test(l) && pattern.test(l));
+  assert.ok(line, `no snapshot line matches ${pattern}:\n${snapshot}`);
+  return /\[((?:f\d+:)?e\d+)\]/.exec(line)[1];
+}
+
+/** Saves the panel with the tool card of `callId` in view as target/e2e/screens/<name>.png (for review). */
+async function screenshotCard(panel, callId, name) {
+  const dir = path.join(REPO_ROOT, 'target', 'e2e', 'screens');
+  mkdirSync(dir, { recursive: true });
+  await panel.locator(`#messages .node.tool-call[data-call-id="${callId}"]`).scrollIntoViewIfNeeded();
+  await panel.screenshot({ path: path.join(dir, `${name}.png`) });
+}
+
+/** The page's payment iframe (another origin) once it has loaded. */
+async function paymentFrame(page) {
+  return waitFor(
+    async () => {
+      const frame = page.frames().find((f) => f.url().endsWith('/payment.html'));
+      return frame && (await frame.evaluate(() => document.readyState === 'complete').catch(() => false)) ? frame : null;
+    },
+    { timeout: 30000, message: 'the payment iframe to load' },
+  );
+}
+
+isolatedTest('frame_targeting_snapshot_click_and_diff_inside_a_cross_origin_iframe', { page: 'checkout.html' }, async (session) => {
+  const { panel, shop: page, mock, pages } = session;
+  const frameOrigin = pages.origin.replace('127.0.0.1', 'localhost');
+  const frame = await paymentFrame(page);
+  assert.equal(new URL(frame.url()).origin, frameOrigin, 'the payment form comes from another origin');
+
+  // ---- Turn 1: the snapshot includes the frame's outline, with frame refs.
+  await scriptModel(mock, [call('page_snapshot', {}, 'Let me look at the checkout.'), { text: 'I see the payment form.' }]);
+  const first = await runTurn(session, 'Look at the checkout');
+  const snapshot = pageContent(toolExchanges(mock.requests()[1]).find((e) => e.name === 'page_snapshot').content, pages.origin);
+  assert.match(snapshot, /^Title: Acme checkout\n/);
+  const frameLine = new RegExp(`^iframe "Payment" \\[frame f(\\d+)\\] ${frameOrigin.replace(/[.]/g, '\\.')}/payment\\.html$`, 'm');
+  assert.match(snapshot, frameLine, snapshot);
+  const frameId = frameLine.exec(snapshot)[1];
+  assert.match(snapshot, new RegExp(`^ {2}h2 "Card payment"$`, 'm'), 'the frame outline is indented under its iframe line');
+  assert.match(snapshot, new RegExp(`^ {2}\\[f${frameId}:e\\d+\\] textbox "Card number"$`, 'm'));
+  const payRef = anyRefOf(snapshot, /button "Pay now"/);
+  const orderRef = anyRefOf(snapshot, /button "Place order"/);
+  assert.match(payRef, new RegExp(`^f${frameId}:e\\d+$`));
+  assert.match(orderRef, /^e\d+$/, 'the page\'s own refs stay plain');
+  assert.doesNotMatch(snapshot, /other site: its content is not shown/);
+  const firstCard = toolCards(first.final).find((c) => c.toolName === 'page_snapshot');
+  assert.equal(firstCard.diff, null, 'the first snapshot of a page has nothing to compare with');
+
+  // ---- Turn 2: click the frame's button (asks for the frame's origin), then look again.
+  await scriptModel(mock, [
+    call('click', { ref: payRef }, 'Paying.'),
+    call('page_snapshot'),
+    { text: 'Paid.' },
+  ]);
+  await submitTask(panel, 'Pay for the order');
+  await waitForApprovalCard(panel);
+  const screens = path.join(REPO_ROOT, 'target', 'e2e', 'screens');
+  mkdirSync(screens, { recursive: true });
+  await panel.screenshot({ path: path.join(screens, 'approval-in-frame.png') });
+  const card = await answerApprovalInPanel(panel, 'acceptOnce');
+  assert.equal(card.toolName, 'click');
+  assert.deepEqual(card.params, { ref: payRef });
+  assert.equal(card.origin, frameOrigin, 'the approval names the origin acted on: the frame\'s');
+  assert.equal(card.url, `${frameOrigin}/payment.html`);
+  assert.equal(card.frame, `a frame of the page ${pages.url('checkout.html')}`);
+  assert.match(card.element, /^button "Pay now"/, 'the panel found the frame ref in the snapshot');
+  const second = await waitForSettledTurn(panel, { previousTurnId: first.final.turnId });
+  assert.equal(second.state, 'completed', describeState(second));
+
+  // The click happened in the frame, once; the page's own button was not touched.
+  assert.equal(await frame.evaluate(() => document.body.dataset.payClicks), '1');
+  assert.equal(await page.evaluate(() => document.body.dataset.orderClicks), '0');
+  const exchanges = toolExchanges(mock.requests().at(-1));
+  const clickResult = exchanges.find((e) => e.name === 'click');
+  assert.equal(pageContent(clickResult.content, frameOrigin), `Clicked button "Pay now" (${payRef}).`);
+  const history = await approvalHistory(panel);
+  assert.equal(history.length, 1);
+  assert.equal(history[0].frameId, Number(frameId));
+  assert.equal(history[0].pageUrl, pages.url('checkout.html'));
+
+  // The second snapshot: the model gets all of it, the card shows what changed.
+  const again = pageContent(exchanges.filter((e) => e.name === 'page_snapshot').at(-1).content, pages.origin);
+  assert.match(again, /^Title: Acme checkout\n/);
+  assert.match(again, /^ +text "Payment accepted\."$/m);
+  assert.match(again, /\[e\d+\] button "Place order"/, 'the full snapshot, not a diff');
+  const cards = toolCards(second);
+  assert.deepEqual(cards.slice(-2).map((c) => [c.toolName, c.status]), [['click', 'ok'], ['page_snapshot', 'ok']], describeState(second));
+  const diff = cards.at(-1).diff;
+  assert.ok(diff, `the second snapshot's card shows a diff\n${describeState(second)}`);
+  assert.match(diff.summary, /^Changed since the previous snapshot: \d+ added, \d+ removed$/);
+  assert.ok(diff.added.includes('+ text "Payment accepted."'), JSON.stringify(diff));
+  assert.ok(diff.open, 'the changes are shown without a click');
+  await screenshotCard(panel, cards.at(-1).callId, 'snapshot-diff');
+  const node = (await portNodes(panel)).find((n) => n.kind === 'tool_result' && n.name === 'page_snapshot' && n.details?.diff);
+  assert.ok(node.details.diff.added >= 1 && node.details.diff.changes.length <= 40, JSON.stringify(node.details.diff));
+  assert.deepEqual(node.details.frames.map((f) => [f.frameId, f.origin]), [[Number(frameId), frameOrigin]]);
+
+  // ---- Turn 3: the iframe is removed; its refs are stale: a clear error, nothing asked.
+  await page.evaluate(() => document.getElementById('payment').remove());
+  await scriptModel(mock, [call('click', { ref: payRef }, 'Paying again.'), { text: 'The payment form is gone.' }]);
+  const third = await runTurn(session, 'Pay again', { previousTurnId: second.turnId });
+  const stale = toolExchanges(mock.requests().at(-1)).filter((e) => e.name === 'click').at(-1);
+  assert.match(stale.content, new RegExp(`^(Error: )?The frame f${frameId} is no longer on the page .*Call page_snapshot to get fresh refs\\.$`), stale.content);
+  assert.equal((await approvalHistory(panel)).length, 1, 'no question about a frame that is gone');
+  assert.equal(toolCards(third.final).at(-1).status, 'error');
+  assertNoOrphans(session);
+});
+
+/** Every node the panel received (initialized snapshots and item.complete events), last version per id. */
+async function portNodes(panel) {
+  const byId = new Map();
+  for (const entry of (await portLog(panel)) ?? []) {
+    if (entry.dir !== 'in' || !entry.json) continue;
+    const message = JSON.parse(entry.json);
+    const nodes = message.type === 'item.complete' ? [message.node] : message.type === 'initialized' ? message.snapshot?.thread?.nodes ?? [] : [];
+    for (const node of nodes) if (node?.id) byId.set(node.id, node);
+  }
+  return [...byId.values()];
+}
+
+/** [width, height] from a JPEG's start-of-frame marker. */
+function jpegSize(bytes) {
+  for (let i = 2; i + 9 < bytes.length; ) {
+    if (bytes[i] !== 0xff) return null;
+    const marker = bytes[i + 1];
+    const length = bytes.readUInt16BE(i + 2);
+    if (marker >= 0xc0 && marker <= 0xc3) return [bytes.readUInt16BE(i + 7), bytes.readUInt16BE(i + 5)];
+    i += 2 + length;
+  }
+  return null;
+}
+
+/** Ticks "Model sees images" in the panel's settings and saves. */
+async function enableVision(panel) {
+  await panel.click('#settings-toggle');
+  await panel.locator('#settings-vision').waitFor({ state: 'visible', timeout: 15000 });
+  await panel.locator('#settings-vision').setChecked(true);
+  await panel.click('#settings-save');
+  await waitFor(async () => /saved/i.test((await panel.locator('#settings-status').textContent()) ?? ''), { timeout: 15000, message: 'Saved' });
+  await panel.click('#settings-toggle');
+  const stored = await panel.evaluate(async () => (await chrome.storage.local.get('settings')).settings);
+  assert.equal(stored.vision, true);
+}
+
+isolatedTest('screenshot_reaches_a_vision_model_as_an_image_with_a_thumbnail_in_the_card', { page: 'shop.html' }, async (session) => {
+  const { panel, mock, pages, shop } = session;
+  // Without vision the tool is not offered.
+  await scriptModel(mock, [{ text: 'Hello.' }]);
+  const plain = await runTurn(session, 'Say hello');
+  const offered = (mock.requests()[0].body.tools ?? []).map((t) => t.function?.name);
+  assert.ok(offered.includes('page_snapshot') && !offered.includes('screenshot'), `tools without vision: ${offered}`);
+
+  await enableVision(panel);
+  await shop.bringToFront();
+  await scriptModel(mock, [call('screenshot', {}, 'Let me see the page.'), { text: 'It shows the newsletter.' }]);
+  const requestsBefore = mock.requests().length;
+  const shot = await runTurn(session, 'What does the page look like?', { previousTurnId: plain.final.turnId });
+  const requests = mock.requests().slice(requestsBefore);
+  assert.equal(requests.length, 2);
+  assert.ok(requests[0].body.tools.some((t) => t.function?.name === 'screenshot'), 'offered to a vision model');
+
+  // The provider got the image (OpenAI: a user message after the tool results).
+  const messages = requests[1].body.messages;
+  const result = messages.find((m) => m.role === 'tool');
+  const text = messageText(result);
+  const [screenshotLine] = pageContent(text.slice(0, text.lastIndexOf('\n[The image is attached in the next message.]')).replace(/\n[^\n]*$/, ''), pages.origin).split('\n');
+  const size = new RegExp(`^Screenshot of "Acme Newsletter" ${pages.url('shop.html').replace(/[.]/g, '\\.')} \\((\\d+)×(\\d+) JPEG, \\d+ KB\\)\\.$`).exec(screenshotLine);
+  assert.ok(size, screenshotLine);
+  assert.ok(text.endsWith('\n[The image is attached in the next message.]'), text);
+  const [width, height] = [Number(size[1]), Number(size[2])];
+  assert.ok(width > 100 && height > 100 && Math.max(width, height) <= 1280, `${width}×${height}`);
+  const imagePart = messages.filter((m) => m.role === 'user' && Array.isArray(m.content)).flatMap((m) => m.content).find((p) => p.type === 'image_url');
+  assert.ok(imagePart, 'an image part reached the provider');
+  const match = /^data:image\/jpeg;base64,([A-Za-z0-9+/]+=*)$/.exec(imagePart.image_url.url);
+  assert.ok(match, imagePart.image_url.url.slice(0, 60));
+  const jpeg = Buffer.from(match[1], 'base64');
+  assert.deepEqual([...jpeg.subarray(0, 3)], [0xff, 0xd8, 0xff], 'a JPEG');
+  assert.deepEqual(jpegSize(jpeg), [width, height], 'the image has the size the result names');
+  assert.ok(match[1].length <= 400 * 1024, `within the documented bound: ${match[1].length}`);
+  mkdirSync(path.join(REPO_ROOT, 'target', 'e2e'), { recursive: true });
+  writeFileSync(path.join(REPO_ROOT, 'target', 'e2e', 'screenshot-tool.jpg'), jpeg);
+
+  // The card shows the thumbnail (a small JPEG data URL from details).
+  const card = toolCards(shot.final).find((c) => c.toolName === 'screenshot');
+  assert.equal(card.status, 'ok', describeState(shot.final));
+  assert.ok(card.thumbnail, 'the card has a thumbnail');
+  assert.match(card.thumbnail.src, /^data:image\/jpeg;base64,/);
+  assert.ok(card.thumbnail.src.length <= 24 * 1024, `thumbnail size ${card.thumbnail.src.length}`);
+  const longest = Math.max(width, height);
+  assert.deepEqual(
+    [card.thumbnail.naturalWidth, card.thumbnail.naturalHeight],
+    [Math.round((width * 240) / longest), Math.round((height * 240) / longest)],
+    'at most 240 px on the longer side, same aspect',
+  );
+  assert.ok(card.thumbnail.visible, 'the thumbnail is rendered');
+  await screenshotCard(panel, card.callId, 'screenshot-thumbnail');
+
+  // The durable node stays within the bound: one bounded image plus the thumbnail.
+  const dump = await dumpIndexedDb(panel);
+  const nodes = Object.values(dump).flatMap((stores) => stores.nodes ?? []);
+  const stored = nodes.map((n) => JSON.stringify(n.value)).filter((json) => json.includes('Screenshot of'));
+  assert.equal(stored.length, 1);
+  assert.ok(stored[0].length <= 400 * 1024 + 24 * 1024 + 4096, `node size ${stored[0].length}`);
   assertNoOrphans(session);
 });

@@ -183,6 +183,7 @@ fn environment_over_limit_is_a_clear_error_not_a_truncation() {
             binding: Binding::Page,
             parallel_safe: false,
             requires_vision: false,
+            diff_details: false,
         })
         .unwrap();
     let config = EngineConfig {

@@ -1,5 +1,6 @@
 mod approvals;
 mod compaction;
+mod details;
 mod environment;
 mod interactions;
 mod parallel;

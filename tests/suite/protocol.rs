@@ -270,9 +270,11 @@ fn page_messages_round_trip_and_cannot_carry_ops() {
     let r = PageRequest::ToolExecute {
         call_id: "c".into(),
         name: "click".into(),
-        params: json!({ "ref": "e1" }),
+        params: json!({ "ref": "f7:e1" }),
+        frame_id: 7,
     };
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["type"], json!("tool.execute"));
+    assert_eq!(v["frameId"], json!(7));
     assert_eq!(serde_json::from_value::<PageRequest>(v).unwrap(), r);
 }

@@ -405,7 +405,29 @@ export async function readPanel(panel) {
         toolName: null,
         args: null,
         text: '',
+        // What the result's details show in the card (screenshot thumbnail, snapshot diff).
+        thumbnail: null,
+        diff: null,
       };
+      const extras = element.querySelector(':scope > .tool-extras');
+      const thumbnail = extras?.querySelector('img.tool-thumbnail');
+      if (thumbnail) {
+        node.thumbnail = {
+          src: thumbnail.getAttribute('src'),
+          naturalWidth: thumbnail.naturalWidth,
+          naturalHeight: thumbnail.naturalHeight,
+          visible: thumbnail.getClientRects().length > 0 && thumbnail.complete,
+        };
+      }
+      const diff = extras?.querySelector('.snapshot-diff');
+      if (diff) {
+        node.diff = {
+          summary: diff.querySelector('summary')?.textContent.trim() ?? '',
+          added: [...diff.querySelectorAll('.diff-added')].map((line) => line.textContent.replace(/\n$/, '')),
+          removed: [...diff.querySelectorAll('.diff-removed')].map((line) => line.textContent.replace(/\n$/, '')),
+          open: diff.open,
+        };
+      }
       if (kind === 'tool_call') {
         const label = own(element, '.tool-label');
         const name = own(element, '.tool-name');
@@ -472,6 +494,7 @@ export async function readApprovalCard(panel) {
       origin: text('approval-origin'),
       url: text('approval-url'),
       element: text('approval-element'),
+      frame: document.getElementById('approval-frame')?.hidden ? '' : text('approval-frame'),
       params: parsedParams,
       paramsText: params,
       status: text('approval-status'),

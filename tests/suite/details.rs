@@ -1,0 +1,197 @@
+//! What tool results carry for the UI only (`details`): the snapshot diff,
+//! and the bound on images a result keeps.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde_json::{json, Value};
+use sw_agent::engine::ToolOutcome;
+use sw_agent::model::{ImageData, NodeBody, ToolStatus, MAX_RESULT_IMAGE_CHARS};
+use sw_agent::provider::{ChatMessage, ProviderRequest};
+use sw_agent::sim::{Reply, Sim};
+
+use super::support::*;
+
+/// Calls page_snapshot `times` times, one call per response, then answers.
+fn snapshot_policy(times: usize) -> sw_agent::sim::Policy {
+    Box::new(move |request: &ProviderRequest| {
+        let results = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
+            .count();
+        if results < times {
+            Reply::call(&format!("snap{results}"), "page_snapshot", "{}")
+        } else {
+            Reply::text("Looked.")
+        }
+    })
+}
+
+/// page_snapshot results in order: (url, content), from a shared script.
+fn scripted_snapshots(pages: Vec<(&'static str, &'static str)>) -> sw_agent::sim::ToolFn {
+    let pages = Rc::new(RefCell::new(pages.into_iter()));
+    Box::new(move |name: &str, _params: &Value| {
+        assert_eq!(name, "page_snapshot");
+        let (url, content) = pages.borrow_mut().next().expect("a scripted snapshot");
+        ToolOutcome {
+            ok: true,
+            content: content.to_string(),
+            details: Some(json!({ "url": url, "interactiveCount": 1 })),
+            images: vec![],
+        }
+    })
+}
+
+fn snapshot_results(sim: &Sim) -> Vec<(String, String, Option<Value>)> {
+    paths(sim)[0]
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::ToolResult {
+                name,
+                content,
+                details,
+                ..
+            } if name == "page_snapshot" => Some((n.id.clone(), content.clone(), details.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_snapshot_of_the_same_page_carries_a_diff_for_the_ui_and_the_full_text_for_the_model() {
+    let first = "Title: Shop\n\nmain\n  [e1] button \"Add\"\n  text \"Cart: 0\"";
+    let second = "Title: Shop\n\nmain\n  [e1] button \"Add\"\n  text \"Cart: 1\"\n  [e2] button \"Checkout\"";
+    let other = "Title: Help\n\nmain\n  text \"Ask us\"";
+    let mut sim = Sim::new(
+        120,
+        snapshot_policy(4),
+        scripted_snapshots(vec![
+            ("https://shop.example/", first),
+            ("https://shop.example/", second),
+            ("https://shop.example/help", other),
+            ("https://shop.example/help", other),
+        ]),
+    );
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Add to cart and look"));
+    sim.run(10_000);
+    let results = snapshot_results(&sim);
+    assert_eq!(results.len(), 4);
+    assert_eq!(
+        results[0].2.as_ref().unwrap().get("diff"),
+        None,
+        "nothing to compare with"
+    );
+    assert_eq!(
+        results[1].2.as_ref().unwrap()["diff"],
+        json!({
+            "previousNodeId": results[0].0,
+            "added": 2,
+            "removed": 1,
+            "changes": [
+                { "kind": "removed", "line": "text \"Cart: 0\"" },
+                { "kind": "added", "line": "text \"Cart: 1\"" },
+                { "kind": "added", "line": "[e2] button \"Checkout\"" },
+            ],
+            "truncated": false,
+        })
+    );
+    assert_eq!(
+        results[2].2.as_ref().unwrap().get("diff"),
+        None,
+        "another page is a new page, not a change"
+    );
+    let unchanged = &results[3].2.as_ref().unwrap()["diff"];
+    assert_eq!(
+        (unchanged["added"].as_u64(), unchanged["removed"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(unchanged["previousNodeId"], json!(results[2].0));
+
+    // The model got the whole second snapshot, not the diff.
+    let sent: Vec<&str> = sim
+        .requests
+        .last()
+        .unwrap()
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(sent[1].contains(second), "{}", sent[1]);
+    assert!(!sent.iter().any(|c| c.contains("previousNodeId")));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+fn screenshot_tool(image_chars: usize) -> sw_agent::sim::ToolFn {
+    Box::new(move |name: &str, _params: &Value| {
+        assert_eq!(name, "screenshot");
+        ToolOutcome {
+            ok: true,
+            content: "Screenshot of \"Shop\".".into(),
+            details: Some(json!({ "thumbnail": "data:image/jpeg;base64,AAAA" })),
+            images: vec![ImageData {
+                media_type: "image/jpeg".into(),
+                data: "A".repeat(image_chars),
+            }],
+        }
+    })
+}
+
+fn screenshot_run(seed: u64, image_chars: usize) -> (Sim, String, Vec<ImageData>) {
+    let policy: sw_agent::sim::Policy =
+        Box::new(|request: &ProviderRequest| match request.messages.last() {
+            Some(ChatMessage::ToolResult { .. }) => Reply::text("Seen."),
+            _ => Reply::call("shot", "screenshot", "{}"),
+        });
+    let mut sim = Sim::new(seed, policy, screenshot_tool(image_chars));
+    sim.profile.vision = true;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Look at it"));
+    sim.run(10_000);
+    let (content, images) = paths(&sim)[0]
+        .iter()
+        .find_map(|n| match &n.body {
+            NodeBody::ToolResult {
+                name,
+                status: ToolStatus::Ok,
+                content,
+                images,
+                ..
+            } if name == "screenshot" => Some((content.clone(), images.clone())),
+            _ => None,
+        })
+        .expect("a screenshot result");
+    (sim, content, images)
+}
+
+#[test]
+fn a_screenshot_within_the_bound_is_kept_and_a_larger_one_is_dropped_with_a_note() {
+    let (sim, content, images) = screenshot_run(121, MAX_RESULT_IMAGE_CHARS);
+    assert_eq!(images.len(), 1);
+    assert!(!content.contains("dropped"), "{content}");
+    check_invariants(&sim, &[]).unwrap();
+
+    let (sim, content, images) = screenshot_run(122, MAX_RESULT_IMAGE_CHARS + 1);
+    assert!(images.is_empty(), "the node keeps no oversized image");
+    assert!(
+        content.contains("was larger than the 400 KB a result may keep and was dropped"),
+        "{content}"
+    );
+    let record = sim
+        .store
+        .nodes
+        .values()
+        .find(|n| matches!(&n.body, NodeBody::ToolResult { name, .. } if name == "screenshot"))
+        .unwrap();
+    let stored = serde_json::to_string(record).unwrap();
+    assert!(
+        stored.len() < 10_000,
+        "the durable node stays small: {} bytes",
+        stored.len()
+    );
+}
