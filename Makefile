@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps build demo test test-native test-wasm test-node test-e2e lint bench clean
+.PHONY: deps build demo test test-native test-wasm test-node test-e2e lint typecheck protocol-types bench clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -33,10 +33,20 @@ test-e2e:
 	node tests/e2e/long.mjs
 	node tests/e2e/panel.mjs
 
-lint:
+lint: typecheck
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+
+# The side panel's JavaScript against the protocol types generated from Rust
+# (www/protocol.d.ts; tsconfig.json). Emits nothing.
+typecheck:
+	node_modules/.bin/tsc -p tsconfig.json
+
+# Regenerates www/protocol.d.ts from src/protocol.rs and src/model.rs
+# (tests/suite/protocol_ts.rs); `cargo test protocol_ts` fails while it is stale.
+protocol-types:
+	UPDATE_PROTOCOL_TS=1 cargo test --test all protocol_ts
 
 # Benchmarks (BENCHMARKS.md): the release extension, then native criterion
 # benches and the browser harness; writes target/bench/results.json.

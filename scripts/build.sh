@@ -33,6 +33,8 @@ rm -rf "$out"
 mkdir -p "$out/pkg" "$out/sidepanel"
 cp -r extension/. "$out/"
 cp -r www/. "$out/sidepanel/"
+# Type declarations are for `make typecheck` only.
+rm -f "$out"/sidepanel/*.d.ts
 cp "$WP_BUILD_OUT_DIR/$WP_BUILD_OUT_NAME.js" "$wasm" "$out/pkg/"
 node -e '
   const m = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));

@@ -38,6 +38,7 @@ command -v wasm-pack >/dev/null || { echo "== cargo install wasm-pack"; cargo in
 command -v geckodriver >/dev/null || { echo "== cargo install geckodriver"; cargo install geckodriver; }
 
 if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] \
+   || [ ! -x node_modules/.bin/tsc ] || [ ! -d node_modules/@types/chrome ] \
    || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "== npm ci"
   npm ci --no-audit --no-fund

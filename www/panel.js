@@ -7,48 +7,85 @@
 // "connect, initialize, replace". Model text is only ever put in the DOM with
 // textContent / text nodes, never parsed as HTML.
 
+// Protocol types, generated from the Rust sources (www/protocol.d.ts; see
+// tests/suite/protocol_ts.rs). `make lint` type-checks this file against them.
+/** @typedef {import("./protocol").Op} Op */
+/** @typedef {import("./protocol").OpType} OpType */
+/** @template {OpType} T @typedef {import("./protocol").OpOf<T>} OpOf */
+/** @typedef {import("./protocol").EventEnvelope} EventEnvelope */
+/** @template {import("./protocol").EventType} T @typedef {import("./protocol").EventOf<T>} EventOf */
+/** @typedef {import("./protocol").Node} ProtocolNode */
+/** @template {ProtocolNode["kind"]} K @typedef {import("./protocol").NodeOf<K>} NodeOf */
+/** @typedef {import("./protocol").Snapshot} Snapshot */
+/** @typedef {import("./protocol").ThreadView} ThreadView */
+/** @typedef {import("./protocol").ThreadSummary} ThreadSummary */
+/** @typedef {import("./protocol").BranchPoint} BranchPoint */
+/** @typedef {import("./protocol").QueueItem} QueueItem */
+/** @typedef {import("./protocol").ErrorInfo} ErrorInfo */
+/** @typedef {import("./protocol").ErrorKind} ErrorKind */
+/** @typedef {import("./protocol").ProviderProfile} ProviderProfile */
+/** @typedef {import("./protocol").ApprovalRecord} ApprovalRecord */
+/** @typedef {import("./protocol").InteractionRecord} InteractionRecord */
+/** @typedef {import("./protocol").JsonValue} JsonValue */
+/**
+ * The fields of an op the panel fills in; `sendOp` adds the type and the ids.
+ * @template {OpType} T @typedef {Omit<OpOf<T>, "type" | "clientId" | "submissionId">} OpFields
+ */
+
+/** @type {(id: string) => HTMLElement} */
 const $ = (id) => document.getElementById(id);
+/** @type {(id: string) => HTMLInputElement} */
+const $input = (id) => /** @type {HTMLInputElement} */ (document.getElementById(id));
+/** @type {(id: string) => HTMLButtonElement} */
+const $button = (id) => /** @type {HTMLButtonElement} */ (document.getElementById(id));
+/** @type {(id: string) => HTMLSelectElement} */
+const $select = (id) => /** @type {HTMLSelectElement} */ (document.getElementById(id));
 
 const dom = {
   connection: $("connection"),
   connectionText: $("connection-text"),
-  newThread: $("new-thread-button"),
-  threadList: $("thread-list"),
+  newThread: $button("new-thread-button"),
+  threadList: $select("thread-list"),
+  deleteThread: $button("delete-thread-button"),
+  deleteNote: $("delete-thread-note"),
   settingsToggle: $("settings-toggle"),
   settingsSection: $("settings-section"),
-  settingsForm: $("settings-form"),
-  settingsProvider: $("settings-provider"),
-  settingsBaseUrl: $("settings-base-url"),
-  settingsModel: $("settings-model"),
-  settingsApiKey: $("settings-api-key"),
-  settingsMaxTokens: $("settings-max-tokens"),
-  settingsTemperature: $("settings-temperature"),
-  settingsToolUse: $("settings-tool-use"),
-  settingsVision: $("settings-vision"),
-  settingsContextWindow: $("settings-context-window"),
-  settingsTokenBudget: $("settings-token-budget"),
+  settingsForm: /** @type {HTMLFormElement} */ ($("settings-form")),
+  settingsProvider: $select("settings-provider"),
+  settingsBaseUrl: $input("settings-base-url"),
+  settingsModel: $input("settings-model"),
+  settingsApiKey: $input("settings-api-key"),
+  settingsMaxTokens: $input("settings-max-tokens"),
+  settingsTemperature: $input("settings-temperature"),
+  settingsToolUse: $input("settings-tool-use"),
+  settingsVision: $input("settings-vision"),
+  settingsContextWindow: $input("settings-context-window"),
+  settingsTokenBudget: $input("settings-token-budget"),
   settingsStatus: $("settings-status"),
-  settingsSave: $("settings-save"),
+  settingsSave: $button("settings-save"),
+  settingsTest: $button("settings-test"),
+  settingsTestResult: $("settings-test-result"),
   status: $("status"),
   statusText: $("status-text"),
   usageText: $("usage-text"),
   errorBanner: $("error-banner"),
   errorText: $("error-text"),
   errorDetail: $("error-detail"),
-  errorSettings: $("error-settings"),
+  errorSettings: $button("error-settings"),
   errorDismiss: $("error-dismiss"),
   interruptedBanner: $("interrupted-banner"),
   messages: $("messages"),
+  /** @type {HTMLUListElement | null} */
   steerList: null,
   queueSection: $("queue-section"),
   queueList: $("queue-list"),
-  composer: $("composer"),
-  input: $("task-input"),
+  composer: /** @type {HTMLFormElement} */ ($("composer")),
+  input: /** @type {HTMLTextAreaElement} */ ($("task-input")),
   note: $("composer-note"),
-  send: $("send-button"),
-  enqueue: $("enqueue-button"),
-  stop: $("stop-button"),
-  continue: $("continue-button"),
+  send: $button("send-button"),
+  enqueue: $button("enqueue-button"),
+  stop: $button("stop-button"),
+  continue: $button("continue-button"),
   retryLine: $("retry-line"),
   approvalCard: $("approval-card"),
   approvalHeadingAction: $("approval-heading-action"),
@@ -65,16 +102,16 @@ const dom = {
   approvalHintSite: $("approval-hint-site"),
   approvalStatus: $("approval-status"),
   approvalButtons: {
-    acceptOnce: $("approval-accept-once"),
-    acceptForSite: $("approval-accept-site"),
-    decline: $("approval-decline"),
+    acceptOnce: $button("approval-accept-once"),
+    acceptForSite: $button("approval-accept-site"),
+    decline: $button("approval-decline"),
   },
   interactionCard: $("interaction-card"),
   interactionQuestion: $("interaction-question"),
   interactionOptions: $("interaction-options"),
-  interactionForm: $("interaction-form"),
-  interactionAnswer: $("interaction-answer"),
-  interactionSubmit: $("interaction-submit"),
+  interactionForm: /** @type {HTMLFormElement} */ ($("interaction-form")),
+  interactionAnswer: $input("interaction-answer"),
+  interactionSubmit: $button("interaction-submit"),
   interactionStatus: $("interaction-status"),
   uncertainCard: $("uncertain-card"),
   uncertainLabel: $("uncertain-tool-label"),
@@ -82,9 +119,9 @@ const dom = {
   uncertainArgs: $("uncertain-tool-args"),
   uncertainStatus: $("uncertain-status"),
   uncertainButtons: {
-    retry: $("uncertain-retry"),
-    mark_done: $("uncertain-done"),
-    fail: $("uncertain-fail"),
+    retry: $button("uncertain-retry"),
+    mark_done: $button("uncertain-done"),
+    fail: $button("uncertain-fail"),
   },
 };
 
@@ -128,6 +165,10 @@ const OP_VERBS = {
   "turn.steer": "steer the running turn",
   "turn.enqueue": "queue the message",
   "queue.remove": "remove the queued message",
+  "queue.edit": "change the queued message",
+  "thread.fork": "fork the thread",
+  "thread.selectBranch": "switch to another version of the conversation",
+  "provider.test": "test the connection",
   "turn.interrupt": "stop the turn",
   "run.resume": "continue the run",
   "run.resolveUncertain": "record your answer about the interrupted action",
@@ -207,6 +248,11 @@ const RECONNECT_MAX_MS = 2000;
 
 const clientId = crypto.randomUUID();
 
+/**
+ * What the panel remembers about an op it sent.
+ * @typedef {{ text?: string, editNodeId?: string, queueItemId?: string }} PendingMeta
+ */
+
 const state = {
   port: null,
   connected: false,
@@ -236,7 +282,7 @@ const state = {
   /** The last run.retry of the current turn, until the retried request shows progress. */
   retry: null,
   retryTimer: null,
-  /** submissionId → { message, text? }: ops not yet acked, re-sent after a reconnect. */
+  /** @type {Map<string, { message: Op } & PendingMeta>} ops not yet acked, re-sent after a reconnect. */
   pendingOps: new Map(),
 };
 
@@ -251,7 +297,26 @@ const view = {
   streaming: new Map(),
   stickToBottom: true,
   scrollScheduled: false,
+  /** id → kind of every node drawn (turn_context too): tells which user messages opened a turn. */
+  kindById: new Map(),
+  /**
+   * The open inline editor of a user message:
+   * { nodeId, element, body, form, textarea, error, submissionId }.
+   * @type {MessageEditor | null}
+   */
+  editor: null,
+  /** The open editor of a queued message. @type {QueueEditor | null} */
+  queueEditor: null,
+  /** A CSS selector of what gets the focus after the next snapshot redraw (a branch switcher's button). */
+  focusAfterSnapshot: null,
 };
+
+/**
+ * @typedef {{ nodeId: string, element: HTMLElement, body: HTMLElement, form: HTMLFormElement,
+ *   textarea: HTMLTextAreaElement, error: HTMLElement, submissionId: string | null }} MessageEditor
+ * @typedef {{ itemId: string, li: HTMLLIElement, input: HTMLInputElement, error: HTMLElement,
+ *   submissionId: string | null, sentText: string }} QueueEditor
+ */
 
 // ------------------------------------------------------------ connection ---
 
@@ -310,6 +375,7 @@ function setConnectionText(text) {
   if (dom.connectionText.textContent !== text) dom.connectionText.textContent = text;
 }
 
+/** @param {Op} message */
 function post(message) {
   if (state.port === null) return false;
   try {
@@ -325,9 +391,18 @@ function sendInitialize() {
   post({ type: "initialize", clientId, submissionId: crypto.randomUUID(), threadId: state.threadId });
 }
 
-/** Sends an op; it stays pending (and is re-sent on reconnect) until acked or rejected. */
+/**
+ * Sends an op; it stays pending (and is re-sent on reconnect) until acked or rejected.
+ * `meta` stays with the pending op: `text` is given back to the composer when
+ * the op is rejected.
+ * @template {OpType} T
+ * @param {T} type
+ * @param {OpFields<T>} fields
+ * @param {PendingMeta} [meta]
+ * @returns {string} the submissionId
+ */
 function sendOp(type, fields, meta = {}) {
-  const message = { type, clientId, submissionId: crypto.randomUUID(), ...fields };
+  const message = /** @type {Op} */ (/** @type {unknown} */ ({ type, clientId, submissionId: crypto.randomUUID(), ...fields }));
   state.pendingOps.set(message.submissionId, { message, ...meta });
   if (!post(message)) setNote("Not connected yet; it will be sent when the connection is back.");
   return message.submissionId;
@@ -335,6 +410,7 @@ function sendOp(type, fields, meta = {}) {
 
 // ---------------------------------------------------------------- events ---
 
+/** @param {EventEnvelope} event */
 function handleEvent(event) {
   if (event === null || typeof event !== "object" || typeof event.type !== "string") return;
   if (!state.connected) setConnected(true);
@@ -377,6 +453,7 @@ function handleEvent(event) {
   }
 }
 
+/** @param {Snapshot} snapshot */
 function applySnapshot(snapshot) {
   const threads = snapshot && Array.isArray(snapshot.threads) ? snapshot.threads : [];
   const thread = snapshot && snapshot.thread ? snapshot.thread : null;
@@ -389,9 +466,22 @@ function applySnapshot(snapshot) {
   view.resultsByCallId.clear();
   view.toolCalls.clear();
   view.streaming.clear();
+  view.kindById.clear();
+  // An editor survives a redraw only while its text was not sent (e.g. a reconnect).
+  const draft = view.editor && view.editor.submissionId === null && !threadChanged
+    ? { nodeId: view.editor.nodeId, text: view.editor.textarea.value, focused: view.editor.form.contains(document.activeElement) }
+    : null;
+  view.editor = null;
   dom.messages.replaceChildren();
   if (thread && Array.isArray(thread.nodes)) {
     for (const node of thread.nodes) placeNode(node);
+    renderBranches(thread.nodes, Array.isArray(thread.branches) ? thread.branches : []);
+  }
+  if (draft) {
+    const element = view.elementsById.get(draft.nodeId);
+    if (element && element.querySelector(':scope > .node-actions > [data-action="edit"]')) {
+      openEditor(element, draft.nodeId, draft.text, draft.focused);
+    }
   }
   if (!thread || dom.messages.childElementCount === 0) {
     const empty = document.createElement("p");
@@ -441,19 +531,61 @@ function applySnapshot(snapshot) {
   renderRunState();
   view.stickToBottom = true;
   scheduleScroll();
+  if (view.focusAfterSnapshot !== null) {
+    const target = /** @type {HTMLElement | null} */ (dom.messages.querySelector(view.focusAfterSnapshot));
+    view.focusAfterSnapshot = null;
+    if (target) {
+      target.focus({ preventScroll: true });
+      target.scrollIntoView({ block: "nearest" });
+      view.stickToBottom = false;
+    }
+  }
   document.body.dataset.ready = "true";
 }
 
+/** @param {EventOf<"command.ack">} event */
 function onAck(event) {
   const pending = state.pendingOps.get(event.submissionId);
   if (!pending) return;
   state.pendingOps.delete(event.submissionId);
-  const result = event.result && typeof event.result === "object" ? event.result : {};
+  /** @type {{ [key: string]: JsonValue }} */
+  const result = event.result && typeof event.result === "object" && !Array.isArray(event.result) ? event.result : {};
   switch (event.opType || pending.message.type) {
     case "thread.create":
       if (typeof result.threadId === "string") state.threadId = result.threadId;
       break;
+    case "thread.delete":
+      if (result.threadId === state.threadId) {
+        // Show the most recent remaining thread (or an empty panel).
+        state.threadId = null;
+        sendInitialize();
+      }
+      setNote("Thread deleted.");
+      break;
+    case "thread.fork":
+      // The engine subscribed this panel to the new thread; its snapshot draws it.
+      if (typeof result.threadId === "string") state.threadId = result.threadId;
+      setNote("This is the new thread, forked from the conversation up to that message. The original is still in the thread list.");
+      dom.input.focus();
+      break;
+    case "queue.edit":
+      if (view.queueEditor && view.queueEditor.submissionId === event.submissionId) {
+        // Durable now; show the new text at once (queue.updated follows with the same).
+        const { itemId, sentText } = view.queueEditor;
+        state.queue = state.queue.map((item) => (item.id === itemId ? { ...item, text: sentText } : item));
+        closeQueueEditor(true);
+      }
+      break;
+    case "provider.test":
+      onProviderTestResult(result, null);
+      break;
     case "turn.submit":
+      if (pending.editNodeId) {
+        // The edited message is a new version now: the snapshot that comes with it redraws the thread.
+        if (view.editor && view.editor.submissionId === event.submissionId) closeEditor(false);
+        if (!document.activeElement || document.activeElement === document.body) dom.input.focus();
+        break;
+      }
       if (typeof result.threadId === "string" && result.threadId !== state.threadId) {
         // The submit created a thread: show it (the snapshot brings what we missed).
         state.threadId = result.threadId;
@@ -502,10 +634,32 @@ function onAck(event) {
   }
 }
 
+/** @param {EventOf<"command.reject">} event */
 function onReject(event) {
   const pending = state.pendingOps.get(event.submissionId);
   state.pendingOps.delete(event.submissionId);
   const opType = event.opType || (pending && pending.message.type) || "";
+  if (opType === "provider.test") {
+    onProviderTestResult(null, event.error);
+    return;
+  }
+  const editor = view.editor;
+  if (editor && editor.submissionId === event.submissionId) {
+    // Said where the user is looking; the text stays in the editor.
+    editor.submissionId = null;
+    setEditorBusy(editor, false);
+    editor.error.textContent = `Not sent: ${explainError(event.error).text}`;
+    editor.textarea.focus();
+    return;
+  }
+  const queueEditor = view.queueEditor;
+  if (queueEditor && queueEditor.submissionId === event.submissionId) {
+    queueEditor.submissionId = null;
+    queueEditor.input.readOnly = false;
+    queueEditor.error.textContent = `Not changed: ${explainError(event.error).text}`;
+    queueEditor.input.focus();
+    return;
+  }
   const verb = OP_VERBS[opType] || "do that";
   showError(event.error, `Could not ${verb}: `);
   if (state.resolveSubmission === event.submissionId) {
@@ -529,6 +683,7 @@ function onReject(event) {
   if (pending && pending.text && dom.input.value.trim() === "") dom.input.value = pending.text;
 }
 
+/** @param {EventOf<"turn.start">} event */
 function onTurnStart(event) {
   if (event.turnId && event.turnId !== state.turnId) {
     state.inFlightTool = null;
@@ -541,6 +696,7 @@ function onTurnStart(event) {
   renderRunState();
 }
 
+/** @param {EventOf<"turn.complete">} event */
 function onTurnComplete(event) {
   if (event.turnId) state.turnId = event.turnId;
   state.lastStopReason = event.stopReason || null;
@@ -584,6 +740,7 @@ function onTurnComplete(event) {
 
 // --------------------------------------------------------------- streaming ---
 
+/** @param {EventOf<"item.start">} event */
 function onItemStart(event) {
   clearRetry();
   const itemId = event.itemId;
@@ -618,6 +775,7 @@ function startAssistantStream(itemId) {
   return entry;
 }
 
+/** @param {EventOf<"item.delta">} event */
 function onItemDelta(event) {
   const delta = event.delta;
   if (!delta || typeof delta.text !== "string" || typeof event.itemId !== "string") return;
@@ -650,6 +808,7 @@ function onItemDelta(event) {
   scheduleScroll();
 }
 
+/** @param {EventOf<"item.complete">} event */
 function onItemComplete(event) {
   if (!event.node || typeof event.node !== "object") return;
   removeEmptyHint();
@@ -659,9 +818,13 @@ function onItemComplete(event) {
 
 // ----------------------------------------------------------------- nodes ---
 
-/** Draws a durable node: replaces its streaming (or older) element, or appends. */
+/**
+ * Draws a durable node: replaces its streaming (or older) element, or appends.
+ * @param {ProtocolNode} node
+ */
 function placeNode(node) {
   if (typeof node.id !== "string") return;
+  view.kindById.set(node.id, node.kind);
   if (node.kind === "tool_result") {
     placeToolResult(node);
     return;
@@ -675,8 +838,19 @@ function placeNode(node) {
     view.elementsById.delete(node.id);
     return;
   }
-  if (existing && existing.isConnected) existing.replaceWith(element);
-  else dom.messages.append(element);
+  if (existing && existing.isConnected) {
+    // A node drawn from a snapshot arrives again as item.complete: keep its version switcher.
+    const switcher = existing.querySelector(":scope > .node-actions > .branch-switcher");
+    const bar = element.querySelector(":scope > .node-actions");
+    if (switcher && bar) {
+      bar.prepend(switcher);
+      element.dataset.branchIndex = existing.dataset.branchIndex;
+    }
+    if (view.editor && view.editor.element === existing) closeEditor(false);
+    existing.replaceWith(element);
+  } else {
+    dom.messages.append(element);
+  }
   view.elementsById.set(node.id, element);
 
   if (node.kind === "tool_call" && typeof node.callId === "string") {
@@ -691,6 +865,7 @@ function placeNode(node) {
   if (node.kind === "user_message" && node.steered) dropPendingSteer(node.text);
 }
 
+/** @param {ProtocolNode} node */
 function renderNode(node) {
   switch (node.kind) {
     case "user_message": return renderUserMessage(node);
@@ -726,6 +901,9 @@ function renderUserMessage(node) {
   body.className = "message-text plain";
   body.textContent = typeof node.text === "string" ? node.text : "";
   element.append(body);
+  // Only the message that opened a turn can be edited: the new version replaces that turn.
+  const opensTurn = !node.steered && view.kindById.get(node.parentId) === "turn_context";
+  element.append(messageActions(opensTurn));
   return element;
 }
 
@@ -746,6 +924,7 @@ function renderAssistantMessage(node) {
   // A reply that only called tools (or was cut off before its first word) has
   // nothing to read: no empty bubble. The status line tells about an interrupt.
   if (!text && !reasoning) element.hidden = true;
+  else element.append(messageActions(false));
   return element;
 }
 
@@ -805,8 +984,238 @@ function badge(text, title) {
   return element;
 }
 
+// -------------------------------------------------------- message actions ---
+// Fork a new thread from a message, edit the message that opened a turn (the
+// new text starts a new version of the conversation from there; the old one
+// is kept), and switch between versions. The engine answers an edit or a
+// switch with a fresh `initialized`, which redraws the thread.
+
+/** The actions row under a message: Edit (only where `editable`) and Fork from here. */
+function messageActions(editable) {
+  const bar = document.createElement("div");
+  bar.className = "node-actions";
+  if (editable) {
+    bar.append(actionButton("edit", "Edit", "Edit this message and send it again as a new version (the current version is kept)"));
+  }
+  bar.append(actionButton("fork", "Fork from here", "Start a new thread with the conversation up to this message"));
+  return bar;
+}
+
+function actionButton(action, text, title) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "message-action";
+  button.dataset.action = action;
+  button.textContent = text;
+  button.title = title;
+  return button;
+}
+
+/**
+ * Puts a version switcher "‹ 2/3 ›" on the first drawn message at or after
+ * each branch point of the active path (an edited message's versions are the
+ * `turn_context` nodes that open each one; the user message follows).
+ * @param {ProtocolNode[]} nodes
+ * @param {BranchPoint[]} branches
+ */
+function renderBranches(nodes, branches) {
+  const indexById = new Map(nodes.map((node, index) => [node.id, index]));
+  branches.forEach((point, pointIndex) => {
+    if (!Array.isArray(point.nodeIds) || point.nodeIds.length < 2) return;
+    const activeId = point.nodeIds[point.active];
+    let index = indexById.get(activeId);
+    if (index === undefined) return;
+    let element = null;
+    for (; index < nodes.length && !element; index += 1) {
+      const candidate = view.elementsById.get(nodes[index].id);
+      if (candidate && !candidate.hidden && candidate.classList.contains("node")) element = candidate;
+    }
+    if (!element) return;
+    const count = point.nodeIds.length;
+    const position = point.active + 1;
+    const switcher = document.createElement("div");
+    switcher.className = "branch-switcher";
+    switcher.setAttribute("role", "group");
+    switcher.setAttribute("aria-label", `Version ${position} of ${count}`);
+    switcher.dataset.branchIndex = String(pointIndex);
+    const previous = document.createElement("button");
+    previous.type = "button";
+    previous.className = "icon-button";
+    previous.dataset.action = "branch-previous";
+    previous.dataset.target = position > 1 ? point.nodeIds[point.active - 1] : "";
+    previous.disabled = position === 1;
+    previous.textContent = "‹";
+    previous.setAttribute("aria-label", "Previous version");
+    const label = document.createElement("span");
+    label.className = "branch-position";
+    label.textContent = `${position}/${count}`;
+    const next = document.createElement("button");
+    next.type = "button";
+    next.className = "icon-button";
+    next.dataset.action = "branch-next";
+    next.dataset.target = position < count ? point.nodeIds[point.active + 1] : "";
+    next.disabled = position === count;
+    next.textContent = "›";
+    next.setAttribute("aria-label", "Next version");
+    switcher.append(previous, label, next);
+    let bar = element.querySelector(":scope > .node-actions");
+    if (!bar) {
+      bar = document.createElement("div");
+      bar.className = "node-actions";
+      element.append(bar);
+    }
+    bar.prepend(switcher);
+    element.dataset.branchIndex = String(pointIndex);
+  });
+}
+
+/** @param {MouseEvent} event */
+function onMessageAction(event) {
+  const button = event.target instanceof Element ? event.target.closest("button[data-action]") : null;
+  if (!(button instanceof HTMLButtonElement) || !dom.messages.contains(button) || button.disabled) return;
+  const element = /** @type {HTMLElement | null} */ (button.closest("#messages .node"));
+  const nodeId = element ? element.dataset.nodeId : "";
+  if (!element || !nodeId || state.threadId === null) return;
+  switch (button.dataset.action) {
+    case "edit":
+      openEditor(element, nodeId, null, true);
+      break;
+    case "fork":
+      hideError();
+      setNote("Forking…");
+      sendOp("thread.fork", { threadId: state.threadId, nodeId });
+      break;
+    case "branch-previous":
+    case "branch-next": {
+      const target = button.dataset.target;
+      if (!target) return;
+      hideError();
+      const switcher = /** @type {HTMLElement} */ (button.closest(".branch-switcher"));
+      // Keyboard users keep their place: the same button of the redrawn switcher.
+      view.focusAfterSnapshot = `.branch-switcher[data-branch-index="${switcher.dataset.branchIndex}"] [data-action="${button.dataset.action}"]:not(:disabled), `
+        + `.branch-switcher[data-branch-index="${switcher.dataset.branchIndex}"] button:not(:disabled)`;
+      sendOp("thread.selectBranch", { threadId: state.threadId, nodeId: target });
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+/**
+ * Opens the inline editor of a user message (one at a time): Enter sends the
+ * text as a new version (`turn.submit` with `replaces`), Esc cancels.
+ * @param {HTMLElement} element
+ * @param {string} nodeId
+ * @param {string | null} text  the draft to show (null: the message's text)
+ * @param {boolean} focus
+ */
+function openEditor(element, nodeId, text, focus) {
+  if (view.editor && view.editor.nodeId === nodeId) {
+    if (focus) view.editor.textarea.focus();
+    return;
+  }
+  closeEditor(false);
+  const body = /** @type {HTMLElement | null} */ (element.querySelector(":scope > .message-text"));
+  if (!body) return;
+  const form = document.createElement("form");
+  form.className = "message-editor";
+  form.noValidate = true;
+  const textarea = document.createElement("textarea");
+  textarea.value = text ?? body.textContent ?? "";
+  textarea.rows = Math.min(8, Math.max(2, textarea.value.split("\n").length + 1));
+  textarea.setAttribute("aria-label", "Edit your message");
+  const hint = document.createElement("p");
+  hint.className = "hint";
+  hint.id = `edit-hint-${nodeId}`;
+  hint.textContent = "Enter sends it as a new version (the current one is kept) · Shift+Enter new line · Esc cancels";
+  const error = document.createElement("p");
+  error.className = "editor-error";
+  error.id = `edit-error-${nodeId}`;
+  error.setAttribute("role", "alert");
+  textarea.setAttribute("aria-describedby", `${hint.id} ${error.id}`);
+  const actions = document.createElement("div");
+  actions.className = "editor-actions";
+  const send = document.createElement("button");
+  send.type = "submit";
+  send.className = "primary";
+  send.textContent = "Send new version";
+  const cancel = document.createElement("button");
+  cancel.type = "button";
+  cancel.textContent = "Cancel";
+  cancel.addEventListener("click", () => closeEditor(true));
+  actions.append(send, cancel);
+  form.append(textarea, hint, error, actions);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    submitEdit();
+  });
+  textarea.addEventListener("keydown", (event) => {
+    if (event.isComposing) return;
+    if (event.key === "Enter" && !event.shiftKey && !event.altKey && !event.ctrlKey && !event.metaKey) {
+      event.preventDefault();
+      submitEdit();
+    } else if (event.key === "Escape") {
+      // Esc closes the editor; it does not stop the running turn.
+      event.preventDefault();
+      event.stopPropagation();
+      closeEditor(true);
+    }
+  });
+  body.hidden = true;
+  body.after(form);
+  element.dataset.editing = "true";
+  view.editor = { nodeId, element, body, form, textarea, error, submissionId: null };
+  if (focus) {
+    textarea.focus({ preventScroll: true });
+    textarea.setSelectionRange(textarea.value.length, textarea.value.length);
+    form.scrollIntoView({ block: "nearest" });
+    view.stickToBottom = false;
+  }
+}
+
+/** Closes the message editor; `refocus` puts the focus back on its Edit button. */
+function closeEditor(refocus) {
+  const editor = view.editor;
+  if (!editor) return;
+  view.editor = null;
+  editor.form.remove();
+  editor.body.hidden = false;
+  delete editor.element.dataset.editing;
+  if (refocus) {
+    const button = /** @type {HTMLElement | null} */ (editor.element.querySelector(':scope > .node-actions > [data-action="edit"]'));
+    if (button) button.focus();
+  }
+}
+
+/** @param {MessageEditor} editor */
+function setEditorBusy(editor, busy) {
+  editor.textarea.readOnly = busy;
+  editor.form.setAttribute("aria-busy", String(busy));
+  for (const button of editor.form.querySelectorAll("button")) button.disabled = busy;
+}
+
+function submitEdit() {
+  const editor = view.editor;
+  if (!editor || editor.submissionId !== null || state.threadId === null) return;
+  const text = editor.textarea.value.trim();
+  if (text === "") {
+    editor.error.textContent = "Type the message, or press Esc to cancel.";
+    return;
+  }
+  editor.error.textContent = "";
+  hideError();
+  // Keep the focus in the editor while its buttons are disabled.
+  editor.textarea.focus({ preventScroll: true });
+  setEditorBusy(editor, true);
+  editor.submissionId = sendOp("turn.submit", { threadId: state.threadId, input: { text }, replaces: editor.nodeId }, { editNodeId: editor.nodeId });
+}
+
 // ------------------------------------------------------------- tool cards ---
 
+/**
+ * @param {{ id: string, callId?: string, name?: string, label?: string, args?: JsonValue, status: string }} call
+ */
 function buildToolCard({ id, callId, name, label, args, status }) {
   const card = document.createElement("article");
   card.className = "node tool-call";
@@ -1104,7 +1513,7 @@ function renderMarkdown(source) {
     if (item) {
       const ordered = /\d/.test(item[1]);
       const list = document.createElement(ordered ? "ol" : "ul");
-      if (ordered && parseInt(item[1], 10) !== 1) list.start = parseInt(item[1], 10);
+      if (ordered && parseInt(item[1], 10) !== 1) /** @type {HTMLOListElement} */ (list).start = parseInt(item[1], 10);
       let current = null;
       while (index < lines.length) {
         const next = LIST_ITEM.exec(lines[index]);
@@ -1166,6 +1575,7 @@ function appendBold(parent, text) {
 
 // ------------------------------------------------------- other rendering ---
 
+/** @param {ThreadSummary[] | undefined} threads */
 function renderThreads(threads) {
   if (Array.isArray(threads)) {
     state.threads = threads
@@ -1192,16 +1602,70 @@ function renderThreads(threads) {
   }
   select.replaceChildren(...options);
   select.value = state.threadId || "";
+  const title = state.threads.find((thread) => thread.id === state.threadId);
+  dom.deleteThread.disabled = !title;
+  dom.deleteThread.setAttribute("aria-label", title ? `Delete thread: ${clipText(title.title || "Untitled thread", 60)}` : "Delete thread");
+  // A confirmation is for the thread it asked about.
+  if (dom.deleteThread.dataset.threadId !== state.threadId) cancelDelete();
+}
+
+// ---------------------------------------------------------- delete thread ---
+// Two presses: the first asks, the second deletes (every version and message
+// of the thread). Leaving the button, or Esc, cancels.
+
+function askOrDelete() {
+  if (state.threadId === null) return;
+  if (dom.deleteThread.dataset.confirm !== "true") {
+    dom.deleteThread.dataset.confirm = "true";
+    dom.deleteThread.dataset.threadId = state.threadId;
+    dom.deleteThread.textContent = "Confirm delete";
+    dom.deleteNote.textContent = "Delete this thread with all its messages and versions? Press “Confirm delete” again; Esc cancels.";
+    return;
+  }
+  const threadId = state.threadId;
+  cancelDelete();
+  hideError();
+  sendOp("thread.delete", { threadId });
+}
+
+function cancelDelete() {
+  if (dom.deleteThread.dataset.confirm !== "true") return;
+  delete dom.deleteThread.dataset.confirm;
+  delete dom.deleteThread.dataset.threadId;
+  dom.deleteThread.textContent = "Delete";
+  dom.deleteNote.textContent = "";
 }
 
 function renderQueue() {
   const items = state.queue.filter((item) => item && typeof item.id === "string");
+  const editor = view.queueEditor;
+  const editing = editor ? items.find((item) => item.id === editor.itemId) : undefined;
+  if (editor && !editing) {
+    // The item started (or was removed elsewhere) while being edited.
+    closeQueueEditor(false);
+    setNote("That queued message has already started (or was removed), so it could not be changed.");
+  }
+  const hadFocus = editor !== null && editing !== undefined && editor.li.contains(document.activeElement);
+  // Redrawing must not drop the keyboard focus: remember which item's control had it.
+  const active = document.activeElement;
+  const focusedLi = !hadFocus && active instanceof HTMLElement && dom.queueList.contains(active)
+    ? /** @type {HTMLElement | null} */ (active.closest("li[data-queue-item-id]"))
+    : null;
+  const focusedControl = focusedLi ? (active.classList.contains("queue-edit") ? ".queue-edit" : ".icon-button") : null;
+  const focusedIndex = focusedLi ? [...dom.queueList.children].indexOf(focusedLi) : -1;
   dom.queueList.replaceChildren(...items.map((item) => {
+    if (view.queueEditor && item.id === view.queueEditor.itemId) return view.queueEditor.li;
     const li = document.createElement("li");
     li.dataset.queueItemId = item.id;
     const text = document.createElement("span");
     text.className = "queue-text";
     text.textContent = item.text || "";
+    const edit = document.createElement("button");
+    edit.type = "button";
+    edit.className = "queue-edit";
+    edit.textContent = "Edit";
+    edit.setAttribute("aria-label", `Edit queued message: ${clipText(item.text || "", 60)}`);
+    edit.addEventListener("click", () => openQueueEditor(item));
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "icon-button";
@@ -1210,10 +1674,103 @@ function renderQueue() {
     remove.addEventListener("click", () => {
       if (state.threadId) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
     });
-    li.append(text, remove);
+    li.append(text, edit, remove);
     return li;
   }));
+  if (hadFocus && view.queueEditor) view.queueEditor.input.focus({ preventScroll: true });
+  if (focusedLi) {
+    const lis = [...dom.queueList.children];
+    const same = lis.find((li) => li instanceof HTMLElement && li.dataset.queueItemId === focusedLi.dataset.queueItemId);
+    // The item is gone (removed, or started): the one now in its place, else the composer.
+    const target = same || lis[Math.min(focusedIndex, lis.length - 1)];
+    const control = target ? /** @type {HTMLElement | null} */ (target.querySelector(focusedControl)) : null;
+    (control || dom.input).focus({ preventScroll: true });
+  }
   updateWaitingSection();
+}
+
+/**
+ * Edits a queued message in place: Enter saves (`queue.edit`), Esc cancels.
+ * @param {QueueItem} item
+ */
+function openQueueEditor(item) {
+  closeQueueEditor(false);
+  const li = document.createElement("li");
+  li.dataset.queueItemId = item.id;
+  li.className = "queue-editing";
+  const form = document.createElement("form");
+  form.className = "queue-editor";
+  form.noValidate = true;
+  const input = document.createElement("input");
+  input.type = "text";
+  input.value = item.text || "";
+  input.setAttribute("aria-label", "Edit queued message");
+  input.setAttribute("aria-describedby", `queue-edit-hint queue-edit-error-${item.id}`);
+  const save = document.createElement("button");
+  save.type = "submit";
+  save.className = "primary";
+  save.textContent = "Save";
+  const cancel = document.createElement("button");
+  cancel.type = "button";
+  cancel.textContent = "Cancel";
+  cancel.addEventListener("click", () => closeQueueEditor(true));
+  const hint = document.createElement("span");
+  hint.id = "queue-edit-hint";
+  hint.className = "visually-hidden";
+  hint.textContent = "Enter saves, Esc cancels.";
+  const error = document.createElement("p");
+  error.className = "editor-error";
+  error.id = `queue-edit-error-${item.id}`;
+  error.setAttribute("role", "alert");
+  form.append(input, save, cancel, hint);
+  li.append(form, error);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    saveQueueEdit();
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      closeQueueEditor(true);
+    }
+  });
+  view.queueEditor = { itemId: item.id, li, input, error, submissionId: null, sentText: "" };
+  renderQueue();
+  input.focus();
+  input.select();
+}
+
+function saveQueueEdit() {
+  const editor = view.queueEditor;
+  if (!editor || editor.submissionId !== null || state.threadId === null) return;
+  const text = editor.input.value.trim();
+  if (text === "") {
+    editor.error.textContent = "Type the message, or remove it from the queue with ×.";
+    return;
+  }
+  const current = state.queue.find((item) => item.id === editor.itemId);
+  if (current && current.text === text) {
+    closeQueueEditor(true);
+    return;
+  }
+  editor.error.textContent = "";
+  editor.input.readOnly = true;
+  editor.sentText = text;
+  editor.submissionId = sendOp("queue.edit", { threadId: state.threadId, itemId: editor.itemId, input: { text } });
+}
+
+/** Closes the queue item editor; `refocus` puts the focus on the item's Edit button. */
+function closeQueueEditor(refocus) {
+  const editor = view.queueEditor;
+  if (!editor) return;
+  view.queueEditor = null;
+  renderQueue();
+  if (refocus) {
+    const li = [...dom.queueList.children].find((child) => child instanceof HTMLElement && child.dataset.queueItemId === editor.itemId);
+    const button = li ? /** @type {HTMLElement | null} */ (li.querySelector(".queue-edit")) : null;
+    (button || dom.input).focus();
+  }
 }
 
 function renderPendingSteers() {
@@ -1273,6 +1830,7 @@ function isPendingApproval(value) {
     && (value.status === undefined || value.status === "pending");
 }
 
+/** @param {EventOf<"approval.request">} event */
 function onApprovalRequest(event) {
   const approval = event.approval;
   if (!isPendingApproval(approval)) return;
@@ -1284,6 +1842,7 @@ function onApprovalRequest(event) {
   renderApproval();
 }
 
+/** @param {EventOf<"approval.resolved">} event */
 function onApprovalResolved(event) {
   const status = typeof event.status === "string" ? event.status : "";
   const shown = state.approval && state.approval.id === event.approvalId ? state.approval : null;
@@ -1327,7 +1886,7 @@ function renderApproval() {
   const approval = state.approval;
   const show = approval !== null && state.threadId !== null
     && (typeof approval.threadId !== "string" || approval.threadId === state.threadId);
-  for (const marked of dom.messages.querySelectorAll(".node.tool-call[data-awaiting-approval]")) {
+  for (const marked of /** @type {NodeListOf<HTMLElement>} */ (dom.messages.querySelectorAll(".node.tool-call[data-awaiting-approval]"))) {
     if (show && marked.dataset.callId === approval.callId) continue;
     delete marked.dataset.awaitingApproval;
     const statusElement = marked.querySelector(":scope > .tool-header > .tool-status");
@@ -1438,7 +1997,7 @@ function parseElementLine(line) {
 function userIsTyping() {
   const active = document.activeElement;
   return active !== null
-    && ((active.tagName === "TEXTAREA" && active.value.trim() !== "") || active.tagName === "INPUT" || active.tagName === "SELECT");
+    && ((active instanceof HTMLTextAreaElement && active.value.trim() !== "") || active.tagName === "INPUT" || active.tagName === "SELECT");
 }
 
 function answerApproval(decision) {
@@ -1464,6 +2023,7 @@ function isPendingInteraction(value) {
     && (value.status === undefined || value.status === "pending");
 }
 
+/** @param {EventOf<"interaction.request">} event */
 function onInteractionRequest(event) {
   const interaction = event.interaction;
   if (!isPendingInteraction(interaction)) return;
@@ -1475,6 +2035,7 @@ function onInteractionRequest(event) {
   renderInteraction();
 }
 
+/** @param {EventOf<"interaction.resolved">} event */
 function onInteractionResolved(event) {
   const shown = state.interaction && state.interaction.id === event.interactionId ? state.interaction : null;
   if (!shown) return;
@@ -1513,7 +2074,7 @@ function renderInteraction() {
   const interaction = state.interaction;
   const show = interaction !== null && state.threadId !== null
     && (typeof interaction.threadId !== "string" || interaction.threadId === state.threadId);
-  for (const marked of dom.messages.querySelectorAll(".node.tool-call[data-awaiting-answer]")) {
+  for (const marked of /** @type {NodeListOf<HTMLElement>} */ (dom.messages.querySelectorAll(".node.tool-call[data-awaiting-answer]"))) {
     if (show && marked.dataset.callId === interaction.callId) continue;
     delete marked.dataset.awaitingAnswer;
     const statusElement = marked.querySelector(":scope > .tool-header > .tool-status");
@@ -1593,6 +2154,7 @@ function answerInteraction(answer) {
 
 // ------------------------------------------------------------ provider retry ---
 
+/** @param {EventOf<"run.retry">} event */
 function onRunRetry(event) {
   const delayMs = Number.isFinite(event.delayMs) ? Math.max(0, event.delayMs) : 0;
   state.retry = {
@@ -1679,7 +2241,7 @@ function uncertainCall() {
 function renderUncertain() {
   const card = dom.uncertainCard;
   const show = state.runState === "paused_uncertain" && state.threadId !== null;
-  for (const marked of dom.messages.querySelectorAll(".node.tool-call[data-uncertain]")) {
+  for (const marked of /** @type {NodeListOf<HTMLElement>} */ (dom.messages.querySelectorAll(".node.tool-call[data-uncertain]"))) {
     delete marked.dataset.uncertain;
     const statusElement = marked.querySelector(":scope > .tool-header > .tool-status");
     if (statusElement) statusElement.textContent = marked.dataset.status || "";
@@ -1733,6 +2295,7 @@ function resolveUncertain(choice) {
   renderUncertain();
 }
 
+/** @param {EventOf<"token.usage">} event */
 function renderUsage(event) {
   const parts = [];
   if (event.turnTotal !== undefined) parts.push(`turn ${formatUsage(event.turnTotal)}`);
@@ -1757,6 +2320,10 @@ function isRunning() {
  * An ErrorInfo in plain words: `text` says what happened and what to do,
  * `detail` is the engine's own message when it adds something, `settings` the
  * id of the settings field the fix is in (or null).
+ */
+/**
+ * @param {ErrorInfo | null | undefined} error
+ * @returns {{ kind: string, text: string, detail: string, settings: string | null }}
  */
 function explainError(error) {
   const kind = error && typeof error === "object" && typeof error.kind === "string" ? error.kind : "";
@@ -1784,7 +2351,10 @@ function retryCause(error) {
   return status ? `${cause} (${status[0]})` : cause;
 }
 
-/** Shows an ErrorInfo (or a sentence) in the error banner; `prefix` says what failed. */
+/**
+ * Shows an ErrorInfo (or a sentence) in the error banner; `prefix` says what failed.
+ * @param {ErrorInfo | string} error
+ */
 function showError(error, prefix = "") {
   const explained = typeof error === "string"
     ? { kind: "", text: error, detail: "", settings: null }
@@ -1903,6 +2473,15 @@ dom.threadList.addEventListener("change", () => {
   setNote("");
   sendInitialize();
 });
+dom.messages.addEventListener("click", onMessageAction);
+dom.deleteThread.addEventListener("click", askOrDelete);
+dom.deleteThread.addEventListener("blur", cancelDelete);
+dom.deleteThread.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && dom.deleteThread.dataset.confirm === "true") {
+    event.preventDefault();
+    cancelDelete();
+  }
+});
 dom.errorDismiss.addEventListener("click", hideError);
 dom.errorSettings.addEventListener("click", () => {
   const field = document.getElementById(dom.errorSettings.dataset.field || "") || dom.settingsProvider;
@@ -1918,6 +2497,7 @@ dom.messages.addEventListener("scroll", () => {
 async function loadSettings() {
   try {
     const { settings } = await chrome.storage.local.get("settings");
+    /** @type {Record<string, any>} */
     const current = settings && typeof settings === "object" ? settings : {};
     const provider = current.provider === "anthropic" ? "anthropic" : "openai";
     dom.settingsProvider.value = provider;
@@ -1989,14 +2569,24 @@ function readSettingsForm() {
   };
 }
 
+/** @param {SubmitEvent} event */
 async function saveSettings(event) {
   event.preventDefault();
+  await validateAndStoreSettings();
+}
+
+/**
+ * Validates the form and stores it in chrome.storage.local; resolves with the
+ * stored settings, or null (the problem is shown next to the form).
+ * @returns {Promise<Record<string, any> | null>}
+ */
+async function validateAndStoreSettings() {
   const { settings, error, field } = readSettingsForm();
   if (error) {
     setSettingsStatus(error, true);
     field.setAttribute("aria-invalid", "true");
     field.focus();
-    return;
+    return null;
   }
   for (const input of dom.settingsForm.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
   setSettingsStatus("Saving…", false);
@@ -2007,11 +2597,108 @@ async function saveSettings(event) {
     const merged = { ...(previous && typeof previous === "object" ? previous : {}), ...settings };
     await chrome.storage.local.set({ settings: merged });
     setSettingsStatus("Saved", false);
+    return settings;
   } catch (err) {
     setSettingsStatus(`Could not save: ${err && err.message ? err.message : err}`, true);
+    return null;
   } finally {
     dom.settingsSave.disabled = false;
   }
+}
+
+// ------------------------------------------------------- test connection ---
+// Saves the form (the engine reads the API key from storage, never from a
+// Port), then asks the engine for one tiny real request with these settings
+// (`provider.test`) and says how it went, in words a user can act on.
+
+/** What to do about a failed test, per error kind; `{model}` and `{baseUrl}` are filled in. */
+const TEST_ERROR_WORDS = {
+  auth: "The provider rejected the API key. Copy the key again from your provider's dashboard, paste it above, and test again.",
+  model_not_found: "The provider does not know the model “{model}”. Check the model name (and that your key may use it), then test again.",
+  rate_limited: "The provider is rate limiting requests right now. Wait a minute and test again; if it keeps happening, check your plan's limits with the provider.",
+  network: "Could not reach the provider at {baseUrl}. Check the base URL and your internet connection; for a local server, check that it is running and accepts requests from this extension.",
+  provider_unavailable: "The provider is overloaded or having problems right now. Wait a moment and test again.",
+  provider_protocol: "The provider answered, but not the way an {api} API does. Check the provider type and the base URL (it usually ends in /v1).",
+  context_overflow: "The provider refused even a tiny request as too long. Check the model name.",
+  not_configured: "Enter the base URL and the model first.",
+};
+
+/** The settings being tested, for the result's wording. */
+let testedSettings = null;
+/** submissionId of the provider.test in flight. */
+let testSubmission = null;
+
+async function testConnection() {
+  if (testSubmission !== null) return;
+  setTestResult("", "");
+  dom.settingsTest.disabled = true;
+  const settings = await validateAndStoreSettings();
+  if (settings === null) {
+    dom.settingsTest.disabled = false;
+    return;
+  }
+  testedSettings = settings;
+  /** @type {ProviderProfile} */
+  const profile = {
+    kind: settings.provider,
+    baseUrl: settings.baseUrl,
+    model: settings.model,
+    maxOutputTokens: settings.maxOutputTokens,
+    temperatureCenti: settings.temperature === null ? null : Math.round(settings.temperature * 100),
+    vision: settings.vision,
+    toolUse: settings.toolUse,
+    tokenBudget: settings.tokenBudget,
+    contextWindow: settings.contextWindow,
+  };
+  setTestResult("pending", `Testing ${settings.model} at ${settings.baseUrl}…`);
+  dom.settingsTestResult.setAttribute("aria-busy", "true");
+  testSubmission = sendOp("provider.test", { profile });
+}
+
+/**
+ * The engine's answer to provider.test: an ack's result or a reject's error.
+ * @param {{ [key: string]: JsonValue } | null} result
+ * @param {ErrorInfo | null} error
+ */
+function onProviderTestResult(result, error) {
+  testSubmission = null;
+  dom.settingsTest.disabled = false;
+  dom.settingsTestResult.removeAttribute("aria-busy");
+  const settings = testedSettings || {};
+  if (error === null && result) {
+    const model = typeof result.model === "string" ? result.model : settings.model;
+    const latency = typeof result.latencyMs === "number" ? ` in ${Math.round(result.latencyMs).toLocaleString()} ms` : "";
+    const reply = typeof result.reply === "string" && result.reply.trim() ? ` It replied: “${clipText(result.reply.trim(), 80)}”.` : "";
+    setTestResult("ok", `Connection works: ${model} answered${latency}.${reply}`);
+    return;
+  }
+  const kind = error && typeof error.kind === "string" ? error.kind : "";
+  const template = TEST_ERROR_WORDS[kind];
+  const text = template
+    ? template
+      .replace("{model}", settings.model || "")
+      .replace("{baseUrl}", settings.baseUrl || "the base URL")
+      .replace("{api}", settings.provider === "anthropic" ? "Anthropic" : "OpenAI-compatible")
+    : explainError(error).text;
+  const detail = error && typeof error.message === "string" && error.message.trim() ? error.message.trim() : "";
+  setTestResult("error", `Test failed: ${text}`, detail, kind);
+}
+
+function setTestResult(outcome, text, detail = "", kind = "") {
+  const element = dom.settingsTestResult;
+  element.dataset.outcome = outcome;
+  element.dataset.kind = kind;
+  element.classList.toggle("error", outcome === "error");
+  element.replaceChildren();
+  if (text) element.append(document.createTextNode(text));
+  if (detail) {
+    const details = document.createElement("span");
+    details.className = "error-detail";
+    details.textContent = `Details: ${detail}`;
+    element.append(document.createElement("br"), details);
+  }
+  element.hidden = text === "";
+  if (text) element.scrollIntoView({ block: "nearest" });
 }
 
 function setSettingsStatus(text, isError) {
@@ -2020,7 +2707,18 @@ function setSettingsStatus(text, isError) {
 }
 
 dom.settingsForm.addEventListener("submit", saveSettings);
-dom.settingsForm.addEventListener("input", () => setSettingsStatus("", false));
+dom.settingsTest.addEventListener("click", () => {
+  testConnection().catch((err) => {
+    testSubmission = null;
+    dom.settingsTest.disabled = false;
+    setTestResult("error", `Test failed: ${err && err.message ? err.message : err}`);
+  });
+});
+dom.settingsForm.addEventListener("input", () => {
+  setSettingsStatus("", false);
+  // A result about other values would mislead.
+  if (testSubmission === null) setTestResult("", "");
+});
 dom.settingsProvider.addEventListener("change", () => {
   const provider = dom.settingsProvider.value;
   const baseUrl = dom.settingsBaseUrl.value.trim().replace(/\/+$/, "");

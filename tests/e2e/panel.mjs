@@ -18,6 +18,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import {
   DEFAULT_EXTENSION_PATH,
@@ -708,7 +709,7 @@ isolatedTest(
       { timeout: 15000, message: 'the queued message in the queue list' },
     );
     assert.equal(await panel.evaluate(() => document.getElementById('queue-section').hidden), false, 'the queue is visible');
-    const removeName = await panel.evaluate(() => document.querySelector('#queue-list li button')?.getAttribute('aria-label'));
+    const removeName = await panel.evaluate(() => document.querySelector('#queue-list li button.icon-button')?.getAttribute('aria-label'));
     assert.match(removeName, /^Remove queued message: Then tell me a joke/);
     assert.equal(mock.requests().length, 1, 'nothing was sent to the model while the tool runs');
     assert.equal(await panel.evaluate(() => document.getElementById('task-input').value), '', 'the composer is empty again');
@@ -968,4 +969,554 @@ isolatedTest('approval_card_describes_the_page_snapshot_element', {
   await panel.click('#approval-decline');
   const final = await waitForSettledTurn(panel, { previousTurnId: first.turnId });
   assert.equal(final.state, 'completed', describeState(final));
+});
+
+// ------------------------------------------- versions, forks and the queue ---
+
+/** The last `initialized` snapshot the panel received. */
+async function lastSnapshot(panel) {
+  const inbound = await portMessages(panel, 'in');
+  return inbound.filter((e) => e.message.type === 'initialized').at(-1)?.message.snapshot ?? null;
+}
+
+/** Outbound ops of one type (panel → engine), in order. */
+async function sentOps(panel, type) {
+  return (await portMessages(panel, 'out')).filter((e) => e.message.type === type).map((e) => e.message);
+}
+
+/** The engine's answer (ack or reject) to one submission. */
+async function answerTo(panel, submissionId, what) {
+  return waitFor(
+    async () => (await portMessages(panel, 'in')).find((e) => e.message.submissionId === submissionId)?.message,
+    { timeout: 30000, message: `the answer to ${what}` },
+  );
+}
+
+/** Focuses a control and presses a key on it (keyboard use, no mouse). */
+async function pressOn(locator, key = 'Enter') {
+  await locator.focus();
+  await locator.page().keyboard.press(key);
+}
+
+/** What has keyboard focus: its accessible name, data-action and tag. */
+async function focused(panel) {
+  return panel.evaluate(() => {
+    const element = document.activeElement;
+    return {
+      tag: element?.tagName.toLowerCase() ?? '',
+      name: element?.getAttribute('aria-label') ?? element?.textContent?.trim() ?? '',
+      action: element instanceof HTMLElement ? element.dataset.action ?? '' : '',
+      id: element?.id ?? '',
+      value: element && 'value' in element ? element.value : null,
+    };
+  });
+}
+
+/** The conversation as "kind: text" lines (drawn, visible nodes only). */
+async function conversation(panel) {
+  const state = await readPanel(panel);
+  return topLevelNodes(state).filter((n) => n.text && (n.kind === 'user_message' || n.kind === 'assistant_message')).map((n) => `${n.kind === 'user_message' ? 'user' : 'agent'}: ${n.text}`);
+}
+
+/** A user message as the model got it, without the engine's "[Context at send time: …]" note. */
+function withoutContextNote(text) {
+  return text.replace(/\n+\[Context at send time:[^\]]*\]\s*$/, '');
+}
+
+/** No horizontal scrolling in the panel (it fits its width). */
+async function assertFitsWidth(panel, what) {
+  const overflow = await panel.evaluate(() => {
+    const root = document.documentElement;
+    const messages = document.getElementById('messages');
+    return { root: root.scrollWidth - root.clientWidth, messages: messages.scrollWidth - messages.clientWidth };
+  });
+  assert.deepEqual(overflow, { root: 0, messages: 0 }, `${what}: no horizontal overflow`);
+}
+
+const Q1 = 'Question one [versions-e2e]';
+const Q1_EDITED = 'Question one, edited [versions-e2e]';
+const Q2 = 'Question two [versions-e2e]';
+const FORK_FOLLOW_UP = 'A follow-up in the fork [versions-e2e]';
+
+isolatedTest(
+  'edit_and_resend_switch_versions_and_fork_from_the_panel',
+  {
+    script: [
+      { text: 'Answer one.' },
+      { text: 'Answer two.' },
+      { text: 'Answer to the edited question.' },
+      { text: 'Answer in the fork.' },
+      // The turn during which an edit and a version switch are refused.
+      { stallMs: STALL_FOREVER_MS, text: 'Working', tickMs: 250, tickText: '.' },
+    ],
+  },
+  async (session) => {
+    const { panel, mock } = session;
+    await panel.focus('#task-input');
+    await typeAndPress(panel, Q1, 'Enter');
+    const first = await waitForSettledTurn(panel);
+    await typeAndPress(panel, Q2, 'Enter');
+    const second = await waitForSettledTurn(panel, { previousTurnId: first.turnId });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1}`, 'agent: Answer one.', `user: ${Q2}`, 'agent: Answer two.']);
+
+    // Every message offers Fork from here; the messages that opened a turn offer Edit.
+    const q1 = panel.locator('#messages .node.user', { hasText: Q1 });
+    const answerOne = panel.locator('#messages .node.assistant', { hasText: 'Answer one.' });
+    assert.equal(await q1.getByRole('button', { name: 'Edit', exact: true }).count(), 1);
+    assert.equal(await q1.getByRole('button', { name: 'Fork from here' }).count(), 1);
+    assert.equal(await answerOne.getByRole('button', { name: 'Fork from here' }).count(), 1);
+    assert.equal(await answerOne.getByRole('button', { name: 'Edit', exact: true }).count(), 0, 'the agent\'s messages are not edited');
+    assert.equal(await panel.locator('#messages .branch-switcher').count(), 0, 'no versions yet');
+    const q1NodeId = await q1.getAttribute('data-node-id');
+
+    // Edit with the keyboard: Enter opens the editor on the text, Esc closes it and sends nothing.
+    await pressOn(q1.getByRole('button', { name: 'Edit', exact: true }));
+    assert.deepEqual(await focused(panel), { tag: 'textarea', name: 'Edit your message', action: '', id: '', value: Q1 });
+    await panel.keyboard.press('Escape');
+    assert.equal(await panel.locator('#messages .message-editor').count(), 0, 'Esc closed the editor');
+    assert.equal((await focused(panel)).action, 'edit', 'focus back on the Edit button');
+    assert.equal((await readPanel(panel)).state, 'completed', 'Esc in the editor did nothing else');
+
+    // Enter sends the new text as a new version of that turn.
+    await panel.keyboard.press('Enter');
+    await panel.keyboard.press('Control+A');
+    await typeAndPress(panel, Q1_EDITED, 'Enter');
+    const edited = await waitForSettledTurn(panel, { previousTurnId: second.turnId });
+    assert.equal(edited.state, 'completed', describeState(edited));
+    const [editOp] = (await sentOps(panel, 'turn.submit')).filter((op) => op.replaces);
+    assert.deepEqual({ replaces: editOp.replaces, text: editOp.input.text, threadId: editOp.threadId }, { replaces: q1NodeId, text: Q1_EDITED, threadId: editOp.threadId });
+    assert.equal((await answerTo(panel, editOp.submissionId, 'the edit')).type, 'command.ack');
+    await waitFor(async () => (await conversation(panel)).length === 2, { timeout: 15000, message: 'the new version drawn' });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1_EDITED}`, 'agent: Answer to the edited question.'], 'the new version replaces the old turn and what followed');
+    const editRequest = mock.requests()[2];
+    const userTexts = requestMessages(editRequest).filter((m) => m.role === 'user').map((m) => withoutContextNote(messageText(m)));
+    assert.deepEqual(userTexts.filter((t) => t.includes('[versions-e2e]')), [Q1_EDITED], 'the model saw only the new version');
+
+    // The version switcher, from the snapshot's branches.
+    const snapshot = await lastSnapshot(panel);
+    assert.equal(snapshot.thread.branches.length, 1, JSON.stringify(snapshot.thread.branches));
+    const [point] = snapshot.thread.branches;
+    assert.equal(point.nodeIds.length, 2);
+    assert.equal(point.active, 1);
+    const q1Edited = panel.locator('#messages .node.user', { hasText: Q1_EDITED });
+    const switcher = q1Edited.getByRole('group', { name: 'Version 2 of 2' });
+    assert.equal(await switcher.count(), 1, 'the edited message says which version it is');
+    assert.equal((await switcher.textContent()).replace(/\s+/g, ''), '‹2/2›');
+    assert.equal(await switcher.getByRole('button', { name: 'Next version' }).isDisabled(), true);
+    await screenshot(panel, 'versions');
+
+    // ‹ with the keyboard: thread.selectBranch to the first version; focus stays on the switcher.
+    await pressOn(switcher.getByRole('button', { name: 'Previous version' }));
+    await waitFor(async () => (await conversation(panel)).length === 4, { timeout: 30000, message: 'the first version drawn again' });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1}`, 'agent: Answer one.', `user: ${Q2}`, 'agent: Answer two.']);
+    const [select] = await sentOps(panel, 'thread.selectBranch');
+    assert.equal(select.nodeId, point.nodeIds[0]);
+    assert.equal((await answerTo(panel, select.submissionId, 'the switch')).type, 'command.ack');
+    assert.equal(await panel.locator('#messages .node.user', { hasText: Q1 }).getByRole('group', { name: 'Version 1 of 2' }).count(), 1);
+    assert.equal((await focused(panel)).name, 'Next version', 'the focus stays on the switcher (‹ is disabled at 1/2)');
+    assert.equal(mock.requests().length, 3, 'switching versions asks the model nothing');
+    // › (focused): back to the edited version.
+    await panel.keyboard.press('Enter');
+    await waitFor(async () => (await conversation(panel))[0] === `user: ${Q1_EDITED}`, { timeout: 30000, message: 'the edited version again' });
+    assert.equal((await focused(panel)).name, 'Previous version');
+
+    // Narrow and dark: it still fits.
+    await panel.setViewportSize({ width: 320, height: 640 });
+    await panel.emulateMedia({ colorScheme: 'dark' });
+    await q1Edited.hover();
+    await assertFitsWidth(panel, 'versions at 320 px');
+    await screenshot(panel, 'versions-320-dark');
+    await panel.setViewportSize({ width: 500, height: 800 });
+    await panel.emulateMedia({ colorScheme: 'light' });
+    await assertFitsWidth(panel, 'versions at 500 px');
+
+    // Fork from the agent's answer: a new thread with the conversation up to there, opened.
+    const originalThreadId = snapshot.thread.id;
+    const answerEdited = panel.locator('#messages .node.assistant', { hasText: 'Answer to the edited question.' });
+    const answerNodeId = await answerEdited.getAttribute('data-node-id');
+    await pressOn(answerEdited.getByRole('button', { name: 'Fork from here' }));
+    const [fork] = await sentOps(panel, 'thread.fork');
+    assert.deepEqual({ threadId: fork.threadId, nodeId: fork.nodeId }, { threadId: originalThreadId, nodeId: answerNodeId });
+    const forkAck = await answerTo(panel, fork.submissionId, 'the fork');
+    assert.equal(forkAck.type, 'command.ack', JSON.stringify(forkAck));
+    const forkThreadId = forkAck.result.threadId;
+    assert.notEqual(forkThreadId, originalThreadId);
+    await waitFor(async () => (await lastSnapshot(panel))?.thread?.id === forkThreadId && (await panel.inputValue('#thread-list')) === forkThreadId, { timeout: 30000, message: 'the fork opened' });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1_EDITED}`, 'agent: Answer to the edited question.']);
+    assert.equal(await panel.locator('#messages .branch-switcher').count(), 0, 'the fork has one version');
+    assert.equal((await focused(panel)).id, 'task-input', 'the composer is ready for the fork');
+    assert.match(await panel.locator('#composer-note').textContent(), /new thread/);
+    await typeAndPress(panel, FORK_FOLLOW_UP, 'Enter');
+    await waitForSettledTurn(panel, { previousTurnId: edited.turnId });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1_EDITED}`, 'agent: Answer to the edited question.', `user: ${FORK_FOLLOW_UP}`, 'agent: Answer in the fork.']);
+    const forkRequest = mock.requests().at(-1);
+    assert.deepEqual(
+      requestMessages(forkRequest).filter((m) => m.role !== 'system').map((m) => `${m.role}: ${withoutContextNote(messageText(m))}`),
+      [`user: ${Q1_EDITED}`, 'assistant: Answer to the edited question.', `user: ${FORK_FOLLOW_UP}`],
+      'the fork continues from the copied conversation',
+    );
+
+    // Delete the fork: two presses (Esc cancels the first), then the list has the original only.
+    const deleteButton = panel.getByRole('button', { name: /^Delete thread: / });
+    await pressOn(deleteButton);
+    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Confirm delete');
+    assert.match(await panel.locator('#delete-thread-note').textContent(), /Delete this thread with all its messages and versions\?/);
+    await panel.keyboard.press('Escape');
+    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Delete', 'Esc cancelled');
+    await panel.keyboard.press('Enter');
+    await panel.keyboard.press('Enter');
+    const [removal] = await sentOps(panel, 'thread.delete');
+    assert.equal(removal.threadId, forkThreadId);
+    assert.equal((await answerTo(panel, removal.submissionId, 'the delete')).type, 'command.ack');
+    await waitFor(
+      async () => (await panel.evaluate(() => [...document.querySelectorAll('#thread-list option')].map((o) => o.value))).join() === originalThreadId
+        && (await lastSnapshot(panel))?.thread?.id === originalThreadId,
+      { timeout: 30000, message: 'the fork gone and the original thread shown' },
+    );
+    const threadsLeft = await stored(panel, 'threads');
+    assert.deepEqual(threadsLeft.map((t) => t.id), [originalThreadId], 'the fork is deleted from storage');
+
+    // Back in the original thread: unchanged, with its two versions.
+    await waitFor(async () => (await conversation(panel))[0] === `user: ${Q1_EDITED}`, { timeout: 30000, message: 'the original thread' });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1_EDITED}`, 'agent: Answer to the edited question.']);
+
+    // While a turn runs, an edit and a version switch are refused with the engine's reason.
+    await panel.focus('#task-input');
+    await typeAndPress(panel, 'Keep working on it', 'Enter');
+    await waitForRunState(panel, ['streaming_model']);
+    const editedNow = panel.locator('#messages .node.user', { hasText: Q1_EDITED });
+    await pressOn(editedNow.getByRole('button', { name: 'Edit', exact: true }));
+    await panel.keyboard.press('Control+A');
+    await typeAndPress(panel, 'An edit while it runs', 'Enter');
+    const refusal = await waitFor(
+      async () => (await panel.locator('#messages .message-editor .editor-error').textContent())?.trim() || null,
+      { timeout: 30000, message: 'the refusal in the editor' },
+    );
+    assert.equal(refusal, 'Not sent: A turn is running on this thread; stop it (Esc) before editing a message.');
+    assert.deepEqual(await focused(panel), { tag: 'textarea', name: 'Edit your message', action: '', id: '', value: 'An edit while it runs' }, 'the text stays in the editor');
+    await screenshot(panel, 'edit-refused');
+    await panel.keyboard.press('Escape');
+    assert.equal(await panel.locator('#messages .message-editor').count(), 0);
+    assert.equal((await readPanel(panel)).state, 'streaming_model', 'Esc in the editor did not stop the turn');
+    assert.equal((await sentOps(panel, 'turn.interrupt')).length, 0);
+    await pressOn(editedNow.getByRole('group', { name: 'Version 2 of 2' }).getByRole('button', { name: 'Previous version' }));
+    const banner = await waitFor(async () => (await readPanel(panel)).error || null, { timeout: 30000, message: 'the refused switch in the error banner' });
+    assert.match(banner, /Could not switch to another version of the conversation: A turn is running on this thread; stop it \(Esc\) before switching branches\./);
+    assert.equal((await readPanel(panel)).state, 'streaming_model');
+    await panel.focus('#task-input');
+    await panel.keyboard.press('Escape');
+    await waitForRunState(panel, ['interrupted']);
+  },
+);
+
+const QUEUED_ONE = 'Queued first [queue-edit-e2e]';
+const QUEUED_ONE_EDITED = 'Queued first, edited [queue-edit-e2e]';
+const QUEUED_TWO = 'Queued second [queue-edit-e2e]';
+
+isolatedTest(
+  'queued_messages_are_edited_in_place_and_removed',
+  {
+    script: [
+      { stallMs: STALL_FOREVER_MS, text: 'Working', tickMs: 250, tickText: '.' },
+      { text: 'Continuing.' },
+      { text: 'Answer to the edited queued message.' },
+    ],
+  },
+  async (session) => {
+    const { panel, mock } = session;
+    await panel.focus('#task-input');
+    await typeAndPress(panel, 'A long task', 'Enter');
+    await waitForRunState(panel, ['streaming_model']);
+    await typeAndPress(panel, QUEUED_ONE, 'Shift+Alt+Enter');
+    await typeAndPress(panel, QUEUED_TWO, 'Shift+Alt+Enter');
+    const queueTexts = () => panel.evaluate(() => [...document.querySelectorAll('#queue-list li')].map((li) => li.querySelector('.queue-text')?.textContent ?? `(editing) ${li.querySelector('input')?.value ?? ''}`));
+    await waitFor(async () => (await queueTexts()).length === 2, { timeout: 30000, message: 'two queued messages' });
+    assert.deepEqual(await queueTexts(), [QUEUED_ONE, QUEUED_TWO]);
+    const editFirst = panel.getByRole('button', { name: `Edit queued message: ${QUEUED_ONE}` });
+    assert.equal(await editFirst.count(), 1, 'each queued message has a named Edit button');
+    assert.equal(await panel.getByRole('button', { name: `Remove queued message: ${QUEUED_TWO}` }).count(), 1);
+
+    // Keyboard: Enter opens the editor, Esc cancels without sending anything and keeps the run going.
+    await pressOn(editFirst);
+    assert.deepEqual(await focused(panel), { tag: 'input', name: 'Edit queued message', action: '', id: '', value: QUEUED_ONE });
+    await screenshot(panel, 'queue-editing');
+    await panel.keyboard.press('Escape');
+    assert.equal((await focused(panel)).name, `Edit queued message: ${QUEUED_ONE}`);
+    assert.equal((await sentOps(panel, 'queue.edit')).length, 0);
+    assert.equal((await readPanel(panel)).state, 'streaming_model', 'Esc in the queue editor did not stop the turn');
+
+    // Enter saves: queue.edit, acknowledged; the list shows the new text.
+    await panel.keyboard.press('Enter');
+    await panel.keyboard.press('Control+A');
+    await typeAndPress(panel, QUEUED_ONE_EDITED, 'Enter');
+    const [edit] = await sentOps(panel, 'queue.edit');
+    assert.equal(edit.input.text, QUEUED_ONE_EDITED);
+    assert.equal((await answerTo(panel, edit.submissionId, 'queue.edit')).type, 'command.ack');
+    await waitFor(async () => (await queueTexts())[0] === QUEUED_ONE_EDITED, { timeout: 15000, message: 'the edited text in the list' });
+    assert.equal((await focused(panel)).name, `Edit queued message: ${QUEUED_ONE_EDITED}`, 'focus back on the item');
+    const update = (await portMessages(panel, 'in')).filter((e) => e.message.type === 'queue.updated').at(-1).message;
+    assert.deepEqual(update.queue.map((item) => item.text), [QUEUED_ONE_EDITED, QUEUED_TWO], 'the engine holds the new text');
+    assert.equal(update.queue[0].id, edit.itemId, 'in place: the same item');
+
+    // Remove the second one.
+    await pressOn(panel.getByRole('button', { name: `Remove queued message: ${QUEUED_TWO}` }));
+    await waitFor(async () => (await queueTexts()).length === 1, { timeout: 15000, message: 'the removed item gone' });
+    assert.deepEqual(await queueTexts(), [QUEUED_ONE_EDITED]);
+
+    // Stop, Continue: the queued (edited) message runs next, as edited.
+    await panel.focus('#task-input');
+    await panel.keyboard.press('Escape');
+    await waitForRunState(panel, ['interrupted']);
+    await panel.click('#continue-button');
+    await waitFor(
+      async () => {
+        const state = await readPanel(panel);
+        return state.state === 'completed' && state.nodes.some((n) => n.text.includes('Answer to the edited queued message.')) ? state : null;
+      },
+      { timeout: 120000, message: 'the queued turn to complete' },
+    );
+    const userTexts = mock.requests().flatMap((request) => requestMessages(request).filter((m) => m.role === 'user').map((m) => withoutContextNote(messageText(m))));
+    assert.ok(userTexts.includes(QUEUED_ONE_EDITED), 'the model got the edited text');
+    assert.ok(!userTexts.some((text) => text === QUEUED_ONE || text === QUEUED_TWO), 'never the old text nor the removed message');
+    assert.deepEqual(await queueTexts(), []);
+  },
+);
+
+isolatedTest(
+  'test_connection_reports_success_and_errors_in_plain_words',
+  {
+    script: [
+      { text: 'pong' },
+      { error: { status: 401, body: 'Incorrect API key provided.' } },
+      { error: { status: 404, body: 'The model `mock-missing` does not exist.' } },
+      { error: { status: 429, headers: { 'retry-after': '30' }, body: 'Rate limit reached.' } },
+    ],
+  },
+  async (session) => {
+    const { panel, mock } = session;
+    await panel.click('#settings-toggle');
+    await panel.locator('#settings-base-url').waitFor({ state: 'visible', timeout: 15000 });
+    await waitFor(async () => (await panel.inputValue('#settings-model')) !== '', { timeout: 15000, message: 'the stored settings in the form' });
+    const testButton = panel.getByRole('button', { name: 'Test connection' });
+    const runTest = async (what) => {
+      const before = mock.requests().length;
+      const previous = await panel.locator('#settings-test-result').textContent();
+      await pressOn(testButton);
+      const outcome = await waitFor(
+        async () => {
+          const read = await panel.evaluate(() => {
+            const element = document.getElementById('settings-test-result');
+            return { outcome: element.dataset.outcome, kind: element.dataset.kind, text: element.textContent.trim(), visible: !element.hidden };
+          });
+          return read.outcome === 'ok' || read.outcome === 'error' ? read : null;
+        },
+        { timeout: 60000, message: `the test result (${what})` },
+      );
+      assert.notEqual(outcome.text, previous);
+      assert.equal(mock.requests().length, before + 1, `${what}: exactly one provider request`);
+      return { ...outcome, request: mock.requests().at(-1) };
+    };
+
+    // Success: the model, the time it took, its reply.
+    const ok = await runTest('success');
+    assert.equal(ok.outcome, 'ok');
+    assert.match(ok.text, /^Connection works: mock-1 answered in [\d,]+ ms\. It replied: “pong”\.$/);
+    assert.equal(ok.request.body.model, 'mock-1');
+    assert.equal(ok.request.headers.authorization, `Bearer ${TEST_API_KEY}`, 'the stored key was used');
+    assert.equal(await panel.locator('#settings-test-result').getAttribute('role'), 'status', 'the result is announced');
+    await screenshot(panel, 'settings-test-ok');
+
+    // A wrong key: saved first (the engine reads the stored key), then the provider says 401.
+    await panel.fill('#settings-api-key', 'sk-wrong-KEY-0000');
+    const auth = await runTest('401');
+    assert.equal((await panel.evaluate(async () => (await chrome.storage.local.get('settings')).settings.apiKey)), 'sk-wrong-KEY-0000', 'saved before testing');
+    assert.equal(auth.request.headers.authorization, 'Bearer sk-wrong-KEY-0000');
+    assert.deepEqual([auth.outcome, auth.kind], ['error', 'auth']);
+    assert.match(auth.text, /^Test failed: The provider rejected the API key\. Copy the key again from your provider's dashboard, paste it above, and test again\./);
+    assert.match(auth.text, /Details: .*401/);
+    await panel.emulateMedia({ colorScheme: 'dark' });
+    await screenshot(panel, 'settings-test-error-dark');
+    await panel.emulateMedia({ colorScheme: 'light' });
+
+    // An unknown model.
+    await panel.fill('#settings-api-key', TEST_API_KEY);
+    await panel.fill('#settings-model', 'mock-missing');
+    const missing = await runTest('404');
+    assert.equal(missing.request.body.model, 'mock-missing');
+    assert.deepEqual([missing.outcome, missing.kind], ['error', 'model_not_found']);
+    assert.match(missing.text, /^Test failed: The provider does not know the model “mock-missing”\. Check the model name/);
+
+    // Rate limited: said once, not retried behind the user's back.
+    await panel.fill('#settings-model', 'mock-1');
+    const limited = await runTest('429');
+    assert.deepEqual([limited.outcome, limited.kind], ['error', 'rate_limited']);
+    assert.match(limited.text, /^Test failed: The provider is rate limiting requests right now\. Wait a minute and test again/);
+
+    // The network is down: nothing listens at the base URL.
+    const closedPort = await new Promise((resolve, reject) => {
+      const server = net.createServer();
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => {
+        const { port } = server.address();
+        server.close(() => resolve(port));
+      });
+    });
+    const deadUrl = `http://127.0.0.1:${closedPort}/v1`;
+    await panel.fill('#settings-base-url', deadUrl);
+    const before = mock.requests().length;
+    await pressOn(testButton);
+    const down = await waitFor(
+      async () => {
+        const read = await panel.evaluate(() => {
+          const element = document.getElementById('settings-test-result');
+          return { outcome: element.dataset.outcome, kind: element.dataset.kind, text: element.textContent.trim() };
+        });
+        return read.outcome === 'error' && read.kind !== 'rate_limited' ? read : null;
+      },
+      { timeout: 60000, message: 'the network failure' },
+    );
+    assert.equal(mock.requests().length, before);
+    assert.equal(down.kind, 'network');
+    assert.ok(down.text.startsWith(`Test failed: Could not reach the provider at ${deadUrl}. Check the base URL and your internet connection`), down.text);
+
+    // Nothing was written: no thread, no run, no receipt; the key never crossed the Port.
+    for (const storeName of ['threads', 'runs', 'nodes']) {
+      assert.deepEqual(await stored(panel, storeName), [], `no ${storeName} written by a test`);
+    }
+    const ports = (await portLog(panel)) ?? [];
+    assert.ok(!ports.some((entry) => entry.json && (entry.json.includes(TEST_API_KEY) || entry.json.includes('sk-wrong-KEY-0000'))), 'the key never crosses the Port');
+    const tests = await sentOps(panel, 'provider.test');
+    assert.equal(tests.length, 5);
+    assert.deepEqual(Object.keys(tests[0].profile).sort(), ['baseUrl', 'contextWindow', 'kind', 'maxOutputTokens', 'model', 'temperatureCenti', 'tokenBudget', 'toolUse', 'vision']);
+  },
+);
+
+// ---------------------------------------------------------- long thread ---
+
+/** Turns driven to seed the long thread: 3 nodes each (turn_context, user_message, assistant_message). */
+const SEED_TURNS = 334;
+const LONG_ANSWER = Array.from({ length: 40 }, (_, i) => `word${i + 1}`).join(' ');
+
+isolatedTest('long_thread_streaming_touches_only_the_growing_element', {}, async (session) => {
+  const { panel, mock } = session;
+  // Seed a thread of more than 1,000 nodes by driving real turns fast (no
+  // chunk delay) through a second Port of the panel page, like another panel.
+  mock.setScript(Array.from({ length: SEED_TURNS }, (_, i) => ({ text: `Seed answer ${i + 1}.` })));
+  const seededThreadId = await panel.evaluate(async (turns) => {
+    const port = chrome.runtime.connect({ name: 'panel' });
+    const clientId = crypto.randomUUID();
+    /** @type {{ submissionId: string, turnId: string | null, ack: Function, done: Function, fail: Function } | null} */
+    let waiting = null;
+    port.onMessage.addListener((message) => {
+      if (!waiting) return;
+      if (message.submissionId === waiting.submissionId) {
+        if (message.type === 'command.reject') waiting.fail(new Error(`${message.opType}: ${JSON.stringify(message.error)}`));
+        else waiting.ack(message.result);
+      } else if (message.type === 'turn.complete' && message.turnId === waiting.turnId) {
+        waiting.done(message);
+      }
+    });
+    const send = (op, untilComplete) => new Promise((resolve, reject) => {
+      const submissionId = crypto.randomUUID();
+      waiting = {
+        submissionId,
+        turnId: null,
+        fail: reject,
+        ack: (result) => {
+          if (!untilComplete) return resolve(result);
+          waiting.turnId = result.turnId;
+          return undefined;
+        },
+        done: (complete) => (complete.stopReason === 'end' ? resolve(complete) : reject(new Error(`turn ended: ${complete.stopReason}`))),
+      };
+      port.postMessage({ ...op, clientId, submissionId });
+    });
+    // thread.create subscribes this Port to the thread, so it hears each turn.complete.
+    const { threadId } = await send({ type: 'thread.create' }, false);
+    for (let i = 0; i < turns; i += 1) {
+      await send({ type: 'turn.submit', threadId, input: { text: `Seed question ${i + 1}` } }, true);
+    }
+    port.disconnect();
+    return threadId;
+  }, SEED_TURNS);
+  assert.equal(mock.requests().length, SEED_TURNS);
+
+  // Open it: the panel draws the whole thread from the snapshot.
+  await panel.reload();
+  await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
+  const snapshot = await waitFor(async () => {
+    const found = await lastSnapshot(panel);
+    return found?.thread?.id === seededThreadId ? found : null;
+  }, { timeout: 60000, message: 'the seeded thread\'s snapshot' });
+  assert.ok(snapshot.thread.nodes.length >= 1000, `a thread of ${snapshot.thread.nodes.length} nodes`);
+  const drawn = await panel.evaluate(() => document.querySelectorAll('#messages > .node').length);
+  assert.equal(drawn, SEED_TURNS * 2, 'every user and agent message drawn (turn_context nodes have no element)');
+
+  // Watch every change under #messages while a new answer streams in.
+  await panel.evaluate(() => {
+    const messages = document.getElementById('messages');
+    for (const child of messages.children) child.__seeded = true;
+    const describe = (node) => (node instanceof HTMLElement
+      ? { nodeId: node.dataset.nodeId ?? '', streaming: node.classList.contains('streaming'), seeded: node.__seeded === true }
+      : { nodeId: '#text', streaming: false, seeded: false });
+    const log = [];
+    window.__mutations = log;
+    new MutationObserver((records) => {
+      for (const record of records) {
+        const element = record.target instanceof Element ? record.target : record.target.parentElement;
+        // The conversation item the change is in (null: the list itself).
+        const item = element === messages ? null : element?.closest('#messages > *');
+        log.push({
+          type: record.type,
+          item: item ? item.dataset.nodeId ?? '?' : null,
+          inList: element === messages || (item !== null && item !== undefined),
+          attribute: record.attributeName,
+          added: [...record.addedNodes].map(describe),
+          removed: [...record.removedNodes].map(describe),
+        });
+      }
+    }).observe(messages, { subtree: true, childList: true, characterData: true, attributes: true });
+  });
+  mock.setScript([{ text: LONG_ANSWER, chunkDelayMs: 25 }]);
+  const before = await readPanel(panel);
+  await panel.focus('#task-input');
+  await typeAndPress(panel, 'Now a long answer, please', 'Enter');
+  const final = await waitFor(
+    async () => {
+      const state = await readPanel(panel);
+      return state.state === 'completed' && state.turnId !== before.turnId && state.nodes.at(-1)?.text === LONG_ANSWER ? state : null;
+    },
+    { timeout: 120000, message: 'the long answer to complete' },
+  );
+  assert.equal(final.nodes.filter((n) => n.streaming).length, 0);
+
+  const inbound = (await portMessages(panel, 'in')).map((e) => e.message);
+  const start = inbound.find((m) => m.type === 'item.start' && m.kind === 'assistant_message' && m.turnId === final.turnId);
+  assert.ok(start, 'the answer streamed as an item');
+  const deltas = inbound.filter((m) => m.type === 'item.delta' && m.itemId === start.itemId && m.delta.kind === 'text');
+  assert.ok(deltas.length >= 10, `the answer came in many deltas (${deltas.length})`);
+  assert.equal(deltas.map((m) => m.delta.text).join(''), LONG_ANSWER);
+
+  const log = await panel.evaluate(() => window.__mutations);
+  const isStreamingItem = (entry) => entry.nodeId === start.itemId && entry.streaming;
+  const appearedAt = log.findIndex((r) => r.item === null && r.added.some(isStreamingItem));
+  const replacedAt = log.findIndex((r) => r.item === null && r.removed.some(isStreamingItem));
+  assert.ok(appearedAt >= 0 && replacedAt > appearedAt, `the growing element was added, then replaced by the final one (${appearedAt}, ${replacedAt})`);
+  const whileStreaming = log.slice(appearedAt + 1, replacedAt);
+  const elsewhere = whileStreaming.filter((r) => r.item !== start.itemId);
+  assert.deepEqual(elsewhere, [], 'while the answer streamed, nothing outside the growing element changed');
+  const textChanges = whileStreaming.filter((r) => r.type === 'characterData');
+  assert.equal(textChanges.length, deltas.length, 'each text delta is exactly one change of the growing element\'s text node');
+  assert.ok(whileStreaming.every((r) => r.type !== 'childList' || r.removed.length === 0), 'nothing was removed while streaming');
+
+  // Over the whole turn the list only grew: the user message, the growing answer, its final form.
+  const listChanges = log.filter((r) => r.item === null);
+  const added = listChanges.flatMap((r) => r.added);
+  const removed = listChanges.flatMap((r) => r.removed);
+  assert.deepEqual(removed, [{ nodeId: start.itemId, streaming: true, seeded: false }], 'only the streaming element left the list (replaced by the final message)');
+  assert.equal(added.filter((a) => a.seeded).length, 0);
+  assert.equal(added.length, 3, JSON.stringify(added));
+  const intact = await panel.evaluate(() => [...document.getElementById('messages').children].filter((child) => child.__seeded).length);
+  assert.equal(intact, SEED_TURNS * 2, 'none of the existing messages was redrawn');
+  assert.equal(log.filter((r) => r.item !== null && r.item !== start.itemId).length, 0, 'no existing message was touched at all');
 });

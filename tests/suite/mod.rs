@@ -5,6 +5,8 @@ mod environment;
 mod interactions;
 mod parallel;
 mod protocol;
+#[cfg(not(target_arch = "wasm32"))]
+mod protocol_ts;
 mod recovery;
 mod retry;
 mod simulation;

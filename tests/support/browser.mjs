@@ -439,6 +439,14 @@ export async function readPanel(panel) {
       } else if (kind === 'tool_result') {
         const body = element.querySelector('.tool-result-text');
         node.text = (body ? body.textContent : element.textContent).trim();
+      } else if (element.querySelector(':scope > .node-actions') && element.getClientRects().length > 0) {
+        // The message without its action buttons (Edit, Fork from here, version switcher).
+        node.text = [...element.childNodes]
+          .filter((child) => !(child instanceof Element && child.matches('.node-actions')))
+          .map((child) => (child instanceof HTMLElement ? (child.getClientRects().length > 0 ? child.innerText : '') : child.textContent))
+          .join(' ')
+          .replace(/\s+/g, ' ')
+          .trim();
       } else {
         node.text = text(element);
       }

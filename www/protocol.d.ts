@@ -1,0 +1,750 @@
+// Wire protocol of the side panel, the service worker and content scripts
+// (docs/protocol.md), as TypeScript declarations.
+//
+// GENERATED from src/protocol.rs and src/model.rs by tests/suite/protocol_ts.rs:
+// do not edit. Regenerate with `make protocol-types`; `cargo test protocol_ts`
+// fails when this file is stale.
+
+/** Any JSON value (`serde_json::Value`). */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** A client operation. Each variant documents the events it causes. */
+export type Op =
+  /** Subscribe to a thread (null: the most recent one) → `initialized`. */
+  | {
+    type: "initialize";
+    threadId?: string | null;
+  } & Submission
+  /** Create an empty thread → `command.ack{threadId}`, `threads.updated`, `initialized`. */
+  | {
+    type: "thread.create";
+  } & Submission
+  /**
+   * Copy a thread's conversation up to a message into a new thread →
+   * `command.ack{threadId}`, `threads.updated`, `initialized` (the client
+   * is subscribed to the fork). `nodeId` null: up to the current end.
+   */
+  | {
+    type: "thread.fork";
+    threadId: string;
+    nodeId?: string | null;
+  } & Submission
+  /**
+   * Make another branch of a thread the active one → `command.ack{leafId}`,
+   * `initialized` to every client subscribed to the thread. `nodeId` is any
+   * message of the thread; the branch's newest tip under it becomes the leaf.
+   * Refused while a turn runs or waits for an answer on the thread.
+   */
+  | {
+    type: "thread.selectBranch";
+    threadId: string;
+    nodeId: string;
+  } & Submission
+  /** Delete a thread and everything in it → `command.ack`, `threads.updated`. */
+  | {
+    type: "thread.delete";
+    threadId: string;
+  } & Submission
+  /**
+   * Start a turn (or queue it when one is running) → `command.ack`, `turn.start`, items…, `turn.complete`.
+   * With `replaces` (the id of a message that started a turn on the active
+   * path) the new turn starts a sibling branch in its place ("edit and
+   * resend"): the old branch stays in the thread, subscribers get a fresh
+   * `initialized`; refused (not queued) while a turn runs.
+   */
+  | {
+    type: "turn.submit";
+    threadId?: string | null;
+    input: UserInput;
+    replaces?: string | null;
+  } & Submission
+  /** Add input to the running turn → `command.ack{steerId}` after the steer is durable. */
+  | {
+    type: "turn.steer";
+    threadId: string;
+    expectedTurnId: string;
+    input: UserInput;
+  } & Submission
+  /** Queue a next turn → `command.ack{queueItemId}`, `queue.updated`. */
+  | {
+    type: "turn.enqueue";
+    threadId: string;
+    input: UserInput;
+  } & Submission
+  /** Remove a queued turn → `command.ack`, `queue.updated`. */
+  | {
+    type: "queue.remove";
+    threadId: string;
+    itemId: string;
+  } & Submission
+  /**
+   * Change the text of a queued turn that has not started →
+   * `command.ack{itemId}`, `queue.updated`.
+   */
+  | {
+    type: "queue.edit";
+    threadId: string;
+    itemId: string;
+    input: UserInput;
+  } & Submission
+  /** Stop the running turn now → `command.ack`, `turn.complete{interrupted}`. */
+  | {
+    type: "turn.interrupt";
+    threadId: string;
+  } & Submission
+  /**
+   * Continue a thread whose last run was interrupted or failed → `command.ack`, `turn.start`, …
+   * `input` defaults to "Continue." (the model sees it as the user's message).
+   */
+  | {
+    type: "run.resume";
+    threadId: string;
+    input?: UserInput | null;
+  } & Submission
+  /**
+   * Answer an approval request → `command.ack` once the decision is
+   * durable, `approval.resolved`, then the run continues.
+   */
+  | {
+    type: "approval.response";
+    threadId: string;
+    approvalId: string;
+    decision: ApprovalDecision;
+  } & Submission
+  /**
+   * Answer the model's question (`ask_user`) → `command.ack` once the
+   * answer is durable, `interaction.resolved`, then the run continues.
+   */
+  | {
+    type: "interaction.response";
+    threadId: string;
+    interactionId: string;
+    answer: string;
+  } & Submission
+  /**
+   * A tiny real request with these settings (the API key is the stored
+   * one) → `command.ack{ok: true, model, reply, latencyMs}` or
+   * `command.reject` with the provider's typed error. Changes nothing.
+   */
+  | {
+    type: "provider.test";
+    profile: ProviderProfile;
+  } & Submission
+  /** Decide a `paused_uncertain` write → `command.ack`, then the run continues. */
+  | {
+    type: "run.resolveUncertain";
+    threadId: string;
+    choice: UncertainChoice;
+  } & Submission;
+
+/** Identity of a command: who sent it and which user action it is. */
+export interface Submission {
+  /** Stable per client instance (one side panel load). */
+  clientId: string;
+  /** Unique per user action; a repeated id is a retry of the same action. */
+  submissionId: string;
+}
+
+/** User input of a turn, a steer or a queued turn. */
+export interface UserInput {
+  /** The text the user typed. */
+  text: string;
+}
+
+/** The user's answer to an approval request. */
+export type ApprovalDecision =
+  | "acceptOnce"
+  /** Accept, and allow this tool's kind of action on this site from now on. */
+  | "acceptForSite"
+  | "decline";
+
+/** The frozen provider settings of a run (never the API key). */
+export interface ProviderProfile {
+  /** `openai` or `anthropic`. */
+  kind: string;
+  baseUrl: string;
+  model: string;
+  maxOutputTokens?: number | null;
+  /** Temperature ×100, kept integral so the profile stays `Eq` and digestible. */
+  temperatureCenti?: number | null;
+  /** The model accepts images (screenshots are offered and sent). */
+  vision?: boolean;
+  /** The model can call tools; without it no tool schema is sent. */
+  toolUse?: boolean;
+  /**
+   * Tokens (input + output) a run may spend before it pauses with
+   * `budget_pause` at the next safe boundary; None: no budget.
+   */
+  tokenBudget?: number | null;
+  /**
+   * The model's context window in tokens; when the outbound request is
+   * estimated above 80% of it, the conversation is compacted first.
+   * None: compaction happens only when the provider reports an overflow.
+   */
+  contextWindow?: number | null;
+}
+
+/** What to do with a write whose outcome is unknown after a crash. */
+export type UncertainChoice =
+  /** Dispatch it again (the user accepts a possible repeat). */
+  | "retry"
+  /** The user saw that it happened: record success. */
+  | "mark_done"
+  /** Record failure; the model decides what next. */
+  | "fail";
+
+/** An event as sent on the wire: the event plus ordering metadata. */
+export type EventEnvelope = {
+  /** Increases by one per event of this engine instance. */
+  seq: number;
+  /** Random per engine instance; a new epoch means the SW restarted. */
+  epoch: string;
+} & Event;
+
+/** An engine event. `seq` and `epoch` are added by [`EventEnvelope`]. */
+export type Event =
+  | {
+    type: "initialized";
+    snapshot: Snapshot;
+  }
+  | {
+    type: "command.ack";
+    submissionId: string;
+    opType: string;
+    result: JsonValue;
+  }
+  | {
+    type: "command.reject";
+    submissionId: string;
+    opType: string;
+    error: ErrorInfo;
+  }
+  | {
+    type: "threads.updated";
+    threads: ThreadSummary[];
+  }
+  | {
+    type: "turn.start";
+    threadId: string;
+    turnId: string;
+  }
+  | {
+    type: "item.start";
+    threadId: string;
+    turnId: string;
+    itemId: string;
+    kind: ItemKind;
+    label?: string | null;
+  }
+  | {
+    type: "item.delta";
+    threadId: string;
+    turnId: string;
+    itemId: string;
+    delta: Delta;
+  }
+  | {
+    type: "item.complete";
+    threadId: string;
+    turnId: string;
+    node: Node;
+  }
+  | {
+    type: "token.usage";
+    threadId: string;
+    turnId: string;
+    usage: Usage;
+    turnTotal: UsageTotals;
+    threadTotal: UsageTotals;
+  }
+  | {
+    type: "queue.updated";
+    threadId: string;
+    queue: QueueItem[];
+  }
+  /**
+   * A provider request failed with a retryable error before any text was
+   * shown; it is sent again after `delayMs`.
+   */
+  | {
+    type: "run.retry";
+    threadId: string;
+    turnId: string;
+    attempt: number;
+    maxAttempts: number;
+    delayMs: number;
+    error: ErrorInfo;
+  }
+  /** The run waits for the user to approve a tool call. */
+  | {
+    type: "approval.request";
+    threadId: string;
+    turnId: string;
+    approval: ApprovalRecord;
+  }
+  /** An approval was decided (or cancelled) durably. */
+  | {
+    type: "approval.resolved";
+    threadId: string;
+    turnId: string;
+    approvalId: string;
+    status: ApprovalStatus;
+  }
+  /** The model asks the user a question; the run waits. */
+  | {
+    type: "interaction.request";
+    threadId: string;
+    turnId: string;
+    interaction: InteractionRecord;
+  }
+  /** A question was answered (or withdrawn) durably. */
+  | {
+    type: "interaction.resolved";
+    threadId: string;
+    turnId: string;
+    interactionId: string;
+    status: InteractionStatus;
+  }
+  | {
+    type: "run.status";
+    threadId: string;
+    turnId: string;
+    state: RunState;
+  }
+  | {
+    type: "turn.complete";
+    threadId: string;
+    turnId: string;
+    stopReason: StopReason;
+    error?: ErrorInfo | null;
+  };
+
+/** Everything a (re)connecting client needs to render. */
+export interface Snapshot {
+  protocolVersion: number;
+  threads: ThreadSummary[];
+  thread?: ThreadView | null;
+}
+
+/** The thread list entry. */
+export interface ThreadSummary {
+  id: string;
+  title: string;
+  updatedAt: number;
+}
+
+/** The thread a client sees after `initialize`. */
+export interface ThreadView {
+  id: string;
+  title: string;
+  /** The active path, root first. */
+  nodes: Node[];
+  /** The latest run of the thread, if any. */
+  run?: Run | null;
+  queue: QueueItem[];
+  pendingSteers: PendingSteerView[];
+  /** The approval the run waits for, re-presented after a restart. */
+  pendingApproval?: ApprovalRecord | null;
+  /** The question the run waits for, re-presented after a restart. */
+  pendingInteraction?: InteractionRecord | null;
+  /** Where the active path meets other branches of this thread, root first. */
+  branches?: BranchPoint[];
+}
+
+/** One node of the append-only conversation tree. */
+export type Node = {
+  id: string;
+  threadId: string;
+  parentId?: string | null;
+  createdAt: number;
+} & NodeBody;
+
+/** What a node holds. */
+export type NodeBody =
+  /** Start of a turn. */
+  | {
+    kind: "turn_context";
+    turnId: string;
+    model: string;
+  }
+  | {
+    kind: "user_message";
+    text: string;
+    steered?: boolean;
+  }
+  | {
+    kind: "assistant_message";
+    text: string;
+    reasoning?: string | null;
+    stopReason: StopReason;
+    usage?: Usage | null;
+    /** A prefix kept after an interrupt or an error. */
+    interrupted?: boolean;
+    model: string;
+    /**
+     * Provider-private data (e.g. thinking signatures), replayed only to
+     * the provider that produced it; never shown to the model otherwise.
+     */
+    providerPrivate?: JsonValue | null;
+  }
+  | {
+    kind: "tool_call";
+    callId: string;
+    /** The assistant message that requested this call. */
+    assistantId: string;
+    name: string;
+    label: string;
+    arguments: JsonValue;
+  }
+  | {
+    kind: "tool_result";
+    callId: string;
+    name: string;
+    status: ToolStatus;
+    /** What the model sees. */
+    content: string;
+    /** UI-only details (highlight box, thumbnail); never sent to the model. */
+    details?: JsonValue | null;
+    /**
+     * Images for the model (a screenshot); replaced by a placeholder
+     * for models without vision.
+     */
+    images?: ImageData[];
+  }
+  | {
+    kind: "notice";
+    level: NoticeLevel;
+    text: string;
+  }
+  /**
+   * A compaction checkpoint: the model-written summary that replaces
+   * everything before it in the outbound view (the history itself stays).
+   */
+  | {
+    kind: "compaction";
+    /** Written by the model. */
+    summary: string;
+    /** How many path nodes the summary stands for. */
+    compactedNodes: number;
+    /**
+     * Copied by the engine, not the model: the user's messages of the
+     * task in progress and the queued messages, delimited and size-bounded
+     * (empty in checkpoints written before it existed).
+     */
+    verbatim?: string;
+  };
+
+/** Why the provider stopped one response, or why a turn ended. */
+export type StopReason =
+  /** The model finished its answer. */
+  | "end"
+  /** The model wants tools to run (only for an assistant message). */
+  | "tool_use"
+  | "max_tokens"
+  | "content_filter"
+  | "interrupted"
+  | "budget_pause"
+  | "error"
+  /** The failure breaker disabled tools and the model gave its final reply. */
+  | "tools_disabled";
+
+/** Token usage as reported by a provider. */
+export interface Usage {
+  input: number;
+  output: number;
+  cacheRead?: number;
+  cacheWrite?: number;
+  reasoning?: number;
+}
+
+/** Outcome of a tool call as the model and the UI see it. */
+export type ToolStatus =
+  | "ok"
+  | "error"
+  /** Dispatched, then cut off by an interrupt. */
+  | "interrupted"
+  /** Never dispatched (interrupt or failure before it started). */
+  | "aborted"
+  /** The user or a policy declined it. */
+  | "denied";
+
+/** An image as the model receives it. */
+export interface ImageData {
+  /** `image/png` or `image/jpeg`. */
+  mediaType: string;
+  /** Base64 without the `data:` prefix. */
+  data: string;
+}
+
+/** Severity of a display-only notice. */
+export type NoticeLevel =
+  | "info"
+  | "warning"
+  | "error";
+
+/** One turn's execution, persisted with its cursor. */
+export interface Run {
+  /** Also the turn id. */
+  id: string;
+  threadId: string;
+  state: RunState;
+  createdAt: number;
+  updatedAt: number;
+  revision: number;
+  /** Number of provider requests made so far. */
+  step: number;
+  profile: ProviderProfile;
+  /** Consecutive tool failures (the failure breaker). */
+  consecutiveFailures?: number;
+  /** Set when the breaker disabled tools for the final reply. */
+  toolsDisabled?: boolean;
+  /** A never-retry tool that was dispatched and has no result yet. */
+  inFlightTool?: InFlightTool | null;
+  /** The approval the run waits for (state `waiting_approval`). */
+  pendingApproval?: string | null;
+  /** The question the run waits for (state `waiting_interaction`). */
+  pendingInteraction?: string | null;
+  stopReason?: StopReason | null;
+  error?: ErrorInfo | null;
+  /** Usage of this run so far. */
+  usage?: Usage;
+  /**
+   * The environment frozen when the run started (None for runs written
+   * before environments existed: they resume without a drift check).
+   */
+  environment?: EnvironmentSnapshot | null;
+}
+
+/** Run states (DESIGN.md §4). */
+export type RunState =
+  | "queued"
+  | "streaming_model"
+  | "executing_tools"
+  | "waiting_approval"
+  | "waiting_interaction"
+  | "completed"
+  | "interrupted"
+  | "failed"
+  | "budget_paused"
+  | "paused_uncertain";
+
+/** A tool call that was dispatched and may have had an effect. */
+export interface InFlightTool {
+  callId: string;
+  name: string;
+}
+
+/** A serializable error: what happened, in words a user can act on. */
+export interface ErrorInfo {
+  kind: ErrorKind;
+  message: string;
+}
+
+/** Kinds of errors that cross the wire. The UI maps each to plain words. */
+export type ErrorKind =
+  /** The message could not be decoded as an op. */
+  | "invalid_op"
+  /** The op is well-formed but not allowed now (bad ids, wrong state). */
+  | "invalid_command"
+  /** The sender may not issue ops (a content script, a web page). */
+  | "forbidden"
+  /** No such thread / item. */
+  | "not_found"
+  /** The queue already holds its maximum number of turns. */
+  | "queue_full"
+  /** No provider is configured. */
+  | "not_configured"
+  /**
+   * A started run cannot resume: its environment (tools, prompt,
+   * transport) changed since it started.
+   */
+  | "environment_drift"
+  /** The run environment exceeds a size limit. */
+  | "environment_too_large"
+  /** The provider rejected the API key. */
+  | "auth"
+  /** The provider does not know the model. */
+  | "model_not_found"
+  /** The request was larger than the model's context window. */
+  | "context_overflow"
+  /** The provider is rate limiting. */
+  | "rate_limited"
+  /** The provider is overloaded or failing (5xx, 529). */
+  | "provider_unavailable"
+  /** The provider sent something we cannot parse. */
+  | "provider_protocol"
+  /** The network failed. */
+  | "network"
+  /** The local store failed. */
+  | "storage"
+  /** A tool failed in a way that ends the run. */
+  | "tool"
+  /** An internal invariant failed. */
+  | "internal";
+
+/**
+ * What a started run must find again to resume: the full system prompt,
+ * the provider transport and credential reference shape (never the secret),
+ * and the tool catalog with digests.
+ */
+export interface EnvironmentSnapshot {
+  version: number;
+  systemPrompt: string;
+  /** `openai` or `anthropic`. */
+  transport: string;
+  /** Where the credential comes from, e.g. `chrome.storage.local:settings.apiKey`. */
+  credentialRef: string;
+  tools: CatalogEntry[];
+}
+
+/** One tool of a run's catalog: what the model was offered. */
+export interface CatalogEntry {
+  name: string;
+  /** SHA-256 over schema, security metadata and binding. */
+  digest: string;
+}
+
+/** A queued next turn. */
+export interface QueueItem {
+  id: string;
+  threadId: string;
+  /** Position key: lower runs first. */
+  position: number;
+  text: string;
+  createdAt: number;
+}
+
+/** A steer that is durable but not yet part of the conversation. */
+export interface PendingSteerView {
+  id: string;
+  text: string;
+}
+
+/** A durable question to the user: may this tool call run on this site? */
+export interface ApprovalRecord {
+  id: string;
+  threadId: string;
+  runId: string;
+  callId: string;
+  toolName: string;
+  label: string;
+  /** The full parameters the tool would run with. */
+  params: JsonValue;
+  /**
+   * The page the call would act on (the frame's, when it acts in a
+   * child frame: that is the origin the user approves).
+   */
+  origin: string;
+  url: string;
+  tabId: number;
+  /** Chrome's frame id when the call acts in a child frame of the tab. */
+  frameId?: number | null;
+  /** The tab's own URL when the call acts in a child frame. */
+  pageUrl?: string | null;
+  status: ApprovalStatus;
+  createdAt: number;
+  decidedAt?: number | null;
+}
+
+/** Where an approval stands. */
+export type ApprovalStatus =
+  | "pending"
+  | "accepted_once"
+  | "accepted_for_site"
+  | "declined"
+  /** The run ended (interrupt) before anyone answered. */
+  | "cancelled";
+
+/** A durable question from the model to the user (the `ask_user` tool). */
+export interface InteractionRecord {
+  id: string;
+  threadId: string;
+  runId: string;
+  callId: string;
+  question: string;
+  /** Suggested answers (the user may also type another). */
+  options?: string[];
+  status: InteractionStatus;
+  answer?: string | null;
+  createdAt: number;
+  answeredAt?: number | null;
+}
+
+/** Where a question to the user stands. */
+export type InteractionStatus =
+  | "pending"
+  | "answered"
+  /** The run ended before the user answered. */
+  | "cancelled";
+
+/**
+ * A place where the conversation has alternatives: `nodeIds` are siblings
+ * (same parent, oldest first) and `active` indexes the one on the active path.
+ */
+export interface BranchPoint {
+  nodeIds: string[];
+  active: number;
+}
+
+/** Kind of a streaming item. */
+export type ItemKind =
+  | "assistant_message"
+  | "tool_call";
+
+/** One increment of a streaming item. */
+export interface Delta {
+  kind: DeltaKind;
+  text: string;
+}
+
+/** What a delta adds to. */
+export type DeltaKind =
+  | "text"
+  | "reasoning"
+  | "toolProgress";
+
+/** Token usage totals reported with `token.usage`. */
+export interface UsageTotals {
+  input: number;
+  output: number;
+}
+
+/** Engine → content script (page channel). Never carries a client op. */
+export type PageRequest =
+  | {
+    type: "tool.execute";
+    callId: string;
+    name: string;
+    params: JsonValue;
+    /**
+     * Chrome's id of the frame the script runs in (0: the tab's top
+     * document). In a child frame refs carry it (`f7:e12`).
+     */
+    frameId?: number;
+  };
+
+/** Content script → engine (page channel). */
+export type PageMessage =
+  | {
+    type: "tool.progress";
+    callId: string;
+    text: string;
+  }
+  | {
+    type: "tool.result";
+    callId: string;
+    ok: boolean;
+    content: string;
+    details?: JsonValue | null;
+  };
+
+/** The wire name of every op. */
+export type OpType = Op["type"];
+/** The op of one `type`. */
+export type OpOf<T extends OpType> = Extract<Op, { type: T }>;
+/** The wire name of every event. */
+export type EventType = Event["type"];
+/** The event (with `seq` and `epoch`) of one `type`. */
+export type EventOf<T extends EventType> = Extract<EventEnvelope, { type: T }>;
+/** One `kind` of node. */
+export type NodeOf<K extends Node["kind"]> = Extract<Node, { kind: K }>;
