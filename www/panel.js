@@ -660,6 +660,9 @@ function onReject(event) {
     queueEditor.input.focus();
     return;
   }
+  // A refused switch or fork changes nothing: no focus to move, no "Forking…".
+  if (opType === "thread.selectBranch") view.focusAfterSnapshot = null;
+  if (opType === "thread.fork") setNote("");
   const verb = OP_VERBS[opType] || "do that";
   showError(event.error, `Could not ${verb}: `);
   if (state.resolveSubmission === event.submissionId) {
