@@ -19,12 +19,13 @@
 mod native {
     use std::time::Duration;
 
-    use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+    use criterion::{criterion_group, BatchSize, BenchmarkId, Criterion, Throughput};
     use serde_json::json;
     use std::hint::black_box;
     use sw_agent::engine::{estimate_tokens, outbound_messages, ToolOutcome};
     use sw_agent::model::{Node, ProviderProfile, Thread};
     use sw_agent::protocol::Op;
+    use sw_agent::provider::body::BodyCache;
     use sw_agent::provider::sse::SseParser;
     use sw_agent::provider::{http_request, ChatMessage, Decoder, ProviderRequest, Transport};
     use sw_agent::sim::{Reply, Sim};
@@ -188,6 +189,26 @@ mod native {
                 BenchmarkId::new("request_body", len),
                 &request,
                 |b, request| b.iter(|| http_request(black_box(request), "sk-bench").body.len()),
+            );
+            // What a step really pays: the cache holds the previous step's
+            // request (the same path without its last step: an assistant
+            // message and its tool result), so only the new groups are encoded.
+            let mut primed = BodyCache::new();
+            let previous = ProviderRequest {
+                messages: request.messages[..request.messages.len().saturating_sub(2)].to_vec(),
+                ..request.clone()
+            };
+            primed.body(&previous);
+            group.bench_with_input(
+                BenchmarkId::new("request_body_next_step", len),
+                &request,
+                |b, request| {
+                    b.iter_batched(
+                        || primed.clone(),
+                        |mut cache| cache.body(black_box(request)).len(),
+                        BatchSize::LargeInput,
+                    )
+                },
             );
             group.bench_with_input(
                 BenchmarkId::new("estimate_tokens", len),

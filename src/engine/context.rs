@@ -284,15 +284,62 @@ pub fn summary_message(summary: &str, verbatim: &str) -> String {
 /// the latest compaction checkpoint (its summary leads), so the stored
 /// history is never rewritten but the model sees a bounded context.
 pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
-    let start = path
-        .iter()
-        .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }))
-        .unwrap_or(0);
-    let path = &path[start..];
-    let mut messages: Vec<ChatMessage> = Vec::with_capacity(path.len());
-    // Index in `messages` of each assistant node, so calls find their message.
-    let mut assistant_index: Vec<(&str, usize)> = Vec::new();
-    for node in path {
+    let mut view = OutboundView::default();
+    view.update(path);
+    view.messages
+}
+
+/// The outbound view of one thread, kept between steps: the history only
+/// grows at its end, so a step folds in the nodes added since the last one
+/// instead of rebuilding the view from the whole path. Any other change (a
+/// new checkpoint, another branch) rebuilds it.
+#[derive(Debug, Clone, Default)]
+pub struct OutboundView {
+    /// The node the view starts at (the latest checkpoint, or the root).
+    start: Option<String>,
+    /// How many nodes of the path are folded in, and the last one's id
+    /// (a path is determined by its last node, so this pins the prefix).
+    covered: usize,
+    last: Option<String>,
+    messages: Vec<ChatMessage>,
+    /// Index in `messages` of each assistant node, so calls find their message.
+    assistant_index: Vec<(String, usize)>,
+}
+
+impl OutboundView {
+    /// The messages for `path`, updated incrementally when possible.
+    pub fn update(&mut self, path: &[Node]) -> &[ChatMessage] {
+        let start = path
+            .iter()
+            .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }))
+            .unwrap_or(0);
+        let start_id = path.get(start).map(|n| n.id.clone());
+        let extends = self.start == start_id
+            && self.covered >= start
+            && self.covered <= path.len()
+            && match self.covered.checked_sub(1) {
+                Some(last) => self.last.as_deref() == Some(path[last].id.as_str()),
+                None => self.last.is_none(),
+            };
+        if !extends {
+            *self = OutboundView {
+                start: start_id,
+                covered: start,
+                last: None,
+                messages: Vec::with_capacity(path.len() - start),
+                assistant_index: Vec::new(),
+            };
+        }
+        for node in &path[self.covered..] {
+            self.fold(node);
+        }
+        self.covered = path.len();
+        self.last = path.last().map(|n| n.id.clone());
+        &self.messages
+    }
+
+    fn fold(&mut self, node: &Node) {
+        let messages = &mut self.messages;
         match &node.body {
             NodeBody::UserMessage { text, .. } => {
                 messages.push(ChatMessage::User { text: text.clone() })
@@ -302,7 +349,7 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
                 provider_private,
                 ..
             } => {
-                assistant_index.push((node.id.as_str(), messages.len()));
+                self.assistant_index.push((node.id.clone(), messages.len()));
                 messages.push(ChatMessage::Assistant {
                     text: text.clone(),
                     tool_calls: Vec::new(),
@@ -316,10 +363,11 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
                 arguments,
                 ..
             } => {
-                let slot = assistant_index
+                let slot = self
+                    .assistant_index
                     .iter()
                     .rev()
-                    .find(|(id, _)| *id == assistant_id.as_str())
+                    .find(|(id, _)| id == assistant_id)
                     .map(|(_, i)| *i);
                 if let Some(ChatMessage::Assistant { tool_calls, .. }) =
                     slot.and_then(|i| messages.get_mut(i))
@@ -351,7 +399,6 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
             NodeBody::TurnContext { .. } | NodeBody::Notice { .. } => {}
         }
     }
-    messages
 }
 
 #[cfg(test)]
@@ -463,5 +510,110 @@ mod tests {
         assert!(
             matches!(&messages[1], ChatMessage::Assistant { tool_calls, .. } if tool_calls.len() == 1)
         );
+    }
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+    use crate::model::ToolStatus;
+
+    fn node(id: &str, parent: Option<&str>, body: NodeBody) -> Node {
+        Node {
+            id: id.into(),
+            thread_id: "t".into(),
+            parent_id: parent.map(str::to_string),
+            created_at: 0,
+            body,
+        }
+    }
+
+    fn chain(bodies: Vec<(&str, NodeBody)>) -> Vec<Node> {
+        let mut parent: Option<String> = None;
+        bodies
+            .into_iter()
+            .map(|(id, body)| {
+                let n = node(id, parent.as_deref(), body);
+                parent = Some(id.to_string());
+                n
+            })
+            .collect()
+    }
+
+    fn user(text: &str) -> NodeBody {
+        NodeBody::UserMessage {
+            text: text.into(),
+            steered: false,
+        }
+    }
+
+    #[test]
+    fn outbound_view_updated_step_by_step_equals_a_rebuild() {
+        let mut bodies: Vec<(String, NodeBody)> = vec![("u0".into(), user("go"))];
+        for step in 0..5 {
+            let a = format!("a{step}");
+            bodies.push((
+                a.clone(),
+                NodeBody::AssistantMessage {
+                    text: format!("step {step}"),
+                    reasoning: None,
+                    stop_reason: crate::model::StopReason::ToolUse,
+                    usage: None,
+                    interrupted: false,
+                    model: "m".into(),
+                    provider_private: None,
+                },
+            ));
+            bodies.push((
+                format!("c{step}"),
+                NodeBody::ToolCall {
+                    call_id: format!("call{step}"),
+                    assistant_id: a,
+                    name: "click".into(),
+                    label: "Click".into(),
+                    arguments: serde_json::json!({ "ref": "e1" }),
+                },
+            ));
+            bodies.push((
+                format!("r{step}"),
+                NodeBody::ToolResult {
+                    call_id: format!("call{step}"),
+                    name: "click".into(),
+                    status: ToolStatus::Ok,
+                    content: "x".repeat(MAX_TOOL_RESULT_CHARS + step),
+                    details: None,
+                    images: Vec::new(),
+                },
+            ));
+            if step == 2 {
+                bodies.push((
+                    "k".into(),
+                    NodeBody::Compaction {
+                        summary: "so far".into(),
+                        compacted_nodes: 9,
+                        verbatim: "<message>go</message>".into(),
+                    },
+                ));
+            }
+        }
+        let path = chain(
+            bodies
+                .iter()
+                .map(|(id, b)| (id.as_str(), b.clone()))
+                .collect(),
+        );
+        let mut view = OutboundView::default();
+        for end in 0..=path.len() {
+            assert_eq!(
+                view.update(&path[..end]),
+                outbound_messages(&path[..end]),
+                "end={end}"
+            );
+        }
+        // Another branch of the same length, then a shorter path: rebuilt.
+        let mut other = path.clone();
+        other[3] = node("r0b", Some("c0"), user("changed"));
+        assert_eq!(view.update(&other[..6]), outbound_messages(&other[..6]));
+        assert_eq!(view.update(&path[..2]), outbound_messages(&path[..2]));
     }
 }

@@ -425,6 +425,8 @@ struct ThreadState {
     path: Vec<Node>,
     /// Every other node of the thread (other branches), in no order.
     off_path: Vec<Node>,
+    /// The provider's view of `path`, folded in step by step.
+    outbound: context::OutboundView,
     call_ids: HashSet<String>,
     queue: Vec<QueueItem>,
     steers: Vec<PendingSteer>,
@@ -454,6 +456,7 @@ impl ThreadState {
             loading: false,
             path: Vec::new(),
             off_path: Vec::new(),
+            outbound: context::OutboundView::default(),
             call_ids: HashSet::new(),
             queue: Vec::new(),
             steers: Vec::new(),

@@ -226,7 +226,7 @@ impl Engine {
         let run = t.latest_run.as_mut().expect("active run");
         run.step += 1;
         let run = run.clone();
-        let mut messages = outbound_messages(&t.path);
+        let mut messages = t.outbound.update(&t.path).to_vec();
         if run.tools_disabled {
             messages.push(crate::provider::ChatMessage::User {
                 text: format!(

@@ -38,7 +38,7 @@ use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
-    add_dynamic_context, http_request, DynamicContext, ProviderError, ProviderRequest,
+    add_dynamic_context, http_request_with, DynamicContext, ProviderError, ProviderRequest,
     ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
@@ -134,6 +134,11 @@ struct Driver {
     page_ports: RefCell<HashMap<u64, Port>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
+    /// Encoded message groups of the last request: a step re-encodes only
+    /// what changed (`provider::body`). One cache for all requests; a side
+    /// request (title, compaction, connection test) costs the next step one
+    /// full encode.
+    body_cache: RefCell<crate::provider::body::BodyCache>,
     me: Weak<Driver>,
 }
 
@@ -355,7 +360,7 @@ impl Driver {
             tab: target_tab().await.ok().map(|t| (t.title, t.url)),
         };
         add_dynamic_context(&mut request, &context);
-        let http = http_request(&request, &api_key);
+        let http = http_request_with(&request, &api_key, &mut self.body_cache.borrow_mut());
         stream::stream_response(&http, transport, controller, idle_timeout_ms, |delta| {
             self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
         })
@@ -867,6 +872,7 @@ impl EngineHandle {
             page_ports: RefCell::new(HashMap::new()),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
+            body_cache: RefCell::new(Default::default()),
             me: me.clone(),
         });
         let weak = Rc::downgrade(&driver);

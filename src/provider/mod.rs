@@ -9,6 +9,7 @@
 //! feeds bytes in).
 
 pub mod anthropic;
+pub mod body;
 pub mod openai;
 pub mod sse;
 
@@ -300,6 +301,16 @@ pub struct HttpRequest {
 
 /// Build the wire request. The API key goes into a header and nowhere else.
 pub fn http_request(request: &ProviderRequest, api_key: &str) -> HttpRequest {
+    http_request_with(request, api_key, &mut body::BodyCache::new())
+}
+
+/// [`http_request`] reusing the encoded messages of earlier requests.
+pub fn http_request_with(
+    request: &ProviderRequest,
+    api_key: &str,
+    cache: &mut body::BodyCache,
+) -> HttpRequest {
+    let body = cache.body(request);
     match Transport::from_kind(&request.profile.kind) {
         Transport::OpenAi => {
             let mut headers = Vec::new();
@@ -309,13 +320,13 @@ pub fn http_request(request: &ProviderRequest, api_key: &str) -> HttpRequest {
             HttpRequest {
                 url: openai::endpoint(&request.profile.base_url),
                 headers,
-                body: openai::build_body(request).to_string(),
+                body,
             }
         }
         Transport::Anthropic => HttpRequest {
             url: anthropic::endpoint(&request.profile.base_url),
             headers: anthropic::headers(api_key),
-            body: anthropic::build_body(request).to_string(),
+            body,
         },
     }
 }
