@@ -119,7 +119,7 @@ pub struct Sim {
     /// Every event delivered to every client, in order.
     pub events: Vec<(ConnId, EventEnvelope)>,
     /// Every provider request made.
-    pub requests: Vec<ProviderRequest>,
+    pub requests: Vec<std::rc::Rc<ProviderRequest>>,
     /// Every tool dispatch the world performed.
     pub dispatches: Vec<Dispatch>,
     /// Commits observed (for checking invariants against event order).

@@ -457,7 +457,7 @@ impl Engine {
         self.test_requests.insert(request_id, (reply, model, now));
         self.effects.push_back(Effect::CallProvider {
             request_id,
-            request,
+            request: request.into(),
             idle_timeout_ms: self.config.stream_idle_timeout_ms,
         });
     }

@@ -104,7 +104,7 @@ impl Engine {
         self.set_phase(tid, Phase::Compacting { request_id });
         self.effects.push_back(Effect::CallProvider {
             request_id,
-            request,
+            request: request.into(),
             idle_timeout_ms,
         });
     }
@@ -359,7 +359,7 @@ impl Engine {
         self.title_requests.insert(request_id, tid.to_string());
         self.effects.push_back(Effect::CallProvider {
             request_id,
-            request,
+            request: request.into(),
             idle_timeout_ms: self.config.stream_idle_timeout_ms,
         });
     }

@@ -32,6 +32,7 @@ pub use context::{
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -172,9 +173,11 @@ pub enum Effect {
     /// Start a streaming request; feed `handle_provider_delta` / `handle_provider_done`.
     /// A stream silent for `idle_timeout_ms` is aborted and reported as a
     /// retryable network error.
+    /// The request is shared (a step's request is kept for retries and
+    /// handed to the driver without copying the conversation).
     CallProvider {
         request_id: u64,
-        request: ProviderRequest,
+        request: Rc<ProviderRequest>,
         idle_timeout_ms: u64,
     },
     /// Abort that request now; no more input for it is expected.
@@ -377,7 +380,7 @@ struct Exec {
     calls: Vec<PreparedCall>,
     deltas: DeltaBuffer,
     /// The request of the current step, kept for retries.
-    request: Option<ProviderRequest>,
+    request: Option<Rc<ProviderRequest>>,
     /// `estimate_tokens(request)`, computed once per request (0 when the
     /// model has no context window: nothing uses it then).
     estimate: u64,
@@ -1202,7 +1205,7 @@ impl Engine {
                     .as_ref()
                     .and_then(|e| e.request.clone());
                 if let Some(request) = request {
-                    self.start_compaction(&tid, request);
+                    self.start_compaction(&tid, (*request).clone());
                 }
             }
             Err(error) => {

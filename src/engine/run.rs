@@ -267,7 +267,7 @@ pick a different element or tool, or explain the problem to the user.",
         };
         if self.needs_compaction(tid, &request, estimate) {
             if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
-                exec.request = Some(request.clone());
+                exec.request = Some(Rc::new(request.clone()));
                 exec.estimate = estimate;
             }
             return self.start_compaction(tid, request);
@@ -275,7 +275,7 @@ pick a different element or tool, or explain the problem to the user.",
         let t = self.threads.get_mut(tid).expect("active thread");
         let exec = t.exec.as_mut().expect("active run");
         exec.item_id = item_id.clone();
-        exec.request = Some(request);
+        exec.request = Some(Rc::new(request));
         exec.estimate = estimate;
         exec.attempt = 0;
         self.broadcast(

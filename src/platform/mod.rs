@@ -38,8 +38,7 @@ use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
-    add_dynamic_context, http_request_with, DynamicContext, ProviderError, ProviderRequest,
-    ProviderResponse, Transport,
+    http_request_with, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
 use crate::tools::Binding;
@@ -308,7 +307,12 @@ impl Driver {
         }
     }
 
-    async fn call_provider(&self, request_id: u64, request: ProviderRequest, idle_timeout_ms: u64) {
+    async fn call_provider(
+        &self,
+        request_id: u64,
+        request: std::rc::Rc<ProviderRequest>,
+        idle_timeout_ms: u64,
+    ) {
         let controller = match AbortController::new() {
             Ok(c) => c,
             Err(e) => {
@@ -354,13 +358,16 @@ impl Driver {
         let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
         let (_, api_key) = parse_settings(&settings);
         let transport = Transport::from_kind(&request.profile.kind);
-        let mut request = request.clone();
         let context = DynamicContext {
             now_ms: now(),
             tab: target_tab().await.ok().map(|t| (t.title, t.url)),
         };
-        add_dynamic_context(&mut request, &context);
-        let http = http_request_with(&request, &api_key, &mut self.body_cache.borrow_mut());
+        let http = http_request_with(
+            request,
+            &api_key,
+            &mut self.body_cache.borrow_mut(),
+            Some(&context),
+        );
         stream::stream_response(&http, transport, controller, idle_timeout_ms, |delta| {
             self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
         })

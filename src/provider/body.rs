@@ -13,7 +13,9 @@
 
 use serde_json::Value;
 
-use super::{anthropic, openai, ChatMessage, ProviderRequest, Transport};
+use super::{
+    anthropic, dynamic_note, openai, ChatMessage, DynamicContext, ProviderRequest, Transport,
+};
 
 /// Stands in for the messages while the rest of the body is serialized.
 /// The NUL makes it impossible in a prompt, a model name or a tool schema.
@@ -39,6 +41,23 @@ impl BodyCache {
 
     /// The body text of `request`.
     pub fn body(&mut self, request: &ProviderRequest) -> String {
+        self.body_with(request, None)
+    }
+
+    /// The body text of `request` with the send-time `context` appended to
+    /// its last user message (as `add_dynamic_context` does).
+    pub fn body_with(
+        &mut self,
+        request: &ProviderRequest,
+        context: Option<&DynamicContext>,
+    ) -> String {
+        let noted = context.and_then(|c| {
+            let at = request
+                .messages
+                .iter()
+                .rposition(|m| matches!(m, ChatMessage::User { .. }))?;
+            Some((at, dynamic_note(c)))
+        });
         let transport = Transport::from_kind(&request.profile.kind);
         let key = (transport, request.profile.vision);
         if self.key != Some(key) {
@@ -69,8 +88,15 @@ impl BodyCache {
                 .iter()
                 .position(|m| wire_role(transport, m) != role)
                 .map_or(messages.len(), |n| start + n);
-            let group = &messages[start..end];
-            let cached = previous.next().filter(|(old, _)| old.as_slice() == group);
+            let mut group = std::borrow::Cow::Borrowed(&messages[start..end]);
+            if let Some((at, note)) = noted.as_ref().filter(|(at, _)| (start..end).contains(at)) {
+                if let Some(ChatMessage::User { text }) = group.to_mut().get_mut(at - start) {
+                    text.push_str(note);
+                }
+            }
+            let cached = previous
+                .next()
+                .filter(|(old, _)| old.as_slice() == &group[..]);
             let (group, text) = match cached {
                 Some(hit) => {
                     self.reused += 1;
@@ -78,7 +104,8 @@ impl BodyCache {
                 }
                 None => {
                     self.encoded += 1;
-                    (group.to_vec(), encode_group(transport, request, group))
+                    let text = encode_group(transport, request, &group);
+                    (group.into_owned(), text)
                 }
             };
             self.groups.push((group, text));
@@ -152,7 +179,7 @@ mod tests {
 
     use super::*;
     use crate::model::{ImageData, ProviderProfile};
-    use crate::provider::{add_dynamic_context, DynamicContext, OutboundToolCall, ToolSpec};
+    use crate::provider::{add_dynamic_context, OutboundToolCall, ToolSpec};
 
     fn profile(kind: &str, vision: bool) -> ProviderProfile {
         ProviderProfile {
@@ -241,17 +268,20 @@ mod tests {
                 let all = conversation();
                 let mut cache = BodyCache::new();
                 for end in 1..=all.len() {
-                    let mut r = request(kind, vision, all[..end].to_vec());
+                    let plain = request(kind, vision, all[..end].to_vec());
                     // The send-time note changes the last user message every step.
-                    add_dynamic_context(
-                        &mut r,
-                        &DynamicContext {
-                            now_ms: 1_700_000_000_000 + end as u64 * 1000,
-                            tab: Some(("Flights".into(), "https://example.com/".into())),
-                        },
+                    let context = DynamicContext {
+                        now_ms: 1_700_000_000_000 + end as u64 * 1000,
+                        tab: Some(("Flights".into(), "https://example.com/".into())),
+                    };
+                    let mut noted = plain.clone();
+                    add_dynamic_context(&mut noted, &context);
+                    let full = build(Transport::from_kind(kind), &noted).to_string();
+                    assert_eq!(
+                        cache.body_with(&plain, Some(&context)),
+                        full,
+                        "{kind} vision={vision} end={end}"
                     );
-                    let full = build(Transport::from_kind(kind), &r).to_string();
-                    assert_eq!(cache.body(&r), full, "{kind} vision={vision} end={end}");
                 }
                 assert!(
                     cache.reused > cache.encoded,

@@ -301,16 +301,19 @@ pub struct HttpRequest {
 
 /// Build the wire request. The API key goes into a header and nowhere else.
 pub fn http_request(request: &ProviderRequest, api_key: &str) -> HttpRequest {
-    http_request_with(request, api_key, &mut body::BodyCache::new())
+    http_request_with(request, api_key, &mut body::BodyCache::new(), None)
 }
 
-/// [`http_request`] reusing the encoded messages of earlier requests.
+/// [`http_request`] reusing the encoded messages of earlier requests, with
+/// the send-time context added as [`add_dynamic_context`] would (without
+/// copying the request).
 pub fn http_request_with(
     request: &ProviderRequest,
     api_key: &str,
     cache: &mut body::BodyCache,
+    context: Option<&DynamicContext>,
 ) -> HttpRequest {
-    let body = cache.body(request);
+    let body = cache.body_with(request, context);
     match Transport::from_kind(&request.profile.kind) {
         Transport::OpenAi => {
             let mut headers = Vec::new();
@@ -420,12 +423,16 @@ pub fn format_utc(ms: u64) -> String {
 /// Append the send-time context to the last user message of the outbound
 /// view. The stored history never contains it.
 pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicContext) {
-    let Some(text) = request.messages.iter_mut().rev().find_map(|m| match m {
+    if let Some(text) = request.messages.iter_mut().rev().find_map(|m| match m {
         ChatMessage::User { text } => Some(text),
         _ => None,
-    }) else {
-        return;
-    };
+    }) {
+        text.push_str(&dynamic_note(context));
+    }
+}
+
+/// What [`add_dynamic_context`] appends to the last user message.
+pub fn dynamic_note(context: &DynamicContext) -> String {
     let mut note = format!("\n\n[Context at send time: {}", format_utc(context.now_ms));
     if let Some((title, url)) = &context.tab {
         // The title is written by the page: short, quoted, and labelled as such.
@@ -436,7 +443,7 @@ pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicConte
         ));
     }
     note.push(']');
-    text.push_str(&note);
+    note
 }
 
 /// The text that stands in for images a model cannot see.

@@ -629,7 +629,7 @@ fn requests_of(category: Category) -> Vec<ProviderRequest> {
         "{}: every step made one request",
         category.name
     );
-    sim.requests
+    sim.requests.iter().map(|r| (**r).clone()).collect()
 }
 
 /// OpenAI's recipe for counting a chat request (see the module docs).
