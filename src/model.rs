@@ -334,8 +334,22 @@ pub struct Run {
     pub usage: Usage,
     /// The environment frozen when the run started (None for runs written
     /// before environments existed: they resume without a drift check).
-    #[serde(default)]
+    /// Held in memory with the run but stored once, in its own
+    /// [`EnvironmentRecord`], so step checkpoints do not rewrite it; never
+    /// serialized with the run (records written before the split still
+    /// carry it and are read as before).
+    #[serde(default, skip_serializing)]
     pub environment: Option<EnvironmentSnapshot>,
+}
+
+/// A run's frozen environment as stored: written once, with the checkpoint
+/// that starts the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentRecord {
+    pub run_id: String,
+    pub thread_id: String,
+    pub environment: EnvironmentSnapshot,
 }
 
 /// Version of [`EnvironmentSnapshot`]'s shape.

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ApprovalRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule,
-    Thread,
+    ApprovalRecord, EnvironmentRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt,
+    Run, SiteRule, Thread,
 };
 
 /// Object store names. One logical checkpoint touches any subset in one transaction.
@@ -27,7 +27,9 @@ pub mod stores {
     pub const APPROVALS: &str = "approvals";
     pub const SITE_RULES: &str = "site_rules";
     pub const INTERACTIONS: &str = "interactions";
-    pub const ALL: [&str; 9] = [
+    /// Keyed by run id; read only for unfinished runs.
+    pub const ENVIRONMENTS: &str = "environments";
+    pub const ALL: [&str; 10] = [
         THREADS,
         NODES,
         RUNS,
@@ -37,6 +39,7 @@ pub mod stores {
         APPROVALS,
         SITE_RULES,
         INTERACTIONS,
+        ENVIRONMENTS,
     ];
 }
 
@@ -55,6 +58,7 @@ pub enum Record {
     Approval(ApprovalRecord),
     SiteRule(SiteRule),
     Interaction(InteractionRecord),
+    Environment(EnvironmentRecord),
 }
 
 impl Record {
@@ -69,6 +73,7 @@ impl Record {
             Record::Approval(_) => stores::APPROVALS,
             Record::SiteRule(_) => stores::SITE_RULES,
             Record::Interaction(_) => stores::INTERACTIONS,
+            Record::Environment(_) => stores::ENVIRONMENTS,
         }
     }
 }
@@ -135,6 +140,8 @@ pub struct StoreImage {
     pub approvals: Vec<ApprovalRecord>,
     pub site_rules: Vec<SiteRule>,
     pub interactions: Vec<InteractionRecord>,
+    /// The environments of the unfinished runs.
+    pub environments: Vec<EnvironmentRecord>,
     /// Nodes of the threads listed in `loaded_threads`.
     pub nodes: Vec<Node>,
     pub loaded_threads: Vec<String>,
@@ -167,6 +174,7 @@ pub struct MemoryStore {
     pub approvals: BTreeMap<String, ApprovalRecord>,
     pub site_rules: BTreeMap<String, SiteRule>,
     pub interactions: BTreeMap<String, InteractionRecord>,
+    pub environments: BTreeMap<String, EnvironmentRecord>,
     /// Number of units applied (one per transaction).
     pub commits: u64,
 }
@@ -187,7 +195,10 @@ impl MemoryStore {
                     self.nodes.insert(n.id.clone(), n.clone());
                 }
                 Record::Run(r) => {
-                    self.runs.insert(r.id.clone(), r.clone());
+                    // As IndexedDB stores it: the environment lives in its own record.
+                    let mut r = r.clone();
+                    r.environment = None;
+                    self.runs.insert(r.id.clone(), r);
                 }
                 Record::Steer(s) => {
                     self.steers.insert(s.id.clone(), s.clone());
@@ -206,6 +217,9 @@ impl MemoryStore {
                 }
                 Record::Interaction(i) => {
                     self.interactions.insert(i.id.clone(), i.clone());
+                }
+                Record::Environment(e) => {
+                    self.environments.insert(e.run_id.clone(), e.clone());
                 }
             }
         }
@@ -238,6 +252,9 @@ impl MemoryStore {
                 stores::INTERACTIONS => {
                     self.interactions.remove(&key.key);
                 }
+                stores::ENVIRONMENTS => {
+                    self.environments.remove(&key.key);
+                }
                 _ => {}
             }
         }
@@ -264,6 +281,16 @@ impl MemoryStore {
             approvals: self.approvals.values().cloned().collect(),
             site_rules: self.site_rules.values().cloned().collect(),
             interactions: self.interactions.values().cloned().collect(),
+            environments: self
+                .environments
+                .values()
+                .filter(|e| {
+                    self.runs
+                        .get(&e.run_id)
+                        .is_some_and(|r| !r.state.is_terminal())
+                })
+                .cloned()
+                .collect(),
             nodes,
             loaded_threads,
         }

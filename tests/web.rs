@@ -95,6 +95,73 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
 }
 
 #[wasm_bindgen_test]
+async fn idb_environment_is_stored_once_and_read_back_only_for_unfinished_runs() {
+    let name = "sw-agent-test-environment";
+    let _ = IdbStore::delete(name).await;
+    let store = IdbStore::open(name).await.unwrap();
+    let profile = ProviderProfile {
+        kind: "openai".into(),
+        base_url: "http://127.0.0.1:9/v1".into(),
+        model: "m".into(),
+        ..ProviderProfile::default()
+    };
+    let environment = sw_agent::engine::build_environment(
+        &EngineConfig::default(),
+        &profile,
+        &Default::default(),
+    )
+    .unwrap();
+    let run = |id: &str, thread_id: &str, state: RunState| Run {
+        id: id.into(),
+        thread_id: thread_id.into(),
+        state,
+        created_at: 1,
+        updated_at: 1,
+        revision: 1,
+        step: 0,
+        profile: profile.clone(),
+        consecutive_failures: 0,
+        tools_disabled: false,
+        in_flight_tool: None,
+        pending_approval: None,
+        pending_interaction: None,
+        stop_reason: None,
+        error: None,
+        usage: Usage::default(),
+        environment: Some(environment.clone()),
+    };
+    let mut unit = UnitOfWork::new();
+    for (run, thread_id) in [
+        (run("r-open", "t1", RunState::StreamingModel), "t1"),
+        (run("r-done", "t2", RunState::Completed), "t2"),
+    ] {
+        unit.put(Record::Thread(thread(thread_id)))
+            .put(Record::Environment(sw_agent::model::EnvironmentRecord {
+                run_id: run.id.clone(),
+                thread_id: thread_id.into(),
+                environment: environment.clone(),
+            }))
+            .put(Record::Run(run));
+    }
+    store.commit(&unit).await.unwrap();
+    // The run record itself does not carry it.
+    for record in store.dump(stores::RUNS).await.unwrap() {
+        let has = js_sys::Reflect::has(&record, &"environment".into()).unwrap();
+        assert!(!has, "a run record holds no environment");
+    }
+    store.close();
+    let store = IdbStore::open(name).await.unwrap();
+    let (image, skipped) = store.load_image().await.unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_eq!(image.environments.len(), 1, "only the unfinished run's");
+    assert_eq!(image.environments[0].run_id, "r-open");
+    assert_eq!(image.environments[0].environment, environment);
+    assert_eq!(store.dump(stores::ENVIRONMENTS).await.unwrap().len(), 2);
+    store.close();
+    IdbStore::delete(name).await.unwrap();
+}
+
+#[wasm_bindgen_test]
 async fn idb_undecodable_record_is_skipped_not_fatal() {
     let name = "sw-agent-test-corrupt";
     let _ = IdbStore::delete(name).await;

@@ -508,11 +508,6 @@ export interface Run {
   error?: ErrorInfo | null;
   /** Usage of this run so far. */
   usage?: Usage;
-  /**
-   * The environment frozen when the run started (None for runs written
-   * before environments existed: they resume without a drift check).
-   */
-  environment?: EnvironmentSnapshot | null;
 }
 
 /** Run states (DESIGN.md §4). */
@@ -581,28 +576,6 @@ export type ErrorKind =
   | "tool"
   /** An internal invariant failed. */
   | "internal";
-
-/**
- * What a started run must find again to resume: the full system prompt,
- * the provider transport and credential reference shape (never the secret),
- * and the tool catalog with digests.
- */
-export interface EnvironmentSnapshot {
-  version: number;
-  systemPrompt: string;
-  /** `openai` or `anthropic`. */
-  transport: string;
-  /** Where the credential comes from, e.g. `chrome.storage.local:settings.apiKey`. */
-  credentialRef: string;
-  tools: CatalogEntry[];
-}
-
-/** One tool of a run's catalog: what the model was offered. */
-export interface CatalogEntry {
-  name: string;
-  /** SHA-256 over schema, security metadata and binding. */
-  digest: string;
-}
 
 /** A queued next turn. */
 export interface QueueItem {

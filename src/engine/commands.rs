@@ -230,6 +230,7 @@ impl Engine {
         }
         for run_id in &t.run_ids {
             unit.delete(stores::RUNS, run_id.clone());
+            unit.delete(stores::ENVIRONMENTS, run_id.clone());
         }
         for steer in &t.steers {
             unit.delete(stores::STEERS, steer.id.clone());

@@ -727,6 +727,7 @@ impl Engine {
             approvals,
             site_rules,
             interactions,
+            environments,
             nodes,
             loaded_threads,
         } = image;
@@ -755,6 +756,18 @@ impl Engine {
                 .is_none_or(|r| (run.created_at, &run.id) >= (r.created_at, &r.id));
             if newer {
                 t.latest_run = Some(run);
+            }
+        }
+        // An unfinished run gets its frozen environment back (a run record
+        // written before the split still carries its own).
+        for record in environments {
+            let run = self
+                .threads
+                .get_mut(&record.thread_id)
+                .and_then(|t| t.latest_run.as_mut())
+                .filter(|r| r.id == record.run_id);
+            if let Some(run) = run {
+                run.environment = Some(record.environment);
             }
         }
         for steer in steers {

@@ -113,10 +113,21 @@ impl Engine {
             // after it is recorded, with the limit that was exceeded.
             environment,
         };
+        // Frozen once, in its own record: step checkpoints rewrite the run, not this.
+        let environment = run.environment.clone().map(|environment| {
+            Record::Environment(crate::model::EnvironmentRecord {
+                run_id: run.id.clone(),
+                thread_id: tid.to_string(),
+                environment,
+            })
+        });
         unit.put(Record::Thread(thread))
             .put(Record::Node(context_node))
             .put(Record::Node(user_node))
             .put(Record::Run(run));
+        if let Some(environment) = environment {
+            unit.put(environment);
+        }
         if let Some(item_id) = from_queue {
             unit.delete(stores::QUEUE, item_id);
         }

@@ -520,6 +520,8 @@ impl Engine {
                         t.interactions.push(interaction.clone());
                     }
                 }
+                // The run in memory already holds it.
+                Record::Environment(_) => {}
             }
         }
         for key in &unit.deletes {

@@ -72,7 +72,9 @@ pub async fn post_json(
         h.set(k, v).map_err(js_to_error)?;
     }
     init.set_headers(&h);
-    init.set_body(&JsValue::from_str(body));
+    // As bytes: one copy out of wasm memory, instead of decoding a (often
+    // megabyte-sized) UTF-8 text into a JS string that fetch encodes again.
+    init.set_body(&js_sys::Uint8Array::from(body.as_bytes()));
     init.set_signal(Some(&controller.signal()));
     let request = Request::new_with_str_and_init(url, &init).map_err(js_to_error)?;
     let response: Response = JsFuture::from(global_fetch(&request))

@@ -18,13 +18,17 @@ use serde::Serialize;
 use wasm_bindgen::JsValue;
 
 use crate::model::{
-    ApprovalRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt, Run, SiteRule,
-    Thread,
+    ApprovalRecord, EnvironmentRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt,
+    Run, SiteRule, Thread,
 };
 use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
 
 /// Database version; bump together with `model::SCHEMA_VERSION` migrations.
-const DB_VERSION: u32 = 3;
+/// 4: run environments moved to their own store (`environments`). A run
+/// record of version 3 still carries its environment and is read with it; a
+/// run unfinished across the upgrade loses the drift check on a second
+/// restart (its later checkpoints no longer carry the environment).
+const DB_VERSION: u32 = 4;
 
 fn store_error(e: impl std::fmt::Display) -> StoreError {
     StoreError {
@@ -108,6 +112,7 @@ impl IdbStore {
                     .key_path("id")
                     .add_index(by_thread()),
             )
+            .add_object_store(ObjectStore::new(stores::ENVIRONMENTS).key_path("runId"))
             .build()
             .await
             .map_err(store_error)?;
@@ -142,6 +147,7 @@ impl IdbStore {
                 Record::Approval(x) => to_js(x)?,
                 Record::SiteRule(x) => to_js(x)?,
                 Record::Interaction(x) => to_js(x)?,
+                Record::Environment(x) => to_js(x)?,
             };
             puts.push((record.store_name(), value));
         }
@@ -215,6 +221,30 @@ impl IdbStore {
         let interactions: Vec<InteractionRecord> =
             decode_all(interactions?, stores::INTERACTIONS, &mut skipped);
         drop(tx);
+        // Only unfinished runs need their frozen environment (to refuse drift
+        // on resume); finished runs' environments stay on disk. Own
+        // transaction, every request issued before the first is awaited.
+        let unfinished: Vec<JsValue> = runs
+            .iter()
+            .filter(|r| !r.state.is_terminal())
+            .map(|r| JsValue::from_str(&r.id))
+            .collect();
+        let mut environment_values = Vec::new();
+        if !unfinished.is_empty() {
+            let tx = self
+                .db
+                .transaction(&[stores::ENVIRONMENTS], TransactionMode::ReadOnly)
+                .map_err(store_error)?;
+            let store = tx.store(stores::ENVIRONMENTS).map_err(store_error)?;
+            let found = join_all(unfinished.iter().map(|key| store.get(key.clone()))).await;
+            for value in found {
+                if let Some(value) = value.map_err(store_error)? {
+                    environment_values.push(value);
+                }
+            }
+        }
+        let environments: Vec<EnvironmentRecord> =
+            decode_all(environment_values, stores::ENVIRONMENTS, &mut skipped);
         let loaded_threads = threads_to_load(&runs, &queue);
         let mut nodes = Vec::new();
         for thread_id in &loaded_threads {
@@ -229,6 +259,7 @@ impl IdbStore {
             approvals,
             site_rules,
             interactions,
+            environments,
             nodes,
             loaded_threads,
         };

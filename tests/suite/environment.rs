@@ -43,15 +43,24 @@ fn environment_is_frozen_with_the_run_without_the_key() {
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "go"));
     sim.run(10_000);
+    // Written once, in its own record, with the checkpoint that started the
+    // run; the step checkpoints rewrite only the (small) run record.
+    let run = sim.store.runs.values().next().unwrap();
+    assert!(run.environment.is_none());
+    assert!(serde_json::to_value(run)
+        .unwrap()
+        .get("environment")
+        .is_none());
+    assert_eq!(sim.store.environments.len(), 1);
+    assert_eq!(sim.store.environments[&run.id].thread_id, run.thread_id);
     let env = sim
         .store
-        .runs
+        .environments
         .values()
         .next()
         .unwrap()
         .environment
-        .clone()
-        .unwrap();
+        .clone();
     // The simulated model has no vision: the screenshot tool is not in its catalog.
     assert_eq!(
         env.tools.len(),
@@ -226,13 +235,12 @@ fn model_capabilities_shape_the_catalog_on_new_and_resumed_runs() {
     assert!(sim.requests.iter().all(|r| r.tools.is_empty()));
     let env = sim
         .store
-        .runs
+        .environments
         .values()
         .next()
         .unwrap()
         .environment
-        .clone()
-        .unwrap();
+        .clone();
     assert!(env.tools.is_empty());
 
     // With vision the screenshot tool is offered.

@@ -321,7 +321,8 @@ fn parse_field(field: &syn::Field, rename_all: Option<&str>) -> Option<Field> {
             "flatten" => flatten = true,
             "default" => has_default = true,
             "skip_serializing_if" => skips_none = true,
-            "skip" => return None,
+            // Never sent (written only by older versions): not part of the wire shape.
+            "skip" | "skip_serializing" => return None,
             other => panic!("field {ident}: serde({other}) is not supported"),
         }
     }
