@@ -170,6 +170,19 @@ pub enum Op {
         interaction_id: String,
         answer: String,
     },
+    /// The part of the active path before `beforeNodeId` (at most `limit`
+    /// nodes, default and maximum as for snapshots) → `command.ack{nodes,
+    /// olderNodes}`: a page of earlier history for a client that got the
+    /// tail in `initialized`. Reads only; no receipt.
+    #[serde(rename = "thread.history")]
+    ThreadHistory {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        before_node_id: String,
+        #[serde(default)]
+        limit: Option<u32>,
+    },
     /// A tiny real request with these settings (the API key is the stored
     /// one) → `command.ack{ok: true, model, reply, latencyMs}` or
     /// `command.reject` with the provider's typed error. Changes nothing.
@@ -231,6 +244,7 @@ impl Op {
             | Op::ThreadSelectBranch { submission, .. }
             | Op::QueueEdit { submission, .. }
             | Op::ProviderTest { submission, .. }
+            | Op::ThreadHistory { submission, .. }
             | Op::ThreadDelete { submission, .. }
             | Op::TurnSubmit { submission, .. }
             | Op::TurnSteer { submission, .. }
@@ -253,6 +267,7 @@ impl Op {
             Op::ThreadSelectBranch { .. } => "thread.selectBranch",
             Op::QueueEdit { .. } => "queue.edit",
             Op::ProviderTest { .. } => "provider.test",
+            Op::ThreadHistory { .. } => "thread.history",
             Op::ThreadDelete { .. } => "thread.delete",
             Op::TurnSubmit { .. } => "turn.submit",
             Op::TurnSteer { .. } => "turn.steer",
@@ -365,8 +380,14 @@ pub enum DeltaKind {
 pub struct ThreadView {
     pub id: String,
     pub title: String,
-    /// The active path, root first.
+    /// The tail of the active path, root side first: its last
+    /// `EngineConfig::snapshot_nodes` nodes, cut where no tool call is
+    /// separated from its result.
     pub nodes: Vec<Node>,
+    /// How many nodes of the active path come before `nodes[0]`
+    /// (`thread.history` pages them in).
+    #[serde(default)]
+    pub older_nodes: u64,
     /// The latest run of the thread, if any.
     pub run: Option<Run>,
     pub queue: Vec<QueueItem>,

@@ -169,6 +169,7 @@ const OP_VERBS = {
   "thread.fork": "fork the thread",
   "thread.selectBranch": "switch to another version of the conversation",
   "provider.test": "test the connection",
+  "thread.history": "load earlier messages",
   "turn.interrupt": "stop the turn",
   "run.resume": "continue the run",
   "run.resolveUncertain": "record your answer about the interrupted action",
@@ -309,6 +310,12 @@ const view = {
   queueEditor: null,
   /** A CSS selector of what gets the focus after the next snapshot redraw (a branch switcher's button). */
   focusAfterSnapshot: null,
+  /** Nodes of the active path before the first one drawn (paged in with `thread.history`). */
+  olderNodes: 0,
+  /** The first node drawn (the next page ends before it). @type {string | null} */
+  firstNodeId: null,
+  /** The snapshot's branch points (applied again to each page of earlier nodes). @type {BranchPoint[]} */
+  branches: [],
 };
 
 /**
@@ -473,9 +480,14 @@ function applySnapshot(snapshot) {
     : null;
   view.editor = null;
   dom.messages.replaceChildren();
+  view.branches = thread && Array.isArray(thread.branches) ? thread.branches : [];
+  view.olderNodes = thread && typeof thread.olderNodes === "number" ? thread.olderNodes : 0;
+  view.firstNodeId = thread && Array.isArray(thread.nodes) && thread.nodes.length > 0 ? thread.nodes[0].id : null;
+  // A long thread arrives as its tail; earlier messages come a page at a time.
+  if (view.olderNodes > 0) dom.messages.append(buildEarlierButton());
   if (thread && Array.isArray(thread.nodes)) {
     for (const node of thread.nodes) placeNode(node);
-    renderBranches(thread.nodes, Array.isArray(thread.branches) ? thread.branches : []);
+    renderBranches(thread.nodes, view.branches);
   }
   if (draft) {
     const element = view.elementsById.get(draft.nodeId);
@@ -579,6 +591,9 @@ function onAck(event) {
     case "provider.test":
       onProviderTestResult(result, null);
       break;
+    case "thread.history":
+      prependHistory(result);
+      break;
     case "turn.submit":
       if (pending.editNodeId) {
         // The edited message is a new version now: the snapshot that comes with it redraws the thread.
@@ -643,6 +658,7 @@ function onReject(event) {
     onProviderTestResult(null, event.error);
     return;
   }
+  if (opType === "thread.history") resetEarlierButton();
   const editor = view.editor;
   if (editor && editor.submissionId === event.submissionId) {
     // Said where the user is looking; the text stays in the editor.
@@ -1072,10 +1088,86 @@ function renderBranches(nodes, branches) {
   });
 }
 
+// ------------------------------------------------------- earlier history ---
+
+function earlierLabel() {
+  return `Show earlier messages (${view.olderNodes} more ${view.olderNodes === 1 ? "item" : "items"})`;
+}
+
+function buildEarlierButton() {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "load-earlier";
+  button.dataset.action = "load-earlier";
+  button.textContent = earlierLabel();
+  return button;
+}
+
+/** @param {HTMLButtonElement} button */
+function loadEarlier(button) {
+  if (state.threadId === null || view.firstNodeId === null) return;
+  button.disabled = true;
+  button.textContent = "Loading earlier messages…";
+  sendOp("thread.history", { threadId: state.threadId, beforeNodeId: view.firstNodeId });
+}
+
+function resetEarlierButton() {
+  const button = dom.messages.querySelector(":scope > .load-earlier");
+  if (!(button instanceof HTMLButtonElement)) return;
+  button.disabled = false;
+  button.textContent = earlierLabel();
+}
+
+/**
+ * A page of earlier nodes: drawn above what is shown, the reader's place kept.
+ * @param {any} result
+ */
+function prependHistory(result) {
+  if (!result || result.threadId !== state.threadId || !Array.isArray(result.nodes)) return;
+  const list = dom.messages;
+  const button = list.querySelector(":scope > .load-earlier");
+  const hadFocus = button !== null && button === document.activeElement;
+  const anchor = button ? button.nextSibling : list.firstChild;
+  const fromBottom = list.scrollHeight - list.scrollTop;
+  // placeNode appends to dom.messages: draw the page into a holder first.
+  const holder = document.createElement("div");
+  dom.messages = holder;
+  try {
+    for (const node of result.nodes) placeNode(node);
+  } finally {
+    dom.messages = list;
+  }
+  const first = holder.firstElementChild;
+  const fragment = document.createDocumentFragment();
+  fragment.append(...holder.childNodes);
+  list.insertBefore(fragment, anchor);
+  renderBranches(result.nodes, view.branches);
+  view.olderNodes = typeof result.olderNodes === "number" ? result.olderNodes : 0;
+  if (result.nodes.length > 0) view.firstNodeId = result.nodes[0].id;
+  if (button instanceof HTMLButtonElement) {
+    if (view.olderNodes > 0) {
+      button.disabled = false;
+      button.textContent = earlierLabel();
+    } else {
+      button.remove();
+      // Keyboard users continue from the earliest message.
+      if (hadFocus && first instanceof HTMLElement) {
+        first.tabIndex = -1;
+        first.focus();
+      }
+    }
+  }
+  list.scrollTop = list.scrollHeight - fromBottom;
+}
+
 /** @param {MouseEvent} event */
 function onMessageAction(event) {
   const button = event.target instanceof Element ? event.target.closest("button[data-action]") : null;
   if (!(button instanceof HTMLButtonElement) || !dom.messages.contains(button) || button.disabled) return;
+  if (button.dataset.action === "load-earlier") {
+    loadEarlier(button);
+    return;
+  }
   const element = /** @type {HTMLElement | null} */ (button.closest("#messages .node"));
   const nodeId = element ? element.dataset.nodeId : "";
   if (!element || !nodeId || state.threadId === null) return;

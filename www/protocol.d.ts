@@ -122,6 +122,18 @@ export type Op =
     answer: string;
   } & Submission
   /**
+   * The part of the active path before `beforeNodeId` (at most `limit`
+   * nodes, default and maximum as for snapshots) → `command.ack{nodes,
+   * olderNodes}`: a page of earlier history for a client that got the
+   * tail in `initialized`. Reads only; no receipt.
+   */
+  | {
+    type: "thread.history";
+    threadId: string;
+    beforeNodeId: string;
+    limit?: number | null;
+  } & Submission
+  /**
    * A tiny real request with these settings (the API key is the stored
    * one) → `command.ack{ok: true, model, reply, latencyMs}` or
    * `command.reject` with the provider's typed error. Changes nothing.
@@ -337,8 +349,17 @@ export interface ThreadSummary {
 export interface ThreadView {
   id: string;
   title: string;
-  /** The active path, root first. */
+  /**
+   * The tail of the active path, root side first: its last
+   * `EngineConfig::snapshot_nodes` nodes, cut where no tool call is
+   * separated from its result.
+   */
   nodes: Node[];
+  /**
+   * How many nodes of the active path come before `nodes[0]`
+   * (`thread.history` pages them in).
+   */
+  olderNodes?: number;
   /** The latest run of the thread, if any. */
   run?: Run | null;
   queue: QueueItem[];

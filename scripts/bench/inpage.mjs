@@ -81,7 +81,8 @@ export async function pageOpen({ key, threadId = null }) {
   b.conns[key] = conn;
   b.send(conn, 'initialize', { threadId });
   const init = await b.wait(conn, (m) => m.type === 'initialized', { what: 'initialized' });
-  const nodes = init.msg.snapshot?.thread?.nodes?.length ?? 0;
+  // The thread's length: the snapshot carries its tail, `olderNodes` the rest.
+  const nodes = (init.msg.snapshot?.thread?.nodes?.length ?? 0) + (init.msg.snapshot?.thread?.olderNodes ?? 0);
   const bytes = JSON.stringify(init.msg).length;
   conn.events.length = 0;
   return { ms: init.t - t0, nodes, bytes, threadId: init.msg.snapshot?.thread?.id ?? null };
@@ -95,7 +96,8 @@ export async function pageColdConnect({ threadId = null, name = 'panel' }) {
   b.send(conn, 'initialize', { threadId });
   const init = await b.wait(conn, (m) => m.type === 'initialized', { what: 'initialized', timeoutMs: 120000 });
   const ms = init.t - t0;
-  const nodes = init.msg.snapshot?.thread?.nodes?.length ?? 0;
+  // The thread's length: the snapshot carries its tail, `olderNodes` the rest.
+  const nodes = (init.msg.snapshot?.thread?.nodes?.length ?? 0) + (init.msg.snapshot?.thread?.olderNodes ?? 0);
   const bytes = JSON.stringify(init.msg).length;
   conn.port.disconnect();
   // Epoch times (timeOrigin-based) to line up with the worker's own clock.

@@ -426,6 +426,35 @@ impl Engine {
         self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
     }
 
+    /// A page of the active path before a node (reads only, no receipt).
+    pub(super) fn op_thread_history(
+        &mut self,
+        reply: Reply,
+        thread_id: &str,
+        before: &str,
+        limit: Option<u32>,
+    ) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let Some(end) = t.path.iter().position(|n| n.id == before) else {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "That message is no longer in the active conversation; reload the thread.",
+            );
+        };
+        let max = self.config.snapshot_nodes.max(1);
+        let limit = limit.map_or(max, |l| (l as usize).clamp(1, max));
+        let start = super::support::page_start(&t.path, end, limit);
+        let result = json!({
+            "threadId": thread_id,
+            "nodes": &t.path[start..end],
+            "olderNodes": start,
+        });
+        self.ack(&reply, result);
+    }
+
     /// "Test connection": one tiny request with the given settings.
     pub(super) fn op_provider_test(&mut self, now: u64, reply: Reply, profile: ProviderProfile) {
         if !profile.is_configured() {

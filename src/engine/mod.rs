@@ -129,6 +129,9 @@ pub struct EngineConfig {
     /// Ask the model for a short thread title when a thread's first turn
     /// starts (best effort, never blocks the turn).
     pub model_titles: bool,
+    /// How many nodes of the active path a snapshot carries (its tail; the
+    /// client pages earlier ones in with `thread.history`).
+    pub snapshot_nodes: usize,
 }
 
 /// Who answers the gatekeeper's `ask`.
@@ -153,6 +156,7 @@ impl Default for EngineConfig {
             approver: Approver::DenyAll,
             parallel_reads: 4,
             model_titles: true,
+            snapshot_nodes: 200,
         }
     }
 }
@@ -955,6 +959,12 @@ impl Engine {
                 thread_id, node_id, ..
             } => self.op_select_branch(now, reply, &thread_id, &node_id),
             Op::ProviderTest { profile, .. } => self.op_provider_test(now, reply, profile),
+            Op::ThreadHistory {
+                thread_id,
+                before_node_id,
+                limit,
+                ..
+            } => self.op_thread_history(reply, &thread_id, &before_node_id, limit),
             Op::QueueEdit {
                 thread_id,
                 item_id,

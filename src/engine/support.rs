@@ -386,6 +386,7 @@ impl Engine {
             | Op::QueueRemove { thread_id, .. }
             | Op::QueueEdit { thread_id, .. }
             | Op::ThreadSelectBranch { thread_id, .. }
+            | Op::ThreadHistory { thread_id, .. }
             | Op::TurnSteer { thread_id, .. }
             | Op::TurnEnqueue { thread_id, .. }
             | Op::RunResume { thread_id, .. } => Some(thread_id.clone()),
@@ -412,10 +413,12 @@ impl Engine {
     }
 
     pub(super) fn snapshot(&self, tid: Option<&str>) -> Snapshot {
+        let limit = self.config.snapshot_nodes.max(1);
         let thread = tid.and_then(|id| self.threads.get(id)).map(|t| ThreadView {
             id: t.thread.id.clone(),
             title: t.thread.title.clone(),
-            nodes: t.path.clone(),
+            older_nodes: page_start(&t.path, t.path.len(), limit) as u64,
+            nodes: t.path[page_start(&t.path, t.path.len(), limit)..].to_vec(),
             run: t.latest_run.clone(),
             queue: t.queue.clone(),
             pending_steers: t
@@ -543,4 +546,26 @@ impl Engine {
             }
         }
     }
+}
+
+/// Where a page of about `limit` path nodes ending before `end` starts:
+/// never between a tool call and its result (a page starts at a node that
+/// is neither), so every page renders on its own. When the last `limit`
+/// nodes are all calls and results, the page reaches further back instead.
+pub(super) fn page_start(path: &[Node], end: usize, limit: usize) -> usize {
+    let end = end.min(path.len());
+    let earliest = end.saturating_sub(limit);
+    if earliest == 0 {
+        return 0;
+    }
+    let safe = |i: &usize| {
+        !matches!(
+            path[*i].body,
+            NodeBody::ToolCall { .. } | NodeBody::ToolResult { .. }
+        )
+    };
+    (earliest..end)
+        .find(safe)
+        .or_else(|| (0..earliest).rev().find(safe))
+        .unwrap_or(0)
 }

@@ -1448,7 +1448,33 @@ isolatedTest('long_thread_streaming_touches_only_the_growing_element', {}, async
     const found = await lastSnapshot(panel);
     return found?.thread?.id === seededThreadId ? found : null;
   }, { timeout: 60000, message: 'the seeded thread\'s snapshot' });
-  assert.ok(snapshot.thread.nodes.length >= 1000, `a thread of ${snapshot.thread.nodes.length} nodes`);
+  const total = snapshot.thread.nodes.length + snapshot.thread.olderNodes;
+  assert.ok(total >= 1000, `a thread of ${total} nodes`);
+  // It arrives as its tail (the snapshot stays small); earlier pages on request.
+  assert.ok(snapshot.thread.nodes.length <= 200 && snapshot.thread.olderNodes > 0, `the snapshot carries ${snapshot.thread.nodes.length} nodes`);
+  let pages = 0;
+  for (;;) {
+    const more = await panel.evaluate(() => {
+      const button = document.querySelector('#messages > .load-earlier');
+      return button ? { disabled: button.disabled, label: button.textContent } : null;
+    });
+    if (!more) break;
+    if (more.disabled) continue;
+    pages += 1;
+    assert.ok(pages < 20, 'the earlier pages end');
+    await panel.focus('#messages > .load-earlier');
+    await panel.keyboard.press('Enter');
+    await waitFor(() => panel.evaluate(() => {
+      const button = document.querySelector('#messages > .load-earlier');
+      return !button || !button.disabled;
+    }), { message: 'a page of earlier messages' });
+  }
+  assert.ok(pages >= 4, `${pages} pages of earlier messages were loaded`);
+  const historyOps = (await portMessages(panel, 'out')).map((e) => e.message).filter((m) => m.type === 'thread.history');
+  assert.equal(historyOps.length, pages);
+  // The earliest message has the focus, and the first question is drawn first.
+  const firstText = await panel.evaluate(() => document.querySelector('#messages > .node')?.textContent ?? '');
+  assert.ok(firstText.includes('Seed question 1'), firstText.slice(0, 80));
   const drawn = await panel.evaluate(() => document.querySelectorAll('#messages > .node').length);
   assert.equal(drawn, SEED_TURNS * 2, 'every user and agent message drawn (turn_context nodes have no element)');
 

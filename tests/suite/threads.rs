@@ -450,3 +450,105 @@ fn queued_turn_can_be_edited_until_it_starts() {
     assert_eq!(rejects(&sim, conn, "queue.edit")[2].1, ErrorKind::NotFound);
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
+    let mut sim = Sim::new(133, agent_policy(), page_tools());
+    sim.config.snapshot_nodes = 5;
+    sim.engine = sw_agent::engine::Engine::new(
+        sim.config.clone(),
+        sim.profile.clone(),
+        133,
+        sim.store.image(),
+        0,
+    );
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, submit("s2", Some(&tid), "Subscribe me again"));
+    sim.run(10_000);
+    let path = paths(&sim)[0].clone();
+    assert!(path.len() > 12, "{}", path.len());
+
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(1000);
+    let view = sim
+        .events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Initialized { snapshot } => snapshot.thread.clone(),
+            _ => None,
+        })
+        .unwrap();
+    assert!(view.nodes.len() <= 5 && !view.nodes.is_empty());
+    assert_eq!(view.older_nodes as usize + view.nodes.len(), path.len());
+    assert_eq!(view.nodes, path[view.older_nodes as usize..]);
+
+    // Page backwards until the start; no page splits a call from its result.
+    let mut pages: Vec<Vec<sw_agent::model::Node>> = vec![view.nodes.clone()];
+    let mut older = view.older_nodes;
+    let mut n = 0;
+    while older > 0 {
+        n += 1;
+        assert!(n < 50);
+        let before = pages.last().unwrap()[0].id.clone();
+        sim.send(
+            conn,
+            Op::ThreadHistory {
+                submission: submission(&format!("h{n}")),
+                thread_id: tid.clone(),
+                before_node_id: before,
+                limit: Some(4),
+            },
+        );
+        sim.run(1000);
+        let result = sim
+            .events_for(conn)
+            .into_iter()
+            .rev()
+            .find_map(|e| match e {
+                Event::CommandAck {
+                    submission_id,
+                    result,
+                    ..
+                } if *submission_id == format!("h{n}") => Some(result.clone()),
+                _ => None,
+            })
+            .expect("history acked");
+        let page: Vec<sw_agent::model::Node> =
+            serde_json::from_value(result["nodes"].clone()).unwrap();
+        assert!(!page.is_empty(), "an empty page");
+        older = result["olderNodes"].as_u64().unwrap();
+        pages.push(page);
+    }
+    let mut rebuilt = Vec::new();
+    for page in pages.iter().rev() {
+        assert!(
+            !matches!(
+                page[0].body,
+                NodeBody::ToolCall { .. } | NodeBody::ToolResult { .. }
+            ),
+            "a page starts between a call and its result"
+        );
+        rebuilt.extend(page.iter().cloned());
+    }
+    assert_eq!(rebuilt, path);
+    // Reads leave no receipt; a node not on the path is not found.
+    assert!(!sim.store.receipts.keys().any(|k| k.contains("h1")));
+    sim.send(
+        conn,
+        Op::ThreadHistory {
+            submission: submission("h-bad"),
+            thread_id: tid.clone(),
+            before_node_id: "no-such-node".into(),
+            limit: None,
+        },
+    );
+    sim.run(100);
+    assert_eq!(
+        rejects(&sim, conn, "thread.history")[0].1,
+        ErrorKind::NotFound
+    );
+}
