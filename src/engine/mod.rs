@@ -593,6 +593,8 @@ enum Then {
     Compacted,
     /// A model-written title is durable.
     TitleUpdated,
+    /// A record rewritten in the current shape at start (nothing follows).
+    Upgraded,
     /// The user chose to retry an uncertain write.
     RetryDecided {
         index: usize,
@@ -764,6 +766,7 @@ impl Engine {
         }
         // An unfinished run gets its frozen environment back (a run record
         // written before the split still carries its own).
+        let mut stored: HashSet<String> = HashSet::new();
         for record in environments {
             let run = self
                 .threads
@@ -772,7 +775,34 @@ impl Engine {
                 .filter(|r| r.id == record.run_id);
             if let Some(run) = run {
                 run.environment = Some(record.environment);
+                stored.insert(record.run_id);
             }
+        }
+        // A run left unfinished by a version that kept the environment in the
+        // run record: write it in its own record now, or the run's next
+        // checkpoint (which no longer carries it) would lose the drift check.
+        let upgrades: Vec<(String, crate::model::EnvironmentRecord)> = self
+            .threads
+            .values()
+            .filter_map(|t| t.latest_run.as_ref())
+            .filter(|r| !r.state.is_terminal() && !stored.contains(&r.id))
+            .filter_map(|r| {
+                r.environment.clone().map(|environment| {
+                    (
+                        r.thread_id.clone(),
+                        crate::model::EnvironmentRecord {
+                            run_id: r.id.clone(),
+                            thread_id: r.thread_id.clone(),
+                            environment,
+                        },
+                    )
+                })
+            })
+            .collect();
+        for (tid, record) in upgrades {
+            let mut unit = UnitOfWork::new();
+            unit.put(Record::Environment(record));
+            self.persist(&tid, unit, Then::Upgraded);
         }
         for steer in steers {
             self.next_steer_seq = self.next_steer_seq.max(steer.admission_seq + 1);
@@ -1084,7 +1114,7 @@ impl Engine {
         let run_checkpoint = pending.reply.is_none()
             && !matches!(
                 pending.then,
-                Then::Command { .. } | Then::SteerAdmitted { .. }
+                Then::Command { .. } | Then::SteerAdmitted { .. } | Then::Upgraded
             );
         if run_checkpoint && error.retryable && pending.attempts + 1 < PERSIST_ATTEMPTS {
             // Same unit again: every record is a put or delete by key, so a retry is idempotent.
@@ -1125,6 +1155,8 @@ impl Engine {
             }
             Then::Command { .. } => {}
             Then::RunStarted => self.drop_exec_if_unstarted(&tid),
+            // Not a run checkpoint: the run keeps going; the next start tries again.
+            Then::Upgraded => {}
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.

@@ -1283,6 +1283,7 @@ pick a different element or tool, or explain the problem to the user.",
                 self.run_next_tool(now, &tid);
             }
             Then::TitleUpdated => self.broadcast_threads(),
+            Then::Upgraded => {}
             Then::Compacted => {
                 self.announce(&tid, &unit);
                 if self.take_pending_finish(now, &tid) {

@@ -25,9 +25,8 @@ use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, Unit
 
 /// Database version; bump together with `model::SCHEMA_VERSION` migrations.
 /// 4: run environments moved to their own store (`environments`). A run
-/// record of version 3 still carries its environment and is read with it; a
-/// run unfinished across the upgrade loses the drift check on a second
-/// restart (its later checkpoints no longer carry the environment).
+/// record of version 3 still carries its environment and is read with it;
+/// the engine writes an unfinished one's into its own record at start.
 const DB_VERSION: u32 = 4;
 
 fn store_error(e: impl std::fmt::Display) -> StoreError {

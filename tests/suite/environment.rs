@@ -252,3 +252,30 @@ fn model_capabilities_shape_the_catalog_on_new_and_resumed_runs() {
     sim.run(10_000);
     assert!(sim.requests[0].tools.iter().any(|t| t.name == "screenshot"));
 }
+
+#[test]
+fn resume_refuses_drift_for_a_run_left_unfinished_by_the_previous_record_shape() {
+    // A run written while the environment lived in the run record (DB
+    // version 3): the restarted engine moves it to its own record at once,
+    // so the drift check survives the run's next checkpoints and restarts.
+    let mut sim = crashed_mid_stream(69);
+    let run_id = sim.store.runs.keys().next().unwrap().clone();
+    let environment = sim.store.environments.remove(&run_id).unwrap().environment;
+    sim.store.runs.get_mut(&run_id).unwrap().environment = Some(environment.clone());
+    sim.crash();
+    sim.step();
+    assert_eq!(sim.store.environments[&run_id].environment, environment);
+    // The registry changes before a second restart: still refused.
+    let mut config = EngineConfig::default();
+    let mut registry = ToolRegistry::new();
+    for d in ToolRegistry::page_tools().descriptors() {
+        let mut d = d.clone();
+        if d.name == "click" {
+            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
+        }
+        registry.register(d).unwrap();
+    }
+    config.registry = registry;
+    assert_eq!(resume_with(&mut sim, config), RunState::Failed);
+    assert!(drift_message(&sim).contains("click"));
+}
