@@ -182,7 +182,7 @@ mod native {
             let request = ProviderRequest {
                 profile: profile(),
                 system: "You are a browser agent.".into(),
-                messages: outbound_messages(&path),
+                messages: outbound_messages(&path).into(),
                 tools: Vec::new(),
             };
             group.bench_with_input(
@@ -195,7 +195,9 @@ mod native {
             // message and its tool result), so only the new groups are encoded.
             let mut primed = BodyCache::new();
             let previous = ProviderRequest {
-                messages: request.messages[..request.messages.len().saturating_sub(2)].to_vec(),
+                messages: request.messages[..request.messages.len().saturating_sub(2)]
+                    .to_vec()
+                    .into(),
                 ..request.clone()
             };
             primed.body(&previous);

@@ -500,7 +500,8 @@ fn provider_request(transport: Transport) -> ProviderRequest {
         system: "You are a test.".into(),
         messages: vec![ChatMessage::User {
             text: "Subscribe to the newsletter".into(),
-        }],
+        }]
+        .into(),
         tools: vec![ToolSpec {
             name: "read_page".into(),
             description: "Read the page".into(),

@@ -480,7 +480,8 @@ impl Engine {
             system: PROVIDER_TEST_PROMPT.to_string(),
             messages: vec![ChatMessage::User {
                 text: "ping".into(),
-            }],
+            }]
+            .into(),
             tools: Vec::new(),
         };
         let request_id = self.next_handle();

@@ -70,8 +70,7 @@ impl Engine {
     pub(super) fn start_compaction(&mut self, tid: &str, base: ProviderRequest) {
         let request_id = self.next_handle();
         let idle_timeout_ms = self.config.stream_idle_timeout_ms;
-        let mut messages: Vec<ChatMessage> = base
-            .messages
+        let mut messages: Vec<ChatMessage> = std::rc::Rc::unwrap_or_clone(base.messages)
             .into_iter()
             .map(|m| match m {
                 ChatMessage::ToolResult {
@@ -98,7 +97,7 @@ impl Engine {
         let request = ProviderRequest {
             profile: base.profile,
             system: COMPACTION_PROMPT.to_string(),
-            messages,
+            messages: messages.into(),
             tools: Vec::new(),
         };
         self.set_phase(tid, Phase::Compacting { request_id });
@@ -352,7 +351,7 @@ impl Engine {
         let request = ProviderRequest {
             profile,
             system: TITLE_PROMPT.to_string(),
-            messages: vec![ChatMessage::User { text: first }],
+            messages: vec![ChatMessage::User { text: first }].into(),
             tools: Vec::new(),
         };
         let request_id = self.next_handle();

@@ -25,7 +25,7 @@ use crate::provider::{ChatMessage, OutboundToolCall};
 /// ratio of the run.
 pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
     let mut tenths = text_tenths(&request.system);
-    for message in &request.messages {
+    for message in request.messages.iter() {
         tenths += MESSAGE_TENTHS
             + match message {
                 ChatMessage::User { text } => text_tenths(text),
@@ -286,7 +286,7 @@ pub fn summary_message(summary: &str, verbatim: &str) -> String {
 pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
     let mut view = OutboundView::default();
     view.update(path);
-    view.messages
+    std::rc::Rc::unwrap_or_clone(view.messages)
 }
 
 /// The outbound view of one thread, kept between steps: the history only
@@ -301,14 +301,16 @@ pub struct OutboundView {
     /// (a path is determined by its last node, so this pins the prefix).
     covered: usize,
     last: Option<String>,
-    messages: Vec<ChatMessage>,
+    /// Shared with the requests made from it; folding copies it only while
+    /// an earlier request still holds it (the engine drops its own first).
+    messages: std::rc::Rc<Vec<ChatMessage>>,
     /// Index in `messages` of each assistant node, so calls find their message.
     assistant_index: Vec<(String, usize)>,
 }
 
 impl OutboundView {
     /// The messages for `path`, updated incrementally when possible.
-    pub fn update(&mut self, path: &[Node]) -> &[ChatMessage] {
+    pub fn update(&mut self, path: &[Node]) -> std::rc::Rc<Vec<ChatMessage>> {
         let start = path
             .iter()
             .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }))
@@ -326,7 +328,7 @@ impl OutboundView {
                 start: start_id,
                 covered: start,
                 last: None,
-                messages: Vec::with_capacity(path.len() - start),
+                messages: std::rc::Rc::new(Vec::with_capacity(path.len() - start)),
                 assistant_index: Vec::new(),
             };
         }
@@ -335,11 +337,11 @@ impl OutboundView {
         }
         self.covered = path.len();
         self.last = path.last().map(|n| n.id.clone());
-        &self.messages
+        self.messages.clone()
     }
 
     fn fold(&mut self, node: &Node) {
-        let messages = &mut self.messages;
+        let messages = std::rc::Rc::make_mut(&mut self.messages);
         match &node.body {
             NodeBody::UserMessage { text, .. } => {
                 messages.push(ChatMessage::User { text: text.clone() })
@@ -443,7 +445,8 @@ mod tests {
                 content: String::new(),
                 is_error: false,
                 images: vec![],
-            }],
+            }]
+            .into(),
             tools: vec![],
         };
         assert!(estimate_tokens(&request) >= 20);
@@ -605,7 +608,7 @@ mod view_tests {
         let mut view = OutboundView::default();
         for end in 0..=path.len() {
             assert_eq!(
-                view.update(&path[..end]),
+                *view.update(&path[..end]),
                 outbound_messages(&path[..end]),
                 "end={end}"
             );
@@ -613,7 +616,7 @@ mod view_tests {
         // Another branch of the same length, then a shorter path: rebuilt.
         let mut other = path.clone();
         other[3] = node("r0b", Some("c0"), user("changed"));
-        assert_eq!(view.update(&other[..6]), outbound_messages(&other[..6]));
-        assert_eq!(view.update(&path[..2]), outbound_messages(&path[..2]));
+        assert_eq!(*view.update(&other[..6]), outbound_messages(&other[..6]));
+        assert_eq!(*view.update(&path[..2]), outbound_messages(&path[..2]));
     }
 }

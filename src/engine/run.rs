@@ -237,16 +237,21 @@ impl Engine {
         let run = t.latest_run.as_mut().expect("active run");
         run.step += 1;
         let run = run.clone();
-        let mut messages = t.outbound.update(&t.path).to_vec();
+        // The previous step's request lets go of the shared conversation
+        // first, so folding this step's nodes in does not copy it.
+        if let Some(exec) = t.exec.as_mut() {
+            exec.request = None;
+        }
+        let mut messages = t.outbound.update(&t.path);
         if run.tools_disabled {
-            messages.push(crate::provider::ChatMessage::User {
+            std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::User {
                 text: format!(
                     "[Engine note] {BREAKER_DISABLE_AFTER} tool calls in a row failed, so tools are now disabled. \
 Give your final answer to the user: what you did, what failed, and what they could do next."
                 ),
             });
         } else if run.consecutive_failures >= BREAKER_REMIND_AFTER {
-            messages.push(crate::provider::ChatMessage::User {
+            std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::User {
                 text: format!(
                     "[Engine note] The last {} tool calls failed. Change your approach: re-read the page, \
 pick a different element or tool, or explain the problem to the user.",

@@ -76,7 +76,7 @@ fn push_blocks(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
 /// The JSON body of a streaming Messages request.
 pub fn build_body(request: &ProviderRequest) -> Value {
     let mut messages: Vec<Value> = Vec::new();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         match message {
             ChatMessage::User { text } => {
                 push_blocks(

@@ -178,7 +178,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             context_window: None,
         },
         system: "be brief".into(),
-        messages,
+        messages: messages.into(),
         tools: vec![ToolSpec {
             name: "read_page".into(),
             description: "d".into(),

@@ -68,7 +68,7 @@ impl BodyCache {
         let head = ProviderRequest {
             profile: request.profile.clone(),
             system: request.system.clone(),
-            messages: Vec::new(),
+            messages: Default::default(),
             tools: request.tools.clone(),
         };
         let mut body = build(transport, &head);
@@ -160,7 +160,7 @@ fn encode_group(transport: Transport, request: &ProviderRequest, group: &[ChatMe
     let alone = ProviderRequest {
         profile: request.profile.clone(),
         system: String::new(),
-        messages: group.to_vec(),
+        messages: group.to_vec().into(),
         tools: Vec::new(),
     };
     match build(transport, &alone).get("messages") {
@@ -252,7 +252,7 @@ mod tests {
         ProviderRequest {
             profile: profile(kind, vision),
             system: "You drive web pages.".into(),
-            messages,
+            messages: messages.into(),
             tools: vec![ToolSpec {
                 name: "click".into(),
                 description: "Click an element.".into(),

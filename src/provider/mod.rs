@@ -63,7 +63,9 @@ pub struct ToolSpec {
 pub struct ProviderRequest {
     pub profile: ProviderProfile,
     pub system: String,
-    pub messages: Vec<ChatMessage>,
+    /// Shared with the engine's outbound view: a step's request does not
+    /// copy the conversation (copy-on-write when a request adds a note).
+    pub messages: std::rc::Rc<Vec<ChatMessage>>,
     /// Empty when tools are disabled.
     pub tools: Vec<ToolSpec>,
 }
@@ -423,10 +425,14 @@ pub fn format_utc(ms: u64) -> String {
 /// Append the send-time context to the last user message of the outbound
 /// view. The stored history never contains it.
 pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicContext) {
-    if let Some(text) = request.messages.iter_mut().rev().find_map(|m| match m {
-        ChatMessage::User { text } => Some(text),
-        _ => None,
-    }) {
+    if let Some(text) = std::rc::Rc::make_mut(&mut request.messages)
+        .iter_mut()
+        .rev()
+        .find_map(|m| match m {
+            ChatMessage::User { text } => Some(text),
+            _ => None,
+        })
+    {
         text.push_str(&dynamic_note(context));
     }
 }
@@ -511,7 +517,8 @@ mod tests {
                     is_error: false,
                     images: vec![],
                 },
-            ],
+            ]
+            .into(),
             tools: vec![],
         };
         add_dynamic_context(

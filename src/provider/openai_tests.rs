@@ -181,7 +181,8 @@ fn body_has_stream_usage_tools_and_tool_results() {
                 is_error: false,
                 images: vec![],
             },
-        ],
+        ]
+        .into(),
         tools: vec![ToolSpec {
             name: "read_page".into(),
             description: "d".into(),

@@ -374,7 +374,7 @@ pub fn check_path_shape(path: &[Node], terminal: bool) -> Result<(), String> {
 /// Every tool call in a request has exactly one result right after its message.
 pub fn check_request(request: &ProviderRequest) -> Result<(), String> {
     let mut open: Vec<&str> = Vec::new();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         match message {
             ChatMessage::Assistant { tool_calls, .. } => {
                 if !open.is_empty() {

@@ -639,7 +639,7 @@ fn real_tokens(bpe: &CoreBPE, request: &ProviderRequest) -> usize {
     if !request.system.is_empty() {
         total += 3 + n("system") + n(&request.system);
     }
-    for message in &request.messages {
+    for message in request.messages.iter() {
         total += 3;
         total += match message {
             ChatMessage::User { text } => n("user") + n(text),
@@ -668,7 +668,7 @@ fn real_tokens(bpe: &CoreBPE, request: &ProviderRequest) -> usize {
 /// message. Kept here to show the improvement side by side.
 fn bytes_over_four(request: &ProviderRequest) -> usize {
     let mut bytes = request.system.len();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         bytes += 16
             + match message {
                 ChatMessage::User { text } => text.len(),
