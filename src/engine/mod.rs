@@ -75,10 +75,10 @@ tabs and element refs that are still valid, what has been done, and the next ste
 remaining items you made verbatim. The engine appends the user's messages of the task in progress and the queued \
 messages word for word after your summary, so do not repeat those. Plain text, no preamble.";
 
-/// The instruction of a title request.
 /// What "test connection" (`provider.test`) asks; any answer proves the settings work.
 pub const PROVIDER_TEST_PROMPT: &str = "This is a connection test. Reply with the single word: ok";
 
+/// The instruction of a title request.
 pub const TITLE_PROMPT: &str =
     "Write a short title (3 to 6 words) for a conversation that starts with the \
 user's message below. Answer with the title only, no quotes.";
@@ -524,21 +524,27 @@ impl ThreadState {
         self.path.iter().chain(self.off_path.iter())
     }
 
+    /// Every node of the thread grouped by parent, each group oldest first.
+    fn by_parent(&self) -> HashMap<Option<&str>, Vec<&Node>> {
+        let mut groups: HashMap<Option<&str>, Vec<&Node>> = HashMap::new();
+        for node in self.all_nodes() {
+            groups
+                .entry(node.parent_id.as_deref())
+                .or_default()
+                .push(node);
+        }
+        for group in groups.values_mut() {
+            group.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        }
+        groups
+    }
+
     /// The newest tip under `node_id`: from it, follow the newest child down.
     fn branch_tip(&self, node_id: &str) -> String {
-        let mut children: HashMap<&str, Vec<&Node>> = HashMap::new();
-        for node in self.all_nodes() {
-            if let Some(parent) = node.parent_id.as_deref() {
-                children.entry(parent).or_default().push(node);
-            }
-        }
+        let children = self.by_parent();
         let mut tip = node_id;
         let mut steps = 0;
-        while let Some(kids) = children.get(tip) {
-            let newest = kids
-                .iter()
-                .max_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
-                .expect("non-empty");
+        while let Some(newest) = children.get(&Some(tip)).and_then(|kids| kids.last()) {
             tip = newest.id.as_str();
             steps += 1;
             if steps > self.node_count() {
@@ -553,22 +559,15 @@ impl ThreadState {
         if self.off_path.is_empty() {
             return Vec::new();
         }
-        let mut siblings: HashMap<Option<&str>, Vec<&Node>> = HashMap::new();
-        for node in self.all_nodes() {
-            siblings
-                .entry(node.parent_id.as_deref())
-                .or_default()
-                .push(node);
-        }
+        let siblings = self.by_parent();
         let mut points = Vec::new();
         for node in &self.path {
-            let Some(group) = siblings.get_mut(&node.parent_id.as_deref()) else {
+            let Some(group) = siblings.get(&node.parent_id.as_deref()) else {
                 continue;
             };
             if group.len() < 2 {
                 continue;
             }
-            group.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
             let node_ids: Vec<String> = group.iter().map(|n| n.id.clone()).collect();
             let active = node_ids.iter().position(|id| *id == node.id).unwrap_or(0);
             points.push(BranchPoint { node_ids, active });

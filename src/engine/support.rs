@@ -414,11 +414,15 @@ impl Engine {
 
     pub(super) fn snapshot(&self, tid: Option<&str>) -> Snapshot {
         let limit = self.config.snapshot_nodes.max(1);
-        let thread = tid.and_then(|id| self.threads.get(id)).map(|t| ThreadView {
+        let thread = tid.and_then(|id| self.threads.get(id)).map(|t| {
+            let start = page_start(&t.path, t.path.len(), limit);
+            (t, start)
+        });
+        let thread = thread.map(|(t, start)| ThreadView {
             id: t.thread.id.clone(),
             title: t.thread.title.clone(),
-            older_nodes: page_start(&t.path, t.path.len(), limit) as u64,
-            nodes: t.path[page_start(&t.path, t.path.len(), limit)..].to_vec(),
+            older_nodes: start as u64,
+            nodes: t.path[start..].to_vec(),
             run: t.latest_run.clone(),
             queue: t.queue.clone(),
             pending_steers: t

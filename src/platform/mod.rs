@@ -234,11 +234,7 @@ impl Driver {
                         .await
                 });
             }
-            Effect::AbortTool { dispatch_id } => {
-                if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
-                    port.disconnect();
-                }
-            }
+            Effect::AbortTool { dispatch_id } => self.close_page_port(dispatch_id),
             Effect::Send { conn, event } => {
                 let message =
                     match event.serialize(&serde_wasm_bindgen::Serializer::json_compatible()) {
@@ -412,9 +408,7 @@ impl Driver {
             .borrow_mut()
             .tools
             .add(metrics::precise_now() - started);
-        if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
-            port.disconnect();
-        }
+        self.close_page_port(dispatch_id);
         let outcome = result.unwrap_or_else(|message| ToolOutcome::text(false, message));
         self.input(|e, now| e.handle_tool_result(now, dispatch_id, outcome));
     }

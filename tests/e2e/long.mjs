@@ -4,15 +4,10 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_EXTENSION_PATH, assertExtensionBuilt, dumpIndexedDb, submitTask } from '../support/browser.mjs';
+import { exitUnlessExtensionBuilt, dumpIndexedDb, submitTask } from '../support/browser.mjs';
 import { startSession, waitForSettledTurn, orphanToolCallProblems, saveArtifacts } from '../support/session.mjs';
 
-try {
-  assertExtensionBuilt(DEFAULT_EXTENSION_PATH);
-} catch (error) {
-  process.stderr.write(`e2e: ${error.message}\n`);
-  process.exit(1);
-}
+exitUnlessExtensionBuilt('e2e');
 
 const STEPS = 14;
 

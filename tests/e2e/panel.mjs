@@ -21,9 +21,8 @@ import { mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import {
-  DEFAULT_EXTENSION_PATH,
   REPO_ROOT,
-  assertExtensionBuilt,
+  exitUnlessExtensionBuilt,
   readPanel,
   submitTask,
   killServiceWorker,
@@ -51,12 +50,7 @@ import {
   isolatedTest as sharedIsolatedTest,
 } from '../support/session.mjs';
 
-try {
-  assertExtensionBuilt(DEFAULT_EXTENSION_PATH);
-} catch (error) {
-  process.stderr.write(`e2e: ${error.message}\n`);
-  process.exit(1);
-}
+exitUnlessExtensionBuilt('e2e');
 
 const TASK = 'Subscribe to the newsletter';
 const TEST_TIMEOUT = 300000;

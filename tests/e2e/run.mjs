@@ -15,8 +15,7 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  DEFAULT_EXTENSION_PATH,
-  assertExtensionBuilt,
+  exitUnlessExtensionBuilt,
   readPanel,
   submitTask,
   killServiceWorker,
@@ -45,12 +44,7 @@ import {
   saveArtifacts,
 } from '../support/session.mjs';
 
-try {
-  assertExtensionBuilt(DEFAULT_EXTENSION_PATH);
-} catch (error) {
-  process.stderr.write(`e2e: ${error.message}\n`);
-  process.exit(1);
-}
+exitUnlessExtensionBuilt('e2e');
 
 const TASK = 'Subscribe to the newsletter';
 const TEST_TIMEOUT = 300000;

@@ -17,8 +17,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
-  DEFAULT_EXTENSION_PATH,
-  assertExtensionBuilt,
+  exitUnlessExtensionBuilt,
   portLog,
   readApprovalCard,
   submitTask,
@@ -32,12 +31,7 @@ import {
 } from '../support/browser.mjs';
 import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts, isolatedTest as sharedIsolatedTest } from '../support/session.mjs';
 
-try {
-  assertExtensionBuilt(DEFAULT_EXTENSION_PATH);
-} catch (error) {
-  process.stderr.write(`e2e: ${error.message}\n`);
-  process.exit(1);
-}
+exitUnlessExtensionBuilt('e2e');
 
 const TEST_TIMEOUT = 300000;
 const FORM_PAGE = 'form.html';

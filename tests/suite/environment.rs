@@ -75,16 +75,10 @@ fn environment_is_frozen_with_the_run_without_the_key() {
 #[test]
 fn resume_refuses_drift_changed_tool_schema() {
     let mut sim = crashed_mid_stream(61);
-    let mut config = EngineConfig::default();
-    let mut registry = ToolRegistry::new();
-    for d in ToolRegistry::page_tools().descriptors() {
-        let mut d = d.clone();
-        if d.name == "click" {
-            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
-        }
-        registry.register(d).unwrap();
-    }
-    config.registry = registry;
+    let config = EngineConfig {
+        registry: registry_with_changed_click(),
+        ..EngineConfig::default()
+    };
     assert_eq!(resume_with(&mut sim, config), RunState::Failed);
     assert!(drift_message(&sim).contains("the tool click changed"));
     assert_eq!(
@@ -266,16 +260,10 @@ fn resume_refuses_drift_for_a_run_left_unfinished_by_the_previous_record_shape()
     sim.step();
     assert_eq!(sim.store.environments[&run_id].environment, environment);
     // The registry changes before a second restart: still refused.
-    let mut config = EngineConfig::default();
-    let mut registry = ToolRegistry::new();
-    for d in ToolRegistry::page_tools().descriptors() {
-        let mut d = d.clone();
-        if d.name == "click" {
-            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
-        }
-        registry.register(d).unwrap();
-    }
-    config.registry = registry;
+    let config = EngineConfig {
+        registry: registry_with_changed_click(),
+        ..EngineConfig::default()
+    };
     assert_eq!(resume_with(&mut sim, config), RunState::Failed);
     assert!(drift_message(&sim).contains("click"));
 }

@@ -8,11 +8,9 @@
 
 use std::collections::HashSet;
 
-use serde_json::json;
 use sw_agent::model::{NodeBody, RunState};
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event, Op, Submission, UncertainChoice};
 use sw_agent::sim::{CrashPoint, Sim};
-use sw_agent::tools::ToolRegistry;
 
 use super::support::*;
 
@@ -279,15 +277,7 @@ struct Drift {
 /// The click tool gains a parameter: its digest changes, so any run started
 /// before must refuse to resume.
 fn change_registry(sim: &mut Sim) -> Drift {
-    let mut registry = ToolRegistry::new();
-    for d in ToolRegistry::page_tools().descriptors() {
-        let mut d = d.clone();
-        if d.name == "click" {
-            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
-        }
-        registry.register(d).expect("valid descriptor");
-    }
-    sim.config.registry = registry;
+    sim.config.registry = registry_with_changed_click();
     Drift {
         calls: sim
             .store

@@ -131,6 +131,20 @@ pub fn page_tools() -> ToolFn {
     })
 }
 
+/// The page tools with one change that alters a digest: `click` gains a
+/// parameter (what a restarted worker with an updated registry would see).
+pub fn registry_with_changed_click() -> sw_agent::tools::ToolRegistry {
+    let mut registry = sw_agent::tools::ToolRegistry::new();
+    for d in sw_agent::tools::ToolRegistry::page_tools().descriptors() {
+        let mut d = d.clone();
+        if d.name == "click" {
+            d.parameters["properties"]["force"] = json!({ "type": "boolean" });
+        }
+        registry.register(d).expect("valid descriptor");
+    }
+    registry
+}
+
 /// A client reconnecting after a crash: connect and subscribe to the thread.
 pub fn reconnect(sim: &mut Sim) -> u64 {
     let conn = sim.connect();

@@ -6,6 +6,21 @@ use sw_agent::sim::Sim;
 
 use super::support::*;
 
+/// A thread whose first turn ("Subscribe me") waits for the click's approval.
+fn waiting_for_approval(seed: u64) -> (Sim, u64, String) {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::WaitingApproval
+    );
+    (sim, conn, tid)
+}
+
 fn fork(id: &str, thread: &str, node: Option<&str>) -> Op {
     Op::ThreadFork {
         submission: submission(id),
@@ -78,16 +93,7 @@ fn fork_at_a_message_copies_the_conversation_up_to_it() {
 
 #[test]
 fn fork_is_refused_at_an_open_tool_call_or_while_a_question_waits() {
-    let mut sim = Sim::new(121, agent_policy(), page_tools());
-    sim.auto_approve = None;
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
-    let thread = sim.store.threads.keys().next().unwrap().clone();
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::WaitingApproval
-    );
+    let (mut sim, conn, thread) = waiting_for_approval(121);
     sim.send(conn, fork("f1", &thread, None));
     sim.run(1000);
     // Settle the question, then try to fork right after the click's call.
@@ -112,20 +118,7 @@ fn fork_is_refused_at_an_open_tool_call_or_while_a_question_waits() {
     sim.send(conn, fork("f2", &thread, Some(&call)));
     sim.send(conn, fork("f3", &thread, Some("no-such-node")));
     sim.run(1000);
-    let rejects: Vec<(String, ErrorKind, String)> = sim
-        .events_for(conn)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::CommandReject {
-                submission_id,
-                op_type,
-                error,
-            } if op_type == "thread.fork" => {
-                Some((submission_id.clone(), error.kind, error.message.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let rejects = rejects(&sim, conn, "thread.fork");
     assert_eq!(rejects.len(), 3, "{rejects:?}");
     assert!(rejects[0].2.contains("answer"), "{rejects:?}");
     assert!(rejects[1].2.contains("tool call"), "{rejects:?}");
@@ -319,16 +312,7 @@ fn edit_starts_a_sibling_branch_and_select_branch_switches_between_them() {
 
 #[test]
 fn edit_and_branch_switch_are_refused_while_a_turn_holds_the_thread() {
-    let mut sim = Sim::new(131, agent_policy(), page_tools());
-    sim.auto_approve = None;
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
-    let tid = sim.store.threads.keys().next().unwrap().clone();
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::WaitingApproval
-    );
+    let (mut sim, conn, tid) = waiting_for_approval(131);
     let first = user_node(&sim, "Subscribe me");
     let leaf = sim.store.threads[&tid].leaf_id.clone();
     sim.send(conn, edit("e1", &tid, &first, "Do not subscribe"));
@@ -366,12 +350,7 @@ fn edit_and_branch_switch_are_refused_while_a_turn_holds_the_thread() {
 
 #[test]
 fn queued_turn_can_be_edited_until_it_starts() {
-    let mut sim = Sim::new(132, agent_policy(), page_tools());
-    sim.auto_approve = None;
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
-    let tid = sim.store.threads.keys().next().unwrap().clone();
+    let (mut sim, conn, tid) = waiting_for_approval(132);
     // The turn waits for an approval, so a new message is queued.
     sim.send(conn, submit("s2", Some(&tid), "then read, draft"));
     sim.run(1000);

@@ -60,6 +60,16 @@ export function assertExtensionBuilt(extensionPath = DEFAULT_EXTENSION_PATH) {
   }
 }
 
+/** For scripts: stop with a one-line message (exit 1) when the extension is not built. */
+export function exitUnlessExtensionBuilt(label, extensionPath = DEFAULT_EXTENSION_PATH) {
+  try {
+    assertExtensionBuilt(extensionPath);
+  } catch (error) {
+    process.stderr.write(`${label}: ${error.message}\n`);
+    process.exit(1);
+  }
+}
+
 /**
  * Init script that records every message the panel's Ports send and receive
  * into `window.__portLog` (JSON strings, so later mutation by the panel cannot
