@@ -619,10 +619,10 @@ function onAck(event) {
       }
       break;
     case "run.resume":
-      if (typeof result.turnId === "string") {
-        state.turnId = result.turnId;
-        renderRunState();
-      }
+      // The ACK can arrive before the new turn's turn.start: from here on the
+      // panel shows the continued turn as queued, never the old turn's
+      // "interrupted" under the new turn's id.
+      if (typeof result.turnId === "string" && result.turnId !== state.turnId) adoptTurn(result.turnId);
       break;
     case "approval.response":
       if (state.approvalAnswer && state.approvalAnswer.submissionId === event.submissionId) {
@@ -704,11 +704,20 @@ function onReject(event) {
 
 /** @param {EventOf<"turn.start">} event */
 function onTurnStart(event) {
-  if (event.turnId && event.turnId !== state.turnId) {
+  if (event.turnId) adoptTurn(event.turnId);
+}
+
+/**
+ * A turn starts (turn.start) or is known to be starting (run.resume's ACK):
+ * whichever comes first switches the panel to it.
+ * @param {string} turnId
+ */
+function adoptTurn(turnId) {
+  if (turnId !== state.turnId) {
     state.inFlightTool = null;
     clearRetry();
   }
-  state.turnId = event.turnId || state.turnId;
+  state.turnId = turnId;
   state.lastStopReason = null;
   if (!RUNNING_STATES.has(state.runState)) state.runState = "queued";
   hideError();

@@ -799,9 +799,24 @@ isolatedTest(
       await panel.keyboard.press('Tab');
     }
     assert.equal(await panel.evaluate(() => document.activeElement?.id), 'continue-button', 'Continue is reachable with Tab');
+    // Every (turn, state) pair the status line shows from here on: the continued
+    // turn must never be drawn as the old turn's "interrupted" (the resume ACK
+    // can arrive before the new turn's turn.start).
+    await panel.evaluate(() => {
+      const status = document.getElementById('status');
+      window.__statusTrail = [];
+      new MutationObserver(() => window.__statusTrail.push([status.dataset.turnId, status.dataset.state]))
+        .observe(status, { attributes: true, attributeFilter: ['data-state', 'data-turn-id'] });
+    });
     await panel.keyboard.press('Enter');
     const resumed = await waitForSettledTurn(panel, { previousTurnId: interrupted.turnId });
     assert.equal(resumed.state, 'completed', describeState(resumed));
+    const trail = await panel.evaluate(() => window.__statusTrail);
+    assert.deepEqual(
+      trail.filter(([turnId, state]) => turnId === resumed.turnId && !['queued', 'streaming_model', 'completed'].includes(state)),
+      [],
+      `the continued turn is only ever queued, streaming or completed: ${JSON.stringify(trail)}`,
+    );
     assert.match(topLevelNodes(resumed).filter((n) => n.text).at(-1).text, /Continuing where I stopped\./);
     assert.equal(await panel.locator('#interrupted-banner').isVisible(), false, 'the banner is gone');
     assert.equal(await panel.locator('#continue-button').isVisible(), false);
