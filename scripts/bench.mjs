@@ -269,9 +269,9 @@ async function browser() {
     // first kill below does that (both workers are running at this point).
 
     // 3. Cold start: worker killed, then Port connect → initialized.
-    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
+    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
     for (const s of seeded) {
-      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady']) cold[key][s.length] = [];
+      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild']) cold[key][s.length] = [];
     }
     const memory = {};
     for (let rep = 0; rep < CONFIG.coldReps; rep += 1) {
@@ -291,6 +291,10 @@ async function browser() {
         cold.workerStart[s.length].push(timing.timeOrigin - result.connectEpoch);
         cold.toReady[s.length].push(timing.readyAt);
         cold.afterReady[s.length].push(result.initializedEpoch - (timing.timeOrigin + timing.readyAt));
+        const loads = await real.evaluate(swMetrics);
+        cold.threadRead[s.length].push(loads.threadRead.totalMs);
+        cold.threadDecode[s.length].push(loads.threadDecode.totalMs);
+        cold.threadBuild[s.length].push(loads.threadBuild.totalMs);
         if (rep === 0 && (s.length === 10 || s.length === 10000)) {
           // The thread stays loaded in this fresh worker: its memory now.
           const heap = await real.withWorkerSession(async (call) => {
@@ -447,6 +451,9 @@ function browserFigures(m) {
     figure(coldGroup, `cold.${len}.worker_start_ms`, `  ├ connect → worker global created (${m.cold.nodes[len]} nodes)`, 'ms', m.cold.workerStart[len]);
     figure(coldGroup, `cold.${len}.to_ready_ms`, `  ├ worker created → engine ready (script, wasm fetch/compile/instantiate, Engine.start)`, 'ms', m.cold.toReady[len]);
     figure(coldGroup, `cold.${len}.after_ready_ms`, `  └ engine ready → initialized received (load thread, snapshot, Port)`, 'ms', m.cold.afterReady[len]);
+    figure(coldGroup, `cold.${len}.thread_read_ms`, `      ├ IndexedDB read of the thread's records`, 'ms', m.cold.threadRead[len]);
+    figure(coldGroup, `cold.${len}.thread_decode_ms`, `      ├ decoding them into nodes`, 'ms', m.cold.threadDecode[len]);
+    figure(coldGroup, `cold.${len}.thread_build_ms`, `      └ engine: build the thread, snapshot, post`, 'ms', m.cold.threadBuild[len]);
     figure(coldGroup, `cold.${len}.warm_init_ms`, `  (warm initialize of the same thread: snapshot + Port only)`, 'ms', m.warmInit[len]);
   }
   figure(coldGroup, 'cold.bare_worker_start_ms', 'bare JS worker: connect → worker global created', 'ms', m.cold.bareWorkerStart);

@@ -122,7 +122,11 @@ pub enum NoticeLevel {
 }
 
 /// One node of the append-only conversation tree.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Serialized flat (`id`, `threadId`, `parentId`, `createdAt`, `kind` and the
+// body's fields side by side). Decoding is hand-written (`node_de` below):
+// the derived decoder of a flattened, internally tagged enum buffers every
+// record twice, which made reading a long thread at cold start slow.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Node {
     pub id: String,
@@ -134,7 +138,8 @@ pub struct Node {
 }
 
 /// What a node holds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Decoded only as part of a `Node` (see `node_de`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(
     tag = "kind",
     rename_all = "snake_case",
@@ -608,6 +613,257 @@ pub fn base64_encode(bytes: &[u8]) -> String {
     out
 }
 
+/// `Node`'s decoder: one pass over the record's fields, no buffering.
+/// Accepts exactly what the derived flat shape wrote (unknown fields are
+/// ignored, defaults as declared on `NodeBody`).
+mod node_de {
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    use super::{ImageData, Node, NodeBody, NoticeLevel, StopReason, ToolStatus, Usage};
+
+    const KINDS: &[&str] = &[
+        "turn_context",
+        "user_message",
+        "assistant_message",
+        "tool_call",
+        "tool_result",
+        "notice",
+        "compaction",
+    ];
+
+    enum Field {
+        Id,
+        ThreadId,
+        ParentId,
+        CreatedAt,
+        Kind,
+        TurnId,
+        Model,
+        Text,
+        Steered,
+        Reasoning,
+        StopReason,
+        Usage,
+        Interrupted,
+        ProviderPrivate,
+        CallId,
+        AssistantId,
+        Name,
+        Label,
+        Arguments,
+        Status,
+        Content,
+        Details,
+        Images,
+        Level,
+        Summary,
+        CompactedNodes,
+        Verbatim,
+        Other,
+    }
+
+    impl Field {
+        fn of(key: &str) -> Field {
+            match key {
+                "id" => Field::Id,
+                "threadId" => Field::ThreadId,
+                "parentId" => Field::ParentId,
+                "createdAt" => Field::CreatedAt,
+                "kind" => Field::Kind,
+                "turnId" => Field::TurnId,
+                "model" => Field::Model,
+                "text" => Field::Text,
+                "steered" => Field::Steered,
+                "reasoning" => Field::Reasoning,
+                "stopReason" => Field::StopReason,
+                "usage" => Field::Usage,
+                "interrupted" => Field::Interrupted,
+                "providerPrivate" => Field::ProviderPrivate,
+                "callId" => Field::CallId,
+                "assistantId" => Field::AssistantId,
+                "name" => Field::Name,
+                "label" => Field::Label,
+                "arguments" => Field::Arguments,
+                "status" => Field::Status,
+                "content" => Field::Content,
+                "details" => Field::Details,
+                "images" => Field::Images,
+                "level" => Field::Level,
+                "summary" => Field::Summary,
+                "compactedNodes" => Field::CompactedNodes,
+                "verbatim" => Field::Verbatim,
+                _ => Field::Other,
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Field {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct FieldVisitor;
+            impl Visitor<'_> for FieldVisitor {
+                type Value = Field;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a node field name")
+                }
+                fn visit_str<E: de::Error>(self, key: &str) -> Result<Field, E> {
+                    Ok(Field::of(key))
+                }
+            }
+            deserializer.deserialize_identifier(FieldVisitor)
+        }
+    }
+
+    /// Every field any kind of node has, as read.
+    #[derive(Default)]
+    struct Fields {
+        id: Option<String>,
+        thread_id: Option<String>,
+        parent_id: Option<String>,
+        created_at: Option<u64>,
+        kind: Option<String>,
+        turn_id: Option<String>,
+        model: Option<String>,
+        text: Option<String>,
+        steered: Option<bool>,
+        reasoning: Option<String>,
+        stop_reason: Option<StopReason>,
+        usage: Option<Usage>,
+        interrupted: Option<bool>,
+        provider_private: Option<serde_json::Value>,
+        call_id: Option<String>,
+        assistant_id: Option<String>,
+        name: Option<String>,
+        label: Option<String>,
+        arguments: Option<serde_json::Value>,
+        status: Option<ToolStatus>,
+        content: Option<String>,
+        details: Option<serde_json::Value>,
+        images: Option<Vec<ImageData>>,
+        level: Option<NoticeLevel>,
+        summary: Option<String>,
+        compacted_nodes: Option<u64>,
+        verbatim: Option<String>,
+    }
+
+    fn need<T, E: de::Error>(value: Option<T>, field: &'static str) -> Result<T, E> {
+        value.ok_or_else(|| E::missing_field(field))
+    }
+
+    impl Fields {
+        fn into_node<E: de::Error>(self) -> Result<Node, E> {
+            let kind = need(self.kind, "kind")?;
+            let body = match kind.as_str() {
+                "turn_context" => NodeBody::TurnContext {
+                    turn_id: need(self.turn_id, "turnId")?,
+                    model: need(self.model, "model")?,
+                },
+                "user_message" => NodeBody::UserMessage {
+                    text: need(self.text, "text")?,
+                    steered: self.steered.unwrap_or(false),
+                },
+                "assistant_message" => NodeBody::AssistantMessage {
+                    text: need(self.text, "text")?,
+                    reasoning: self.reasoning,
+                    stop_reason: need(self.stop_reason, "stopReason")?,
+                    usage: self.usage,
+                    interrupted: self.interrupted.unwrap_or(false),
+                    model: need(self.model, "model")?,
+                    provider_private: self.provider_private,
+                },
+                "tool_call" => NodeBody::ToolCall {
+                    call_id: need(self.call_id, "callId")?,
+                    assistant_id: need(self.assistant_id, "assistantId")?,
+                    name: need(self.name, "name")?,
+                    label: need(self.label, "label")?,
+                    arguments: need(self.arguments, "arguments")?,
+                },
+                "tool_result" => NodeBody::ToolResult {
+                    call_id: need(self.call_id, "callId")?,
+                    name: need(self.name, "name")?,
+                    status: need(self.status, "status")?,
+                    content: need(self.content, "content")?,
+                    details: self.details,
+                    images: self.images.unwrap_or_default(),
+                },
+                "notice" => NodeBody::Notice {
+                    level: need(self.level, "level")?,
+                    text: need(self.text, "text")?,
+                },
+                "compaction" => NodeBody::Compaction {
+                    summary: need(self.summary, "summary")?,
+                    compacted_nodes: need(self.compacted_nodes, "compactedNodes")?,
+                    verbatim: self.verbatim.unwrap_or_default(),
+                },
+                other => return Err(E::unknown_variant(other, KINDS)),
+            };
+            Ok(Node {
+                id: need(self.id, "id")?,
+                thread_id: need(self.thread_id, "threadId")?,
+                parent_id: self.parent_id,
+                created_at: need(self.created_at, "createdAt")?,
+                body,
+            })
+        }
+    }
+
+    struct NodeVisitor;
+
+    impl<'de> Visitor<'de> for NodeVisitor {
+        type Value = Node;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a node record")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+            let mut f = Fields::default();
+            while let Some(key) = map.next_key::<Field>()? {
+                match key {
+                    Field::Id => f.id = Some(map.next_value()?),
+                    Field::ThreadId => f.thread_id = Some(map.next_value()?),
+                    Field::ParentId => f.parent_id = map.next_value()?,
+                    Field::CreatedAt => f.created_at = Some(map.next_value()?),
+                    Field::Kind => f.kind = Some(map.next_value()?),
+                    Field::TurnId => f.turn_id = Some(map.next_value()?),
+                    Field::Model => f.model = Some(map.next_value()?),
+                    Field::Text => f.text = Some(map.next_value()?),
+                    Field::Steered => f.steered = Some(map.next_value()?),
+                    Field::Reasoning => f.reasoning = map.next_value()?,
+                    Field::StopReason => f.stop_reason = Some(map.next_value()?),
+                    Field::Usage => f.usage = map.next_value()?,
+                    Field::Interrupted => f.interrupted = Some(map.next_value()?),
+                    Field::ProviderPrivate => f.provider_private = map.next_value()?,
+                    Field::CallId => f.call_id = Some(map.next_value()?),
+                    Field::AssistantId => f.assistant_id = Some(map.next_value()?),
+                    Field::Name => f.name = Some(map.next_value()?),
+                    Field::Label => f.label = Some(map.next_value()?),
+                    Field::Arguments => f.arguments = Some(map.next_value()?),
+                    Field::Status => f.status = Some(map.next_value()?),
+                    Field::Content => f.content = Some(map.next_value()?),
+                    Field::Details => f.details = map.next_value()?,
+                    Field::Images => f.images = Some(map.next_value()?),
+                    Field::Level => f.level = Some(map.next_value()?),
+                    Field::Summary => f.summary = Some(map.next_value()?),
+                    Field::CompactedNodes => f.compacted_nodes = Some(map.next_value()?),
+                    Field::Verbatim => f.verbatim = Some(map.next_value()?),
+                    Field::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            f.into_node()
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Node {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
+            deserializer.deserialize_map(NodeVisitor)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -644,5 +900,210 @@ mod tests {
         assert_eq!(fit_within(800, 3000, 240), (64, 240));
         assert_eq!(fit_within(5000, 1, 240), (240, 1));
         assert_eq!(fit_within(0, 0, 240), (1, 1));
+    }
+
+    fn node(parent: Option<&str>, body: NodeBody) -> Node {
+        Node {
+            id: "n1".into(),
+            thread_id: "t1".into(),
+            parent_id: parent.map(String::from),
+            created_at: 1_700_000_000_123,
+            body,
+        }
+    }
+
+    /// One node of every kind, with every optional field set and unset.
+    fn every_kind() -> Vec<Node> {
+        let full_usage = Usage {
+            input: 10,
+            output: 5,
+            cache_read: 1,
+            cache_write: 2,
+            reasoning: 3,
+        };
+        vec![
+            node(
+                None,
+                NodeBody::TurnContext {
+                    turn_id: "r1".into(),
+                    model: "m".into(),
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::UserMessage {
+                    text: "hi".into(),
+                    steered: true,
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::UserMessage {
+                    text: String::new(),
+                    steered: false,
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::AssistantMessage {
+                    text: "done".into(),
+                    reasoning: Some("because".into()),
+                    stop_reason: StopReason::ToolUse,
+                    usage: Some(full_usage),
+                    interrupted: true,
+                    model: "m".into(),
+                    provider_private: Some(serde_json::json!({"signature": "s", "n": [1, 2.5]})),
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::AssistantMessage {
+                    text: String::new(),
+                    reasoning: None,
+                    stop_reason: StopReason::End,
+                    usage: None,
+                    interrupted: false,
+                    model: "m".into(),
+                    provider_private: None,
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::ToolCall {
+                    call_id: "c1".into(),
+                    assistant_id: "a1".into(),
+                    name: "click".into(),
+                    label: "Click".into(),
+                    arguments: serde_json::json!({"ref": "e1", "deep": {"x": null}}),
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::ToolResult {
+                    call_id: "c1".into(),
+                    name: "screenshot".into(),
+                    status: ToolStatus::Denied,
+                    content: "no".into(),
+                    details: Some(serde_json::json!({"box": [1, 2, 3, 4]})),
+                    images: vec![ImageData::from_bytes("image/png", b"png")],
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::ToolResult {
+                    call_id: "c1".into(),
+                    name: "read_page".into(),
+                    status: ToolStatus::Ok,
+                    content: "text".into(),
+                    details: None,
+                    images: Vec::new(),
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::Notice {
+                    level: NoticeLevel::Warning,
+                    text: "model switched".into(),
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::Compaction {
+                    summary: "so far".into(),
+                    compacted_nodes: 42,
+                    verbatim: "plan".into(),
+                },
+            ),
+            node(
+                Some("n0"),
+                NodeBody::Compaction {
+                    summary: "so far".into(),
+                    compacted_nodes: 0,
+                    verbatim: String::new(),
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn nodes_of_every_kind_decode_to_what_was_encoded() {
+        for original in every_kind() {
+            let value = serde_json::to_value(&original).unwrap();
+            let decoded: Node = serde_json::from_value(value.clone()).unwrap();
+            assert_eq!(decoded, original, "{value}");
+            let text = serde_json::to_string(&original).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Node>(&text).unwrap(),
+                original,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_decoding_accepts_older_and_extra_fields_and_names_what_is_missing() {
+        // Defaults as declared: omitted optional fields, explicit nulls, unknown fields.
+        let older: Node = serde_json::from_value(serde_json::json!({
+            "id": "n1", "threadId": "t1", "createdAt": 5, "kind": "assistant_message",
+            "text": "x", "stopReason": "end", "model": "m", "reasoning": null, "usage": null,
+            "futureField": {"nested": [1]},
+        }))
+        .unwrap();
+        assert_eq!(older.parent_id, None);
+        assert!(matches!(
+            older.body,
+            NodeBody::AssistantMessage {
+                interrupted: false,
+                reasoning: None,
+                usage: None,
+                provider_private: None,
+                ..
+            }
+        ));
+        let missing = serde_json::from_value::<Node>(serde_json::json!({
+            "id": "n1", "threadId": "t1", "createdAt": 5, "kind": "tool_call",
+            "callId": "c", "name": "click", "label": "Click", "arguments": {},
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(missing.contains("assistantId"), "{missing}");
+        let no_kind = serde_json::from_value::<Node>(
+            serde_json::json!({"id": "n1", "threadId": "t1", "createdAt": 5}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(no_kind.contains("kind"), "{no_kind}");
+        let unknown = serde_json::from_value::<Node>(serde_json::json!({
+            "id": "n1", "threadId": "t1", "createdAt": 5, "kind": "hologram",
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            unknown.contains("hologram") && unknown.contains("user_message"),
+            "{unknown}"
+        );
+        let wrong_type = serde_json::from_value::<Node>(serde_json::json!({
+            "id": "n1", "threadId": "t1", "createdAt": "yesterday", "kind": "notice", "level": "info", "text": "x",
+        }));
+        assert!(wrong_type.is_err());
+        assert!(
+            serde_json::from_value::<Node>(serde_json::json!(["n1"])).is_err(),
+            "not a record"
+        );
+    }
+
+    #[test]
+    fn node_decodes_inside_tagged_protocol_events() {
+        // Through serde's buffered path too (a node nested in an internally tagged enum).
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "type")]
+        enum Event {
+            Added { node: Node },
+        }
+        for original in every_kind() {
+            let event = Event::Added { node: original };
+            let text = serde_json::to_string(&event).unwrap();
+            assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), event);
+        }
     }
 }

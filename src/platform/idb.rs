@@ -247,7 +247,8 @@ impl IdbStore {
         let loaded_threads = threads_to_load(&runs, &queue);
         let mut nodes = Vec::new();
         for thread_id in &loaded_threads {
-            nodes.extend(self.thread_nodes_inner(thread_id, &mut skipped).await?);
+            let values = self.thread_node_values(thread_id).await?;
+            nodes.extend(decode_all(values, stores::NODES, &mut skipped));
         }
         let image = StoreImage {
             threads,
@@ -266,17 +267,16 @@ impl IdbStore {
     }
 
     /// Every node of one thread.
+    /// All nodes of one thread, and the records that could not be decoded.
     pub async fn thread_nodes(&self, thread_id: &str) -> Result<(Vec<Node>, Skipped), StoreError> {
-        let mut skipped = Vec::new();
-        let nodes = self.thread_nodes_inner(thread_id, &mut skipped).await?;
-        Ok((nodes, skipped))
+        Ok(Self::decode_nodes(
+            self.thread_node_values(thread_id).await?,
+        ))
     }
 
-    async fn thread_nodes_inner(
-        &self,
-        thread_id: &str,
-        skipped: &mut Vec<String>,
-    ) -> Result<Vec<Node>, StoreError> {
+    /// The stored values of a thread's nodes; `decode_nodes` turns them into
+    /// nodes (two steps so the driver can time them apart).
+    pub async fn thread_node_values(&self, thread_id: &str) -> Result<Vec<JsValue>, StoreError> {
         let tx = self
             .db
             .transaction(&[stores::NODES], TransactionMode::ReadOnly)
@@ -286,11 +286,15 @@ impl IdbStore {
             .and_then(|s| s.index("threadId"))
             .map_err(store_error)?;
         let range = KeyRange::only(&JsValue::from_str(thread_id)).map_err(store_error)?;
-        let values = index
-            .get_all(Some(range), None)
-            .await
-            .map_err(store_error)?;
-        Ok(decode_all(values, stores::NODES, skipped))
+        index.get_all(Some(range), None).await.map_err(store_error)
+    }
+
+    /// Decode what `thread_node_values` read (undecodable records are skipped
+    /// and reported, never deleted).
+    pub fn decode_nodes(values: Vec<JsValue>) -> (Vec<Node>, Skipped) {
+        let mut skipped = Vec::new();
+        let nodes = decode_all(values, stores::NODES, &mut skipped);
+        (nodes, skipped)
     }
 
     /// Every record of one store as raw JS values (tests and diagnostics).

@@ -53,4 +53,9 @@ pub struct Metrics {
     pub deltas_sent: u64,
     /// Time from `Engine.start()` to the engine being ready (ms).
     pub start_ms: f64,
+    /// Thread loads: the IndexedDB read, decoding the records, and the
+    /// engine building the thread from them.
+    pub thread_read: Timing,
+    pub thread_decode: Timing,
+    pub thread_build: Timing,
 }

@@ -184,12 +184,20 @@ impl Driver {
             Effect::LoadThread { thread_id } => {
                 let d = self.rc();
                 spawn_local(async move {
-                    match d.store.thread_nodes(&thread_id).await {
-                        Ok((nodes, skipped)) => {
+                    let started = metrics::precise_now();
+                    match d.store.thread_node_values(&thread_id).await {
+                        Ok(values) => {
+                            let read = metrics::precise_now();
+                            let (nodes, skipped) = IdbStore::decode_nodes(values);
+                            let decoded = metrics::precise_now();
                             for s in skipped {
                                 warn(&format!("skipped an undecodable record: {s}"));
                             }
                             d.input(|e, now| e.handle_thread_loaded(now, &thread_id, nodes));
+                            let mut m = d.metrics.borrow_mut();
+                            m.thread_read.add(read - started);
+                            m.thread_decode.add(decoded - read);
+                            m.thread_build.add(metrics::precise_now() - decoded);
                         }
                         Err(err) => d.input(|e, _| e.handle_thread_load_error(&thread_id, err)),
                     }
