@@ -36,6 +36,12 @@ pub struct Thread {
     /// Accumulated token usage of all runs.
     #[serde(default)]
     pub usage: Usage,
+    /// Number of nodes on the active path (root to leaf), stamped by the
+    /// engine on every write of the record. Lets a cold start show the tail
+    /// of a long thread without reading all of it. None in records written
+    /// before it existed: such a thread is read whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_len: Option<u64>,
 }
 
 impl Thread {

@@ -32,6 +32,7 @@ fn thread(id: &str) -> Thread {
         revision: 1,
         parent_thread_id: None,
         usage: Usage::default(),
+        path_len: None,
     }
 }
 

@@ -42,6 +42,7 @@ impl Engine {
             revision: 1,
             parent_thread_id: None,
             usage: Usage::default(),
+            path_len: None,
         };
         let result = json!({ "threadId": thread.id });
         let mut unit = UnitOfWork::new();
@@ -119,6 +120,7 @@ impl Engine {
             revision: 1,
             parent_thread_id: Some(thread_id.to_string()),
             usage: Usage::default(),
+            path_len: None,
         };
         unit.puts.insert(0, Record::Thread(thread));
         let result = json!({ "threadId": fork_id });
@@ -273,6 +275,7 @@ impl Engine {
                     revision: 0,
                     parent_thread_id: None,
                     usage: Usage::default(),
+                    path_len: None,
                 };
                 let tid = thread.id.clone();
                 // The thread exists in memory only until the first checkpoint commits

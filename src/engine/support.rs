@@ -37,6 +37,7 @@ impl Engine {
         if let Some((reply, result)) = &decided {
             self.add_receipt(now, &mut unit, reply, result);
         }
+        self.stamp_path_lengths(&mut unit);
         let token = self.next_handle();
         self.pending.insert(
             token,
@@ -50,6 +51,78 @@ impl Engine {
         );
         self.effects.push_back(Effect::Persist { token, unit });
         token
+    }
+
+    /// Every thread record of a unit carries the length of its active path
+    /// (`Thread::path_len`), computed from the unit's own nodes and the
+    /// committed path in memory; None when that cannot be known here (an
+    /// ancestor still in flight in another unit, a thread not in memory), which
+    /// only means the next cold start reads that thread whole.
+    fn stamp_path_lengths(&self, unit: &mut UnitOfWork) {
+        if !unit.puts.iter().any(|r| matches!(r, Record::Thread(_))) {
+            return;
+        }
+        let parents: HashMap<String, Option<String>> = unit
+            .puts
+            .iter()
+            .filter_map(|r| match r {
+                Record::Node(n) => Some((n.id.clone(), n.parent_id.clone())),
+                _ => None,
+            })
+            .collect();
+        for record in &mut unit.puts {
+            if let Record::Thread(thread) = record {
+                thread.path_len = self.path_len_of(thread, &parents);
+            }
+        }
+    }
+
+    fn path_len_of(
+        &self,
+        thread: &Thread,
+        parents: &HashMap<String, Option<String>>,
+    ) -> Option<u64> {
+        let Some(leaf) = thread.leaf_id.as_deref() else {
+            return Some(0);
+        };
+        let state = self.threads.get(&thread.id);
+        let loaded = state.filter(|t| t.loaded);
+        // Up through this unit's new nodes.
+        let mut cursor = leaf.to_string();
+        let mut above: u64 = 0;
+        while let Some(parent) = parents.get(&cursor) {
+            above += 1;
+            match parent {
+                None => return Some(above),
+                Some(p) => cursor = p.clone(),
+            }
+            if above as usize > parents.len() {
+                return None; // a cycle among the unit's nodes
+            }
+        }
+        if let Some(t) = loaded {
+            // Ancestors never change: a node at index i of the committed
+            // active path has i + 1 nodes from the root, whatever the leaf.
+            if let Some(i) = t.path.iter().rposition(|n| n.id == cursor) {
+                return Some(above + i as u64 + 1);
+            }
+            // On another branch (a branch switch): walk the whole tree.
+            let by_id: HashMap<&str, &Node> = t.all_nodes().map(|n| (n.id.as_str(), n)).collect();
+            let mut node = by_id.get(cursor.as_str())?;
+            let mut depth: u64 = 1;
+            while let Some(parent) = node.parent_id.as_deref() {
+                node = by_id.get(parent)?;
+                depth += 1;
+                if depth as usize > by_id.len() {
+                    return None;
+                }
+            }
+            return Some(above + depth);
+        }
+        // Not in memory: the leaf did not move, so the stored length holds.
+        state
+            .filter(|t| above == 0 && t.thread.leaf_id.as_deref() == Some(leaf))
+            .and_then(|t| t.thread.path_len)
     }
 
     pub(super) fn persist_command(

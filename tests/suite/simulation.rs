@@ -40,6 +40,8 @@ struct Outcome {
     conflicts_refused: usize,
     /// Uncertain writes the user chose to retry.
     retries: usize,
+    /// Non-empty threads whose record stores its path length (each checked).
+    path_lengths: usize,
 }
 
 fn run_schedule(seed: u64) -> Result<Outcome, String> {
@@ -255,12 +257,19 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
                 if op_type == "run.resolveUncertain" && result["choice"] == "retry")
         })
         .count();
+    let path_lengths = sim
+        .store
+        .threads
+        .values()
+        .filter(|t| t.leaf_id.is_some() && t.path_len.is_some())
+        .count();
     Ok(Outcome {
         steps,
         crashes: sim.crashes,
         drifted_runs: drift.map_or(0, |d| d.started.len()),
         conflicts_refused,
         retries,
+        path_lengths,
     })
 }
 
@@ -385,6 +394,7 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
     let mut total_steps = 0usize;
     let mut total_crashes = 0u64;
     let (mut drifted, mut conflicts, mut retries) = (0usize, 0usize, 0usize);
+    let mut path_lengths = 0usize;
     for seed in 0..seeds {
         match run_schedule(seed) {
             Ok(o) => {
@@ -393,6 +403,7 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
                 drifted += o.drifted_runs;
                 conflicts += o.conflicts_refused;
                 retries += o.retries;
+                path_lengths += o.path_lengths;
             }
             Err(e) => panic!("seed {seed} failed: {e}\nreplay with: SIM_SEED={seed} cargo test simulation_crash_anywhere"),
         }
@@ -406,11 +417,15 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
         assert!(drifted > 0, "no run met a registry change");
         assert!(conflicts > 0, "no conflicting submission was refused");
         assert!(retries > 0, "no uncertain write was retried");
+        assert!(
+            path_lengths as u64 > seeds / 2,
+            "only {path_lengths} non-empty threads store their path length (checked against the path)"
+        );
     }
     eprintln!(
         "{seeds} schedules, {total_steps} steps, {total_crashes} crashes, \
          {drifted} runs refused for drift, {conflicts} conflicting submissions refused, \
-         {retries} uncertain writes retried"
+         {retries} uncertain writes retried, {path_lengths} stored path lengths checked"
     );
 }
 

@@ -167,6 +167,23 @@ pub fn current_ids(sim: &Sim) -> (Option<String>, Option<String>) {
 }
 
 /// The durable path of every thread in the store.
+/// A stored thread record's `pathLen`, when set, is its active path's length
+/// (a cold start pages the thread's tail by it).
+pub fn check_path_lengths(sim: &Sim, all_paths: &[Vec<Node>]) -> Result<(), String> {
+    for (thread, path) in sim.store.threads.values().zip(all_paths) {
+        if let Some(len) = thread.path_len {
+            if len != path.len() as u64 {
+                return Err(format!(
+                    "thread {} stores pathLen {len}, its active path has {} nodes",
+                    thread.id,
+                    path.len()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn paths(sim: &Sim) -> Vec<Vec<Node>> {
     sim.store
         .threads
@@ -197,6 +214,7 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
     }
     let acked_steers: HashSet<String> = acked_steer_texts(sim);
     let all_paths = paths(sim);
+    check_path_lengths(sim, &all_paths)?;
     let runs_terminal = sim.store.runs.values().all(|r| r.state.is_terminal());
     for path in &all_paths {
         check_path_shape(path, runs_terminal)?;
