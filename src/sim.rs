@@ -150,6 +150,10 @@ pub struct Sim {
     /// When set, persists are parked in `held` instead of committed (a slow disk).
     pub hold_persists: bool,
     pub held: Vec<(u64, crate::store::UnitOfWork)>,
+    /// Threads read whole (`Effect::LoadThread`), in order.
+    pub loads: Vec<String>,
+    /// Tail reads (`Effect::LoadThreadTail`): thread, nodes read, complete.
+    pub tail_loads: Vec<(String, usize, bool)>,
     /// Driver-observed invariant violations (ack before commit, announce
     /// before commit, turn.complete before the terminal write).
     pub violations: Vec<String>,
@@ -202,6 +206,8 @@ impl Sim {
             realistic_usage: false,
             hold_persists: false,
             held: Vec::new(),
+            loads: Vec::new(),
+            tail_loads: Vec::new(),
             violations: Vec::new(),
         }
     }
@@ -365,8 +371,16 @@ impl Sim {
             }
             Effect::LoadThread { thread_id } => {
                 let nodes = self.store.thread_nodes(&thread_id);
+                self.loads.push(thread_id.clone());
                 self.engine
                     .handle_thread_loaded(self.now, &thread_id, nodes);
+            }
+            Effect::LoadThreadTail { thread_id, nodes } => {
+                let (tail, complete) = self.store.thread_tail(&thread_id, nodes);
+                self.tail_loads
+                    .push((thread_id.clone(), tail.len(), complete));
+                self.engine
+                    .handle_thread_tail_loaded(self.now, &thread_id, tail, complete);
             }
             Effect::CallProvider {
                 request_id,
@@ -585,8 +599,12 @@ impl Sim {
                 op_type,
                 result,
             } => {
-                let nothing_written = op_type == "initialize"
-                    || (op_type == "turn.interrupt" && result.get("turnId") == Some(&Value::Null));
+                // Reads: no receipt, nothing written.
+                let nothing_written = matches!(
+                    op_type.as_str(),
+                    "initialize" | "thread.history" | "provider.test"
+                ) || (op_type == "turn.interrupt"
+                    && result.get("turnId") == Some(&Value::Null));
                 let suffix = format!("\u{1f}{submission_id}");
                 if !nothing_written && !self.store.receipts.keys().any(|k| k.ends_with(&suffix)) {
                     self.violations

@@ -304,6 +304,32 @@ impl MemoryStore {
             .cloned()
             .collect()
     }
+
+    /// The newest `count` nodes of a thread by creation time, plus every node
+    /// created in the same millisecond as the oldest of them, and whether
+    /// that is all of the thread (what `Effect::LoadThreadTail` asks for;
+    /// the IndexedDB store answers the same from its `threadTime` index).
+    pub fn thread_tail(&self, thread_id: &str, count: usize) -> (Vec<Node>, bool) {
+        let mut nodes = self.thread_nodes(thread_id);
+        select_tail(&mut nodes, count)
+    }
+}
+
+/// Keep the newest `count` nodes (by `createdAt`) and any tied with the
+/// oldest kept; true when nothing was dropped.
+pub fn select_tail(nodes: &mut Vec<Node>, count: usize) -> (Vec<Node>, bool) {
+    let count = count.max(1);
+    if nodes.len() <= count {
+        return (std::mem::take(nodes), true);
+    }
+    let mut times: Vec<u64> = nodes.iter().map(|n| n.created_at).collect();
+    times.sort_unstable_by(|a, b| b.cmp(a));
+    let boundary = times[count - 1];
+    let tail: Vec<Node> = std::mem::take(nodes)
+        .into_iter()
+        .filter(|n| n.created_at >= boundary)
+        .collect();
+    (tail, false)
 }
 
 /// Threads whose nodes must be loaded at start: those with an unfinished run

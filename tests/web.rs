@@ -249,6 +249,11 @@ async fn drive(
                 let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
                 engine.handle_thread_loaded(now, &thread_id, nodes);
             }
+            Effect::LoadThreadTail { thread_id, nodes } => {
+                let (values, complete) = store.thread_tail_values(&thread_id, nodes).await.unwrap();
+                let (nodes, _) = IdbStore::decode_nodes(values);
+                engine.handle_thread_tail_loaded(now, &thread_id, nodes, complete);
+            }
             Effect::Send { event, .. } => events.push(event.event),
             _ => {}
         }
@@ -985,6 +990,12 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
                     let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
                     engine.handle_thread_loaded(now(), &thread_id, nodes);
                 }
+                Effect::LoadThreadTail { thread_id, nodes } => {
+                    let (values, complete) =
+                        store.thread_tail_values(&thread_id, nodes).await.unwrap();
+                    let (nodes, _) = IdbStore::decode_nodes(values);
+                    engine.handle_thread_tail_loaded(now(), &thread_id, nodes, complete);
+                }
                 Effect::CallProvider {
                     request_id,
                     request,
@@ -1151,4 +1162,59 @@ async fn engine_honours_retry_after_ms_from_a_429() {
     let gap =
         requests[1]["receivedAt"].as_f64().unwrap() - requests[0]["receivedAt"].as_f64().unwrap();
     assert!(gap >= 290.0, "the retry waited for Retry-After ({gap} ms)");
+}
+
+#[wasm_bindgen_test]
+async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
+    let name = "sw-agent-test-tail";
+    let _ = IdbStore::delete(name).await;
+    let store = IdbStore::open(name).await.unwrap();
+    let node = |thread: &str, i: u64, created_at: u64| sw_agent::model::Node {
+        id: format!("{thread}-n{i:03}"),
+        thread_id: thread.into(),
+        parent_id: (i > 0).then(|| format!("{thread}-n{:03}", i - 1)),
+        created_at,
+        body: NodeBody::UserMessage {
+            text: format!("message {i}"),
+            steered: false,
+        },
+    };
+    let mut unit = UnitOfWork::new();
+    unit.put(Record::Thread(thread("t1")))
+        .put(Record::Thread(thread("t2")));
+    // t1: 30 nodes, two per millisecond (ties at every time); t2: 5 nodes
+    // created later than all of t1's.
+    for i in 0..30 {
+        unit.put(Record::Node(node("t1", i, 1000 + i / 2)));
+    }
+    for i in 0..5 {
+        unit.put(Record::Node(node("t2", i, 9000 + i)));
+    }
+    store.commit(&unit).await.unwrap();
+
+    let decode = |values: Vec<wasm_bindgen::JsValue>| {
+        let (nodes, skipped) = IdbStore::decode_nodes(values);
+        assert!(skipped.is_empty());
+        let mut ids: Vec<String> = nodes.into_iter().map(|n| n.id).collect();
+        ids.sort();
+        ids
+    };
+    // The 9 newest end at time 1010 (nodes 21 and 20 share it): both come.
+    let (values, complete) = store.thread_tail_values("t1", 9).await.unwrap();
+    assert!(!complete);
+    let expected: Vec<String> = (20..30).map(|i| format!("t1-n{i:03}")).collect();
+    assert_eq!(decode(values), expected);
+    // As many as it has, or more: all of it, complete.
+    for count in [30, 100] {
+        let (values, complete) = store.thread_tail_values("t1", count).await.unwrap();
+        assert!(complete, "count {count}");
+        assert_eq!(decode(values).len(), 30);
+    }
+    let (values, complete) = store.thread_tail_values("t2", 2).await.unwrap();
+    assert!(!complete);
+    assert_eq!(decode(values), vec!["t2-n003", "t2-n004"]);
+    let (values, complete) = store.thread_tail_values("nobody", 10).await.unwrap();
+    assert!(complete && values.is_empty());
+    store.close();
+    let _ = IdbStore::delete(name).await;
 }

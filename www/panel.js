@@ -1150,6 +1150,12 @@ function prependHistory(result) {
   const fragment = document.createDocumentFragment();
   fragment.append(...holder.childNodes);
   list.insertBefore(fragment, anchor);
+  // A page brings the version switchers of its own nodes (a snapshot carries
+  // only those of the nodes it shows).
+  if (Array.isArray(result.branches)) {
+    const known = new Set(view.branches.map((point) => point.nodeIds[point.active]));
+    view.branches = view.branches.concat(result.branches.filter((point) => !known.has(point.nodeIds[point.active])));
+  }
   renderBranches(result.nodes, view.branches);
   view.olderNodes = typeof result.olderNodes === "number" ? result.olderNodes : 0;
   if (result.nodes.length > 0) view.firstNodeId = result.nodes[0].id;

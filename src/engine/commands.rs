@@ -450,10 +450,21 @@ impl Engine {
         let max = self.config.snapshot_nodes.max(1);
         let limit = limit.map_or(max, |l| (l as usize).clamp(1, max));
         let start = super::support::page_start(&t.path, end, limit);
+        // The page's version switchers travel with it (a snapshot carries
+        // only those of the nodes it shows).
+        let branches: Vec<_> = t
+            .branch_points(start)
+            .into_iter()
+            .filter(|p| {
+                let active = &p.node_ids[p.active.min(p.node_ids.len().saturating_sub(1))];
+                t.path[start..end].iter().any(|n| &n.id == active)
+            })
+            .collect();
         let result = json!({
             "threadId": thread_id,
             "nodes": &t.path[start..end],
             "olderNodes": start,
+            "branches": branches,
         });
         self.ack(&reply, result);
     }

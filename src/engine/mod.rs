@@ -174,6 +174,10 @@ pub enum Effect {
     Persist { token: u64, unit: UnitOfWork },
     /// Read every node of the thread and call `handle_thread_loaded`.
     LoadThread { thread_id: String },
+    /// Read the newest `nodes` nodes of a thread (by creation time, ties at
+    /// the boundary included) for a cold `initialize`; answer with
+    /// `Engine::handle_thread_tail_loaded`.
+    LoadThreadTail { thread_id: String, nodes: usize },
     /// Start a streaming request; feed `handle_provider_delta` / `handle_provider_done`.
     /// A stream silent for `idle_timeout_ms` is aborted and reported as a
     /// retryable network error.
@@ -453,6 +457,17 @@ struct ThreadState {
     run_ids: Vec<String>,
     exec: Option<Exec>,
     deferred: Vec<(ConnId, Op)>,
+    /// What a snapshot shows of a thread that is not loaded: its tail, read
+    /// without the rest (dropped once the thread is loaded or reshaped).
+    partial: Option<PartialView>,
+}
+
+/// The tail of a thread's active path, built from its newest records only.
+#[derive(Debug)]
+struct PartialView {
+    nodes: Vec<Node>,
+    older: u64,
+    branches: Vec<BranchPoint>,
 }
 
 impl ThreadState {
@@ -477,6 +492,7 @@ impl ThreadState {
             run_ids: Vec::new(),
             exec: None,
             deferred: Vec::new(),
+            partial: None,
         }
     }
 
@@ -554,14 +570,14 @@ impl ThreadState {
         tip.to_string()
     }
 
-    /// Where the active path has sibling alternatives.
-    fn branch_points(&self) -> Vec<BranchPoint> {
+    /// Where the active path, from index `start` on, has sibling alternatives.
+    fn branch_points(&self, start: usize) -> Vec<BranchPoint> {
         if self.off_path.is_empty() {
             return Vec::new();
         }
         let siblings = self.by_parent();
         let mut points = Vec::new();
-        for node in &self.path {
+        for node in self.path.iter().skip(start) {
             let Some(group) = siblings.get(&node.parent_id.as_deref()) else {
                 continue;
             };
@@ -957,11 +973,21 @@ impl Engine {
                 .threads
                 .get_mut(&tid)
                 .expect("checked by thread_needing_load");
+            // A cold `initialize` needs only the tail of a thread whose
+            // record knows its path length; anything else reads it whole.
+            let tail_only = matches!(op, Op::Initialize { .. }) && t.thread.path_len.is_some();
             t.deferred.push((conn, op));
             if !t.loading {
                 t.loading = true;
-                self.effects
-                    .push_back(Effect::LoadThread { thread_id: tid });
+                let effect = if tail_only {
+                    Effect::LoadThreadTail {
+                        thread_id: tid,
+                        nodes: self.config.snapshot_nodes.max(1) * 2 + 64,
+                    }
+                } else {
+                    Effect::LoadThread { thread_id: tid }
+                };
+                self.effects.push_back(effect);
             }
             return;
         }
@@ -1048,6 +1074,43 @@ impl Engine {
             t.call_ids = call_ids_of(&nodes);
             t.set_nodes(nodes);
             t.loaded = true;
+        }
+        t.partial = None;
+        t.loading = false;
+        let deferred = std::mem::take(&mut t.deferred);
+        for (conn, op) in deferred {
+            self.handle_op(now, conn, op);
+        }
+    }
+
+    /// The newest nodes of a thread, after `Effect::LoadThreadTail`;
+    /// `complete` when they are all of its nodes. Waiting `initialize`s are
+    /// answered from the tail; when the tail cannot show a page safely (too
+    /// few path nodes in it, a record without its path length), the thread
+    /// is read whole instead.
+    pub fn handle_thread_tail_loaded(
+        &mut self,
+        now: u64,
+        thread_id: &str,
+        nodes: Vec<Node>,
+        complete: bool,
+    ) {
+        if complete {
+            return self.handle_thread_loaded(now, thread_id, nodes);
+        }
+        let limit = self.config.snapshot_nodes.max(1);
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return;
+        };
+        if !t.loaded {
+            t.partial = partial_view(&t.thread, nodes, limit);
+            if t.partial.is_none() {
+                // Still loading: what waits is answered after the whole read.
+                self.effects.push_back(Effect::LoadThread {
+                    thread_id: thread_id.to_string(),
+                });
+                return;
+            }
         }
         t.loading = false;
         let deferred = std::mem::take(&mut t.deferred);
@@ -1483,4 +1546,36 @@ fn fingerprint(op: &Op) -> String {
     }
     // serde_json's default map is ordered by key: the encoding is canonical.
     crate::tools::hex(&Sha256::digest(value.to_string().as_bytes()))
+}
+
+/// The page a snapshot shows, from a thread's newest nodes only: the active
+/// path is followed up from the leaf while parents are present; the first
+/// node reached has an unread parent, so its siblings may be unread and it is
+/// never shown. Every shown node's parent was read, and a node is never
+/// created before its parent, so its siblings (created later still) are all
+/// in the read window and the branch points are complete. (A wall clock that
+/// stepped back between a message and its edit could hide that one version
+/// switcher until the thread is next loaded whole.)
+fn partial_view(thread: &Thread, nodes: Vec<Node>, limit: usize) -> Option<PartialView> {
+    let path_len = thread.path_len?;
+    let mut temp = ThreadState::new(thread.clone(), false);
+    temp.set_nodes(nodes);
+    let suffix = &temp.path;
+    if suffix.last().map(|n| n.id.as_str()) != thread.leaf_id.as_deref() {
+        return None;
+    }
+    let whole = suffix.first().is_some_and(|n| n.parent_id.is_none());
+    let start = support::page_start(suffix, suffix.len(), limit);
+    if (start == 0 && !whole)
+        || (suffix.len() as u64) > path_len
+        || (whole && suffix.len() as u64 != path_len)
+    {
+        return None;
+    }
+    let shown = suffix.len() - start;
+    Some(PartialView {
+        older: path_len - shown as u64,
+        branches: temp.branch_points(start),
+        nodes: suffix[start..].to_vec(),
+    })
 }

@@ -467,7 +467,9 @@ impl Engine {
             _ => None,
         }?;
         let t = self.threads.get(&tid)?;
-        (!t.loaded).then_some(tid)
+        // A snapshot can be drawn from a tail read earlier.
+        let from_tail = matches!(op, Op::Initialize { .. }) && t.partial.is_some();
+        (!t.loaded && !from_tail).then_some(tid)
     }
 
     pub(super) fn thread_summaries(&self) -> Vec<crate::model::ThreadSummary> {
@@ -488,14 +490,24 @@ impl Engine {
     pub(super) fn snapshot(&self, tid: Option<&str>) -> Snapshot {
         let limit = self.config.snapshot_nodes.max(1);
         let thread = tid.and_then(|id| self.threads.get(id)).map(|t| {
-            let start = page_start(&t.path, t.path.len(), limit);
-            (t, start)
+            let page = match (&t.partial, t.loaded) {
+                (Some(p), false) => (p.nodes.clone(), p.older, p.branches.clone()),
+                _ => {
+                    let start = page_start(&t.path, t.path.len(), limit);
+                    (
+                        t.path[start..].to_vec(),
+                        start as u64,
+                        t.branch_points(start),
+                    )
+                }
+            };
+            (t, page)
         });
-        let thread = thread.map(|(t, start)| ThreadView {
+        let thread = thread.map(|(t, (nodes, older_nodes, branches))| ThreadView {
             id: t.thread.id.clone(),
             title: t.thread.title.clone(),
-            older_nodes: start as u64,
-            nodes: t.path[start..].to_vec(),
+            older_nodes,
+            nodes,
             run: t.latest_run.clone(),
             queue: t.queue.clone(),
             pending_steers: t
@@ -526,7 +538,7 @@ impl Engine {
                         .find(|q| &q.id == id && q.status == InteractionStatus::Pending)
                 })
                 .cloned(),
-            branches: t.branch_points(),
+            branches,
         });
         Snapshot {
             protocol_version: PROTOCOL_VERSION,
@@ -544,6 +556,9 @@ impl Engine {
                         .threads
                         .entry(thread.id.clone())
                         .or_insert_with(|| ThreadState::new(thread.clone(), true));
+                    if t.thread.leaf_id != thread.leaf_id {
+                        t.partial = None;
+                    }
                     t.thread = thread.clone();
                     // A model title that arrived while this record was in
                     // flight wins; once a record carries it, it is durable.

@@ -12,7 +12,7 @@
 //! its buffers. That is what an ACK promises (see README "Durability").
 
 use futures::future::join_all;
-use rexie::{Index, KeyRange, ObjectStore, Rexie, TransactionMode};
+use rexie::{Direction, Index, KeyRange, ObjectStore, Rexie, TransactionMode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use wasm_bindgen::JsValue;
@@ -27,7 +27,9 @@ use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, Unit
 /// 4: run environments moved to their own store (`environments`). A run
 /// record of version 3 still carries its environment and is read with it;
 /// the engine writes an unfinished one's into its own record at start.
-const DB_VERSION: u32 = 4;
+/// 5: nodes gain the `threadTime` index ([threadId, createdAt]) so a cold
+/// start reads only the tail of a long thread (records unchanged).
+const DB_VERSION: u32 = 5;
 
 fn store_error(e: impl std::fmt::Display) -> StoreError {
     StoreError {
@@ -82,7 +84,8 @@ impl IdbStore {
             .add_object_store(
                 ObjectStore::new(stores::NODES)
                     .key_path("id")
-                    .add_index(by_thread()),
+                    .add_index(by_thread())
+                    .add_index(Index::new_array("threadTime", ["threadId", "createdAt"])),
             )
             .add_object_store(
                 ObjectStore::new(stores::RUNS)
@@ -287,6 +290,59 @@ impl IdbStore {
             .map_err(store_error)?;
         let range = KeyRange::only(&JsValue::from_str(thread_id)).map_err(store_error)?;
         index.get_all(Some(range), None).await.map_err(store_error)
+    }
+
+    /// The stored values of a thread's newest `count` nodes by creation
+    /// time (plus any created in the same millisecond as the oldest of them),
+    /// and whether that is the whole thread. A few requests in one read-only
+    /// transaction: a reverse cursor on `threadTime` skipping to the
+    /// `count`-th newest, then one range read from there.
+    pub async fn thread_tail_values(
+        &self,
+        thread_id: &str,
+        count: usize,
+    ) -> Result<(Vec<JsValue>, bool), StoreError> {
+        let tx = self
+            .db
+            .transaction(&[stores::NODES], TransactionMode::ReadOnly)
+            .map_err(store_error)?;
+        let index = tx
+            .store(stores::NODES)
+            .and_then(|s| s.index("threadTime"))
+            .map_err(store_error)?;
+        let key = |time: f64| {
+            let key = js_sys::Array::new();
+            key.push(&JsValue::from_str(thread_id));
+            key.push(&JsValue::from_f64(time));
+            JsValue::from(key)
+        };
+        let whole = KeyRange::bound(&key(f64::NEG_INFINITY), &key(f64::INFINITY), None, None)
+            .map_err(store_error)?;
+        let skip = u32::try_from(count.max(1) - 1).unwrap_or(u32::MAX);
+        // The `count`-th newest and the one after it: without the second,
+        // `count` covers the whole thread.
+        let boundary = index
+            .scan(Some(whole), Some(2), Some(skip), Some(Direction::Prev))
+            .await
+            .map_err(store_error)?;
+        let boundary_time = match boundary.as_slice() {
+            [(key, _), _] => js_sys::Array::from(key).get(1).as_f64(),
+            _ => None,
+        };
+        let Some(time) = boundary_time else {
+            // At most `count` nodes: all of them.
+            let whole = KeyRange::bound(&key(f64::NEG_INFINITY), &key(f64::INFINITY), None, None)
+                .map_err(store_error)?;
+            let values = index
+                .get_all(Some(whole), None)
+                .await
+                .map_err(store_error)?;
+            return Ok((values, true));
+        };
+        let tail =
+            KeyRange::bound(&key(time), &key(f64::INFINITY), None, None).map_err(store_error)?;
+        let values = index.get_all(Some(tail), None).await.map_err(store_error)?;
+        Ok((values, false))
     }
 
     /// Decode what `thread_node_values` read (undecodable records are skipped

@@ -169,6 +169,34 @@ impl Driver {
         self.schedule_timer();
     }
 
+    /// Decode a thread read (all of it, or its tail when not `complete`)
+    /// and hand it to the engine, timing each part.
+    fn thread_read(
+        &self,
+        thread_id: &str,
+        read_started: f64,
+        read: Result<(Vec<JsValue>, bool), crate::store::StoreError>,
+    ) {
+        let (values, complete) = match read {
+            Ok(read) => read,
+            Err(err) => return self.input(|e, _| e.handle_thread_load_error(thread_id, err)),
+        };
+        let started = metrics::precise_now();
+        self.metrics
+            .borrow_mut()
+            .thread_read
+            .add(started - read_started);
+        let (nodes, skipped) = IdbStore::decode_nodes(values);
+        let decoded = metrics::precise_now();
+        for s in skipped {
+            warn(&format!("skipped an undecodable record: {s}"));
+        }
+        self.input(|e, now| e.handle_thread_tail_loaded(now, thread_id, nodes, complete));
+        let mut m = self.metrics.borrow_mut();
+        m.thread_decode.add(decoded - started);
+        m.thread_build.add(metrics::precise_now() - decoded);
+    }
+
     fn rc(&self) -> Rc<Driver> {
         self.me
             .upgrade()
@@ -185,22 +213,16 @@ impl Driver {
                 let d = self.rc();
                 spawn_local(async move {
                     let started = metrics::precise_now();
-                    match d.store.thread_node_values(&thread_id).await {
-                        Ok(values) => {
-                            let read = metrics::precise_now();
-                            let (nodes, skipped) = IdbStore::decode_nodes(values);
-                            let decoded = metrics::precise_now();
-                            for s in skipped {
-                                warn(&format!("skipped an undecodable record: {s}"));
-                            }
-                            d.input(|e, now| e.handle_thread_loaded(now, &thread_id, nodes));
-                            let mut m = d.metrics.borrow_mut();
-                            m.thread_read.add(read - started);
-                            m.thread_decode.add(decoded - read);
-                            m.thread_build.add(metrics::precise_now() - decoded);
-                        }
-                        Err(err) => d.input(|e, _| e.handle_thread_load_error(&thread_id, err)),
-                    }
+                    let read = d.store.thread_node_values(&thread_id).await;
+                    d.thread_read(&thread_id, started, read.map(|values| (values, true)))
+                });
+            }
+            Effect::LoadThreadTail { thread_id, nodes } => {
+                let d = self.rc();
+                spawn_local(async move {
+                    let started = metrics::precise_now();
+                    let read = d.store.thread_tail_values(&thread_id, nodes).await;
+                    d.thread_read(&thread_id, started, read)
                 });
             }
             Effect::CallProvider {

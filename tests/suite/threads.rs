@@ -531,3 +531,218 @@ fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
         ErrorKind::NotFound
     );
 }
+
+/// The latest snapshot's thread view a client received.
+fn last_view(sim: &Sim, conn: u64) -> sw_agent::protocol::ThreadView {
+    sim.events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Initialized { snapshot } => snapshot.thread.clone(),
+            _ => None,
+        })
+        .expect("a snapshot with a thread")
+}
+
+/// A long thread (~200 nodes, tool calls included) whose last message was
+/// edited, so the tail has a version switcher; `snapshot_nodes` is 12.
+fn long_branched_thread(seed: u64) -> (Sim, String, Vec<sw_agent::model::Node>) {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    sim.config.snapshot_nodes = 12;
+    sim.crash(); // the engine takes the config
+    let conn = sim.connect();
+    sim.send(conn, submit("s0", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    for i in 1..30 {
+        sim.send(
+            conn,
+            submit(&format!("s{i}"), Some(&tid), "Subscribe me again"),
+        );
+        sim.run(10_000);
+    }
+    sim.send(conn, submit("last", Some(&tid), "One more thing"));
+    sim.run(10_000);
+    let last = user_node(&sim, "One more thing");
+    sim.send(conn, edit("e1", &tid, &last, "One more thing, edited"));
+    sim.run(10_000);
+    let path = paths(&sim)[0].clone();
+    assert!(path.len() > 150, "{}", path.len());
+    check_invariants(&sim, &[]).unwrap();
+    (sim, tid, path)
+}
+
+#[test]
+fn cold_initialize_of_a_long_thread_reads_only_its_tail() {
+    let (mut sim, tid, path) = long_branched_thread(177);
+    sim.crash();
+    sim.loads.clear();
+    sim.tail_loads.clear();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(1000);
+    let from_tail = last_view(&sim, conn);
+    assert!(sim.loads.is_empty(), "read whole: {:?}", sim.loads);
+    assert_eq!(sim.tail_loads.len(), 1);
+    let (_, read, complete) = sim.tail_loads[0].clone();
+    assert!(
+        !complete && read < path.len() / 2,
+        "read {read} of {} nodes",
+        path.len()
+    );
+    // What it shows: the path's tail, how many come before, the edit's switcher.
+    assert!(!from_tail.nodes.is_empty() && from_tail.nodes.len() <= 12);
+    assert_eq!(
+        from_tail.older_nodes as usize + from_tail.nodes.len(),
+        path.len()
+    );
+    assert_eq!(from_tail.nodes, path[from_tail.older_nodes as usize..]);
+    assert_eq!(from_tail.branches.len(), 1, "{:?}", from_tail.branches);
+    assert_eq!(from_tail.branches[0].node_ids.len(), 2);
+
+    // The same as a snapshot of the thread read whole (history needs it all).
+    let other = sim.connect();
+    sim.send(
+        other,
+        Op::ThreadHistory {
+            submission: submission("h1"),
+            thread_id: tid.clone(),
+            before_node_id: from_tail.nodes[0].id.clone(),
+            limit: None,
+        },
+    );
+    sim.run(1000);
+    assert_eq!(
+        sim.loads,
+        vec![tid.clone()],
+        "history reads the thread whole"
+    );
+    sim.send(other, initialize("i2", Some(&tid)));
+    sim.run(1000);
+    let whole = last_view(&sim, other);
+    assert_eq!(from_tail.nodes, whole.nodes);
+    assert_eq!(from_tail.older_nodes, whole.older_nodes);
+    assert_eq!(from_tail.branches, whole.branches);
+
+    // A turn on it after the tail-only start runs on the whole conversation.
+    sim.send(
+        conn,
+        submit("s-after", Some(&tid), "And after the restart?"),
+    );
+    sim.run(10_000);
+    let request = sim.requests.last().unwrap();
+    assert!(request.messages.len() > 100, "{}", request.messages.len());
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn history_pages_carry_their_version_switchers() {
+    let (mut sim, tid, _) = long_branched_thread(178);
+    let conn = sim.connect();
+    // More turns after the edit: its switcher leaves the snapshot's page.
+    for i in 0..4 {
+        sim.send(
+            conn,
+            submit(&format!("m{i}"), Some(&tid), "Subscribe me again"),
+        );
+        sim.run(10_000);
+    }
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(1000);
+    let view = last_view(&sim, conn);
+    assert_eq!(view.branches, Vec::new(), "only the shown nodes' switchers");
+    let mut before = view.nodes[0].id.clone();
+    let mut older = view.older_nodes;
+    let mut switchers = Vec::new();
+    let mut n = 0;
+    while older > 0 {
+        n += 1;
+        sim.send(
+            conn,
+            Op::ThreadHistory {
+                submission: submission(&format!("h{n}")),
+                thread_id: tid.clone(),
+                before_node_id: before.clone(),
+                limit: Some(5),
+            },
+        );
+        sim.run(1000);
+        let result = sim
+            .events_for(conn)
+            .into_iter()
+            .rev()
+            .find_map(|e| match e {
+                Event::CommandAck {
+                    submission_id,
+                    result,
+                    ..
+                } if *submission_id == format!("h{n}") => Some(result.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let branches: Vec<sw_agent::protocol::BranchPoint> =
+            serde_json::from_value(result["branches"].clone()).unwrap();
+        let page: Vec<sw_agent::model::Node> =
+            serde_json::from_value(result["nodes"].clone()).unwrap();
+        for point in &branches {
+            let active = &point.node_ids[point.active];
+            assert!(
+                page.iter().any(|p| &p.id == active),
+                "a switcher for a node not in the page"
+            );
+        }
+        switchers.extend(branches);
+        before = page[0].id.clone();
+        older = result["olderNodes"].as_u64().unwrap();
+    }
+    assert_eq!(
+        switchers.len(),
+        1,
+        "the edit's switcher, once: {switchers:?}"
+    );
+    assert_eq!(switchers[0].node_ids.len(), 2);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn thread_written_before_path_lengths_is_read_whole_and_shows_the_same() {
+    let (mut sim, tid, path) = long_branched_thread(179);
+    sim.store.threads.get_mut(&tid).unwrap().path_len = None;
+    sim.crash();
+    sim.loads.clear();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(1000);
+    assert!(sim.tail_loads.is_empty());
+    assert_eq!(sim.loads, vec![tid.clone()]);
+    let view = last_view(&sim, conn);
+    assert_eq!(view.older_nodes as usize + view.nodes.len(), path.len());
+    assert_eq!(view.branches.len(), 1);
+    // A wrong stored length (damaged record) never shows a wrong count: read whole.
+    sim.send(conn, submit("s-next", Some(&tid), "Next"));
+    sim.run(10_000);
+    let stored = sim.store.threads[&tid].path_len;
+    assert_eq!(
+        stored,
+        Some(paths(&sim)[0].len() as u64),
+        "restamped by the next write"
+    );
+    sim.store.threads.get_mut(&tid).unwrap().path_len = Some(3);
+    sim.crash();
+    sim.loads.clear();
+    sim.tail_loads.clear();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i2", Some(&tid)));
+    sim.run(1000);
+    assert_eq!(sim.tail_loads.len(), 1);
+    assert_eq!(
+        sim.loads,
+        vec![tid.clone()],
+        "a tail longer than the stored length is not trusted"
+    );
+    let view = last_view(&sim, conn);
+    assert_eq!(
+        view.older_nodes as usize + view.nodes.len(),
+        paths(&sim)[0].len()
+    );
+}
