@@ -60,6 +60,8 @@ export function seededThread(id, length, { model = 'mock-1', createdAt = Date.no
     revision: 1,
     parentThreadId: null,
     usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+    // One linear path: what the engine stamps on every thread record it writes.
+    pathLen: nodes.length,
   };
   return { thread, nodes };
 }
