@@ -225,6 +225,7 @@ async function browser() {
         engineAndCommit,
         engine: metrics.engine.totalMs / steps,
         commitPerCheckpoint: metrics.commits.totalMs / metrics.commits.count,
+        encodePerCheckpoint: metrics.encode.totalMs / metrics.commits.count,
         wallOverhead,
         wallPerStep: turn.wallMs / steps,
         provider: metrics.provider.totalMs / steps,
@@ -421,6 +422,7 @@ function browserFigures(m) {
     figure(stepGroup, `step.n${n}.engine_commit_ms`, `N=${n}: engine + commit time per step`, 'ms', pick(runs, 'engineAndCommit'));
     figure(stepGroup, `step.n${n}.engine_ms`, `N=${n}: engine time per step (no IO)`, 'ms', pick(runs, 'engine'));
     figure(stepGroup, `step.n${n}.commit_per_checkpoint_ms`, `N=${n}: engine commit, per checkpoint`, 'ms', pick(runs, 'commitPerCheckpoint'));
+    figure(stepGroup, `step.n${n}.encode_per_checkpoint_ms`, `N=${n}:   of which encoding the records`, 'ms', pick(runs, 'encodePerCheckpoint'));
     figure(stepGroup, `step.n${n}.commit_over_payload`, `N=${n}: engine commit / bare commit of the same records`, 'ratio', pick(runs, 'commitOverPayload'));
     figure(stepGroup, `step.n${n}.checkpoints_per_step`, `N=${n}: checkpoints per step`, 'count', pick(runs, 'checkpoints'));
     figure(stepGroup, `step.n${n}.wall_overhead_ms`, `N=${n}: wall time per step minus provider and tool time`, 'ms', pick(runs, 'wallOverhead'));

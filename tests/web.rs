@@ -1218,3 +1218,59 @@ async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
     store.close();
     let _ = IdbStore::delete(name).await;
 }
+
+#[wasm_bindgen_test]
+async fn idb_commit_is_all_or_nothing_and_a_refused_record_is_a_typed_error() {
+    let name = "sw-agent-test-commit-refused";
+    let _ = IdbStore::delete(name).await;
+    let store = IdbStore::open(name).await.unwrap();
+    let good = js_sys::JSON::parse(
+        r#"{"id": "t-good", "title": "kept?", "leafId": null, "createdAt": 1, "updatedAt": 1, "revision": 1}"#,
+    )
+    .unwrap();
+    // A record IndexedDB cannot clone (a function inside): the put throws.
+    let bad = js_sys::Object::new();
+    js_sys::Reflect::set(&bad, &"id".into(), &"t-bad".into()).unwrap();
+    js_sys::Reflect::set(
+        &bad,
+        &"f".into(),
+        &js_sys::Function::new_no_args("return 1"),
+    )
+    .unwrap();
+    let error = store
+        .commit_values(
+            &["threads"],
+            &[("threads", good.clone()), ("threads", bad.into())],
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert!(!error.retryable, "{error}");
+    assert!(error.message.contains("DataCloneError"), "{error}");
+    // A record without its key: DataError, the same way.
+    let keyless = js_sys::JSON::parse(r#"{"title": "no id"}"#).unwrap();
+    let error = store
+        .commit_values(
+            &["threads"],
+            &[("threads", good.clone()), ("threads", keyless)],
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        !error.retryable && error.message.contains("DataError"),
+        "{error}"
+    );
+    assert!(
+        store.dump("threads").await.unwrap().is_empty(),
+        "nothing of either unit was written"
+    );
+    // The connection is still good for the next unit.
+    store
+        .commit_values(&["threads"], &[("threads", good)], &[])
+        .await
+        .unwrap();
+    assert_eq!(store.dump("threads").await.unwrap().len(), 1);
+    store.close();
+    let _ = IdbStore::delete(name).await;
+}

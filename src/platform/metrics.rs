@@ -42,8 +42,11 @@ impl Timing {
 pub struct Metrics {
     /// Time inside the engine (inputs and effect polling), without IO.
     pub engine: Timing,
-    /// IndexedDB transactions (one per checkpoint), from start to complete.
+    /// IndexedDB transactions (one per checkpoint), from encoding the
+    /// records to the transaction's `complete`.
     pub commits: Timing,
+    /// The encoding part of `commits` (records to JS values).
+    pub encode: Timing,
     /// Provider requests, from fetch to the last byte.
     pub provider: Timing,
     /// Tool executions, from dispatch to result.

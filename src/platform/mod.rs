@@ -300,7 +300,18 @@ impl Driver {
 
     async fn persist(&self, token: u64, unit: UnitOfWork) {
         let started = metrics::precise_now();
-        let result = self.store.commit(&unit).await;
+        let result = match IdbStore::encode(&unit) {
+            Ok(puts) => {
+                self.metrics
+                    .borrow_mut()
+                    .encode
+                    .add(metrics::precise_now() - started);
+                self.store
+                    .commit_values(&unit.store_names(), &puts, &unit.deletes)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
         self.metrics
             .borrow_mut()
             .commits
