@@ -33,14 +33,19 @@ function deliver(call) {
 }
 
 // Settles once the engine runs (or startup failed and was logged once).
+let wasmAt = 0;
 const ready = init({ module_or_path: chrome.runtime.getURL("pkg/sw_agent_bg.wasm") })
-  .then(() => Engine.start())
+  .then(() => {
+    wasmAt = performance.now();
+    return Engine.start();
+  })
   .then((started) => {
     engine = started;
     // For `make bench` only: lets the harness (CDP evaluate in this worker)
-    // read `engine.metrics()` and when the engine became ready (ms since the
-    // worker started). Nothing in the extension reads it.
-    globalThis.__swAgent = { engine: started, readyAt: performance.now() };
+    // read `engine.metrics()`, when the wasm module was instantiated and when
+    // the engine became ready (ms since the worker started). Nothing in the
+    // extension reads it.
+    globalThis.__swAgent = { engine: started, wasmAt, readyAt: performance.now() };
     for (const call of pending.splice(0)) deliver(call);
   })
   .catch((err) => console.error("[sw-agent] engine failed to start; events stay queued", err));

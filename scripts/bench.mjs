@@ -270,9 +270,9 @@ async function browser() {
     // first kill below does that (both workers are running at this point).
 
     // 3. Cold start: worker killed, then Port connect → initialized.
-    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
+    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
     for (const s of seeded) {
-      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild']) cold[key][s.length] = [];
+      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
     }
     const memory = {};
     for (let rep = 0; rep < CONFIG.coldReps; rep += 1) {
@@ -291,11 +291,16 @@ async function browser() {
         cold.startMs[s.length].push(timing.startMs);
         cold.workerStart[s.length].push(timing.timeOrigin - result.connectEpoch);
         cold.toReady[s.length].push(timing.readyAt);
+        cold.wasmAt[s.length].push(timing.wasmAt);
+        cold.startOpen[s.length].push(timing.startOpenMs);
+        cold.startImage[s.length].push(timing.startImageMs);
+        cold.startSettings[s.length].push(timing.startSettingsMs);
         cold.afterReady[s.length].push(result.initializedEpoch - (timing.timeOrigin + timing.readyAt));
         const loads = await real.evaluate(swMetrics);
         cold.threadRead[s.length].push(loads.threadRead.totalMs);
         cold.threadDecode[s.length].push(loads.threadDecode.totalMs);
         cold.threadBuild[s.length].push(loads.threadBuild.totalMs);
+        cold.records[s.length].push(loads.threadRecords);
         if (rep === 0 && (s.length === 10 || s.length === 10000)) {
           // The thread stays loaded in this fresh worker: its memory now.
           const heap = await real.withWorkerSession(async (call) => {
@@ -452,8 +457,13 @@ function browserFigures(m) {
     figure(coldGroup, `cold.${len}.bare_data_ms`, `bare JS worker reading and sending the same ${m.cold.nodes[len]} nodes`, 'ms', m.cold.bareData[len]);
     figure(coldGroup, `cold.${len}.worker_start_ms`, `  ├ connect → worker global created (${m.cold.nodes[len]} nodes)`, 'ms', m.cold.workerStart[len]);
     figure(coldGroup, `cold.${len}.to_ready_ms`, `  ├ worker created → engine ready (script, wasm fetch/compile/instantiate, Engine.start)`, 'ms', m.cold.toReady[len]);
+    figure(coldGroup, `cold.${len}.wasm_at_ms`, `      ├ worker created → wasm instantiated (scripts, wasm fetch/compile/instantiate)`, 'ms', m.cold.wasmAt[len]);
+    figure(coldGroup, `cold.${len}.start_open_ms`, `      ├ Engine.start(): open the database`, 'ms', m.cold.startOpen[len]);
+    figure(coldGroup, `cold.${len}.start_image_ms`, `      ├ Engine.start(): read the start image`, 'ms', m.cold.startImage[len]);
+    figure(coldGroup, `cold.${len}.start_settings_ms`, `      └ Engine.start(): read the settings`, 'ms', m.cold.startSettings[len]);
     figure(coldGroup, `cold.${len}.after_ready_ms`, `  └ engine ready → initialized received (load thread, snapshot, Port)`, 'ms', m.cold.afterReady[len]);
     figure(coldGroup, `cold.${len}.thread_read_ms`, `      ├ IndexedDB read of the thread's records`, 'ms', m.cold.threadRead[len]);
+    figure(coldGroup, `cold.${len}.thread_records`, `      ├ records read (the thread's tail when its record has pathLen)`, 'count', m.cold.records[len]);
     figure(coldGroup, `cold.${len}.thread_decode_ms`, `      ├ decoding them into nodes`, 'ms', m.cold.threadDecode[len]);
     figure(coldGroup, `cold.${len}.thread_build_ms`, `      └ engine: build the thread, snapshot, post`, 'ms', m.cold.threadBuild[len]);
     figure(coldGroup, `cold.${len}.warm_init_ms`, `  (warm initialize of the same thread: snapshot + Port only)`, 'ms', m.warmInit[len]);

@@ -280,7 +280,11 @@ export function swTiming() {
   return {
     timeOrigin: performance.timeOrigin,
     readyAt: agent?.readyAt ?? null,
+    wasmAt: agent?.wasmAt ?? null,
     startMs: agent ? agent.engine.metrics().startMs : null,
+    startOpenMs: agent ? agent.engine.metrics().startOpenMs : null,
+    startImageMs: agent ? agent.engine.metrics().startImageMs : null,
+    startSettingsMs: agent ? agent.engine.metrics().startSettingsMs : null,
   };
 }
 

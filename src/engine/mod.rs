@@ -982,7 +982,7 @@ impl Engine {
                 let effect = if tail_only {
                     Effect::LoadThreadTail {
                         thread_id: tid,
-                        nodes: self.config.snapshot_nodes.max(1) * 2 + 64,
+                        nodes: tail_window(self.config.snapshot_nodes),
                     }
                 } else {
                     Effect::LoadThread { thread_id: tid }
@@ -1546,6 +1546,15 @@ fn fingerprint(op: &Op) -> String {
     }
     // serde_json's default map is ordered by key: the encoding is canonical.
     crate::tools::hex(&Sha256::digest(value.to_string().as_bytes()))
+}
+
+/// How many of a thread's newest records a cold `initialize` reads to show
+/// `snapshot_nodes` of them: room for a page that must not start between a
+/// call and its result and for a few other branches' nodes; a tail that
+/// still falls short is followed by a whole read.
+fn tail_window(snapshot_nodes: usize) -> usize {
+    let page = snapshot_nodes.max(1);
+    page + page / 2 + 16
 }
 
 /// The page a snapshot shows, from a thread's newest nodes only: the active

@@ -54,11 +54,17 @@ pub struct Metrics {
     /// Messages posted to clients, and how many were deltas.
     pub events_sent: u64,
     pub deltas_sent: u64,
-    /// Time from `Engine.start()` to the engine being ready (ms).
+    /// Time from `Engine.start()` to the engine being ready (ms), and its
+    /// parts: opening the database, reading the start image, settings.
     pub start_ms: f64,
+    pub start_open_ms: f64,
+    pub start_image_ms: f64,
+    pub start_settings_ms: f64,
     /// Thread loads: the IndexedDB read, decoding the records, and the
     /// engine building the thread from them.
     pub thread_read: Timing,
     pub thread_decode: Timing,
     pub thread_build: Timing,
+    /// Node records those loads read.
+    pub thread_records: u64,
 }

@@ -182,10 +182,11 @@ impl Driver {
             Err(err) => return self.input(|e, _| e.handle_thread_load_error(thread_id, err)),
         };
         let started = metrics::precise_now();
-        self.metrics
-            .borrow_mut()
-            .thread_read
-            .add(started - read_started);
+        {
+            let mut m = self.metrics.borrow_mut();
+            m.thread_read.add(started - read_started);
+            m.thread_records += values.len() as u64;
+        }
         let (nodes, skipped) = IdbStore::decode_nodes(values);
         let decoded = metrics::precise_now();
         for s in skipped {
@@ -391,13 +392,15 @@ impl Driver {
         idle_timeout_ms: u64,
     ) -> Result<ProviderResponse, ProviderError> {
         // The key is read fresh for each request (it may rotate) and only
-        // ever goes into a request header.
-        let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
+        // ever goes into a request header; the tab for the send-time context
+        // is asked for at the same time.
+        let (settings, tab) = futures::join!(chrome::load_settings(), target_tab());
+        let settings = settings.unwrap_or(JsValue::UNDEFINED);
         let (_, api_key) = parse_settings(&settings);
         let transport = Transport::from_kind(&request.profile.kind);
         let context = DynamicContext {
             now_ms: now(),
-            tab: target_tab().await.ok().map(|t| (t.title, t.url)),
+            tab: tab.ok().map(|t| (t.title, t.url)),
         };
         let http = http_request_with(
             request,
@@ -888,6 +891,7 @@ impl EngineHandle {
         let store = IdbStore::open(DB_NAME)
             .await
             .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
+        let opened = metrics::precise_now();
         let (image, skipped) = store
             .load_image()
             .await
@@ -895,7 +899,9 @@ impl EngineHandle {
         for s in skipped {
             warn(&format!("skipped an undecodable record: {s}"));
         }
+        let imaged = metrics::precise_now();
         let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
+        let settled = metrics::precise_now();
         let (profile, _) = parse_settings(&settings);
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))?;
@@ -925,7 +931,13 @@ impl EngineHandle {
             }
         });
         driver.pump();
-        driver.metrics.borrow_mut().start_ms = metrics::precise_now() - started;
+        {
+            let mut m = driver.metrics.borrow_mut();
+            m.start_ms = metrics::precise_now() - started;
+            m.start_open_ms = opened - started;
+            m.start_image_ms = imaged - opened;
+            m.start_settings_ms = settled - imaged;
+        }
         Ok(EngineHandle { driver })
     }
 
@@ -980,8 +992,12 @@ impl EngineHandle {
     /// Start measuring afresh (the start time is kept).
     pub fn reset_metrics(&self) {
         let mut m = self.driver.metrics.borrow_mut();
-        let start_ms = m.start_ms;
-        *m = metrics::Metrics::default();
-        m.start_ms = start_ms;
+        *m = metrics::Metrics {
+            start_ms: m.start_ms,
+            start_open_ms: m.start_open_ms,
+            start_image_ms: m.start_image_ms,
+            start_settings_ms: m.start_settings_ms,
+            ..Default::default()
+        };
     }
 }
