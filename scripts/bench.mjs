@@ -459,7 +459,7 @@ function browserFigures(m) {
     figure(coldGroup, `cold.${len}.to_ready_ms`, `  ├ worker created → engine ready (script, wasm fetch/compile/instantiate, Engine.start)`, 'ms', m.cold.toReady[len]);
     figure(coldGroup, `cold.${len}.wasm_at_ms`, `      ├ worker created → wasm instantiated (scripts, wasm fetch/compile/instantiate)`, 'ms', m.cold.wasmAt[len]);
     figure(coldGroup, `cold.${len}.start_open_ms`, `      ├ Engine.start(): open the database`, 'ms', m.cold.startOpen[len]);
-    figure(coldGroup, `cold.${len}.start_image_ms`, `      ├ Engine.start(): read the start image`, 'ms', m.cold.startImage[len]);
+    figure(coldGroup, `cold.${len}.start_image_ms`, `      ├ Engine.start(): read the start image (commit connection opening meanwhile)`, 'ms', m.cold.startImage[len]);
     figure(coldGroup, `cold.${len}.start_settings_ms`, `      └ Engine.start(): read the settings`, 'ms', m.cold.startSettings[len]);
     figure(coldGroup, `cold.${len}.after_ready_ms`, `  └ engine ready → initialized received (load thread, snapshot, Port)`, 'ms', m.cold.afterReady[len]);
     figure(coldGroup, `cold.${len}.thread_read_ms`, `      ├ IndexedDB read of the thread's records`, 'ms', m.cold.threadRead[len]);

@@ -156,7 +156,10 @@ impl Default for EngineConfig {
             approver: Approver::DenyAll,
             parallel_reads: 4,
             model_titles: true,
-            snapshot_nodes: 200,
+            // About 30–40 agent steps: several screens of the side panel.
+            // Each node more costs a cold start reading, decoding and posting
+            // it (BENCHMARKS.md); the panel pages in the rest on demand.
+            snapshot_nodes: 120,
         }
     }
 }

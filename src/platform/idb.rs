@@ -48,6 +48,32 @@ fn js_store_error(e: JsValue) -> StoreError {
     store_error(super::error::js_to_error(e))
 }
 
+/// A readwrite transaction asking for relaxed durability explicitly (see
+/// the module note). `IDBTransactionOptions` is behind web-sys's unstable
+/// flag, so the call goes through `Reflect`; a browser that does not know
+/// the option ignores it.
+fn readwrite(
+    raw: &web_sys::IdbDatabase,
+    names: &js_sys::Array,
+) -> Result<web_sys::IdbTransaction, StoreError> {
+    use wasm_bindgen::JsCast;
+    let options = js_sys::Object::new();
+    js_sys::Reflect::set(
+        &options,
+        &JsValue::from_str("durability"),
+        &JsValue::from_str("relaxed"),
+    )
+    .map_err(js_store_error)?;
+    let transaction: js_sys::Function =
+        js_sys::Reflect::get(raw, &JsValue::from_str("transaction"))
+            .and_then(|f| f.dyn_into())
+            .map_err(js_store_error)?;
+    transaction
+        .call3(raw, names, &JsValue::from_str("readwrite"), &options)
+        .and_then(|tx| tx.dyn_into())
+        .map_err(js_store_error)
+}
+
 /// Open a plain connection to a database that already has `DB_VERSION`.
 async fn open_raw(name: &str) -> Result<web_sys::IdbDatabase, StoreError> {
     use wasm_bindgen::JsCast;
@@ -112,7 +138,9 @@ pub struct IdbStore {
     /// created or upgraded it. Commits go through it directly: every put is
     /// issued in one go and only the transaction's completion is awaited
     /// (rexie awaits each request, one wake-up of the Rust task per record).
-    raw: web_sys::IdbDatabase,
+    /// Opened with the store, or on the first commit.
+    raw: std::cell::RefCell<Option<web_sys::IdbDatabase>>,
+    name: String,
 }
 
 /// Records that could not be decoded (left untouched in the database).
@@ -121,6 +149,13 @@ pub type Skipped = Vec<String>;
 impl IdbStore {
     /// Open (creating or upgrading) the database `name`.
     pub async fn open(name: &str) -> Result<Self, StoreError> {
+        let store = Self::open_only(name).await?;
+        store.raw().await?;
+        Ok(store)
+    }
+
+    /// Open (create, upgrade) through rexie; the commit connection follows.
+    async fn open_only(name: &str) -> Result<Self, StoreError> {
         let by_thread = || Index::new("threadId", "threadId");
         let db = Rexie::builder(name)
             .version(DB_VERSION)
@@ -162,12 +197,41 @@ impl IdbStore {
             .build()
             .await
             .map_err(store_error)?;
-        let raw = open_raw(name).await?;
-        Ok(IdbStore { db, raw })
+        Ok(IdbStore {
+            db,
+            raw: Default::default(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Open the database and read the start image, the commit connection
+    /// opening while the image is read (what `Engine.start()` needs first).
+    /// Also returns when the database was open (`precise_now`), for metrics.
+    pub async fn open_with_image(
+        name: &str,
+    ) -> Result<(Self, StoreImage, Skipped, f64), StoreError> {
+        let store = Self::open_only(name).await?;
+        let opened = super::metrics::precise_now();
+        let (raw, image) = futures::join!(store.raw(), store.load_image());
+        raw?;
+        let (image, skipped) = image?;
+        Ok((store, image, skipped, opened))
+    }
+
+    /// The commit connection, opened on first use.
+    async fn raw(&self) -> Result<web_sys::IdbDatabase, StoreError> {
+        if let Some(raw) = self.raw.borrow().as_ref() {
+            return Ok(raw.clone());
+        }
+        let raw = open_raw(&self.name).await?;
+        *self.raw.borrow_mut() = Some(raw.clone());
+        Ok(raw)
     }
 
     pub fn close(self) {
-        self.raw.close();
+        if let Some(raw) = self.raw.borrow_mut().take() {
+            raw.close();
+        }
         self.db.close();
     }
 
@@ -220,7 +284,8 @@ impl IdbStore {
         for name in stores {
             names.push(&JsValue::from_str(name));
         }
-        let tx = self.readwrite(&names)?;
+        let raw = self.raw().await?;
+        let tx = readwrite(&raw, &names)?;
         // The transaction ends in `complete` or `abort` (a failed request
         // aborts it: its error event is not cancelled).
         let done = js_sys::Promise::new(&mut |resolve, reject| {
@@ -254,29 +319,6 @@ impl IdbStore {
                 None => store_error("the transaction was aborted"),
             }),
         }
-    }
-
-    /// A readwrite transaction asking for relaxed durability explicitly (see
-    /// the module note). `IDBTransactionOptions` is behind web-sys's unstable
-    /// flag, so the call goes through `Reflect`; a browser that does not know
-    /// the option ignores it.
-    fn readwrite(&self, names: &js_sys::Array) -> Result<web_sys::IdbTransaction, StoreError> {
-        use wasm_bindgen::JsCast;
-        let options = js_sys::Object::new();
-        js_sys::Reflect::set(
-            &options,
-            &JsValue::from_str("durability"),
-            &JsValue::from_str("relaxed"),
-        )
-        .map_err(js_store_error)?;
-        let transaction: js_sys::Function =
-            js_sys::Reflect::get(&self.raw, &JsValue::from_str("transaction"))
-                .and_then(|f| f.dyn_into())
-                .map_err(js_store_error)?;
-        transaction
-            .call3(&self.raw, names, &JsValue::from_str("readwrite"), &options)
-            .and_then(|tx| tx.dyn_into())
-            .map_err(js_store_error)
     }
 
     /// Read what a starting engine needs (see [`StoreImage`]).

@@ -888,12 +888,7 @@ impl EngineHandle {
     /// Open the database, recover unfinished runs and start driving them.
     pub async fn start() -> Result<EngineHandle, wasm_bindgen::JsError> {
         let started = metrics::precise_now();
-        let store = IdbStore::open(DB_NAME)
-            .await
-            .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
-        let opened = metrics::precise_now();
-        let (image, skipped) = store
-            .load_image()
+        let (store, image, skipped, opened) = IdbStore::open_with_image(DB_NAME)
             .await
             .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
         for s in skipped {
