@@ -402,7 +402,6 @@ impl IdbStore {
         Ok((image, skipped))
     }
 
-    /// Every node of one thread.
     /// All nodes of one thread, and the records that could not be decoded.
     pub async fn thread_nodes(&self, thread_id: &str) -> Result<(Vec<Node>, Skipped), StoreError> {
         Ok(Self::decode_nodes(
@@ -410,17 +409,27 @@ impl IdbStore {
         ))
     }
 
-    /// The stored values of a thread's nodes; `decode_nodes` turns them into
-    /// nodes (two steps so the driver can time them apart).
-    pub async fn thread_node_values(&self, thread_id: &str) -> Result<Vec<JsValue>, StoreError> {
+    /// One index of the nodes store, in a read-only transaction of its own
+    /// (kept alive by the caller while it reads).
+    fn nodes_index(
+        &self,
+        name: &str,
+    ) -> Result<(rexie::Transaction, rexie::StoreIndex), StoreError> {
         let tx = self
             .db
             .transaction(&[stores::NODES], TransactionMode::ReadOnly)
             .map_err(store_error)?;
         let index = tx
             .store(stores::NODES)
-            .and_then(|s| s.index("threadId"))
+            .and_then(|s| s.index(name))
             .map_err(store_error)?;
+        Ok((tx, index))
+    }
+
+    /// The stored values of a thread's nodes; `decode_nodes` turns them into
+    /// nodes (two steps so the driver can time them apart).
+    pub async fn thread_node_values(&self, thread_id: &str) -> Result<Vec<JsValue>, StoreError> {
+        let (_tx, index) = self.nodes_index("threadId")?;
         let range = KeyRange::only(&JsValue::from_str(thread_id)).map_err(store_error)?;
         index.get_all(Some(range), None).await.map_err(store_error)
     }
@@ -435,47 +444,42 @@ impl IdbStore {
         thread_id: &str,
         count: usize,
     ) -> Result<(Vec<JsValue>, bool), StoreError> {
-        let tx = self
-            .db
-            .transaction(&[stores::NODES], TransactionMode::ReadOnly)
-            .map_err(store_error)?;
-        let index = tx
-            .store(stores::NODES)
-            .and_then(|s| s.index("threadTime"))
-            .map_err(store_error)?;
+        let (_tx, index) = self.nodes_index("threadTime")?;
         let key = |time: f64| {
             let key = js_sys::Array::new();
             key.push(&JsValue::from_str(thread_id));
             key.push(&JsValue::from_f64(time));
             JsValue::from(key)
         };
-        let whole = KeyRange::bound(&key(f64::NEG_INFINITY), &key(f64::INFINITY), None, None)
-            .map_err(store_error)?;
+        // From `from` (a creation time) to the thread's newest node.
+        let since = |from: f64| {
+            KeyRange::bound(&key(from), &key(f64::INFINITY), None, None).map_err(store_error)
+        };
         let skip = u32::try_from(count.max(1) - 1).unwrap_or(u32::MAX);
         // The `count`-th newest and the one after it: without the second,
         // `count` covers the whole thread.
         let boundary = index
-            .scan(Some(whole), Some(2), Some(skip), Some(Direction::Prev))
+            .scan(
+                Some(since(f64::NEG_INFINITY)?),
+                Some(2),
+                Some(skip),
+                Some(Direction::Prev),
+            )
             .await
             .map_err(store_error)?;
-        let boundary_time = match boundary.as_slice() {
-            [(key, _), _] => js_sys::Array::from(key).get(1).as_f64(),
-            _ => None,
-        };
-        let Some(time) = boundary_time else {
+        let (from, complete) = match boundary.as_slice() {
+            [(key, _), _] => match js_sys::Array::from(key).get(1).as_f64() {
+                Some(time) => (time, false),
+                None => (f64::NEG_INFINITY, true),
+            },
             // At most `count` nodes: all of them.
-            let whole = KeyRange::bound(&key(f64::NEG_INFINITY), &key(f64::INFINITY), None, None)
-                .map_err(store_error)?;
-            let values = index
-                .get_all(Some(whole), None)
-                .await
-                .map_err(store_error)?;
-            return Ok((values, true));
+            _ => (f64::NEG_INFINITY, true),
         };
-        let tail =
-            KeyRange::bound(&key(time), &key(f64::INFINITY), None, None).map_err(store_error)?;
-        let values = index.get_all(Some(tail), None).await.map_err(store_error)?;
-        Ok((values, false))
+        let values = index
+            .get_all(Some(since(from)?), None)
+            .await
+            .map_err(store_error)?;
+        Ok((values, complete))
     }
 
     /// Decode what `thread_node_values` read (undecodable records are skipped

@@ -473,29 +473,7 @@ fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
         n += 1;
         assert!(n < 50);
         let before = pages.last().unwrap()[0].id.clone();
-        sim.send(
-            conn,
-            Op::ThreadHistory {
-                submission: submission(&format!("h{n}")),
-                thread_id: tid.clone(),
-                before_node_id: before,
-                limit: Some(4),
-            },
-        );
-        sim.run(1000);
-        let result = sim
-            .events_for(conn)
-            .into_iter()
-            .rev()
-            .find_map(|e| match e {
-                Event::CommandAck {
-                    submission_id,
-                    result,
-                    ..
-                } if *submission_id == format!("h{n}") => Some(result.clone()),
-                _ => None,
-            })
-            .expect("history acked");
+        let result = history(&mut sim, conn, &tid, &before, 4, &format!("h{n}"));
         let page: Vec<sw_agent::model::Node> =
             serde_json::from_value(result["nodes"].clone()).unwrap();
         assert!(!page.is_empty(), "an empty page");
@@ -530,6 +508,39 @@ fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
         rejects(&sim, conn, "thread.history")[0].1,
         ErrorKind::NotFound
     );
+}
+
+/// One `thread.history` page before `before`: the ACK's result.
+fn history(
+    sim: &mut Sim,
+    conn: u64,
+    tid: &str,
+    before: &str,
+    limit: u32,
+    id: &str,
+) -> serde_json::Value {
+    sim.send(
+        conn,
+        Op::ThreadHistory {
+            submission: submission(id),
+            thread_id: tid.into(),
+            before_node_id: before.into(),
+            limit: Some(limit),
+        },
+    );
+    sim.run(1000);
+    sim.events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::CommandAck {
+                submission_id,
+                result,
+                ..
+            } if submission_id == id => Some(result.clone()),
+            _ => None,
+        })
+        .expect("history acked")
 }
 
 /// The latest snapshot's thread view a client received.
@@ -657,29 +668,7 @@ fn history_pages_carry_their_version_switchers() {
     let mut n = 0;
     while older > 0 {
         n += 1;
-        sim.send(
-            conn,
-            Op::ThreadHistory {
-                submission: submission(&format!("h{n}")),
-                thread_id: tid.clone(),
-                before_node_id: before.clone(),
-                limit: Some(5),
-            },
-        );
-        sim.run(1000);
-        let result = sim
-            .events_for(conn)
-            .into_iter()
-            .rev()
-            .find_map(|e| match e {
-                Event::CommandAck {
-                    submission_id,
-                    result,
-                    ..
-                } if *submission_id == format!("h{n}") => Some(result.clone()),
-                _ => None,
-            })
-            .unwrap();
+        let result = history(&mut sim, conn, &tid, &before, 5, &format!("h{n}"));
         let branches: Vec<sw_agent::protocol::BranchPoint> =
             serde_json::from_value(result["branches"].clone()).unwrap();
         let page: Vec<sw_agent::model::Node> =
