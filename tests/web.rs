@@ -36,11 +36,16 @@ fn thread(id: &str) -> Thread {
     }
 }
 
+/// An empty database of this name (a previous run's is deleted first).
+async fn fresh_store(name: &str) -> IdbStore {
+    let _ = IdbStore::delete(name).await;
+    IdbStore::open(name).await.unwrap()
+}
+
 #[wasm_bindgen_test]
 async fn idb_multi_store_unit_survives_close_and_reopen() {
     let name = "sw-agent-test-roundtrip";
-    let _ = IdbStore::delete(name).await;
-    let store = IdbStore::open(name).await.unwrap();
+    let store = fresh_store(name).await;
     let run = Run {
         id: "r1".into(),
         thread_id: "t1".into(),
@@ -98,8 +103,7 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
 #[wasm_bindgen_test]
 async fn idb_environment_is_stored_once_and_read_back_only_for_unfinished_runs() {
     let name = "sw-agent-test-environment";
-    let _ = IdbStore::delete(name).await;
-    let store = IdbStore::open(name).await.unwrap();
+    let store = fresh_store(name).await;
     let profile = ProviderProfile {
         kind: "openai".into(),
         base_url: "http://127.0.0.1:9/v1".into(),
@@ -165,8 +169,7 @@ async fn idb_environment_is_stored_once_and_read_back_only_for_unfinished_runs()
 #[wasm_bindgen_test]
 async fn idb_undecodable_record_is_skipped_not_fatal() {
     let name = "sw-agent-test-corrupt";
-    let _ = IdbStore::delete(name).await;
-    let store = IdbStore::open(name).await.unwrap();
+    let store = fresh_store(name).await;
     let mut unit = UnitOfWork::new();
     unit.put(Record::Thread(thread("good")));
     store.commit(&unit).await.unwrap();
@@ -263,8 +266,7 @@ async fn drive(
 #[wasm_bindgen_test]
 async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
     let name = "sw-agent-test-engine";
-    let _ = IdbStore::delete(name).await;
-    let store = IdbStore::open(name).await.unwrap();
+    let store = fresh_store(name).await;
     let profile = ProviderProfile {
         kind: "openai".into(),
         base_url: "http://127.0.0.1:1/v1".into(),
@@ -1167,8 +1169,7 @@ async fn engine_honours_retry_after_ms_from_a_429() {
 #[wasm_bindgen_test]
 async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
     let name = "sw-agent-test-tail";
-    let _ = IdbStore::delete(name).await;
-    let store = IdbStore::open(name).await.unwrap();
+    let store = fresh_store(name).await;
     let node = |thread: &str, i: u64, created_at: u64| sw_agent::model::Node {
         id: format!("{thread}-n{i:03}"),
         thread_id: thread.into(),
@@ -1222,8 +1223,7 @@ async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
 #[wasm_bindgen_test]
 async fn idb_commit_is_all_or_nothing_and_a_refused_record_is_a_typed_error() {
     let name = "sw-agent-test-commit-refused";
-    let _ = IdbStore::delete(name).await;
-    let store = IdbStore::open(name).await.unwrap();
+    let store = fresh_store(name).await;
     let good = js_sys::JSON::parse(
         r#"{"id": "t-good", "title": "kept?", "leafId": null, "createdAt": 1, "updatedAt": 1, "revision": 1}"#,
     )

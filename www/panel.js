@@ -1246,15 +1246,7 @@ function openEditor(element, nodeId, text, focus) {
   textarea.setAttribute("aria-describedby", `${hint.id} ${error.id}`);
   const actions = document.createElement("div");
   actions.className = "editor-actions";
-  const send = document.createElement("button");
-  send.type = "submit";
-  send.className = "primary";
-  send.textContent = "Send new version";
-  const cancel = document.createElement("button");
-  cancel.type = "button";
-  cancel.textContent = "Cancel";
-  cancel.addEventListener("click", () => closeEditor(true));
-  actions.append(send, cancel);
+  actions.append(...submitAndCancel("Send new version", () => closeEditor(true)));
   form.append(textarea, hint, error, actions);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -1282,6 +1274,24 @@ function openEditor(element, nodeId, text, focus) {
     form.scrollIntoView({ block: "nearest" });
     view.stickToBottom = false;
   }
+}
+
+/**
+ * An inline editor's two buttons: the form's primary submit and a Cancel.
+ * @param {string} label
+ * @param {() => void} onCancel
+ * @returns {[HTMLButtonElement, HTMLButtonElement]}
+ */
+function submitAndCancel(label, onCancel) {
+  const submit = document.createElement("button");
+  submit.type = "submit";
+  submit.className = "primary";
+  submit.textContent = label;
+  const cancel = document.createElement("button");
+  cancel.type = "button";
+  cancel.textContent = "Cancel";
+  cancel.addEventListener("click", onCancel);
+  return [submit, cancel];
 }
 
 /** Closes the message editor; `refocus` puts the focus back on its Edit button. */
@@ -1816,14 +1826,7 @@ function openQueueEditor(item) {
   input.value = item.text || "";
   input.setAttribute("aria-label", "Edit queued message");
   input.setAttribute("aria-describedby", `queue-edit-hint queue-edit-error-${item.id}`);
-  const save = document.createElement("button");
-  save.type = "submit";
-  save.className = "primary";
-  save.textContent = "Save";
-  const cancel = document.createElement("button");
-  cancel.type = "button";
-  cancel.textContent = "Cancel";
-  cancel.addEventListener("click", () => closeQueueEditor(true));
+  const [save, cancel] = submitAndCancel("Save", () => closeQueueEditor(true));
   const hint = document.createElement("span");
   hint.id = "queue-edit-hint";
   hint.className = "visually-hidden";

@@ -1079,6 +1079,14 @@ impl Engine {
             t.loaded = true;
         }
         t.partial = None;
+        self.release_deferred(now, thread_id);
+    }
+
+    /// A thread's load is over: what waited for it runs now, in order.
+    fn release_deferred(&mut self, now: u64, thread_id: &str) {
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return;
+        };
         t.loading = false;
         let deferred = std::mem::take(&mut t.deferred);
         for (conn, op) in deferred {
@@ -1115,11 +1123,7 @@ impl Engine {
                 return;
             }
         }
-        t.loading = false;
-        let deferred = std::mem::take(&mut t.deferred);
-        for (conn, op) in deferred {
-            self.handle_op(now, conn, op);
-        }
+        self.release_deferred(now, thread_id);
     }
 
     /// Loading a thread failed: reject what waited for it.
@@ -1584,10 +1588,11 @@ fn partial_view(thread: &Thread, nodes: Vec<Node>, limit: usize) -> Option<Parti
     {
         return None;
     }
-    let shown = suffix.len() - start;
+    let branches = temp.branch_points(start);
+    let nodes = temp.path.split_off(start);
     Some(PartialView {
-        older: path_len - shown as u64,
-        branches: temp.branch_points(start),
-        nodes: suffix[start..].to_vec(),
+        older: path_len - nodes.len() as u64,
+        branches,
+        nodes,
     })
 }

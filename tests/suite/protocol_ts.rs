@@ -24,13 +24,12 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use syn::{Attribute, Expr, Fields, GenericArgument, Item, Lit, Meta, PathArguments, Type};
 
-use sw_agent::model::{ProviderProfile, RunState, StopReason};
+use sw_agent::model::{ProviderProfile, RunState};
 use sw_agent::protocol::{
     ApprovalDecision, ErrorInfo, ErrorKind, Event, Op, PageMessage, PageRequest, UncertainChoice,
     UserInput,
 };
-use sw_agent::provider::RawToolCall;
-use sw_agent::sim::{Reply, Sim};
+use sw_agent::sim::Sim;
 
 use super::support::*;
 
@@ -759,22 +758,7 @@ fn protocol_ts_names_follow_serde() {
 #[test]
 fn protocol_ts_describes_real_serde_output() {
     let model = Model::load();
-    let mut step = 0;
-    let policy = Box::new(move |_: &sw_agent::provider::ProviderRequest| {
-        step += 1;
-        match step {
-            1 => Reply::ToolCalls {
-                text: "Reading.".into(),
-                calls: vec![RawToolCall {
-                    id: "c1".into(),
-                    name: "read_page".into(),
-                    arguments: "{}".into(),
-                }],
-                stop: StopReason::ToolUse,
-            },
-            _ => Reply::text("Done."),
-        }
-    });
+    let policy = read_then_answer("Done.");
     let mut sim = Sim::new(3, policy, page_tools());
     let conn = sim.connect();
     sim.send(conn, initialize("i0", None));

@@ -101,6 +101,27 @@ pub fn agent_policy() -> Policy {
     })
 }
 
+/// One `read_page` call ("Reading."), then `answer`: a stateful policy for
+/// tests that run one turn without crashes.
+pub fn read_then_answer(answer: &'static str) -> Policy {
+    let mut step = 0;
+    Box::new(move |_: &ProviderRequest| {
+        step += 1;
+        match step {
+            1 => Reply::ToolCalls {
+                text: "Reading.".into(),
+                calls: vec![sw_agent::provider::RawToolCall {
+                    id: "c1".into(),
+                    name: "read_page".into(),
+                    arguments: "{}".into(),
+                }],
+                stop: StopReason::ToolUse,
+            },
+            _ => Reply::text(answer),
+        }
+    })
+}
+
 /// Page tools that always work; the page counts clicks.
 pub fn page_tools() -> ToolFn {
     Box::new(|name: &str, _params: &Value| match name {

@@ -37,22 +37,7 @@ fn event_names(sim: &Sim, conn: u64) -> Vec<String> {
 
 #[test]
 fn full_turn_text_tool_text_persists_exact_nodes_and_events() {
-    let mut step = 0;
-    let policy = Box::new(move |_: &sw_agent::provider::ProviderRequest| {
-        step += 1;
-        match step {
-            1 => Reply::ToolCalls {
-                text: "Reading.".into(),
-                calls: vec![RawToolCall {
-                    id: "c1".into(),
-                    name: "read_page".into(),
-                    arguments: "{}".into(),
-                }],
-                stop: StopReason::ToolUse,
-            },
-            _ => Reply::text("All done."),
-        }
-    });
+    let policy = read_then_answer("All done.");
     let mut sim = Sim::new(7, policy, page_tools());
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "Read the page\nplease"));
