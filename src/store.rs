@@ -310,22 +310,21 @@ impl MemoryStore {
     /// that is all of the thread (what `Effect::LoadThreadTail` asks for;
     /// the IndexedDB store answers the same from its `threadTime` index).
     pub fn thread_tail(&self, thread_id: &str, count: usize) -> (Vec<Node>, bool) {
-        let mut nodes = self.thread_nodes(thread_id);
-        select_tail(&mut nodes, count)
+        select_tail(self.thread_nodes(thread_id), count)
     }
 }
 
 /// Keep the newest `count` nodes (by `createdAt`) and any tied with the
 /// oldest kept; true when nothing was dropped.
-pub fn select_tail(nodes: &mut Vec<Node>, count: usize) -> (Vec<Node>, bool) {
+fn select_tail(nodes: Vec<Node>, count: usize) -> (Vec<Node>, bool) {
     let count = count.max(1);
     if nodes.len() <= count {
-        return (std::mem::take(nodes), true);
+        return (nodes, true);
     }
     let mut times: Vec<u64> = nodes.iter().map(|n| n.created_at).collect();
     times.sort_unstable_by(|a, b| b.cmp(a));
     let boundary = times[count - 1];
-    let tail: Vec<Node> = std::mem::take(nodes)
+    let tail = nodes
         .into_iter()
         .filter(|n| n.created_at >= boundary)
         .collect();

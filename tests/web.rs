@@ -36,6 +36,17 @@ fn thread(id: &str) -> Thread {
     }
 }
 
+/// A provider profile with tool use on, no vision and no limits.
+fn profile(kind: &str, base_url: &str, model: &str) -> ProviderProfile {
+    ProviderProfile {
+        kind: kind.into(),
+        base_url: base_url.into(),
+        model: model.into(),
+        tool_use: true,
+        ..ProviderProfile::default()
+    }
+}
+
 /// An empty database of this name (a previous run's is deleted first).
 async fn fresh_store(name: &str) -> IdbStore {
     let _ = IdbStore::delete(name).await;
@@ -267,17 +278,7 @@ async fn drive(
 async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
     let name = "sw-agent-test-engine";
     let store = fresh_store(name).await;
-    let profile = ProviderProfile {
-        kind: "openai".into(),
-        base_url: "http://127.0.0.1:1/v1".into(),
-        model: "m".into(),
-        max_output_tokens: None,
-        temperature_centi: None,
-        vision: false,
-        tool_use: true,
-        token_budget: None,
-        context_window: None,
-    };
+    let profile = profile("openai", "http://127.0.0.1:1/v1", "m");
     let (image, _) = store.load_image().await.unwrap();
     let mut engine = Engine::new(quiet_config(), profile.clone(), 1, image, 100);
     engine.handle_connect(1, ClientKind::ExtensionPage);
@@ -494,17 +495,7 @@ fn provider_request(transport: Transport) -> ProviderRequest {
         Transport::Anthropic => "anthropic",
     };
     ProviderRequest {
-        profile: ProviderProfile {
-            kind: kind.into(),
-            base_url: mock_url().into(),
-            model: MODEL.into(),
-            max_output_tokens: None,
-            temperature_centi: None,
-            vision: false,
-            tool_use: true,
-            token_budget: None,
-            context_window: None,
-        },
+        profile: profile(kind, mock_url(), MODEL),
         system: "You are a test.".into(),
         messages: vec![ChatMessage::User {
             text: "Subscribe to the newsletter".into(),
@@ -1032,19 +1023,8 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
 /// delay, drive it against the mock, and return its events.
 async fn run_turn_with_retries(db: &str) -> Vec<Event> {
     use sw_agent::engine::RetryPolicy;
-    let _ = IdbStore::delete(db).await;
-    let store = IdbStore::open(db).await.unwrap();
-    let profile = ProviderProfile {
-        kind: "openai".into(),
-        base_url: mock_url().into(),
-        model: MODEL.into(),
-        max_output_tokens: None,
-        temperature_centi: None,
-        vision: false,
-        tool_use: true,
-        token_budget: None,
-        context_window: None,
-    };
+    let store = fresh_store(db).await;
+    let profile = profile("openai", mock_url(), MODEL);
     let config = EngineConfig {
         retry: RetryPolicy {
             max_attempts: 3,

@@ -452,19 +452,11 @@ impl Engine {
         let start = super::support::page_start(&t.path, end, limit);
         // The page's version switchers travel with it (a snapshot carries
         // only those of the nodes it shows).
-        let branches: Vec<_> = t
-            .branch_points(start)
-            .into_iter()
-            .filter(|p| {
-                let active = &p.node_ids[p.active.min(p.node_ids.len().saturating_sub(1))];
-                t.path[start..end].iter().any(|n| &n.id == active)
-            })
-            .collect();
         let result = json!({
             "threadId": thread_id,
             "nodes": &t.path[start..end],
             "olderNodes": start,
-            "branches": branches,
+            "branches": t.branch_points(start..end),
         });
         self.ack(&reply, result);
     }
@@ -526,17 +518,7 @@ impl Engine {
                 });
                 self.ack(&reply, result);
             }
-            Err(error) => {
-                let info = error.info();
-                self.send(
-                    reply.conn,
-                    Event::CommandReject {
-                        submission_id: reply.submission.submission_id.clone(),
-                        op_type: reply.op_type.to_string(),
-                        error: info,
-                    },
-                );
-            }
+            Err(error) => self.reject_with(&reply, error.info()),
         }
     }
 

@@ -526,7 +526,7 @@ impl ThreadState {
     /// end of the active path (a branch switch or an edited message).
     /// Returns whether the active path changed shape.
     fn realign(&mut self) -> bool {
-        if self.thread.leaf_id == self.leaf_id() {
+        if self.thread.leaf_id.as_deref() == self.path.last().map(|n| n.id.as_str()) {
             return false;
         }
         let mut nodes = std::mem::take(&mut self.path);
@@ -573,14 +573,14 @@ impl ThreadState {
         tip.to_string()
     }
 
-    /// Where the active path, from index `start` on, has sibling alternatives.
-    fn branch_points(&self, start: usize) -> Vec<BranchPoint> {
+    /// Where the active path's nodes in `range` have sibling alternatives.
+    fn branch_points(&self, range: std::ops::Range<usize>) -> Vec<BranchPoint> {
         if self.off_path.is_empty() {
             return Vec::new();
         }
         let siblings = self.by_parent();
         let mut points = Vec::new();
-        for node in self.path.iter().skip(start) {
+        for node in self.path.get(range).unwrap_or_default() {
             let Some(group) = siblings.get(&node.parent_id.as_deref()) else {
                 continue;
             };
@@ -1588,7 +1588,7 @@ fn partial_view(thread: &Thread, nodes: Vec<Node>, limit: usize) -> Option<Parti
     {
         return None;
     }
-    let branches = temp.branch_points(start);
+    let branches = temp.branch_points(start..temp.path.len());
     let nodes = temp.path.split_off(start);
     Some(PartialView {
         older: path_len - nodes.len() as u64,

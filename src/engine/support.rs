@@ -219,12 +219,17 @@ impl Engine {
     }
 
     pub(super) fn reject(&mut self, reply: &Reply, kind: ErrorKind, message: &str) {
+        self.reject_with(reply, ErrorInfo::new(kind, message));
+    }
+
+    /// Reject with a full error (e.g. a provider's, with its retry hint).
+    pub(super) fn reject_with(&mut self, reply: &Reply, error: ErrorInfo) {
         self.send(
             reply.conn,
             Event::CommandReject {
                 submission_id: reply.submission.submission_id.clone(),
                 op_type: reply.op_type.to_string(),
-                error: ErrorInfo::new(kind, message),
+                error,
             },
         );
     }
@@ -497,7 +502,7 @@ impl Engine {
                     (
                         t.path[start..].to_vec(),
                         start as u64,
-                        t.branch_points(start),
+                        t.branch_points(start..t.path.len()),
                     )
                 }
             };
