@@ -12,6 +12,7 @@
 // (registration fails), and awaiting before addListener would lose the very
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
+import { prefetchStore } from "./store-prefetch.js";
 
 let engine = null;
 let nextPortId = 1;
@@ -32,20 +33,33 @@ function deliver(call) {
   }
 }
 
-// Settles once the engine runs (or startup failed and was logged once).
+// While the module is fetched and compiled, the database is opened and the
+// start image read (store-prefetch.js), and the settings too: IO that needs
+// no wasm. Engine.start() checks and decodes what arrived and reads itself
+// whatever did not.
 let wasmAt = 0;
-const ready = init({ module_or_path: chrome.runtime.getURL("pkg/sw_agent_bg.wasm") })
-  .then(() => {
-    wasmAt = performance.now();
-    return Engine.start();
-  })
+let prefetchAt = 0;
+const prefetched = Promise.all([
+  prefetchStore().catch(() => null),
+  chrome.storage.local.get("settings").catch(() => null),
+]).then(([store, storage]) => {
+  prefetchAt = performance.now();
+  return { store, storage };
+});
+const instantiated = init({ module_or_path: chrome.runtime.getURL("pkg/sw_agent_bg.wasm") }).then(() => {
+  wasmAt = performance.now();
+});
+
+// Settles once the engine runs (or startup failed and was logged once).
+const ready = Promise.all([prefetched, instantiated])
+  .then(([early]) => Engine.start(early))
   .then((started) => {
     engine = started;
     // For `make bench` only: lets the harness (CDP evaluate in this worker)
-    // read `engine.metrics()`, when the wasm module was instantiated and when
-    // the engine became ready (ms since the worker started). Nothing in the
-    // extension reads it.
-    globalThis.__swAgent = { engine: started, wasmAt, readyAt: performance.now() };
+    // read `engine.metrics()`, when the wasm module was instantiated, when
+    // the prefetch arrived and when the engine became ready (ms since the
+    // worker started). Nothing in the extension reads it.
+    globalThis.__swAgent = { engine: started, wasmAt, prefetchAt, readyAt: performance.now() };
     for (const call of pending.splice(0)) deliver(call);
   })
   .catch((err) => console.error("[sw-agent] engine failed to start; events stay queued", err));

@@ -41,7 +41,32 @@ pub mod stores {
         INTERACTIONS,
         ENVIRONMENTS,
     ];
+    /// What a starting engine reads whole: every store but the nodes (read
+    /// per thread) and the environments (read per unfinished run). In this
+    /// order in `extension/store-prefetch.js`, which reads them while the
+    /// wasm module compiles (a test compares the two lists).
+    pub const START_IMAGE: [&str; 8] = [
+        THREADS,
+        RUNS,
+        STEERS,
+        QUEUE,
+        RECEIPTS,
+        APPROVALS,
+        SITE_RULES,
+        INTERACTIONS,
+    ];
 }
+
+/// The IndexedDB database: its name and version (bump together with
+/// `model::SCHEMA_VERSION` migrations). `extension/store-prefetch.js` opens
+/// exactly this version and leaves creating or upgrading to the engine.
+/// 4: run environments moved to their own store (`environments`). A run
+/// record of version 3 still carries its environment and is read with it;
+/// the engine writes an unfinished one's into its own record at start.
+/// 5: nodes gain the `threadTime` index ([threadId, createdAt]) so a cold
+/// start reads only the tail of a long thread (records unchanged).
+pub const DB_NAME: &str = "sw-agent";
+pub const DB_VERSION: u32 = 5;
 
 /// A record to put.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

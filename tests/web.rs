@@ -17,6 +17,7 @@ use sw_agent::provider::{
     StreamEvent, ToolSpec, Transport,
 };
 use sw_agent::store::{stores, Record, UnitOfWork};
+use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 use web_sys::AbortController;
 
@@ -1401,4 +1402,165 @@ async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
     assert_eq!(view.nodes[9].id, "n119");
     store.close();
     let _ = IdbStore::delete(name).await;
+}
+
+#[wasm_bindgen(module = "/extension/store-prefetch.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = prefetchStore)]
+    fn prefetch_store(spec: &JsValue) -> js_sys::Promise;
+    #[wasm_bindgen(thread_local_v2, js_name = ENGINE_STORE)]
+    static ENGINE_STORE: JsValue;
+}
+
+/// `extension/store-prefetch.js` run for database `name` (as sw.js runs it
+/// for the engine's), awaited: its result or null.
+async fn prefetch(name: &str) -> JsValue {
+    let spec = js_sys::Object::new();
+    let set = |key: &str, value: JsValue| js_sys::Reflect::set(&spec, &key.into(), &value).unwrap();
+    set("name", name.into());
+    set("version", sw_agent::store::DB_VERSION.into());
+    let image: js_sys::Array = stores::START_IMAGE
+        .iter()
+        .map(|s| JsValue::from_str(s))
+        .collect();
+    set("image", image.into());
+    wasm_bindgen_futures::JsFuture::from(prefetch_store(&spec.into()))
+        .await
+        .unwrap()
+}
+
+/// Names of the databases this origin has.
+async fn database_names() -> Vec<String> {
+    let factory = js_sys::Reflect::get(&js_sys::global(), &"indexedDB".into()).unwrap();
+    let databases: js_sys::Function = js_sys::Reflect::get(&factory, &"databases".into())
+        .unwrap()
+        .into();
+    let list = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::from(
+        databases.call0(&factory).unwrap(),
+    ))
+    .await
+    .unwrap();
+    js_sys::Array::from(&list)
+        .iter()
+        .filter_map(|d| js_sys::Reflect::get(&d, &"name".into()).ok()?.as_string())
+        .collect()
+}
+
+#[wasm_bindgen_test]
+fn store_prefetch_reads_the_engines_database_version_and_start_image() {
+    let spec = ENGINE_STORE.with(JsValue::clone);
+    let field = |key: &str| js_sys::Reflect::get(&spec, &key.into()).unwrap();
+    assert_eq!(
+        field("name").as_string().as_deref(),
+        Some(sw_agent::store::DB_NAME)
+    );
+    assert_eq!(
+        field("version").as_f64(),
+        Some(f64::from(sw_agent::store::DB_VERSION))
+    );
+    let image: Vec<String> = js_sys::Array::from(&field("image"))
+        .iter()
+        .filter_map(|s| s.as_string())
+        .collect();
+    assert_eq!(image, stores::START_IMAGE);
+}
+
+#[wasm_bindgen_test]
+async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
+    let name = "sw-agent-test-prefetch";
+    let store = fresh_store(name).await;
+    let mut t = thread("t1");
+    t.leaf_id = Some("n1".into());
+    let node = sw_agent::model::Node {
+        id: "n1".into(),
+        thread_id: "t1".into(),
+        parent_id: None,
+        created_at: 5,
+        body: NodeBody::UserMessage {
+            text: "hello".into(),
+            steered: false,
+        },
+    };
+    let receipt = sw_agent::model::Receipt {
+        key: "c1:s1".into(),
+        fingerprint: "f".into(),
+        op_type: "turn.submit".into(),
+        result: serde_json::json!({"threadId": "t1"}),
+        created_at: 5,
+    };
+    store
+        .commit(&UnitOfWork {
+            puts: vec![
+                Record::Thread(t.clone()),
+                Record::Node(node.clone()),
+                Record::Receipt(receipt),
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (expected, skipped) = store.load_image().await.unwrap();
+    assert!(skipped.is_empty());
+    store.close();
+
+    let early = prefetch(name).await;
+    assert!(early.is_object(), "an up-to-date database is prefetched");
+    let (store, values) = IdbStore::prefetched(name, &early).expect("the prefetch checks out");
+    let (image, skipped) = store.image_from(values).await.unwrap();
+    assert!(skipped.is_empty());
+    assert_eq!(image, expected);
+    assert_eq!(image.threads, vec![t]);
+    // The prefetched connection commits, and reads open their own.
+    let mut t2 = thread("t2");
+    t2.title = "after".into();
+    store
+        .commit(&UnitOfWork {
+            puts: vec![Record::Thread(t2)],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.dump("threads").await.unwrap().len(), 2);
+    let (tail, complete) = store.thread_tail_values("t1", 10).await.unwrap();
+    assert!(complete);
+    assert_eq!(IdbStore::decode_nodes(tail).0, vec![node]);
+    store.close();
+}
+
+#[wasm_bindgen_test]
+async fn idb_prefetch_never_creates_or_upgrades_and_a_stale_one_is_refused() {
+    // No database: nothing is created (the engine creates it, with its schema).
+    let name = "sw-agent-test-prefetch-none";
+    let _ = IdbStore::delete(name).await;
+    assert!(prefetch(name).await.is_null());
+    assert!(!database_names().await.contains(&name.to_string()));
+
+    // An older version: left as it is, for the engine to upgrade.
+    let name = "sw-agent-test-prefetch-old";
+    let _ = IdbStore::delete(name).await;
+    let old = rexie::Rexie::builder(name)
+        .version(4)
+        .add_object_store(rexie::ObjectStore::new("threads").key_path("id"))
+        .build()
+        .await
+        .unwrap();
+    old.close();
+    assert!(prefetch(name).await.is_null());
+    let store = IdbStore::open(name).await.expect("the engine upgrades it");
+    store.close();
+
+    // What does not check out is refused and the engine reads itself.
+    let name = "sw-agent-test-prefetch-shape";
+    fresh_store(name).await.close();
+    let early = prefetch(name).await;
+    assert!(IdbStore::prefetched("another-name", &early).is_none());
+    let early = prefetch(name).await;
+    let image = js_sys::Reflect::get(&early, &"image".into()).unwrap();
+    js_sys::Reflect::delete_property(&image.into(), &"receipts".into()).unwrap();
+    assert!(
+        IdbStore::prefetched(name, &early).is_none(),
+        "a store missing from the image"
+    );
+    assert!(IdbStore::prefetched(name, &JsValue::NULL).is_none());
+    assert!(IdbStore::prefetched(name, &js_sys::Object::new().into()).is_none());
 }

@@ -8,7 +8,7 @@
 // Must not: download anything, or leave a browser or temp dir behind after close().
 
 import { chromium } from 'playwright-core';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import {
@@ -73,15 +73,31 @@ export function writeBareExtension() {
   return dir;
 }
 
+const BASELINE_SUFFIX = ' (baseline)';
+
+/** A copy of another build of the extension, told apart by its manifest name. */
+function copyAsBaseline(extensionPath) {
+  assertExtensionBuilt(extensionPath);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'bench-baseline-ext-'));
+  cpSync(extensionPath, dir, { recursive: true });
+  const manifestPath = path.join(dir, 'manifest.json');
+  const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
+  manifest.name = `${manifest.name}${BASELINE_SUFFIX}`;
+  writeFileSync(manifestPath, JSON.stringify(manifest, null, 2));
+  return dir;
+}
+
 /**
- * Launches Chromium with the built extension and the bare one.
+ * Launches Chromium with the built extension and the bare one (and, when
+ * `baselinePath` is given, another build of the extension to compare with).
  * @returns {Promise<{ context, browserVersion, real: ExtensionHandle, bare: ExtensionHandle, close }>}
  */
-export async function launchBench({ extensionPath }) {
+export async function launchBench({ extensionPath, baselinePath = null }) {
   assertExtensionBuilt(extensionPath);
   const bareDir = writeBareExtension();
+  const baselineDir = baselinePath ? copyAsBaseline(baselinePath) : null;
   const userDataDir = mkdtempSync(path.join(os.tmpdir(), 'bench-profile-'));
-  const both = `${extensionPath},${bareDir}`;
+  const both = [extensionPath, bareDir, ...(baselineDir ? [baselineDir] : [])].join(',');
   let context;
   try {
     context = await chromium.launchPersistentContext(userDataDir, {
@@ -102,14 +118,15 @@ export async function launchBench({ extensionPath }) {
     const workers = await waitFor(
       async () => {
         const found = context.serviceWorkers().filter((w) => w.url().startsWith('chrome-extension://'));
-        return found.length >= 2 ? found : null;
+        return found.length >= (baselineDir ? 3 : 2) ? found : null;
       },
-      { timeout: 60000, message: 'both extension service workers' },
+      { timeout: 60000, message: 'every extension service worker' },
     );
     const named = {};
     for (const worker of workers) {
       const name = await worker.evaluate(() => chrome.runtime.getManifest().name);
-      named[name === 'bench bare worker' ? 'bare' : 'real'] = new URL(worker.url()).host;
+      const role = name === 'bench bare worker' ? 'bare' : name.endsWith(BASELINE_SUFFIX) ? 'baseline' : 'real';
+      named[role] = new URL(worker.url()).host;
     }
     if (!named.real || !named.bare) throw new Error(`could not tell the extensions apart: ${JSON.stringify(named)}`);
     const browserVersion = context.browser()?.version() ?? 'unknown';
@@ -117,12 +134,14 @@ export async function launchBench({ extensionPath }) {
       await context.close().catch(() => {});
       rmSync(userDataDir, { recursive: true, force: true });
       rmSync(bareDir, { recursive: true, force: true });
+      if (baselineDir) rmSync(baselineDir, { recursive: true, force: true });
     };
     return {
       context,
       browserVersion,
       real: extensionHandle(context, named.real),
       bare: extensionHandle(context, named.bare),
+      baseline: baselineDir ? extensionHandle(context, named.baseline) : null,
       close,
     };
   } catch (error) {

@@ -28,13 +28,7 @@ use crate::model::{
 };
 use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
 
-/// Database version; bump together with `model::SCHEMA_VERSION` migrations.
-/// 4: run environments moved to their own store (`environments`). A run
-/// record of version 3 still carries its environment and is read with it;
-/// the engine writes an unfinished one's into its own record at start.
-/// 5: nodes gain the `threadTime` index ([threadId, createdAt]) so a cold
-/// start reads only the tail of a long thread (records unchanged).
-const DB_VERSION: u32 = 5;
+use crate::store::DB_VERSION;
 
 fn store_error(e: impl std::fmt::Display) -> StoreError {
     StoreError {
@@ -133,7 +127,10 @@ fn decode_all<T: DeserializeOwned>(
 
 /// The engine's IndexedDB database.
 pub struct IdbStore {
-    db: Rexie,
+    /// rexie's connection: it creates and upgrades the database and reads.
+    /// Opened with the store, or on first use when the store started from
+    /// a prefetch (which already holds a connection at `DB_VERSION`).
+    db: futures::lock::Mutex<Option<std::rc::Rc<Rexie>>>,
     /// A second connection to the same database, opened after rexie's has
     /// created or upgraded it. Commits go through it directly: every put is
     /// issued in one go and only the transaction's completion is awaited
@@ -156,8 +153,74 @@ impl IdbStore {
 
     /// Open (create, upgrade) through rexie; the commit connection follows.
     async fn open_only(name: &str) -> Result<Self, StoreError> {
+        let db = open_rexie(name).await?;
+        Ok(IdbStore {
+            db: futures::lock::Mutex::new(Some(std::rc::Rc::new(db))),
+            raw: Default::default(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Open rexie's connection now if it is not open yet.
+    pub async fn open_reader(&self) -> Result<(), StoreError> {
+        self.rexie().await.map(|_| ())
+    }
+
+    /// rexie's connection, opened on first use.
+    async fn rexie(&self) -> Result<std::rc::Rc<Rexie>, StoreError> {
+        let mut db = self.db.lock().await;
+        if let Some(db) = db.as_ref() {
+            return Ok(db.clone());
+        }
+        let opened = std::rc::Rc::new(open_rexie(&self.name).await?);
+        *db = Some(opened.clone());
+        Ok(opened)
+    }
+
+    /// The store from what `extension/store-prefetch.js` read while the
+    /// module compiled: `{ db, version, image: { store: [records] } }`.
+    /// None (and the prefetched connection closed) unless it is a
+    /// connection to `name` at `DB_VERSION` with every start-image store
+    /// read; the caller then opens the database itself.
+    pub fn prefetched(name: &str, prefetch: &JsValue) -> Option<(Self, Vec<Vec<JsValue>>)> {
+        use wasm_bindgen::JsCast;
+        let field =
+            |of: &JsValue, key: &str| js_sys::Reflect::get(of, &JsValue::from_str(key)).ok();
+        let raw: web_sys::IdbDatabase = field(prefetch, "db")?.dyn_into().ok()?;
+        let image = field(prefetch, "image");
+        let values = image.and_then(|image| {
+            stores::START_IMAGE
+                .iter()
+                .map(|store| {
+                    let records = field(&image, store)?;
+                    records
+                        .is_array()
+                        .then(|| js_sys::Array::from(&records).to_vec())
+                })
+                .collect::<Option<Vec<_>>>()
+        });
+        match values {
+            Some(values) if raw.name() == name && raw.version() == f64::from(DB_VERSION) => {
+                let store = IdbStore {
+                    db: futures::lock::Mutex::new(None),
+                    raw: std::cell::RefCell::new(Some(raw)),
+                    name: name.to_string(),
+                };
+                Some((store, values))
+            }
+            _ => {
+                raw.close();
+                None
+            }
+        }
+    }
+}
+
+/// Open (create, upgrade) the database through rexie, with the schema.
+async fn open_rexie(name: &str) -> Result<Rexie, StoreError> {
+    {
         let by_thread = || Index::new("threadId", "threadId");
-        let db = Rexie::builder(name)
+        Rexie::builder(name)
             .version(DB_VERSION)
             .add_object_store(ObjectStore::new(stores::THREADS).key_path("id"))
             .add_object_store(
@@ -196,14 +259,11 @@ impl IdbStore {
             .add_object_store(ObjectStore::new(stores::ENVIRONMENTS).key_path("runId"))
             .build()
             .await
-            .map_err(store_error)?;
-        Ok(IdbStore {
-            db,
-            raw: Default::default(),
-            name: name.to_string(),
-        })
+            .map_err(store_error)
     }
+}
 
+impl IdbStore {
     /// Open the database and read the start image, the commit connection
     /// opening while the image is read (what `Engine.start()` needs first).
     /// Also returns when the database was open (`precise_now`), for metrics.
@@ -232,7 +292,13 @@ impl IdbStore {
         if let Some(raw) = self.raw.borrow_mut().take() {
             raw.close();
         }
-        self.db.close();
+        if let Some(db) = self
+            .db
+            .into_inner()
+            .and_then(|db| std::rc::Rc::try_unwrap(db).ok())
+        {
+            db.close();
+        }
     }
 
     /// Delete the database `name` (tests).
@@ -323,39 +389,48 @@ impl IdbStore {
 
     /// Read what a starting engine needs (see [`StoreImage`]).
     pub async fn load_image(&self) -> Result<(StoreImage, Skipped), StoreError> {
-        let mut skipped = Vec::new();
-        let tx = self
-            .db
-            .transaction(&stores::ALL, TransactionMode::ReadOnly)
+        let db = self.rexie().await?;
+        let tx = db
+            .transaction(&stores::START_IMAGE, TransactionMode::ReadOnly)
             .map_err(store_error)?;
-        let all = |name: &'static str| {
+        let reads = stores::START_IMAGE.iter().map(|name| {
             let store = tx.store(name);
             async move {
                 let store = store.map_err(store_error)?;
                 store.get_all(None, None).await.map_err(store_error)
             }
-        };
-        let (threads, runs, steers, queue, receipts, approvals, site_rules, interactions) = futures::join!(
-            all(stores::THREADS),
-            all(stores::RUNS),
-            all(stores::STEERS),
-            all(stores::QUEUE),
-            all(stores::RECEIPTS),
-            all(stores::APPROVALS),
-            all(stores::SITE_RULES),
-            all(stores::INTERACTIONS)
-        );
-        let threads: Vec<Thread> = decode_all(threads?, stores::THREADS, &mut skipped);
-        let runs: Vec<Run> = decode_all(runs?, stores::RUNS, &mut skipped);
-        let steers: Vec<PendingSteer> = decode_all(steers?, stores::STEERS, &mut skipped);
-        let queue: Vec<QueueItem> = decode_all(queue?, stores::QUEUE, &mut skipped);
-        let receipts: Vec<Receipt> = decode_all(receipts?, stores::RECEIPTS, &mut skipped);
-        let approvals: Vec<ApprovalRecord> =
-            decode_all(approvals?, stores::APPROVALS, &mut skipped);
-        let site_rules: Vec<SiteRule> = decode_all(site_rules?, stores::SITE_RULES, &mut skipped);
-        let interactions: Vec<InteractionRecord> =
-            decode_all(interactions?, stores::INTERACTIONS, &mut skipped);
+        });
+        let values = join_all(reads)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
         drop(tx);
+        self.image_from(values).await
+    }
+
+    /// The start image from the records of `stores::START_IMAGE` (in that
+    /// order), read here or prefetched: decoded, plus what only some
+    /// records need (unfinished runs' environments, their threads' nodes).
+    pub async fn image_from(
+        &self,
+        values: Vec<Vec<JsValue>>,
+    ) -> Result<(StoreImage, Skipped), StoreError> {
+        let mut skipped = Vec::new();
+        let [threads, runs, steers, queue, receipts, approvals, site_rules, interactions]: [Vec<
+            JsValue,
+        >;
+            8] = values
+            .try_into()
+            .map_err(|_| store_error("the start image lacks a store"))?;
+        let threads: Vec<Thread> = decode_all(threads, stores::THREADS, &mut skipped);
+        let runs: Vec<Run> = decode_all(runs, stores::RUNS, &mut skipped);
+        let steers: Vec<PendingSteer> = decode_all(steers, stores::STEERS, &mut skipped);
+        let queue: Vec<QueueItem> = decode_all(queue, stores::QUEUE, &mut skipped);
+        let receipts: Vec<Receipt> = decode_all(receipts, stores::RECEIPTS, &mut skipped);
+        let approvals: Vec<ApprovalRecord> = decode_all(approvals, stores::APPROVALS, &mut skipped);
+        let site_rules: Vec<SiteRule> = decode_all(site_rules, stores::SITE_RULES, &mut skipped);
+        let interactions: Vec<InteractionRecord> =
+            decode_all(interactions, stores::INTERACTIONS, &mut skipped);
         // Only unfinished runs need their frozen environment (to refuse drift
         // on resume); finished runs' environments stay on disk. Own
         // transaction, every request issued before the first is awaited.
@@ -366,8 +441,8 @@ impl IdbStore {
             .collect();
         let mut environment_values = Vec::new();
         if !unfinished.is_empty() {
-            let tx = self
-                .db
+            let db = self.rexie().await?;
+            let tx = db
                 .transaction(&[stores::ENVIRONMENTS], TransactionMode::ReadOnly)
                 .map_err(store_error)?;
             let store = tx.store(stores::ENVIRONMENTS).map_err(store_error)?;
@@ -411,12 +486,13 @@ impl IdbStore {
 
     /// One index of the nodes store, in a read-only transaction of its own
     /// (kept alive by the caller while it reads).
-    fn nodes_index(
+    async fn nodes_index(
         &self,
         name: &str,
     ) -> Result<(rexie::Transaction, rexie::StoreIndex), StoreError> {
         let tx = self
-            .db
+            .rexie()
+            .await?
             .transaction(&[stores::NODES], TransactionMode::ReadOnly)
             .map_err(store_error)?;
         let index = tx
@@ -429,7 +505,7 @@ impl IdbStore {
     /// The stored values of a thread's nodes; `decode_nodes` turns them into
     /// nodes (two steps so the driver can time them apart).
     pub async fn thread_node_values(&self, thread_id: &str) -> Result<Vec<JsValue>, StoreError> {
-        let (_tx, index) = self.nodes_index("threadId")?;
+        let (_tx, index) = self.nodes_index("threadId").await?;
         let range = KeyRange::only(&JsValue::from_str(thread_id)).map_err(store_error)?;
         index.get_all(Some(range), None).await.map_err(store_error)
     }
@@ -444,7 +520,7 @@ impl IdbStore {
         thread_id: &str,
         count: usize,
     ) -> Result<(Vec<JsValue>, bool), StoreError> {
-        let (_tx, index) = self.nodes_index("threadTime")?;
+        let (_tx, index) = self.nodes_index("threadTime").await?;
         let key = |time: f64| {
             let key = js_sys::Array::new();
             key.push(&JsValue::from_str(thread_id));
@@ -493,7 +569,8 @@ impl IdbStore {
     /// Every record of one store as raw JS values (tests and diagnostics).
     pub async fn dump(&self, store: &str) -> Result<Vec<JsValue>, StoreError> {
         let tx = self
-            .db
+            .rexie()
+            .await?
             .transaction(&[store], TransactionMode::ReadOnly)
             .map_err(store_error)?;
         let s = tx.store(store).map_err(store_error)?;
@@ -507,7 +584,8 @@ impl IdbStore {
         let value =
             js_sys::JSON::parse(json).map_err(|e| store_error(super::error::js_to_error(e)))?;
         let tx = self
-            .db
+            .rexie()
+            .await?
             .transaction(&[store], TransactionMode::ReadWrite)
             .map_err(store_error)?;
         tx.store(store)

@@ -60,6 +60,9 @@ pub struct Metrics {
     pub start_open_ms: f64,
     pub start_image_ms: f64,
     pub start_settings_ms: f64,
+    /// Whether the start image and the settings came from sw.js's prefetch
+    /// (read while the module compiled) rather than from `Engine.start()`.
+    pub start_prefetched: bool,
     /// Thread loads: the IndexedDB read, decoding the records, and the
     /// engine building the thread from them.
     pub thread_read: Timing,

@@ -46,8 +46,7 @@ use error::JsError;
 use idb::IdbStore;
 use port::Port;
 
-/// IndexedDB database name.
-pub const DB_NAME: &str = "sw-agent";
+pub use crate::store::DB_NAME;
 /// The alarm that wakes a killed worker while a run is active.
 pub const HEARTBEAT_ALARM: &str = "sw-agent-heartbeat";
 /// A page tool that does not answer within this time fails (ms).
@@ -886,16 +885,38 @@ pub struct EngineHandle {
 #[wasm_bindgen(js_class = Engine)]
 impl EngineHandle {
     /// Open the database, recover unfinished runs and start driving them.
-    pub async fn start() -> Result<EngineHandle, wasm_bindgen::JsError> {
+    ///
+    /// `prefetched` is what sw.js read while the module compiled:
+    /// `{ store, storage }`, `store` from `extension/store-prefetch.js`
+    /// (the database connection and the start image's records, or null) and
+    /// `storage` the result of `chrome.storage.local.get("settings")` (or
+    /// null). Whatever is missing or does not check out is read here.
+    pub async fn start(prefetched: JsValue) -> Result<EngineHandle, wasm_bindgen::JsError> {
         let started = metrics::precise_now();
-        let (store, image, skipped, opened) = IdbStore::open_with_image(DB_NAME)
-            .await
-            .map_err(|e| wasm_bindgen::JsError::new(&e.message))?;
+        let field = |key: &str| {
+            js_sys::Reflect::get(&prefetched, &JsValue::from_str(key))
+                .ok()
+                .filter(|v| v.is_object())
+        };
+        let fail = |e: crate::store::StoreError| wasm_bindgen::JsError::new(&e.message);
+        let prefetch = field("store").and_then(|p| IdbStore::prefetched(DB_NAME, &p));
+        let from_prefetch = prefetch.is_some();
+        let (store, image, skipped, opened) = match prefetch {
+            Some((store, values)) => {
+                let opened = metrics::precise_now();
+                let (image, skipped) = store.image_from(values).await.map_err(fail)?;
+                (store, image, skipped, opened)
+            }
+            None => IdbStore::open_with_image(DB_NAME).await.map_err(fail)?,
+        };
         for s in skipped {
             warn(&format!("skipped an undecodable record: {s}"));
         }
         let imaged = metrics::precise_now();
-        let settings = chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED);
+        let settings = match field("storage") {
+            Some(storage) => chrome::get(&storage, "settings"),
+            None => chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED),
+        };
         let settled = metrics::precise_now();
         let (profile, _) = parse_settings(&settings);
         let mut seed = [0u8; 8];
@@ -918,6 +939,16 @@ impl EngineHandle {
             body_cache: RefCell::new(Default::default()),
             me: me.clone(),
         });
+        if from_prefetch {
+            // The prefetched connection commits; rexie's (reads, such as a
+            // panel's first `initialize`) opens in the background now.
+            let d = driver.clone();
+            spawn_local(async move {
+                if let Err(e) = d.store.open_reader().await {
+                    warn(&format!("could not open the database for reading: {e}"));
+                }
+            });
+        }
         let weak = Rc::downgrade(&driver);
         chrome::on_settings_changed(move |settings| {
             if let Some(d) = weak.upgrade() {
@@ -932,6 +963,7 @@ impl EngineHandle {
             m.start_open_ms = opened - started;
             m.start_image_ms = imaged - opened;
             m.start_settings_ms = settled - imaged;
+            m.start_prefetched = from_prefetch;
         }
         Ok(EngineHandle { driver })
     }
@@ -992,6 +1024,7 @@ impl EngineHandle {
             start_open_ms: m.start_open_ms,
             start_image_ms: m.start_image_ms,
             start_settings_ms: m.start_settings_ms,
+            start_prefetched: m.start_prefetched,
             ..Default::default()
         };
     }
