@@ -925,7 +925,7 @@ impl Engine {
 
     /// A raw message from a client: decoded here so bad input gets a typed reject.
     pub fn handle_message(&mut self, now: u64, conn: ConnId, message: Value) {
-        match serde_json::from_value::<Op>(message.clone()) {
+        match Op::from_value(message.clone()) {
             Ok(op) => self.handle_op(now, conn, op),
             Err(e) => {
                 let submission_id = message
@@ -956,7 +956,11 @@ impl Engine {
             conn,
             submission: op.submission().clone(),
             op_type: op.op_type(),
-            fingerprint: fingerprint(&op),
+            // `initialize` has no receipt: nothing to compare a retry with.
+            fingerprint: match op {
+                Op::Initialize { .. } => String::new(),
+                _ => fingerprint(&op),
+            },
         };
         let trusted = self.conns.get(&conn).map(|c| c.kind) == Some(ClientKind::ExtensionPage);
         if !trusted {
