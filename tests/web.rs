@@ -1197,6 +1197,44 @@ async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
     assert_eq!(decode(values), vec!["t2-n003", "t2-n004"]);
     let (values, complete) = store.thread_tail_values("nobody", 10).await.unwrap();
     assert!(complete && values.is_empty());
+
+    // Both ways of reading agree wherever the one-request way answers; it
+    // leaves ties across the boundary to the cursor.
+    let by_records = store.tail_by_records("t1", 9).await.unwrap();
+    let supported = store.tail_by_records("t1", 100).await.unwrap().is_some();
+    if supported {
+        assert!(
+            by_records.is_none(),
+            "nodes 20 and 21 share the boundary's time"
+        );
+        for (thread, count, length, complete) in [
+            ("t1", 8, 8, false),
+            ("t1", 30, 30, true),
+            ("t1", 100, 30, true),
+            ("t2", 2, 2, false),
+            ("nobody", 3, 0, true),
+        ] {
+            let (values, whole) = store
+                .tail_by_records(thread, count)
+                .await
+                .unwrap()
+                .expect("no tie at this boundary");
+            assert_eq!(whole, complete, "{thread} {count}");
+            let (nodes, _) = IdbStore::decode_nodes(values.clone());
+            let times: Vec<u64> = nodes.iter().map(|n| n.created_at).collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "oldest first");
+            let by_cursor = store.tail_by_cursor(thread, count).await.unwrap();
+            assert_eq!(decode(values).len(), length);
+            assert_eq!(
+                decode(store.thread_tail_values(thread, count).await.unwrap().0),
+                decode(by_cursor.0),
+                "{thread} {count}"
+            );
+        }
+    }
+    // Both browsers the tests run in have IDBIndex.getAllRecords (Chrome
+    // 141+, Firefox 153 ESR); an older one reads with the cursor.
+    assert!(supported, "getAllRecords is available");
     store.close();
     let _ = IdbStore::delete(name).await;
 }

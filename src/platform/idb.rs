@@ -1,5 +1,9 @@
 //! The IndexedDB store: rexie opens (creates, upgrades) the database and
-//! reads; commits go through a second, plain connection to it.
+//! reads; commits, and a cold `initialize`'s read of a thread's newest
+//! nodes, go through a second, plain connection to it. At a worker's start
+//! that plain connection and the start image usually come from
+//! `extension/store-prefetch.js`, read while the module compiled
+//! (`IdbStore::prefetched`); rexie's connection then opens on first use.
 //!
 //! One `UnitOfWork` = one readwrite transaction over exactly the stores it
 //! touches. Every put and delete is issued synchronously, then only the
@@ -159,11 +163,6 @@ impl IdbStore {
             raw: Default::default(),
             name: name.to_string(),
         })
-    }
-
-    /// Open rexie's connection now if it is not open yet.
-    pub async fn open_reader(&self) -> Result<(), StoreError> {
-        self.rexie().await.map(|_| ())
     }
 
     /// rexie's connection, opened on first use.
@@ -512,10 +511,101 @@ impl IdbStore {
 
     /// The stored values of a thread's newest `count` nodes by creation
     /// time (plus any created in the same millisecond as the oldest of them),
-    /// and whether that is the whole thread. A few requests in one read-only
+    /// and whether that is the whole thread: one `getAllRecords` request
+    /// where the browser has it (`tail_by_records`), otherwise (or when
+    /// creation times tie across the boundary) `tail_by_cursor`.
+    pub async fn thread_tail_values(
+        &self,
+        thread_id: &str,
+        count: usize,
+    ) -> Result<(Vec<JsValue>, bool), StoreError> {
+        match self.tail_by_records(thread_id, count).await? {
+            Some(tail) => Ok(tail),
+            None => self.tail_by_cursor(thread_id, count).await,
+        }
+    }
+
+    /// `thread_tail_values` in one request on the commit connection:
+    /// `IDBIndex.getAllRecords()` (Chrome 141+) over `threadTime`, newest
+    /// first, `count + 1` records. None where the browser lacks it, or when
+    /// the `count`-th and the next record share a creation time (more may
+    /// share it: the cursor read takes them all).
+    pub async fn tail_by_records(
+        &self,
+        thread_id: &str,
+        count: usize,
+    ) -> Result<Option<(Vec<JsValue>, bool)>, StoreError> {
+        use wasm_bindgen::JsCast;
+        let raw = self.raw().await?;
+        let tx = raw
+            .transaction_with_str(stores::NODES)
+            .map_err(js_store_error)?;
+        let index = tx
+            .object_store(stores::NODES)
+            .and_then(|s| s.index("threadTime"))
+            .map_err(js_store_error)?;
+        let Some(get_all_records) = js_sys::Reflect::get(&index, &"getAllRecords".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+        else {
+            return Ok(None);
+        };
+        let key = |time: f64| -> JsValue {
+            js_sys::Array::of2(&JsValue::from_str(thread_id), &JsValue::from_f64(time)).into()
+        };
+        let query = web_sys::IdbKeyRange::bound(&key(f64::NEG_INFINITY), &key(f64::INFINITY))
+            .map_err(js_store_error)?;
+        let options = js_sys::Object::new();
+        for (name, value) in [
+            ("query", JsValue::from(query)),
+            ("count", JsValue::from_f64((count.max(1) + 1) as f64)),
+            ("direction", JsValue::from_str("prev")),
+        ] {
+            js_sys::Reflect::set(&options, &name.into(), &value).map_err(js_store_error)?;
+        }
+        let request: web_sys::IdbRequest = get_all_records
+            .call1(&index, &options)
+            .and_then(|r| r.dyn_into())
+            .map_err(js_store_error)?;
+        let done = js_sys::Promise::new(&mut |resolve, reject| {
+            request.set_onsuccess(Some(&resolve));
+            request.set_onerror(Some(&reject));
+        });
+        let outcome = wasm_bindgen_futures::JsFuture::from(done).await;
+        request.set_onsuccess(None);
+        request.set_onerror(None);
+        if outcome.is_err() {
+            return Err(match request.error() {
+                Ok(Some(e)) => js_store_error(e.into()),
+                _ => store_error("could not read the thread's newest nodes"),
+            });
+        }
+        let records = js_sys::Array::from(&request.result().map_err(js_store_error)?);
+        let field = |record: &JsValue, name: &str| js_sys::Reflect::get(record, &name.into());
+        let time = |at: u32| {
+            field(&records.get(at), "key")
+                .ok()
+                .map(|key| js_sys::Array::from(&key).get(1))
+                .and_then(|t| t.as_f64())
+        };
+        let wanted = count.max(1) as u32;
+        let complete = records.length() <= wanted;
+        if !complete && (time(wanted - 1).is_none() || time(wanted - 1) == time(wanted)) {
+            return Ok(None);
+        }
+        let taken = records.length().min(wanted);
+        // Oldest first, like the index read.
+        let mut values = Vec::with_capacity(taken as usize);
+        for at in (0..taken).rev() {
+            values.push(field(&records.get(at), "value").map_err(js_store_error)?);
+        }
+        Ok(Some((values, complete)))
+    }
+
+    /// `thread_tail_values` with a few requests in one read-only
     /// transaction: a reverse cursor on `threadTime` skipping to the
     /// `count`-th newest, then one range read from there.
-    pub async fn thread_tail_values(
+    pub async fn tail_by_cursor(
         &self,
         thread_id: &str,
         count: usize,

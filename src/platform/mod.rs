@@ -939,16 +939,6 @@ impl EngineHandle {
             body_cache: RefCell::new(Default::default()),
             me: me.clone(),
         });
-        if from_prefetch {
-            // The prefetched connection commits; rexie's (reads, such as a
-            // panel's first `initialize`) opens in the background now.
-            let d = driver.clone();
-            spawn_local(async move {
-                if let Err(e) = d.store.open_reader().await {
-                    warn(&format!("could not open the database for reading: {e}"));
-                }
-            });
-        }
         let weak = Rc::downgrade(&driver);
         chrome::on_settings_changed(move |settings| {
             if let Some(d) = weak.upgrade() {
