@@ -270,9 +270,9 @@ async function browser() {
     // first kill below does that (both workers are running at this point).
 
     // 3. Cold start: worker killed, then Port connect → initialized.
-    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
+    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, prefetchAt: {}, prefetched: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
     for (const s of seeded) {
-      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
+      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'prefetchAt', 'prefetched', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
     }
     const memory = {};
     for (let rep = 0; rep < CONFIG.coldReps; rep += 1) {
@@ -292,6 +292,9 @@ async function browser() {
         cold.workerStart[s.length].push(timing.timeOrigin - result.connectEpoch);
         cold.toReady[s.length].push(timing.readyAt);
         cold.wasmAt[s.length].push(timing.wasmAt);
+        cold.prefetchAt[s.length].push(timing.prefetchAt);
+        cold.prefetched[s.length].push(timing.startPrefetched);
+        if (!timing.startPrefetched) problem(`cold start of ${s.thread.id}: Engine.start() did not use sw.js's prefetch (it read the database itself)`);
         cold.startOpen[s.length].push(timing.startOpenMs);
         cold.startImage[s.length].push(timing.startImageMs);
         cold.startSettings[s.length].push(timing.startSettingsMs);
@@ -453,16 +456,18 @@ function browserFigures(m) {
   const coldGroup = 'cold start (worker killed via CDP, then Port connect → initialized)';
   for (const len of Object.keys(m.cold.engine)) {
     figure(coldGroup, `cold.${len}.engine_ms`, `engine, thread of ${m.cold.nodes[len]} nodes`, 'ms', m.cold.engine[len], { snapshotBytes: m.cold.bytes[len] });
-    figure(coldGroup, `cold.${len}.start_ms`, `engine: Engine.start() (DB open + image load), ${m.cold.nodes[len]}-node thread present`, 'ms', m.cold.startMs[len]);
+    figure(coldGroup, `cold.${len}.start_ms`, `engine: Engine.start() (decode the prefetched image, or open + read it), ${m.cold.nodes[len]}-node thread present`, 'ms', m.cold.startMs[len]);
     figure(coldGroup, `cold.${len}.bare_data_ms`, `bare JS worker reading and sending the same ${m.cold.nodes[len]} nodes`, 'ms', m.cold.bareData[len]);
     figure(coldGroup, `cold.${len}.worker_start_ms`, `  ├ connect → worker global created (${m.cold.nodes[len]} nodes)`, 'ms', m.cold.workerStart[len]);
     figure(coldGroup, `cold.${len}.to_ready_ms`, `  ├ worker created → engine ready (script, wasm fetch/compile/instantiate, Engine.start)`, 'ms', m.cold.toReady[len]);
     figure(coldGroup, `cold.${len}.wasm_at_ms`, `      ├ worker created → wasm instantiated (scripts, wasm fetch/compile/instantiate)`, 'ms', m.cold.wasmAt[len]);
-    figure(coldGroup, `cold.${len}.start_open_ms`, `      ├ Engine.start(): open the database`, 'ms', m.cold.startOpen[len]);
-    figure(coldGroup, `cold.${len}.start_image_ms`, `      ├ Engine.start(): read the start image (commit connection opening meanwhile)`, 'ms', m.cold.startImage[len]);
-    figure(coldGroup, `cold.${len}.start_settings_ms`, `      └ Engine.start(): read the settings`, 'ms', m.cold.startSettings[len]);
+    figure(coldGroup, `cold.${len}.prefetch_at_ms`, `      ├ worker created → sw.js's prefetch (database open, start image, settings) arrived`, 'ms', m.cold.prefetchAt[len]);
+    figure(coldGroup, `cold.${len}.prefetched`, `      ├ starts that used the prefetch (of ${m.cold.prefetched[len].length})`, 'count', [m.cold.prefetched[len].filter(Boolean).length]);
+    figure(coldGroup, `cold.${len}.start_open_ms`, `      ├ Engine.start(): open the database (0 when prefetched)`, 'ms', m.cold.startOpen[len]);
+    figure(coldGroup, `cold.${len}.start_image_ms`, `      ├ Engine.start(): read (unless prefetched) and decode the start image`, 'ms', m.cold.startImage[len]);
+    figure(coldGroup, `cold.${len}.start_settings_ms`, `      └ Engine.start(): read the settings (0 when prefetched)`, 'ms', m.cold.startSettings[len]);
     figure(coldGroup, `cold.${len}.after_ready_ms`, `  └ engine ready → initialized received (load thread, snapshot, Port)`, 'ms', m.cold.afterReady[len]);
-    figure(coldGroup, `cold.${len}.thread_read_ms`, `      ├ IndexedDB read of the thread's records`, 'ms', m.cold.threadRead[len]);
+    figure(coldGroup, `cold.${len}.thread_read_ms`, `      ├ IndexedDB read of the thread's records (one getAllRecords for a tail)`, 'ms', m.cold.threadRead[len]);
     figure(coldGroup, `cold.${len}.thread_records`, `      ├ records read (the thread's tail when its record has pathLen)`, 'count', m.cold.records[len]);
     figure(coldGroup, `cold.${len}.thread_decode_ms`, `      ├ decoding them into nodes`, 'ms', m.cold.threadDecode[len]);
     figure(coldGroup, `cold.${len}.thread_build_ms`, `      └ engine: build the thread, snapshot, post`, 'ms', m.cold.threadBuild[len]);

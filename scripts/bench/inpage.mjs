@@ -281,6 +281,8 @@ export function swTiming() {
     timeOrigin: performance.timeOrigin,
     readyAt: agent?.readyAt ?? null,
     wasmAt: agent?.wasmAt ?? null,
+    prefetchAt: agent?.prefetchAt ?? null,
+    startPrefetched: agent ? agent.engine.metrics().startPrefetched : null,
     startMs: agent ? agent.engine.metrics().startMs : null,
     startOpenMs: agent ? agent.engine.metrics().startOpenMs : null,
     startImageMs: agent ? agent.engine.metrics().startImageMs : null,
