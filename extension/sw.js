@@ -2,7 +2,9 @@
 //
 // Every decision (which port to trust, what a message means, how to resume a
 // run after Chrome killed this worker) is made in Rust. This file only
-// registers Chrome's listeners and forwards each event, in arrival order.
+// registers Chrome's listeners and forwards each event, in arrival order, and
+// starts the IO a start needs while the module compiles (store-prefetch.js,
+// the settings): IO without decisions, checked by Engine.start().
 //
 // Listeners must be registered synchronously during the first evaluation of
 // the script: Chrome wakes a stopped worker for an event and dispatches it only
