@@ -132,7 +132,28 @@ pub struct EngineConfig {
     /// How many nodes of the active path a snapshot carries (its tail; the
     /// client pages earlier ones in with `thread.history`).
     pub snapshot_nodes: usize,
+    /// How long (ms) command receipts, and finished runs that a newer run
+    /// of their thread has replaced, are kept. A starting engine reads
+    /// every record of those stores, so without a bound its start grows
+    /// with every turn ever taken (BENCHMARKS.md: ~+100 ms for 1,000 runs
+    /// and 3,000 receipts). Older ones are deleted at start, at most
+    /// `PRUNE_PER_START` per start.
+    ///
+    /// Decision: 7 days. A receipt answers a client that sends a command
+    /// again because it never saw the ACK; the panel resends only while its
+    /// page lives, so a week covers a laptop asleep over a weekend with the
+    /// panel open. A submission repeated later than that is a new command.
+    /// A superseded finished run is an execution cursor nothing reads any
+    /// more (its usage is in the thread's total; the conversation is in the
+    /// nodes); a thread's latest run and any unfinished run are never
+    /// deleted.
+    pub retention_ms: u64,
 }
+
+/// The most records one start deletes (the rest go at the next start), so a
+/// profile upgraded from before `retention_ms` does not start with one huge
+/// transaction.
+pub const PRUNE_PER_START: usize = 500;
 
 /// Who answers the gatekeeper's `ask`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +181,7 @@ impl Default for EngineConfig {
             // Each node more costs a cold start reading, decoding and posting
             // it (BENCHMARKS.md); the panel pages in the rest on demand.
             snapshot_nodes: 120,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
         }
     }
 }
@@ -611,7 +633,8 @@ enum Then {
     Compacted,
     /// A model-written title is durable.
     TitleUpdated,
-    /// A record rewritten in the current shape at start (nothing follows).
+    /// Start maintenance: a record rewritten in the current shape, or
+    /// expired receipts and runs deleted (nothing follows; not retried).
     Upgraded,
     /// The user chose to retry an uncertain write.
     RetryDecided {
@@ -769,17 +792,34 @@ impl Engine {
             }
             self.threads.insert(state.thread.id.clone(), state);
         }
+        let cutoff = now.saturating_sub(self.config.retention_ms);
+        let mut prune = UnitOfWork::new();
+        let mut superseded = Vec::new();
         for run in runs {
             let Some(t) = self.threads.get_mut(&run.thread_id) else {
                 continue;
             };
-            t.run_ids.push(run.id.clone());
             let newer = t
                 .latest_run
                 .as_ref()
                 .is_none_or(|r| (run.created_at, &run.id) >= (r.created_at, &r.id));
             if newer {
-                t.latest_run = Some(run);
+                superseded.extend(t.latest_run.replace(run));
+            } else {
+                superseded.push(run);
+            }
+        }
+        for run in superseded {
+            let expired = run.state.is_terminal() && run.updated_at < cutoff;
+            if expired && prune.deletes.len() < PRUNE_PER_START {
+                prune.delete(stores::RUNS, run.id);
+            } else if let Some(t) = self.threads.get_mut(&run.thread_id) {
+                t.run_ids.push(run.id);
+            }
+        }
+        for t in self.threads.values_mut() {
+            if let Some(run) = &t.latest_run {
+                t.run_ids.push(run.id.clone());
             }
         }
         // An unfinished run gets its frozen environment back (a run record
@@ -839,7 +879,16 @@ impl Engine {
             t.queue.sort_by_key(|q| q.position);
         }
         for receipt in receipts {
-            self.receipts.insert(receipt.key.clone(), receipt);
+            if receipt.created_at < cutoff && prune.deletes.len() < PRUNE_PER_START {
+                prune.delete(stores::RECEIPTS, receipt.key);
+            } else {
+                self.receipts.insert(receipt.key.clone(), receipt);
+            }
+        }
+        if !prune.deletes.is_empty() {
+            // No thread's: nothing follows its commit, and a failure only
+            // leaves the records for the next start.
+            self.persist("", prune, Then::Upgraded);
         }
         for approval in approvals {
             if let Some(t) = self.threads.get_mut(&approval.thread_id) {

@@ -8,6 +8,7 @@ mod protocol;
 #[cfg(not(target_arch = "wasm32"))]
 mod protocol_ts;
 mod recovery;
+mod retention;
 mod retry;
 mod simulation;
 mod steering;
