@@ -47,7 +47,9 @@ import {
   swInstantiateOnly,
   swMetrics,
   swResetMetrics,
+  swCountHistory,
   swSeed,
+  swSeedHistory,
   swTiming,
   swWaitForEngine,
 } from './bench/inpage.mjs';
@@ -83,6 +85,10 @@ const CONFIG = {
   instantiateReps: 5,
   warmInitReps: QUICK ? 2 : 5,
   frameMs: 1000 / 60,
+  // 8. A long-used profile: what months of turns leave in the stores a
+  // start reads whole (30 days old, so past the 7-day retention).
+  usedProfile: { threads: 200, runs: 1000, receiptsPerRun: 3, ageDays: 30 },
+  usedReps: QUICK ? 3 : 7,
 };
 const OUT_DIR = path.join(REPO_ROOT, 'target', 'bench');
 const EXTENSION = DEFAULT_EXTENSION_PATH;
@@ -405,7 +411,38 @@ async function browser() {
     }
     raw.streams = streams;
 
-    return { stepResults, cold, memory, instantiate, history, warmInit, profiles, steer, streams, floors, seeded };
+    // 8. A long-used profile (last: it leaves 200 more threads behind).
+    // The first start after seeding decodes everything and deletes what
+    // the retention allows (a bounded batch per start); later starts read
+    // what is left. Compared with the bare worker's first reply, side by side.
+    log('long-used profile');
+    const seededHistory = await real.evaluate(swSeedHistory, { dbName: ENGINE_DB, ...CONFIG.usedProfile });
+    const used = { seededRecords: seededHistory, first: null, firstStart: null, startsToSettle: 0, left: null, steady: [], steadyStart: [], bare: [] };
+    await real.kill();
+    used.first = (await realPage.evaluate(pageColdConnect, { threadId: null })).ms;
+    await real.evaluate(swWaitForEngine);
+    used.firstStart = (await real.evaluate(swTiming)).startMs;
+    const settled = CONFIG.usedProfile.threads;
+    for (let start = 1; start <= 20; start += 1) {
+      used.left = await real.evaluate(swCountHistory, { dbName: ENGINE_DB });
+      used.startsToSettle = start;
+      if (used.left.receipts === 0 && used.left.runs <= settled) break;
+      await real.kill();
+      await realPage.evaluate(pageColdConnect, { threadId: null });
+      await real.evaluate(swWaitForEngine);
+    }
+    for (let rep = 0; rep < CONFIG.usedReps; rep += 1) {
+      await real.kill();
+      used.steady.push((await realPage.evaluate(pageColdConnect, { threadId: null })).ms);
+      await real.evaluate(swWaitForEngine);
+      used.steadyStart.push((await real.evaluate(swTiming)).startMs);
+      await bare.kill();
+      used.bare.push((await barePage.evaluate(pageColdConnect, { threadId: null })).ms);
+    }
+    if (used.left.receipts !== 0) problem(`long-used profile: ${used.left.receipts} expired receipts left after ${used.startsToSettle} starts`);
+    raw.used = used;
+
+    return { stepResults, cold, memory, instantiate, history, warmInit, profiles, steer, streams, floors, seeded, used };
   } finally {
     await b?.close();
     await pages.close().catch(() => {});
@@ -477,6 +514,18 @@ function browserFigures(m) {
   figure(coldGroup, 'cold.bare_empty_ms', 'bare JS worker, first reply (no data)', 'ms', m.cold.bareEmpty);
   figure(coldGroup, 'cold.wasm_compile_ms', 'wasm module alone: compile (same process; V8 may cache)', 'ms', m.instantiate.map((r) => r.compileMs));
   figure(coldGroup, 'cold.wasm_instantiate_ms', 'wasm module alone: instantiate with stub imports', 'ms', m.instantiate.map((r) => r.instantiateMs));
+
+  const u = m.used;
+  const p = CONFIG.usedProfile;
+  const usedGroup = `long-used profile (${p.threads} threads, ${p.runs} finished runs, ${p.runs * p.receiptsPerRun} receipts, ${p.ageDays} days old)`;
+  figure(usedGroup, 'used.first_ms', 'first cold start after seeding (decodes everything, deletes a batch)', 'ms', u.first);
+  figure(usedGroup, 'used.first_start_ms', '  Engine.start() of that start', 'ms', u.firstStart);
+  figure(usedGroup, 'used.starts_to_settle', 'starts until only each thread\'s latest run is left', 'count', u.startsToSettle);
+  figure(usedGroup, 'used.runs_left', 'seeded runs left (the latest of each thread)', 'count', u.left.runs);
+  figure(usedGroup, 'used.receipts_left', 'seeded receipts left', 'count', u.left.receipts);
+  figure(usedGroup, 'used.steady_ms', 'cold start after that (connect → initialized, no thread)', 'ms', u.steady);
+  figure(usedGroup, 'used.steady_start_ms', '  Engine.start() of those starts', 'ms', u.steadyStart);
+  figure(usedGroup, 'used.bare_ms', 'bare JS worker, first reply (same repetitions)', 'ms', u.bare);
 
   const steerGroup = 'steer ACK (steer posted → command.ack, while streaming)';
   const steerLatencies = m.steer.flatMap((r) => r.latencies);

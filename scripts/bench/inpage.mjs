@@ -413,6 +413,64 @@ export async function swSeed({ dbName, threads }) {
 }
 
 /**
+ * Seeds what months of use leave behind: `threads` threads (no nodes), and
+ * `runs` finished runs spread over them with `receiptsPerRun` command
+ * receipts each, all `ageDays` old (engine schema, one transaction). Returns
+ * how many records were written.
+ */
+export async function swSeedHistory({ dbName, threads, runs, receiptsPerRun, ageDays }) {
+  const db = await new Promise((resolve, reject) => {
+    const request = indexedDB.open(dbName);
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+  const at = Date.now() - ageDays * 24 * 60 * 60 * 1000;
+  const written = await new Promise((resolve, reject) => {
+    const tx = db.transaction(['threads', 'runs', 'receipts'], 'readwrite');
+    let count = 0;
+    for (let t = 0; t < threads; t += 1) {
+      tx.objectStore('threads').put({ id: `used-t${t}`, title: `Used thread ${t}`, leafId: null, createdAt: at, updatedAt: at + t, revision: 3, parentThreadId: null, usage: { input: 120000, output: 8000 } });
+      count += 1;
+    }
+    for (let r = 0; r < runs; r += 1) {
+      const threadId = `used-t${r % threads}`;
+      tx.objectStore('runs').put({
+        id: `used-r${r}`, threadId, state: 'completed', createdAt: at + r, updatedAt: at + r, revision: 9, step: 4,
+        profile: { kind: 'openai', baseUrl: 'https://api.openai.com/v1', model: 'gpt-4o', maxOutputTokens: null, temperatureCenti: null, vision: true, toolUse: true, tokenBudget: null, contextWindow: 128000 },
+        consecutiveFailures: 0, toolsDisabled: false, inFlightTool: null, pendingApproval: null, pendingInteraction: null, stopReason: 'end', error: null, usage: { input: 12000, output: 800 },
+      });
+      count += 1;
+      for (let k = 0; k < receiptsPerRun; k += 1) {
+        tx.objectStore('receipts').put({ key: `used-client\u001fs${r}-${k}`, opType: 'turn.submit', fingerprint: 'a'.repeat(64), result: { threadId, turnId: `used-r${r}` }, createdAt: at + r });
+        count += 1;
+      }
+    }
+    tx.oncomplete = () => resolve(count);
+    tx.onerror = () => reject(tx.error);
+  });
+  db.close();
+  return written;
+}
+
+/** How many of swSeedHistory's runs and receipts the engine's database still holds. */
+export async function swCountHistory({ dbName }) {
+  const db = await new Promise((resolve, reject) => {
+    const request = indexedDB.open(dbName);
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+  const count = (store, prefix) =>
+    new Promise((resolve, reject) => {
+      const request = db.transaction(store).objectStore(store).count(IDBKeyRange.bound(prefix, `${prefix}\uffff`));
+      request.onsuccess = () => resolve(request.result);
+      request.onerror = () => reject(request.error);
+    });
+  const result = { runs: await count('runs', 'used-r'), receipts: await count('receipts', 'used-client') };
+  db.close();
+  return result;
+}
+
+/**
  * The wasm module alone: fetch the shipped .wasm, then compile and
  * instantiate it with stub imports (no glue, no engine start). Returns
  * [{ compileMs, instantiateMs }] per repetition. V8 may reuse compiled code
