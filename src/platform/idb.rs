@@ -129,6 +129,51 @@ fn decode_all<T: DeserializeOwned>(
         .collect()
 }
 
+/// Open (create, upgrade) the database through rexie, with the schema.
+async fn open_rexie(name: &str) -> Result<Rexie, StoreError> {
+    let by_thread = || Index::new("threadId", "threadId");
+    Rexie::builder(name)
+        .version(DB_VERSION)
+        .add_object_store(ObjectStore::new(stores::THREADS).key_path("id"))
+        .add_object_store(
+            ObjectStore::new(stores::NODES)
+                .key_path("id")
+                .add_index(by_thread())
+                .add_index(Index::new_array("threadTime", ["threadId", "createdAt"])),
+        )
+        .add_object_store(
+            ObjectStore::new(stores::RUNS)
+                .key_path("id")
+                .add_index(by_thread()),
+        )
+        .add_object_store(
+            ObjectStore::new(stores::STEERS)
+                .key_path("id")
+                .add_index(by_thread()),
+        )
+        .add_object_store(
+            ObjectStore::new(stores::QUEUE)
+                .key_path("id")
+                .add_index(by_thread()),
+        )
+        .add_object_store(ObjectStore::new(stores::RECEIPTS).key_path("key"))
+        .add_object_store(
+            ObjectStore::new(stores::APPROVALS)
+                .key_path("id")
+                .add_index(by_thread()),
+        )
+        .add_object_store(ObjectStore::new(stores::SITE_RULES).key_path("origin"))
+        .add_object_store(
+            ObjectStore::new(stores::INTERACTIONS)
+                .key_path("id")
+                .add_index(by_thread()),
+        )
+        .add_object_store(ObjectStore::new(stores::ENVIRONMENTS).key_path("runId"))
+        .build()
+        .await
+        .map_err(store_error)
+}
+
 /// The engine's IndexedDB database.
 pub struct IdbStore {
     /// rexie's connection: it creates and upgrades the database and reads.
@@ -213,56 +258,7 @@ impl IdbStore {
             }
         }
     }
-}
 
-/// Open (create, upgrade) the database through rexie, with the schema.
-async fn open_rexie(name: &str) -> Result<Rexie, StoreError> {
-    {
-        let by_thread = || Index::new("threadId", "threadId");
-        Rexie::builder(name)
-            .version(DB_VERSION)
-            .add_object_store(ObjectStore::new(stores::THREADS).key_path("id"))
-            .add_object_store(
-                ObjectStore::new(stores::NODES)
-                    .key_path("id")
-                    .add_index(by_thread())
-                    .add_index(Index::new_array("threadTime", ["threadId", "createdAt"])),
-            )
-            .add_object_store(
-                ObjectStore::new(stores::RUNS)
-                    .key_path("id")
-                    .add_index(by_thread()),
-            )
-            .add_object_store(
-                ObjectStore::new(stores::STEERS)
-                    .key_path("id")
-                    .add_index(by_thread()),
-            )
-            .add_object_store(
-                ObjectStore::new(stores::QUEUE)
-                    .key_path("id")
-                    .add_index(by_thread()),
-            )
-            .add_object_store(ObjectStore::new(stores::RECEIPTS).key_path("key"))
-            .add_object_store(
-                ObjectStore::new(stores::APPROVALS)
-                    .key_path("id")
-                    .add_index(by_thread()),
-            )
-            .add_object_store(ObjectStore::new(stores::SITE_RULES).key_path("origin"))
-            .add_object_store(
-                ObjectStore::new(stores::INTERACTIONS)
-                    .key_path("id")
-                    .add_index(by_thread()),
-            )
-            .add_object_store(ObjectStore::new(stores::ENVIRONMENTS).key_path("runId"))
-            .build()
-            .await
-            .map_err(store_error)
-    }
-}
-
-impl IdbStore {
     /// Open the database and read the start image, the commit connection
     /// opening while the image is read (what `Engine.start()` needs first).
     /// Also returns when the database was open (`precise_now`), for metrics.
