@@ -82,23 +82,32 @@ async fn open_raw(name: &str) -> Result<web_sys::IdbDatabase, StoreError> {
     let request = factory
         .open_with_u32(name, DB_VERSION)
         .map_err(js_store_error)?;
-    let opened = js_sys::Promise::new(&mut |resolve, reject| {
+    request_result(&request, "could not open the database")
+        .await?
+        .dyn_into()
+        .map_err(js_store_error)
+}
+
+/// Wait for one IndexedDB request: its result, or its error as a store error
+/// (`otherwise` when the request names none).
+async fn request_result(
+    request: &web_sys::IdbRequest,
+    otherwise: &str,
+) -> Result<JsValue, StoreError> {
+    let done = js_sys::Promise::new(&mut |resolve, reject| {
         request.set_onsuccess(Some(&resolve));
         request.set_onerror(Some(&reject));
     });
-    let outcome = wasm_bindgen_futures::JsFuture::from(opened).await;
+    let outcome = wasm_bindgen_futures::JsFuture::from(done).await;
     request.set_onsuccess(None);
     request.set_onerror(None);
     if outcome.is_err() {
         return Err(match request.error() {
             Ok(Some(e)) => js_store_error(e.into()),
-            _ => store_error("could not open the database"),
+            _ => store_error(otherwise),
         });
     }
-    request
-        .result()
-        .and_then(|db| db.dyn_into())
-        .map_err(js_store_error)
+    request.result().map_err(js_store_error)
 }
 
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, StoreError> {
@@ -563,20 +572,9 @@ impl IdbStore {
             .call1(&index, &options)
             .and_then(|r| r.dyn_into())
             .map_err(js_store_error)?;
-        let done = js_sys::Promise::new(&mut |resolve, reject| {
-            request.set_onsuccess(Some(&resolve));
-            request.set_onerror(Some(&reject));
-        });
-        let outcome = wasm_bindgen_futures::JsFuture::from(done).await;
-        request.set_onsuccess(None);
-        request.set_onerror(None);
-        if outcome.is_err() {
-            return Err(match request.error() {
-                Ok(Some(e)) => js_store_error(e.into()),
-                _ => store_error("could not read the thread's newest nodes"),
-            });
-        }
-        let records = js_sys::Array::from(&request.result().map_err(js_store_error)?);
+        let records = js_sys::Array::from(
+            &request_result(&request, "could not read the thread's newest nodes").await?,
+        );
         let field = |record: &JsValue, name: &str| js_sys::Reflect::get(record, &name.into());
         let time = |at: u32| {
             field(&records.get(at), "key")
