@@ -41,9 +41,13 @@ function deliver(call) {
 // whatever did not.
 let wasmAt = 0;
 let prefetchAt = 0;
+// Neither may throw here (an exception at the top level fails the worker's
+// registration): every failure becomes "not prefetched".
 const prefetched = Promise.all([
   prefetchStore().catch(() => null),
-  chrome.storage.local.get("settings").catch(() => null),
+  Promise.resolve()
+    .then(() => chrome.storage.local.get("settings"))
+    .catch(() => null),
 ]).then(([store, storage]) => {
   prefetchAt = performance.now();
   return { store, storage };
