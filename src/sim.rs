@@ -372,6 +372,9 @@ impl Sim {
             Effect::LoadThread { thread_id } => {
                 let nodes = self.store.thread_nodes(&thread_id);
                 self.loads.push(thread_id.clone());
+                let runs = self.store.thread_runs(&thread_id);
+                self.engine
+                    .handle_thread_runs_loaded(self.now, &thread_id, runs);
                 self.engine
                     .handle_thread_loaded(self.now, &thread_id, nodes);
             }
@@ -379,6 +382,9 @@ impl Sim {
                 let (tail, complete) = self.store.thread_tail(&thread_id, nodes);
                 self.tail_loads
                     .push((thread_id.clone(), tail.len(), complete));
+                let runs = self.store.thread_runs(&thread_id);
+                self.engine
+                    .handle_thread_runs_loaded(self.now, &thread_id, runs);
                 self.engine
                     .handle_thread_tail_loaded(self.now, &thread_id, tail, complete);
             }

@@ -153,11 +153,15 @@ impl UnitOfWork {
     }
 }
 
-/// What the engine reads at start: every thread, run, steer, queue item and
-/// receipt, and the nodes of the threads that have an unfinished run.
+/// What the engine reads at start: every thread, steer, queue item and
+/// receipt, the unfinished runs, and the nodes and every run of the threads
+/// that have an unfinished run or a queued turn (`loaded_threads`). Other
+/// threads' finished runs come with the thread when it loads
+/// (`Engine::handle_thread_runs_loaded`): a start decodes no finished run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoreImage {
     pub threads: Vec<Thread>,
+    /// Unfinished runs, and every run of `loaded_threads`.
     pub runs: Vec<Run>,
     pub steers: Vec<PendingSteer>,
     pub queue: Vec<QueueItem>,
@@ -288,9 +292,22 @@ impl MemoryStore {
 
     /// The image a fresh engine starts from.
     pub fn image(&self) -> StoreImage {
-        let runs: Vec<Run> = self.runs.values().cloned().collect();
+        let unfinished: Vec<Run> = self
+            .runs
+            .values()
+            .filter(|r| !r.state.is_terminal())
+            .cloned()
+            .collect();
         let queue: Vec<QueueItem> = self.queue.values().cloned().collect();
-        let loaded_threads: Vec<String> = threads_to_load(&runs, &queue);
+        let loaded_threads: Vec<String> = threads_to_load(&unfinished, &queue);
+        // As the IndexedDB store reads them: unfinished runs, and every run
+        // of the threads loaded at start; the rest come with their thread.
+        let runs = self
+            .runs
+            .values()
+            .filter(|r| !r.state.is_terminal() || loaded_threads.contains(&r.thread_id))
+            .cloned()
+            .collect();
         let nodes = self
             .nodes
             .values()
@@ -319,6 +336,16 @@ impl MemoryStore {
             nodes,
             loaded_threads,
         }
+    }
+
+    /// Every run of one thread, as stored (what a thread load hands the
+    /// engine with the nodes: `Engine::handle_thread_runs_loaded`).
+    pub fn thread_runs(&self, thread_id: &str) -> Vec<Run> {
+        self.runs
+            .values()
+            .filter(|r| r.thread_id == thread_id)
+            .cloned()
+            .collect()
     }
 
     /// All nodes of one thread (what `Effect::LoadThread` asks for).

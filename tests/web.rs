@@ -261,10 +261,14 @@ async fn drive(
                 },
             ),
             Effect::LoadThread { thread_id } => {
+                let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
+                engine.handle_thread_runs_loaded(now, &thread_id, runs);
                 let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
                 engine.handle_thread_loaded(now, &thread_id, nodes);
             }
             Effect::LoadThreadTail { thread_id, nodes } => {
+                let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
+                engine.handle_thread_runs_loaded(now, &thread_id, runs);
                 let (values, complete) = store.thread_tail_values(&thread_id, nodes).await.unwrap();
                 let (nodes, _) = IdbStore::decode_nodes(values);
                 engine.handle_thread_tail_loaded(now, &thread_id, nodes, complete);
@@ -981,10 +985,14 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
                     engine.handle_store_ack(now(), token);
                 }
                 Effect::LoadThread { thread_id } => {
+                    let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
+                    engine.handle_thread_runs_loaded(now(), &thread_id, runs);
                     let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
                     engine.handle_thread_loaded(now(), &thread_id, nodes);
                 }
                 Effect::LoadThreadTail { thread_id, nodes } => {
+                    let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
+                    engine.handle_thread_runs_loaded(now(), &thread_id, runs);
                     let (values, complete) =
                         store.thread_tail_values(&thread_id, nodes).await.unwrap();
                     let (nodes, _) = IdbStore::decode_nodes(values);
@@ -1601,4 +1609,63 @@ async fn idb_prefetch_never_creates_or_upgrades_and_a_stale_one_is_refused() {
     );
     assert!(IdbStore::prefetched(name, &JsValue::NULL).is_none());
     assert!(IdbStore::prefetched(name, &js_sys::Object::new().into()).is_none());
+}
+
+#[wasm_bindgen_test]
+async fn idb_start_decodes_unfinished_runs_and_a_thread_brings_its_own() {
+    let name = "sw-agent-test-lazy-runs";
+    let store = fresh_store(name).await;
+    let run = |id: &str, thread_id: &str, state: RunState, created_at: u64| Run {
+        id: id.into(),
+        thread_id: thread_id.into(),
+        state,
+        created_at,
+        updated_at: created_at,
+        revision: 1,
+        step: 1,
+        profile: ProviderProfile::default(),
+        consecutive_failures: 0,
+        tools_disabled: false,
+        in_flight_tool: None,
+        pending_approval: None,
+        pending_interaction: None,
+        stop_reason: None,
+        error: None,
+        usage: Usage::default(),
+        environment: None,
+    };
+    let done = run("r1", "t1", RunState::Completed, 1);
+    let older = run("r2", "t2", RunState::Interrupted, 2);
+    let active = run("r3", "t2", RunState::StreamingModel, 3);
+    let mut unit = UnitOfWork::new();
+    unit.put(Record::Thread(thread("t1")))
+        .put(Record::Thread(thread("t2")))
+        .put(Record::Run(done.clone()))
+        .put(Record::Run(older.clone()))
+        .put(Record::Run(active.clone()));
+    store.commit(&unit).await.unwrap();
+    // A finished run whose record is damaged is not even decoded at start.
+    store
+        .put_raw_for_tests(
+            stores::RUNS,
+            r#"{"id":"r9","threadId":"t1","state":"completed","createdAt":"yesterday"}"#,
+        )
+        .await
+        .unwrap();
+
+    let (image, skipped) = store.load_image().await.unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let mut ids: Vec<&str> = image.runs.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    // t2 has an unfinished run: it loads at start with all its runs; t1's
+    // finished ones wait for t1.
+    assert_eq!(ids, vec!["r2", "r3"]);
+    assert_eq!(image.loaded_threads, vec!["t2".to_string()]);
+    let (runs, skipped) = store.thread_runs("t1").await.unwrap();
+    assert_eq!(runs, vec![done]);
+    assert_eq!(skipped.len(), 1, "the damaged one is reported when read");
+    let (runs, _) = store.thread_runs("nobody").await.unwrap();
+    assert!(runs.is_empty());
+    store.close();
+    let _ = IdbStore::delete(name).await;
 }

@@ -134,10 +134,12 @@ pub struct EngineConfig {
     pub snapshot_nodes: usize,
     /// How long (ms) command receipts, and finished runs that a newer run
     /// of their thread has replaced, are kept. A starting engine reads
-    /// every record of those stores, so without a bound its start grows
-    /// with every turn ever taken (BENCHMARKS.md: ~+100 ms for 1,000 runs
-    /// and 3,000 receipts). Older ones are deleted at start, at most
-    /// `PRUNE_PER_START` per start.
+    /// every receipt, so without a bound its start grows with every command
+    /// ever sent (BENCHMARKS.md: ~+100 ms for 1,000 runs and 3,000
+    /// receipts, when runs were read at start too). Older receipts are
+    /// deleted at start, older superseded runs when their thread loads
+    /// (with its runs: a start decodes only unfinished runs), at most
+    /// `PRUNE_PER_START` at a time.
     ///
     /// Decision: 7 days. A receipt answers a client that sends a command
     /// again because it never saw the ACK; the panel resends only while its
@@ -150,9 +152,9 @@ pub struct EngineConfig {
     pub retention_ms: u64,
 }
 
-/// The most records one start deletes (the rest go at the next start), so a
-/// profile upgraded from before `retention_ms` does not start with one huge
-/// transaction.
+/// The most records one start (or one thread load) deletes (the rest go
+/// the next time), so a profile upgraded from before `retention_ms` does not
+/// start with one huge transaction.
 pub const PRUNE_PER_START: usize = 500;
 
 /// Who answers the gatekeeper's `ask`.
@@ -480,6 +482,11 @@ struct ThreadState {
     pending_title: Option<String>,
     latest_run: Option<Run>,
     run_ids: Vec<String>,
+    /// Whether every run of the thread is in memory (`latest_run`,
+    /// `run_ids`). A start reads only unfinished runs, and all runs of the
+    /// threads it loads; another thread's finished runs arrive when it
+    /// loads (`handle_thread_runs_loaded`).
+    runs_known: bool,
     exec: Option<Exec>,
     deferred: Vec<(ConnId, Op)>,
     /// What a snapshot shows of a thread that is not loaded: its tail, read
@@ -515,6 +522,7 @@ impl ThreadState {
             pending_title: None,
             latest_run: None,
             run_ids: Vec::new(),
+            runs_known: loaded,
             exec: None,
             deferred: Vec::new(),
             partial: None,
@@ -1144,6 +1152,51 @@ impl Engine {
         let deferred = std::mem::take(&mut t.deferred);
         for (conn, op) in deferred {
             self.handle_op(now, conn, op);
+        }
+    }
+
+    /// Every stored run of a thread, read with its nodes (before
+    /// `handle_thread_loaded` / `handle_thread_tail_loaded`) for a thread
+    /// whose runs were not read at start. Runs already in memory win (they
+    /// may be newer than what is stored); the newest becomes the thread's
+    /// latest run; superseded finished runs past `retention_ms` are deleted
+    /// (at most `PRUNE_PER_START`). Only the first delivery counts.
+    pub fn handle_thread_runs_loaded(&mut self, now: u64, thread_id: &str, runs: Vec<Run>) {
+        let cutoff = now.saturating_sub(self.config.retention_ms);
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return;
+        };
+        if t.runs_known {
+            return;
+        }
+        t.runs_known = true;
+        let mut stored: Vec<Run> = runs
+            .into_iter()
+            .filter(|r| r.thread_id == thread_id && !t.run_ids.contains(&r.id))
+            .collect();
+        stored.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        let newest_is_latest = stored.last().is_some_and(|newest| {
+            t.latest_run
+                .as_ref()
+                .is_none_or(|r| (newest.created_at, &newest.id) >= (r.created_at, &r.id))
+        });
+        if newest_is_latest {
+            if let Some(newest) = stored.pop() {
+                t.run_ids.push(newest.id.clone());
+                t.latest_run = Some(newest);
+            }
+        }
+        let mut prune = UnitOfWork::new();
+        for run in stored {
+            let expired = run.state.is_terminal() && run.updated_at < cutoff;
+            if expired && prune.deletes.len() < PRUNE_PER_START {
+                prune.delete(stores::RUNS, run.id);
+            } else {
+                t.run_ids.push(run.id);
+            }
+        }
+        if !prune.deletes.is_empty() {
+            self.persist(thread_id, prune, Then::Upgraded);
         }
     }
 

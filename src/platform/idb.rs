@@ -28,7 +28,7 @@ use wasm_bindgen::JsValue;
 
 use crate::model::{
     ApprovalRecord, EnvironmentRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt,
-    Run, SiteRule, Thread,
+    Run, RunState, SiteRule, Thread,
 };
 use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
 
@@ -136,6 +136,16 @@ fn decode_all<T: DeserializeOwned>(
             }
         })
         .collect()
+}
+
+/// Whether a stored run record is finished (its `state` is terminal): read
+/// from that one field, without decoding the run. Anything unreadable counts
+/// as unfinished, so it is decoded (and reported if it does not decode).
+fn is_finished_run(value: &JsValue) -> bool {
+    js_sys::Reflect::get(value, &JsValue::from_str("state"))
+        .ok()
+        .and_then(|state| serde_wasm_bindgen::from_value::<RunState>(state).ok())
+        .is_some_and(RunState::is_terminal)
 }
 
 /// Open (create, upgrade) the database through rexie, with the schema.
@@ -427,7 +437,11 @@ impl IdbStore {
             .try_into()
             .map_err(|_| store_error("the start image lacks a store"))?;
         let threads: Vec<Thread> = decode_all(threads, stores::THREADS, &mut skipped);
-        let runs: Vec<Run> = decode_all(runs, stores::RUNS, &mut skipped);
+        // A start decodes unfinished runs only (their `state` tells); the
+        // threads loaded at start get all their runs below, the others when
+        // they load (`thread_runs`).
+        let unfinished_values = runs.into_iter().filter(|v| !is_finished_run(v)).collect();
+        let mut runs: Vec<Run> = decode_all(unfinished_values, stores::RUNS, &mut skipped);
         let steers: Vec<PendingSteer> = decode_all(steers, stores::STEERS, &mut skipped);
         let queue: Vec<QueueItem> = decode_all(queue, stores::QUEUE, &mut skipped);
         let receipts: Vec<Receipt> = decode_all(receipts, stores::RECEIPTS, &mut skipped);
@@ -464,6 +478,13 @@ impl IdbStore {
         for thread_id in &loaded_threads {
             let values = self.thread_node_values(thread_id).await?;
             nodes.extend(decode_all(values, stores::NODES, &mut skipped));
+            let (thread_runs, not_decoded) = self.thread_runs(thread_id).await?;
+            skipped.extend(not_decoded);
+            for run in thread_runs {
+                if !runs.iter().any(|r| r.id == run.id) {
+                    runs.push(run);
+                }
+            }
         }
         let image = StoreImage {
             threads,
@@ -479,6 +500,28 @@ impl IdbStore {
             loaded_threads,
         };
         Ok((image, skipped))
+    }
+
+    /// Every stored run of one thread (the `threadId` index, one request on
+    /// the commit connection), and the records that could not be decoded.
+    pub async fn thread_runs(&self, thread_id: &str) -> Result<(Vec<Run>, Skipped), StoreError> {
+        let raw = self.raw().await?;
+        let tx = raw
+            .transaction_with_str(stores::RUNS)
+            .map_err(js_store_error)?;
+        let request = tx
+            .object_store(stores::RUNS)
+            .and_then(|s| s.index("threadId"))
+            .and_then(|index| index.get_all_with_key(&JsValue::from_str(thread_id)))
+            .map_err(js_store_error)?;
+        let values = request_result(&request, "could not read the thread's runs").await?;
+        let mut skipped = Vec::new();
+        let runs = decode_all(
+            js_sys::Array::from(&values).to_vec(),
+            stores::RUNS,
+            &mut skipped,
+        );
+        Ok((runs, skipped))
     }
 
     /// All nodes of one thread, and the records that could not be decoded.

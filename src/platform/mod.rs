@@ -168,6 +168,28 @@ impl Driver {
         self.schedule_timer();
     }
 
+    /// Hand the engine a thread's runs, read with its nodes; false (and
+    /// the thread's load failed) when they could not be read.
+    fn thread_runs(
+        &self,
+        thread_id: &str,
+        read: Result<(Vec<crate::model::Run>, idb::Skipped), crate::store::StoreError>,
+    ) -> bool {
+        match read {
+            Ok((runs, skipped)) => {
+                for s in skipped {
+                    warn(&format!("skipped an undecodable record: {s}"));
+                }
+                self.input(|e, now| e.handle_thread_runs_loaded(now, thread_id, runs));
+                true
+            }
+            Err(err) => {
+                self.input(|e, _| e.handle_thread_load_error(thread_id, err));
+                false
+            }
+        }
+    }
+
     /// Decode a thread read (all of it, or its tail when not `complete`)
     /// and hand it to the engine, timing each part.
     fn thread_read(
@@ -213,16 +235,26 @@ impl Driver {
                 let d = self.rc();
                 spawn_local(async move {
                     let started = metrics::precise_now();
-                    let read = d.store.thread_node_values(&thread_id).await;
-                    d.thread_read(&thread_id, started, read.map(|values| (values, true)))
+                    let (runs, read) = futures::join!(
+                        d.store.thread_runs(&thread_id),
+                        d.store.thread_node_values(&thread_id)
+                    );
+                    if d.thread_runs(&thread_id, runs) {
+                        d.thread_read(&thread_id, started, read.map(|values| (values, true)))
+                    }
                 });
             }
             Effect::LoadThreadTail { thread_id, nodes } => {
                 let d = self.rc();
                 spawn_local(async move {
                     let started = metrics::precise_now();
-                    let read = d.store.thread_tail_values(&thread_id, nodes).await;
-                    d.thread_read(&thread_id, started, read)
+                    let (runs, read) = futures::join!(
+                        d.store.thread_runs(&thread_id),
+                        d.store.thread_tail_values(&thread_id, nodes)
+                    );
+                    if d.thread_runs(&thread_id, runs) {
+                        d.thread_read(&thread_id, started, read)
+                    }
                 });
             }
             Effect::CallProvider {

@@ -1,7 +1,9 @@
-//! What a starting engine reads stays bounded: command receipts and
-//! superseded finished runs older than `EngineConfig::retention_ms` are
-//! deleted at start (`PRUNE_PER_START` at a time); a thread's latest run,
-//! unfinished runs and younger receipts are kept and keep working.
+//! What a starting engine reads stays bounded: command receipts older than
+//! `EngineConfig::retention_ms` are deleted at start, and a thread's
+//! superseded finished runs that old when the thread loads
+//! (`PRUNE_PER_START` at a time); a start decodes unfinished runs only. A
+//! thread's latest run, unfinished runs and younger receipts are kept and
+//! keep working.
 
 use sw_agent::engine::PRUNE_PER_START;
 use sw_agent::model::Receipt;
@@ -66,6 +68,14 @@ fn start_deletes_expired_receipts_and_superseded_finished_runs_only() {
     turn(&mut sim, conn, "b2", Some(&t2));
     sim.now += DAY;
     sim.crash();
+    sim.run(10_000);
+    // Receipts go at start; a thread's runs are read, and the expired ones
+    // deleted, when the thread loads (a start decodes no finished run).
+    assert_eq!(sim.store.receipts.len(), 1);
+    assert_eq!(sim.store.runs.len(), 5, "no thread loaded yet");
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&t1)));
+    sim.send(conn, initialize("i2", Some(&t2)));
     sim.run(10_000);
     let runs: Vec<(String, String)> = sim
         .store
@@ -144,4 +154,66 @@ fn a_large_backlog_is_deleted_a_bounded_batch_per_start() {
     sim.crash();
     sim.run(10_000);
     assert!(sim.store.receipts.is_empty());
+}
+
+#[test]
+fn finished_runs_come_with_their_thread_and_keep_working() {
+    use sw_agent::engine::TITLE_PROMPT;
+    let policy = Box::new(|request: &sw_agent::provider::ProviderRequest| {
+        if request.system == TITLE_PROMPT {
+            return Reply::text("Greeting");
+        }
+        Reply::text("Hi.")
+    });
+    let mut sim = Sim::new(8, policy, page_tools());
+    sim.now = 30 * DAY;
+    sim.config.model_titles = true;
+    sim.crash(); // rebuild the engine with the config
+    let conn = sim.connect();
+    let tid = turn(&mut sim, conn, "a1", None);
+    let titles = |sim: &Sim| {
+        sim.requests
+            .iter()
+            .filter(|r| r.system == TITLE_PROMPT)
+            .count()
+    };
+    assert_eq!(titles(&sim), 1);
+    let first_run = sim.store.runs.values().next().unwrap().clone();
+
+    // A start decodes no finished run: the image has none.
+    sim.crash();
+    assert!(sim.store.image().runs.is_empty());
+    // Opening the thread brings its runs: the snapshot shows the latest.
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(10_000);
+    let shown = sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::Initialized { snapshot } => snapshot.thread.as_ref().map(|t| t.run.clone()),
+        _ => None,
+    });
+    assert_eq!(shown, Some(Some(first_run.clone())));
+
+    // A second turn after the restart knows the first: no second title.
+    sim.crash();
+    let conn = sim.connect();
+    turn(&mut sim, conn, "a2", Some(&tid));
+    assert_eq!(
+        titles(&sim),
+        1,
+        "the thread's first run came with the thread"
+    );
+    assert_eq!(sim.store.runs.len(), 2);
+    // A delete after another restart reaches both runs.
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(
+        conn,
+        Op::ThreadDelete {
+            submission: submission("d1"),
+            thread_id: tid.clone(),
+        },
+    );
+    sim.run(10_000);
+    assert!(sim.store.runs.is_empty());
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
