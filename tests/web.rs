@@ -37,6 +37,29 @@ fn thread(id: &str) -> Thread {
     }
 }
 
+/// A run record in `state`, created (and last updated) at `created_at`.
+fn run(id: &str, thread_id: &str, state: RunState, created_at: u64) -> Run {
+    Run {
+        id: id.into(),
+        thread_id: thread_id.into(),
+        state,
+        created_at,
+        updated_at: created_at,
+        revision: 1,
+        step: 1,
+        profile: ProviderProfile::default(),
+        consecutive_failures: 0,
+        tools_disabled: false,
+        in_flight_tool: None,
+        pending_approval: None,
+        pending_interaction: None,
+        stop_reason: None,
+        error: None,
+        usage: Usage::default(),
+        environment: None,
+    }
+}
+
 /// A provider profile with tool use on, no vision and no limits.
 fn profile(kind: &str, base_url: &str, model: &str) -> ProviderProfile {
     ProviderProfile {
@@ -58,25 +81,8 @@ async fn fresh_store(name: &str) -> IdbStore {
 async fn idb_multi_store_unit_survives_close_and_reopen() {
     let name = "sw-agent-test-roundtrip";
     let store = fresh_store(name).await;
-    let run = Run {
-        id: "r1".into(),
-        thread_id: "t1".into(),
-        state: RunState::StreamingModel,
-        created_at: 1,
-        updated_at: 1,
-        revision: 1,
-        step: 0,
-        profile: ProviderProfile::default(),
-        consecutive_failures: 0,
-        tools_disabled: false,
-        in_flight_tool: None,
-        pending_approval: None,
-        pending_interaction: None,
-        stop_reason: None,
-        error: None,
-        usage: Usage::default(),
-        environment: None,
-    };
+    let mut run = run("r1", "t1", RunState::StreamingModel, 1);
+    run.step = 0;
     let node = sw_agent::model::Node {
         id: "n1".into(),
         thread_id: "t1".into(),
@@ -129,23 +135,10 @@ async fn idb_environment_is_stored_once_and_read_back_only_for_unfinished_runs()
     )
     .unwrap();
     let run = |id: &str, thread_id: &str, state: RunState| Run {
-        id: id.into(),
-        thread_id: thread_id.into(),
-        state,
-        created_at: 1,
-        updated_at: 1,
-        revision: 1,
         step: 0,
         profile: profile.clone(),
-        consecutive_failures: 0,
-        tools_disabled: false,
-        in_flight_tool: None,
-        pending_approval: None,
-        pending_interaction: None,
-        stop_reason: None,
-        error: None,
-        usage: Usage::default(),
         environment: Some(environment.clone()),
+        ..run(id, thread_id, state, 1)
     };
     let mut unit = UnitOfWork::new();
     for (run, thread_id) in [
@@ -1615,25 +1608,6 @@ async fn idb_prefetch_never_creates_or_upgrades_and_a_stale_one_is_refused() {
 async fn idb_start_decodes_unfinished_runs_and_a_thread_brings_its_own() {
     let name = "sw-agent-test-lazy-runs";
     let store = fresh_store(name).await;
-    let run = |id: &str, thread_id: &str, state: RunState, created_at: u64| Run {
-        id: id.into(),
-        thread_id: thread_id.into(),
-        state,
-        created_at,
-        updated_at: created_at,
-        revision: 1,
-        step: 1,
-        profile: ProviderProfile::default(),
-        consecutive_failures: 0,
-        tools_disabled: false,
-        in_flight_tool: None,
-        pending_approval: None,
-        pending_interaction: None,
-        stop_reason: None,
-        error: None,
-        usage: Usage::default(),
-        environment: None,
-    };
     let done = run("r1", "t1", RunState::Completed, 1);
     let older = run("r2", "t2", RunState::Interrupted, 2);
     let active = run("r3", "t2", RunState::StreamingModel, 3);
