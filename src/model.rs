@@ -353,6 +353,37 @@ pub struct Run {
     pub environment: Option<EnvironmentSnapshot>,
 }
 
+impl Run {
+    /// A run that starts now: streaming its first request, nothing counted yet.
+    pub fn new(
+        id: String,
+        thread_id: String,
+        profile: ProviderProfile,
+        environment: Option<EnvironmentSnapshot>,
+        now: u64,
+    ) -> Run {
+        Run {
+            id,
+            thread_id,
+            state: RunState::StreamingModel,
+            created_at: now,
+            updated_at: now,
+            revision: 1,
+            step: 0,
+            profile,
+            consecutive_failures: 0,
+            tools_disabled: false,
+            in_flight_tool: None,
+            pending_approval: None,
+            pending_interaction: None,
+            stop_reason: None,
+            error: None,
+            usage: Usage::default(),
+            environment,
+        }
+    }
+}
+
 /// A run's frozen environment as stored: written once, with the checkpoint
 /// that starts the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -40,23 +40,15 @@ fn thread(id: &str) -> Thread {
 /// A run record in `state`, created (and last updated) at `created_at`.
 fn run(id: &str, thread_id: &str, state: RunState, created_at: u64) -> Run {
     Run {
-        id: id.into(),
-        thread_id: thread_id.into(),
         state,
-        created_at,
-        updated_at: created_at,
-        revision: 1,
         step: 1,
-        profile: ProviderProfile::default(),
-        consecutive_failures: 0,
-        tools_disabled: false,
-        in_flight_tool: None,
-        pending_approval: None,
-        pending_interaction: None,
-        stop_reason: None,
-        error: None,
-        usage: Usage::default(),
-        environment: None,
+        ..Run::new(
+            id.into(),
+            thread_id.into(),
+            ProviderProfile::default(),
+            None,
+            created_at,
+        )
     }
 }
 

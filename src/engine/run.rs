@@ -92,27 +92,9 @@ impl Engine {
         thread.leaf_id = Some(user_node.id.clone());
         thread.updated_at = now;
         thread.revision += 1;
-        let run = Run {
-            id: run_id.clone(),
-            thread_id: tid.to_string(),
-            state: RunState::StreamingModel,
-            created_at: now,
-            updated_at: now,
-            revision: 1,
-            step: 0,
-            profile,
-            consecutive_failures: 0,
-            tools_disabled: false,
-            in_flight_tool: None,
-            pending_approval: None,
-            pending_interaction: None,
-            stop_reason: None,
-            error: None,
-            usage: Usage::default(),
-            // An over-limit environment stays None; the run then fails right
-            // after it is recorded, with the limit that was exceeded.
-            environment,
-        };
+        // An over-limit environment stays None; the run then fails right
+        // after it is recorded, with the limit that was exceeded.
+        let run = Run::new(run_id.clone(), tid.to_string(), profile, environment, now);
         // Frozen once, in its own record: step checkpoints rewrite the run, not this.
         let environment = run.environment.clone().map(|environment| {
             Record::Environment(crate::model::EnvironmentRecord {
