@@ -132,14 +132,15 @@ pub struct EngineConfig {
     /// How many nodes of the active path a snapshot carries (its tail; the
     /// client pages earlier ones in with `thread.history`).
     pub snapshot_nodes: usize,
-    /// How long (ms) command receipts, and finished runs that a newer run
-    /// of their thread has replaced, are kept. A starting engine reads
-    /// every receipt, so without a bound its start grows with every command
-    /// ever sent (BENCHMARKS.md: ~+100 ms for 1,000 runs and 3,000
-    /// receipts, when runs were read at start too). Older receipts are
-    /// deleted at start, older superseded runs when their thread loads
-    /// (with its runs: a start decodes only unfinished runs), at most
-    /// `PRUNE_PER_START` at a time.
+    /// How long (ms) command receipts, finished runs that a newer run of
+    /// their thread has replaced, and answered approvals and questions of
+    /// finished runs are kept. A starting engine reads every receipt,
+    /// approval and question, so without a bound its start grows with every
+    /// command ever sent (BENCHMARKS.md: ~+100 ms for 1,000 runs and 3,000
+    /// receipts, when runs were read at start too). Older receipts,
+    /// approvals and questions are deleted at start, older superseded runs
+    /// when their thread loads (with its runs: a start decodes only
+    /// unfinished runs), at most `PRUNE_PER_START` at a time.
     ///
     /// Decision: 7 days. A receipt answers a client that sends a command
     /// again because it never saw the ACK; the panel resends only while its
@@ -147,8 +148,10 @@ pub struct EngineConfig {
     /// panel open. A submission repeated later than that is a new command.
     /// A superseded finished run is an execution cursor nothing reads any
     /// more (its usage is in the thread's total; the conversation is in the
-    /// nodes); a thread's latest run and any unfinished run are never
-    /// deleted.
+    /// nodes); an answered approval or question of a finished run only
+    /// replays a repeated answer (what was done is in the conversation).
+    /// A thread's latest run, any unfinished run, and every approval and
+    /// question of one, are never deleted; pending ones neither.
     pub retention_ms: u64,
 }
 
@@ -893,20 +896,40 @@ impl Engine {
                 self.receipts.insert(receipt.key.clone(), receipt);
             }
         }
-        if !prune.deletes.is_empty() {
-            // No thread's: nothing follows its commit, and a failure only
-            // leaves the records for the next start.
-            self.persist("", prune, Then::Upgraded);
-        }
+        // An answered (or cancelled) approval or question of a finished run,
+        // decided before the cutoff, only replays a repeated answer: it goes
+        // like a receipt. A run that is still going keeps all of its own.
+        let unfinished: HashSet<String> = self
+            .threads
+            .values()
+            .filter_map(|t| t.latest_run.as_ref())
+            .filter(|r| !r.state.is_terminal())
+            .map(|r| r.id.clone())
+            .collect();
         for approval in approvals {
-            if let Some(t) = self.threads.get_mut(&approval.thread_id) {
+            let expired = approval.status != ApprovalStatus::Pending
+                && approval.decided_at.unwrap_or(approval.created_at) < cutoff
+                && !unfinished.contains(&approval.run_id);
+            if expired && prune.deletes.len() < PRUNE_PER_START {
+                prune.delete(stores::APPROVALS, approval.id);
+            } else if let Some(t) = self.threads.get_mut(&approval.thread_id) {
                 t.approvals.push(approval);
             }
         }
         for interaction in interactions {
-            if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
+            let expired = interaction.status != InteractionStatus::Pending
+                && interaction.answered_at.unwrap_or(interaction.created_at) < cutoff
+                && !unfinished.contains(&interaction.run_id);
+            if expired && prune.deletes.len() < PRUNE_PER_START {
+                prune.delete(stores::INTERACTIONS, interaction.id);
+            } else if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
                 t.interactions.push(interaction);
             }
+        }
+        if !prune.deletes.is_empty() {
+            // No thread's: nothing follows its commit, and a failure only
+            // leaves the records for the next start.
+            self.persist("", prune, Then::Upgraded);
         }
         for rule in site_rules {
             self.site_rules.insert(rule.origin.clone(), rule);

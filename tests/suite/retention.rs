@@ -1,4 +1,5 @@
-//! What a starting engine reads stays bounded: command receipts older than
+//! What a starting engine reads stays bounded: command receipts, and the
+//! answered approvals and questions of finished runs, older than
 //! `EngineConfig::retention_ms` are deleted at start, and a thread's
 //! superseded finished runs that old when the thread loads
 //! (`PRUNE_PER_START` at a time); a start decodes unfinished runs only. A
@@ -215,5 +216,99 @@ fn finished_runs_come_with_their_thread_and_keep_working() {
     );
     sim.run(10_000);
     assert!(sim.store.runs.is_empty());
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() {
+    use sw_agent::model::{
+        ApprovalStatus, InteractionRecord, InteractionStatus, NodeBody, RunState,
+    };
+    use sw_agent::protocol::ApprovalDecision;
+    // One thread whose click was approved (the run finished), one whose run
+    // still waits for its approval.
+    let mut sim = Sim::new(9, agent_policy(), page_tools());
+    sim.now = 30 * DAY;
+    let conn = sim.connect();
+    let done = turn(&mut sim, conn, "a1", None);
+    sim.auto_approve = None;
+    let waiting = turn(&mut sim, conn, "b1", None);
+    let status = |sim: &Sim, thread: &str| {
+        sim.store
+            .approvals
+            .values()
+            .filter(|a| a.thread_id == thread)
+            .map(|a| a.status)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(status(&sim, &done), vec![ApprovalStatus::AcceptedOnce]);
+    assert_eq!(status(&sim, &waiting), vec![ApprovalStatus::Pending]);
+    let finished_run = sim
+        .store
+        .runs
+        .values()
+        .find(|r| r.thread_id == done)
+        .unwrap()
+        .id
+        .clone();
+    sim.store.interactions.insert(
+        "q1".into(),
+        InteractionRecord {
+            id: "q1".into(),
+            thread_id: done.clone(),
+            run_id: finished_run,
+            call_id: "c9".into(),
+            question: "Which size?".into(),
+            options: vec![],
+            status: InteractionStatus::Answered,
+            answer: Some("M".into()),
+            created_at: 30 * DAY,
+            answered_at: Some(30 * DAY),
+        },
+    );
+
+    sim.now += 8 * DAY;
+    sim.crash();
+    sim.run(10_000);
+    assert!(
+        status(&sim, &done).is_empty(),
+        "the finished run's answered approval expired"
+    );
+    assert!(
+        sim.store.interactions.is_empty(),
+        "so did its answered question"
+    );
+    assert_eq!(status(&sim, &waiting), vec![ApprovalStatus::Pending]);
+    // The waiting run still takes its answer and finishes.
+    let approval = sim
+        .store
+        .approvals
+        .values()
+        .find(|a| a.thread_id == waiting)
+        .unwrap()
+        .id
+        .clone();
+    let conn = sim.connect();
+    sim.send(
+        conn,
+        Op::ApprovalResponse {
+            submission: submission("ap1"),
+            thread_id: waiting.clone(),
+            approval_id: approval,
+            decision: ApprovalDecision::AcceptOnce,
+        },
+    );
+    sim.run(10_000);
+    let run = sim
+        .store
+        .runs
+        .values()
+        .find(|r| r.thread_id == waiting)
+        .unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert!(paths(&sim).iter().any(|p| p.iter().any(|n| matches!(
+        &n.body,
+        NodeBody::AssistantMessage { text, .. } if text.contains("clicked Subscribe")
+    ))));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
