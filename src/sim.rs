@@ -374,9 +374,7 @@ impl Sim {
                 self.loads.push(thread_id.clone());
                 let runs = self.store.thread_runs(&thread_id);
                 self.engine
-                    .handle_thread_runs_loaded(self.now, &thread_id, runs);
-                self.engine
-                    .handle_thread_loaded(self.now, &thread_id, nodes);
+                    .handle_thread_loaded(self.now, &thread_id, nodes, runs);
             }
             Effect::LoadThreadTail { thread_id, nodes } => {
                 let (tail, complete) = self.store.thread_tail(&thread_id, nodes);
@@ -384,9 +382,7 @@ impl Sim {
                     .push((thread_id.clone(), tail.len(), complete));
                 let runs = self.store.thread_runs(&thread_id);
                 self.engine
-                    .handle_thread_runs_loaded(self.now, &thread_id, runs);
-                self.engine
-                    .handle_thread_tail_loaded(self.now, &thread_id, tail, complete);
+                    .handle_thread_tail_loaded(self.now, &thread_id, tail, runs, complete);
             }
             Effect::CallProvider {
                 request_id,

@@ -157,7 +157,7 @@ impl UnitOfWork {
 /// receipt, the unfinished runs, and the nodes and every run of the threads
 /// that have an unfinished run or a queued turn (`loaded_threads`). Other
 /// threads' finished runs come with the thread when it loads
-/// (`Engine::handle_thread_runs_loaded`): a start decodes no finished run.
+/// (`Engine::handle_thread_loaded`): a start decodes no finished run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StoreImage {
     pub threads: Vec<Thread>,
@@ -339,7 +339,7 @@ impl MemoryStore {
     }
 
     /// Every run of one thread, as stored (what a thread load hands the
-    /// engine with the nodes: `Engine::handle_thread_runs_loaded`).
+    /// engine with the nodes).
     pub fn thread_runs(&self, thread_id: &str) -> Vec<Run> {
         self.runs
             .values()

@@ -247,16 +247,14 @@ async fn drive(
             ),
             Effect::LoadThread { thread_id } => {
                 let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
-                engine.handle_thread_runs_loaded(now, &thread_id, runs);
                 let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
-                engine.handle_thread_loaded(now, &thread_id, nodes);
+                engine.handle_thread_loaded(now, &thread_id, nodes, runs);
             }
             Effect::LoadThreadTail { thread_id, nodes } => {
                 let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
-                engine.handle_thread_runs_loaded(now, &thread_id, runs);
                 let (values, complete) = store.thread_tail_values(&thread_id, nodes).await.unwrap();
                 let (nodes, _) = IdbStore::decode_nodes(values);
-                engine.handle_thread_tail_loaded(now, &thread_id, nodes, complete);
+                engine.handle_thread_tail_loaded(now, &thread_id, nodes, runs, complete);
             }
             Effect::Send { event, .. } => events.push(event.event),
             _ => {}
@@ -971,17 +969,15 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
                 }
                 Effect::LoadThread { thread_id } => {
                     let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
-                    engine.handle_thread_runs_loaded(now(), &thread_id, runs);
                     let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
-                    engine.handle_thread_loaded(now(), &thread_id, nodes);
+                    engine.handle_thread_loaded(now(), &thread_id, nodes, runs);
                 }
                 Effect::LoadThreadTail { thread_id, nodes } => {
                     let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
-                    engine.handle_thread_runs_loaded(now(), &thread_id, runs);
                     let (values, complete) =
                         store.thread_tail_values(&thread_id, nodes).await.unwrap();
                     let (nodes, _) = IdbStore::decode_nodes(values);
-                    engine.handle_thread_tail_loaded(now(), &thread_id, nodes, complete);
+                    engine.handle_thread_tail_loaded(now(), &thread_id, nodes, runs, complete);
                 }
                 Effect::CallProvider {
                     request_id,
@@ -1389,7 +1385,7 @@ async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
     );
     let (nodes, _) = store.thread_nodes("t1").await.unwrap();
     assert_eq!(nodes.len(), 120);
-    engine.handle_thread_loaded(100, "t1", nodes);
+    engine.handle_thread_loaded(100, "t1", nodes, Vec::new());
     assert!(std::iter::from_fn(|| engine.poll_effect()).any(|e| matches!(
         e,
         Effect::Send { event, .. } if matches!(&event.event, Event::Initialized { snapshot }
@@ -1418,7 +1414,7 @@ async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
     let (values, complete) = store.thread_tail_values("t1", count).await.unwrap();
     assert!(!complete);
     let (nodes, _) = IdbStore::decode_nodes(values);
-    engine.handle_thread_tail_loaded(200, "t1", nodes, false);
+    engine.handle_thread_tail_loaded(200, "t1", nodes, Vec::new(), false);
     let mut view = None;
     while let Some(effect) = engine.poll_effect() {
         if let Effect::Send { event, .. } = effect {

@@ -202,11 +202,11 @@ pub type ConnId = u64;
 pub enum Effect {
     /// Commit this unit atomically, then call `handle_store_ack(token)` (or `handle_store_error`).
     Persist { token: u64, unit: UnitOfWork },
-    /// Read every node of the thread and call `handle_thread_loaded`.
+    /// Read every node and every run of the thread and call `handle_thread_loaded`.
     LoadThread { thread_id: String },
     /// Read the newest `nodes` nodes of a thread (by creation time, ties at
-    /// the boundary included) for a cold `initialize`; answer with
-    /// `Engine::handle_thread_tail_loaded`.
+    /// the boundary included) and every run of it for a cold `initialize`;
+    /// answer with `Engine::handle_thread_tail_loaded`.
     LoadThreadTail { thread_id: String, nodes: usize },
     /// Start a streaming request; feed `handle_provider_delta` / `handle_provider_done`.
     /// A stream silent for `idle_timeout_ms` is aborted and reported as a
@@ -488,7 +488,7 @@ struct ThreadState {
     /// Whether every run of the thread is in memory (`latest_run`,
     /// `run_ids`). A start reads only unfinished runs, and all runs of the
     /// threads it loads; another thread's finished runs arrive when it
-    /// loads (`handle_thread_runs_loaded`).
+    /// loads (`handle_thread_loaded`, `handle_thread_tail_loaded`).
     runs_known: bool,
     exec: Option<Exec>,
     deferred: Vec<(ConnId, Op)>,
@@ -529,6 +529,38 @@ impl ThreadState {
             exec: None,
             deferred: Vec::new(),
             partial: None,
+        }
+    }
+
+    /// Take stored runs of this thread in. Runs already in memory win (they
+    /// may be newer than what is stored); the newest becomes the latest run
+    /// unless memory holds a newer one; superseded finished runs updated
+    /// before `cutoff` go into `prune` (while it holds fewer than
+    /// `PRUNE_PER_START` deletes), the others into `run_ids`.
+    fn adopt_runs(&mut self, runs: Vec<Run>, cutoff: u64, prune: &mut UnitOfWork) {
+        let mut stored: Vec<Run> = runs
+            .into_iter()
+            .filter(|r| r.thread_id == self.thread.id && !self.run_ids.contains(&r.id))
+            .collect();
+        stored.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        let newest_is_latest = stored.last().is_some_and(|newest| {
+            self.latest_run
+                .as_ref()
+                .is_none_or(|r| (newest.created_at, &newest.id) >= (r.created_at, &r.id))
+        });
+        if newest_is_latest {
+            if let Some(newest) = stored.pop() {
+                self.run_ids.push(newest.id.clone());
+                self.latest_run = Some(newest);
+            }
+        }
+        for run in stored {
+            let expired = run.state.is_terminal() && run.updated_at < cutoff;
+            if expired && prune.deletes.len() < PRUNE_PER_START {
+                prune.delete(stores::RUNS, run.id);
+            } else {
+                self.run_ids.push(run.id);
+            }
         }
     }
 
@@ -805,32 +837,16 @@ impl Engine {
         }
         let cutoff = now.saturating_sub(self.config.retention_ms);
         let mut prune = UnitOfWork::new();
-        let mut superseded = Vec::new();
+        let mut by_thread: HashMap<String, Vec<Run>> = HashMap::new();
         for run in runs {
-            let Some(t) = self.threads.get_mut(&run.thread_id) else {
-                continue;
-            };
-            let newer = t
-                .latest_run
-                .as_ref()
-                .is_none_or(|r| (run.created_at, &run.id) >= (r.created_at, &r.id));
-            if newer {
-                superseded.extend(t.latest_run.replace(run));
-            } else {
-                superseded.push(run);
-            }
+            by_thread
+                .entry(run.thread_id.clone())
+                .or_default()
+                .push(run);
         }
-        for run in superseded {
-            let expired = run.state.is_terminal() && run.updated_at < cutoff;
-            if expired && prune.deletes.len() < PRUNE_PER_START {
-                prune.delete(stores::RUNS, run.id);
-            } else if let Some(t) = self.threads.get_mut(&run.thread_id) {
-                t.run_ids.push(run.id);
-            }
-        }
-        for t in self.threads.values_mut() {
-            if let Some(run) = &t.latest_run {
-                t.run_ids.push(run.id.clone());
+        for (tid, runs) in by_thread {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.adopt_runs(runs, cutoff, &mut prune);
             }
         }
         // An unfinished run gets its frozen environment back (a run record
@@ -896,9 +912,7 @@ impl Engine {
                 self.receipts.insert(receipt.key.clone(), receipt);
             }
         }
-        // An answered (or cancelled) approval or question of a finished run,
-        // decided before the cutoff, only replays a repeated answer: it goes
-        // like a receipt. A run that is still going keeps all of its own.
+        // A run that is still going keeps every approval and question of its own.
         let unfinished: HashSet<String> = self
             .threads
             .values()
@@ -906,21 +920,24 @@ impl Engine {
             .filter(|r| !r.state.is_terminal())
             .map(|r| r.id.clone())
             .collect();
+        // Only replays a repeated answer once answered (or cancelled) for a
+        // finished run: it goes like a receipt.
+        let expired = |pending: bool, at: u64, run_id: &str| {
+            !pending && at < cutoff && !unfinished.contains(run_id)
+        };
         for approval in approvals {
-            let expired = approval.status != ApprovalStatus::Pending
-                && approval.decided_at.unwrap_or(approval.created_at) < cutoff
-                && !unfinished.contains(&approval.run_id);
-            if expired && prune.deletes.len() < PRUNE_PER_START {
+            let at = approval.decided_at.unwrap_or(approval.created_at);
+            let pending = approval.status == ApprovalStatus::Pending;
+            if expired(pending, at, &approval.run_id) && prune.deletes.len() < PRUNE_PER_START {
                 prune.delete(stores::APPROVALS, approval.id);
             } else if let Some(t) = self.threads.get_mut(&approval.thread_id) {
                 t.approvals.push(approval);
             }
         }
         for interaction in interactions {
-            let expired = interaction.status != InteractionStatus::Pending
-                && interaction.answered_at.unwrap_or(interaction.created_at) < cutoff
-                && !unfinished.contains(&interaction.run_id);
-            if expired && prune.deletes.len() < PRUNE_PER_START {
+            let at = interaction.answered_at.unwrap_or(interaction.created_at);
+            let pending = interaction.status == InteractionStatus::Pending;
+            if expired(pending, at, &interaction.run_id) && prune.deletes.len() < PRUNE_PER_START {
                 prune.delete(stores::INTERACTIONS, interaction.id);
             } else if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
                 t.interactions.push(interaction);
@@ -1152,8 +1169,17 @@ impl Engine {
         }
     }
 
-    /// The nodes of a thread, after `Effect::LoadThread`.
-    pub fn handle_thread_loaded(&mut self, now: u64, thread_id: &str, nodes: Vec<Node>) {
+    /// The nodes of a thread and every run it has stored, after
+    /// `Effect::LoadThread` (a start decodes only unfinished runs, so a
+    /// thread's finished ones arrive with it).
+    pub fn handle_thread_loaded(
+        &mut self,
+        now: u64,
+        thread_id: &str,
+        nodes: Vec<Node>,
+        runs: Vec<Run>,
+    ) {
+        self.take_runs(now, thread_id, runs);
         let Some(t) = self.threads.get_mut(thread_id) else {
             return;
         };
@@ -1178,13 +1204,10 @@ impl Engine {
         }
     }
 
-    /// Every stored run of a thread, read with its nodes (before
-    /// `handle_thread_loaded` / `handle_thread_tail_loaded`) for a thread
-    /// whose runs were not read at start. Runs already in memory win (they
-    /// may be newer than what is stored); the newest becomes the thread's
-    /// latest run; superseded finished runs past `retention_ms` are deleted
-    /// (at most `PRUNE_PER_START`). Only the first delivery counts.
-    pub fn handle_thread_runs_loaded(&mut self, now: u64, thread_id: &str, runs: Vec<Run>) {
+    /// A thread's stored runs, read with its nodes, for a thread whose runs
+    /// were not read at start (see `ThreadState::adopt_runs`). Only the
+    /// first delivery counts.
+    fn take_runs(&mut self, now: u64, thread_id: &str, runs: Vec<Run>) {
         let cutoff = now.saturating_sub(self.config.retention_ms);
         let Some(t) = self.threads.get_mut(thread_id) else {
             return;
@@ -1193,38 +1216,15 @@ impl Engine {
             return;
         }
         t.runs_known = true;
-        let mut stored: Vec<Run> = runs
-            .into_iter()
-            .filter(|r| r.thread_id == thread_id && !t.run_ids.contains(&r.id))
-            .collect();
-        stored.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        let newest_is_latest = stored.last().is_some_and(|newest| {
-            t.latest_run
-                .as_ref()
-                .is_none_or(|r| (newest.created_at, &newest.id) >= (r.created_at, &r.id))
-        });
-        if newest_is_latest {
-            if let Some(newest) = stored.pop() {
-                t.run_ids.push(newest.id.clone());
-                t.latest_run = Some(newest);
-            }
-        }
         let mut prune = UnitOfWork::new();
-        for run in stored {
-            let expired = run.state.is_terminal() && run.updated_at < cutoff;
-            if expired && prune.deletes.len() < PRUNE_PER_START {
-                prune.delete(stores::RUNS, run.id);
-            } else {
-                t.run_ids.push(run.id);
-            }
-        }
+        t.adopt_runs(runs, cutoff, &mut prune);
         if !prune.deletes.is_empty() {
             self.persist(thread_id, prune, Then::Upgraded);
         }
     }
 
-    /// The newest nodes of a thread, after `Effect::LoadThreadTail`;
-    /// `complete` when they are all of its nodes. Waiting `initialize`s are
+    /// The newest nodes of a thread and every run it has stored, after
+    /// `Effect::LoadThreadTail`; `complete` when they are all of its nodes. Waiting `initialize`s are
     /// answered from the tail; when the tail cannot show a page safely (too
     /// few path nodes in it, a record without its path length), the thread
     /// is read whole instead.
@@ -1233,11 +1233,13 @@ impl Engine {
         now: u64,
         thread_id: &str,
         nodes: Vec<Node>,
+        runs: Vec<Run>,
         complete: bool,
     ) {
         if complete {
-            return self.handle_thread_loaded(now, thread_id, nodes);
+            return self.handle_thread_loaded(now, thread_id, nodes, runs);
         }
+        self.take_runs(now, thread_id, runs);
         let limit = self.config.snapshot_nodes.max(1);
         let Some(t) = self.threads.get_mut(thread_id) else {
             return;

@@ -168,37 +168,17 @@ impl Driver {
         self.schedule_timer();
     }
 
-    /// Hand the engine a thread's runs, read with its nodes; false (and
-    /// the thread's load failed) when they could not be read.
-    fn thread_runs(
-        &self,
-        thread_id: &str,
-        read: Result<(Vec<crate::model::Run>, idb::Skipped), crate::store::StoreError>,
-    ) -> bool {
-        match read {
-            Ok((runs, skipped)) => {
-                for s in skipped {
-                    warn(&format!("skipped an undecodable record: {s}"));
-                }
-                self.input(|e, now| e.handle_thread_runs_loaded(now, thread_id, runs));
-                true
-            }
-            Err(err) => {
-                self.input(|e, _| e.handle_thread_load_error(thread_id, err));
-                false
-            }
-        }
-    }
-
-    /// Decode a thread read (all of it, or its tail when not `complete`)
-    /// and hand it to the engine, timing each part.
+    /// Decode a thread read (all of it, or its tail when not `complete`,
+    /// with every run of the thread) and hand it to the engine, timing each
+    /// part; either read failing fails the load.
     fn thread_read(
         &self,
         thread_id: &str,
         read_started: f64,
         read: Result<(Vec<JsValue>, bool), crate::store::StoreError>,
+        runs: Result<(Vec<crate::model::Run>, idb::Skipped), crate::store::StoreError>,
     ) {
-        let (values, complete) = match read {
+        let ((values, complete), (runs, skipped_runs)) = match read.and_then(|r| Ok((r, runs?))) {
             Ok(read) => read,
             Err(err) => return self.input(|e, _| e.handle_thread_load_error(thread_id, err)),
         };
@@ -210,10 +190,10 @@ impl Driver {
         }
         let (nodes, skipped) = IdbStore::decode_nodes(values);
         let decoded = metrics::precise_now();
-        for s in skipped {
+        for s in skipped.into_iter().chain(skipped_runs) {
             warn(&format!("skipped an undecodable record: {s}"));
         }
-        self.input(|e, now| e.handle_thread_tail_loaded(now, thread_id, nodes, complete));
+        self.input(|e, now| e.handle_thread_tail_loaded(now, thread_id, nodes, runs, complete));
         let mut m = self.metrics.borrow_mut();
         m.thread_decode.add(decoded - started);
         m.thread_build.add(metrics::precise_now() - decoded);
@@ -239,9 +219,7 @@ impl Driver {
                         d.store.thread_runs(&thread_id),
                         d.store.thread_node_values(&thread_id)
                     );
-                    if d.thread_runs(&thread_id, runs) {
-                        d.thread_read(&thread_id, started, read.map(|values| (values, true)))
-                    }
+                    d.thread_read(&thread_id, started, read.map(|values| (values, true)), runs)
                 });
             }
             Effect::LoadThreadTail { thread_id, nodes } => {
@@ -252,9 +230,7 @@ impl Driver {
                         d.store.thread_runs(&thread_id),
                         d.store.thread_tail_values(&thread_id, nodes)
                     );
-                    if d.thread_runs(&thread_id, runs) {
-                        d.thread_read(&thread_id, started, read)
-                    }
+                    d.thread_read(&thread_id, started, read, runs)
                 });
             }
             Effect::CallProvider {
