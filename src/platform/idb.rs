@@ -476,9 +476,12 @@ impl IdbStore {
         let loaded_threads = threads_to_load(&runs, &queue);
         let mut nodes = Vec::new();
         for thread_id in &loaded_threads {
-            let values = self.thread_node_values(thread_id).await?;
-            nodes.extend(decode_all(values, stores::NODES, &mut skipped));
-            let (thread_runs, not_decoded) = self.thread_runs(thread_id).await?;
+            let (values, thread_runs) = futures::join!(
+                self.thread_node_values(thread_id),
+                self.thread_runs(thread_id)
+            );
+            nodes.extend(decode_all(values?, stores::NODES, &mut skipped));
+            let (thread_runs, not_decoded) = thread_runs?;
             skipped.extend(not_decoded);
             for run in thread_runs {
                 if !runs.iter().any(|r| r.id == run.id) {

@@ -54,6 +54,23 @@ pub struct Metrics {
     /// Messages posted to clients, and how many were deltas.
     pub events_sent: u64,
     pub deltas_sent: u64,
+    /// How `Engine.start()` went (kept by `reset_metrics`); its fields
+    /// appear at the top level (`startMs`, `startOpenMs`, …).
+    #[serde(flatten)]
+    pub start: StartTimes,
+    /// Thread loads: the IndexedDB read, decoding the records, and the
+    /// engine building the thread from them.
+    pub thread_read: Timing,
+    pub thread_decode: Timing,
+    pub thread_build: Timing,
+    /// Node records those loads read.
+    pub thread_records: u64,
+}
+
+/// `Engine.start()`, measured once per worker.
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartTimes {
     /// Time from `Engine.start()` to the engine being ready (ms), and its
     /// parts: opening the database, reading the start image, settings.
     pub start_ms: f64,
@@ -63,11 +80,4 @@ pub struct Metrics {
     /// Whether the start image and the settings came from sw.js's prefetch
     /// (read while the module compiled) rather than from `Engine.start()`.
     pub start_prefetched: bool,
-    /// Thread loads: the IndexedDB read, decoding the records, and the
-    /// engine building the thread from them.
-    pub thread_read: Timing,
-    pub thread_decode: Timing,
-    pub thread_build: Timing,
-    /// Node records those loads read.
-    pub thread_records: u64,
 }

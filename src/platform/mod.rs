@@ -955,14 +955,13 @@ impl EngineHandle {
             }
         });
         driver.pump();
-        {
-            let mut m = driver.metrics.borrow_mut();
-            m.start_ms = metrics::precise_now() - started;
-            m.start_open_ms = opened - started;
-            m.start_image_ms = imaged - opened;
-            m.start_settings_ms = settled - imaged;
-            m.start_prefetched = from_prefetch;
-        }
+        driver.metrics.borrow_mut().start = metrics::StartTimes {
+            start_ms: metrics::precise_now() - started,
+            start_open_ms: opened - started,
+            start_image_ms: imaged - opened,
+            start_settings_ms: settled - imaged,
+            start_prefetched: from_prefetch,
+        };
         Ok(EngineHandle { driver })
     }
 
@@ -1018,11 +1017,7 @@ impl EngineHandle {
     pub fn reset_metrics(&self) {
         let mut m = self.driver.metrics.borrow_mut();
         *m = metrics::Metrics {
-            start_ms: m.start_ms,
-            start_open_ms: m.start_open_ms,
-            start_image_ms: m.start_image_ms,
-            start_settings_ms: m.start_settings_ms,
-            start_prefetched: m.start_prefetched,
+            start: m.start.clone(),
             ..Default::default()
         };
     }
