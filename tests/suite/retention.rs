@@ -40,7 +40,7 @@ fn turn(sim: &mut Sim, conn: u64, id: &str, thread: Option<&str>) -> String {
 }
 
 #[test]
-fn start_deletes_expired_receipts_and_superseded_finished_runs_only() {
+fn receipt_replay_or_reject_holds_within_retention_and_start_deletes_only_what_expired() {
     let mut sim = answering();
     let conn = sim.connect();
     let t1 = turn(&mut sim, conn, "a1", None);
