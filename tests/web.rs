@@ -187,6 +187,60 @@ async fn idb_undecodable_record_is_skipped_not_fatal() {
     IdbStore::delete(name).await.unwrap();
 }
 
+#[wasm_bindgen_test]
+fn boundary_encodes_plain_json_objects_that_decode_back_to_the_same_record() {
+    use sw_agent::platform::boundary::{from_js, to_js};
+    let mut record = run("r-1", "t-1", RunState::ExecutingTools, 7);
+    record.stop_reason = None;
+    let value = to_js(&record).unwrap();
+    // A plain object, as the panel, content scripts and IndexedDB expect: the
+    // fields by their wire names, a missing value as null, nested objects as
+    // objects (not Maps).
+    assert!(value.is_object());
+    assert_eq!(
+        js_sys::Object::get_prototype_of(&value),
+        js_sys::Object::get_prototype_of(&js_sys::Object::new().into())
+    );
+    let field = |v: &JsValue, k: &str| js_sys::Reflect::get(v, &JsValue::from_str(k)).unwrap();
+    assert_eq!(
+        field(&value, "threadId").as_string().as_deref(),
+        Some("t-1")
+    );
+    assert_eq!(
+        field(&value, "state").as_string().as_deref(),
+        Some("executing_tools")
+    );
+    assert!(field(&value, "profile").is_object());
+    assert_eq!(from_js::<Run>(value).unwrap(), record);
+    // What JSON cannot carry is an error, not a record.
+    assert!(from_js::<Run>(JsValue::from_str("not a run")).is_err());
+}
+
+#[wasm_bindgen_test]
+fn boundary_reads_a_page_message_with_a_lone_surrogate_lossily() {
+    use sw_agent::platform::boundary::from_js_value;
+    use sw_agent::protocol::PageMessage;
+    // Page text can hold half of a surrogate pair (a cut emoji); it must not
+    // make a tool's result unreadable.
+    let text = js_sys::JsString::from("a").concat(&js_sys::JsString::from_char_code1(0xD800));
+    let message = js_sys::Object::new();
+    let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&message, &JsValue::from_str(k), v);
+    set("type", &JsValue::from_str("tool.progress")).unwrap();
+    set("callId", &JsValue::from_str("c-1")).unwrap();
+    set("text", &text.into()).unwrap();
+    let decoded = serde_json::from_value::<PageMessage>(from_js_value(message.into())).unwrap();
+    assert_eq!(
+        decoded,
+        PageMessage::ToolProgress {
+            call_id: "c-1".into(),
+            text: "a\u{FFFD}".into()
+        }
+    );
+    // Something that is not JSON data is null, which no message type accepts.
+    let not_data = from_js_value(JsValue::symbol(Some("not data")));
+    assert_eq!(not_data, serde_json::Value::Null);
+}
+
 /// The web page page tools act on in these tests.
 fn test_target() -> TargetInfo {
     TargetInfo {

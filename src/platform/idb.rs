@@ -111,12 +111,10 @@ async fn request_result(
 }
 
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, StoreError> {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| StoreError {
-            message: format!("could not encode a record: {e}"),
-            retryable: false,
-        })
+    super::boundary::to_js(value).map_err(|e| StoreError {
+        message: format!("could not encode a record: {e}"),
+        retryable: false,
+    })
 }
 
 /// Decode every record, skipping (and reporting) the ones that do not decode:
@@ -128,7 +126,7 @@ fn decode_all<T: DeserializeOwned>(
 ) -> Vec<T> {
     values
         .into_iter()
-        .filter_map(|v| match serde_wasm_bindgen::from_value::<T>(v) {
+        .filter_map(|v| match super::boundary::from_js::<T>(v) {
             Ok(x) => Some(x),
             Err(e) => {
                 skipped.push(format!("{store}: {e}"));
@@ -144,7 +142,7 @@ fn decode_all<T: DeserializeOwned>(
 fn is_finished_run(value: &JsValue) -> bool {
     js_sys::Reflect::get(value, &JsValue::from_str("state"))
         .ok()
-        .and_then(|state| serde_wasm_bindgen::from_value::<RunState>(state).ok())
+        .and_then(|state| super::boundary::from_js::<RunState>(state).ok())
         .is_some_and(RunState::is_terminal)
 }
 

@@ -8,6 +8,7 @@
 //! Must not: make engine decisions. `JsValue` errors become typed errors in
 //! `error::js_to_error`.
 
+pub mod boundary;
 pub mod browser_tools;
 pub mod chrome;
 pub mod error;
@@ -26,7 +27,6 @@ use futures::channel::mpsc;
 use futures::{FutureExt, StreamExt};
 use gloo_timers::callback::Timeout;
 use gloo_timers::future::TimeoutFuture;
-use serde::Serialize;
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
@@ -63,7 +63,7 @@ fn warn(message: &str) {
 /// Provider settings from `chrome.storage.local.settings`, split into the
 /// profile the engine may see and the API key only fetch may see.
 pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
-    let value: Value = serde_wasm_bindgen::from_value(settings.clone()).unwrap_or(Value::Null);
+    let value = boundary::from_js_value(settings.clone());
     let text = |k: &str| {
         value
             .get(k)
@@ -274,11 +274,10 @@ impl Driver {
             }
             Effect::AbortTool { dispatch_id } => self.close_page_port(dispatch_id),
             Effect::Send { conn, event } => {
-                let message =
-                    match event.serialize(&serde_wasm_bindgen::Serializer::json_compatible()) {
-                        Ok(m) => m,
-                        Err(e) => return warn(&format!("could not encode an event: {e}")),
-                    };
+                let message = match boundary::to_js(&event) {
+                    Ok(m) => m,
+                    Err(e) => return warn(&format!("could not encode an event: {e}")),
+                };
                 {
                     let mut m = self.metrics.borrow_mut();
                     m.events_sent += 1;
@@ -725,9 +724,7 @@ impl Driver {
             params,
             frame_id,
         };
-        let message = request
-            .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-            .map_err(|e| e.to_string())?;
+        let message = boundary::to_js(&request)?;
         port.post(&message)
             .map_err(|e| format!("Could not reach the page: {e}"))?;
         let gone = if frame_id == frames::TOP_FRAME {
@@ -739,7 +736,8 @@ impl Driver {
             let Some(raw) = item else {
                 return Err(gone);
             };
-            let Ok(message) = serde_wasm_bindgen::from_value::<PageMessage>(raw) else {
+            let Ok(message) = serde_json::from_value::<PageMessage>(boundary::from_js_value(raw))
+            else {
                 warn("ignored a malformed message from a content script");
                 continue;
             };
@@ -976,7 +974,7 @@ impl EngineHandle {
     }
 
     pub fn on_message(&self, id: f64, message: JsValue) {
-        let value: Value = serde_wasm_bindgen::from_value(message).unwrap_or(Value::Null);
+        let value = boundary::from_js_value(message);
         self.driver
             .input(|e, now| e.handle_message(now, id as ConnId, value));
     }
@@ -1006,11 +1004,7 @@ impl EngineHandle {
     /// What the driver measured (benchmarks, diagnostics): engine time,
     /// commits, provider and tool time, events sent.
     pub fn metrics(&self) -> Result<JsValue, wasm_bindgen::JsError> {
-        self.driver
-            .metrics
-            .borrow()
-            .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-            .map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))
+        boundary::to_js(&*self.driver.metrics.borrow()).map_err(|e| wasm_bindgen::JsError::new(&e))
     }
 
     /// Start measuring afresh (the start time is kept).
