@@ -157,6 +157,7 @@ impl Engine {
         );
     }
 
+    #[inline(never)]
     pub(super) fn op_approval_response(
         &mut self,
         now: u64,

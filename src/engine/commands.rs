@@ -11,6 +11,7 @@ const PROVIDER_TEST_MAX_TOKENS: u32 = 16;
 impl Engine {
     // --------------------------------------------------------------- commands
 
+    #[inline(never)]
     pub(super) fn op_initialize(&mut self, conn: ConnId, thread_id: Option<String>) {
         let target = thread_id
             .filter(|id| self.threads.contains_key(id))
@@ -32,6 +33,7 @@ impl Engine {
         );
     }
 
+    #[inline(never)]
     pub(super) fn op_thread_create(&mut self, now: u64, reply: Reply) {
         let thread = Thread {
             id: self.ids.next_id("t"),
@@ -51,6 +53,7 @@ impl Engine {
     }
 
     /// A new thread holding copies of the path up to `node_id`.
+    #[inline(never)]
     pub(super) fn op_thread_fork(
         &mut self,
         now: u64,
@@ -128,6 +131,7 @@ impl Engine {
     }
 
     /// Make the branch holding `node_id` the active path.
+    #[inline(never)]
     pub(super) fn op_select_branch(
         &mut self,
         now: u64,
@@ -164,6 +168,7 @@ impl Engine {
 
     /// "Edit and resend": a new turn in place of the one `replaces` started,
     /// as a sibling branch; the old branch stays in the thread.
+    #[inline(never)]
     pub(super) fn op_submit_branch(
         &mut self,
         now: u64,
@@ -214,6 +219,7 @@ impl Engine {
         self.start_turn_at(now, &tid, text, Some(reply), None, Some(parent));
     }
 
+    #[inline(never)]
     pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
@@ -244,6 +250,7 @@ impl Engine {
         self.command(0, thread_id, unit, reply, result, Follow::ThreadDeleted);
     }
 
+    #[inline(never)]
     pub(super) fn op_submit(
         &mut self,
         now: u64,
@@ -290,6 +297,7 @@ impl Engine {
         }
     }
 
+    #[inline(never)]
     pub(super) fn op_steer(
         &mut self,
         now: u64,
@@ -351,6 +359,7 @@ impl Engine {
         }
     }
 
+    #[inline(never)]
     pub(super) fn op_enqueue(
         &mut self,
         now: u64,
@@ -393,6 +402,7 @@ impl Engine {
         self.command(now, thread_id, unit, reply, result, Follow::StartQueued);
     }
 
+    #[inline(never)]
     pub(super) fn op_queue_remove(&mut self, reply: Reply, thread_id: &str, item_id: &str) {
         if let Err((kind, why)) = self.queue_item_editable(thread_id, item_id) {
             return self.reject(&reply, kind, why);
@@ -403,6 +413,7 @@ impl Engine {
         self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
     }
 
+    #[inline(never)]
     pub(super) fn op_queue_edit(
         &mut self,
         reply: Reply,
@@ -430,6 +441,7 @@ impl Engine {
     }
 
     /// A page of the active path before a node (reads only, no receipt).
+    #[inline(never)]
     pub(super) fn op_thread_history(
         &mut self,
         reply: Reply,
@@ -462,6 +474,7 @@ impl Engine {
     }
 
     /// "Test connection": one tiny request with the given settings.
+    #[inline(never)]
     pub(super) fn op_provider_test(&mut self, now: u64, reply: Reply, profile: ProviderProfile) {
         if !profile.is_configured() {
             return self.reject(
@@ -549,6 +562,7 @@ impl Engine {
         Ok(())
     }
 
+    #[inline(never)]
     pub(super) fn op_interrupt(&mut self, now: u64, reply: Reply, thread_id: &str) {
         let Some(t) = self.threads.get_mut(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
@@ -596,6 +610,7 @@ impl Engine {
         }
     }
 
+    #[inline(never)]
     pub(super) fn op_resume(&mut self, now: u64, reply: Reply, thread_id: &str, text: String) {
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
@@ -613,6 +628,7 @@ impl Engine {
         self.start_turn(now, thread_id, text, Some(reply), None);
     }
 
+    #[inline(never)]
     pub(super) fn op_resolve(
         &mut self,
         now: u64,

@@ -127,6 +127,7 @@ impl Engine {
         }
     }
 
+    #[inline(never)]
     pub(super) fn op_interaction_response(
         &mut self,
         now: u64,

@@ -1048,6 +1048,11 @@ impl Engine {
     }
 
     /// A decoded op from a client.
+    ///
+    /// Every `op_*` handler is `#[inline(never)]`: V8 compiles a wasm
+    /// function whole on its first call, so a cold start's `initialize`
+    /// should not compile the other seventeen handlers inlined into this one
+    /// (BENCHMARKS.md item 16, the lazily compiled bytes of a cold start).
     pub fn handle_op(&mut self, now: u64, conn: ConnId, op: Op) {
         let reply = Reply {
             conn,
