@@ -4,7 +4,9 @@
 // run after Chrome killed this worker) is made in Rust. This file only
 // registers Chrome's listeners and forwards each event, in arrival order, and
 // starts the IO a start needs while the module compiles (store-prefetch.js,
-// the settings): IO without decisions, checked by Engine.start().
+// the settings): IO without decisions, checked by Engine.start(). The module
+// itself comes from Cache Storage when this build's copy is there
+// (wasm-cache.js).
 //
 // Listeners must be registered synchronously during the first evaluation of
 // the script: Chrome wakes a stopped worker for an event and dispatches it only
@@ -15,6 +17,7 @@
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
 import { prefetchStore } from "./store-prefetch.js";
+import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 
 let engine = null;
 let nextPortId = 1;
@@ -52,8 +55,14 @@ const prefetched = Promise.all([
   prefetchAt = performance.now();
   return { store, storage };
 });
-const instantiated = init({ module_or_path: chrome.runtime.getURL("pkg/sw_agent_bg.wasm") }).then(() => {
+// The module comes from Cache Storage when this build's copy is there
+// (wasm-cache.js), else from the package; it is cached once the engine runs.
+const wasmUrl = chrome.runtime.getURL("pkg/sw_agent_bg.wasm");
+const build = buildId(chrome.runtime.getManifest());
+let wasmFrom = null;
+const instantiated = instantiateModule(init, wasmUrl, build).then((from) => {
   wasmAt = performance.now();
+  wasmFrom = from;
 });
 
 // Settles once the engine runs (or startup failed and was logged once).
@@ -62,11 +71,13 @@ const ready = Promise.all([prefetched, instantiated])
   .then((started) => {
     engine = started;
     // For `make bench` only: lets the harness (CDP evaluate in this worker)
-    // read `engine.metrics()`, when the wasm module was instantiated, when
-    // the prefetch arrived and when the engine became ready (ms since the
-    // worker started). Nothing in the extension reads it.
-    globalThis.__swAgent = { engine: started, wasmAt, prefetchAt, readyAt: performance.now() };
+    // read `engine.metrics()`, when the wasm module was instantiated and
+    // where it came from, when the prefetch arrived and when the engine
+    // became ready (ms since the worker started). Nothing in the extension
+    // reads it.
+    globalThis.__swAgent = { engine: started, wasmAt, wasmFrom, prefetchAt, readyAt: performance.now() };
     for (const call of pending.splice(0)) deliver(call);
+    if (wasmFrom === "package") rememberModule(build, wasmUrl);
   })
   .catch((err) => console.error("[sw-agent] engine failed to start; events stay queued", err));
 

@@ -276,9 +276,9 @@ async function browser() {
     // first kill below does that (both workers are running at this point).
 
     // 3. Cold start: worker killed, then Port connect → initialized.
-    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, prefetchAt: {}, prefetched: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
+    const cold = { engine: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, wasmCached: {}, prefetchAt: {}, prefetched: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
     for (const s of seeded) {
-      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'prefetchAt', 'prefetched', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
+      for (const key of ['engine', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'wasmCached', 'prefetchAt', 'prefetched', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
     }
     const memory = {};
     for (let rep = 0; rep < CONFIG.coldReps; rep += 1) {
@@ -298,6 +298,8 @@ async function browser() {
         cold.workerStart[s.length].push(timing.timeOrigin - result.connectEpoch);
         cold.toReady[s.length].push(timing.readyAt);
         cold.wasmAt[s.length].push(timing.wasmAt);
+        cold.wasmCached[s.length].push(timing.wasmFrom === 'cache');
+        if (timing.wasmFrom !== 'cache') problem(`cold start of ${s.thread.id}: the wasm module came from ${timing.wasmFrom}, not from Cache Storage`);
         cold.prefetchAt[s.length].push(timing.prefetchAt);
         cold.prefetched[s.length].push(timing.startPrefetched);
         if (!timing.startPrefetched) problem(`cold start of ${s.thread.id}: Engine.start() did not use sw.js's prefetch (it read the database itself)`);
@@ -499,6 +501,7 @@ function browserFigures(m) {
     figure(coldGroup, `cold.${len}.worker_start_ms`, `  ├ connect → worker global created (${m.cold.nodes[len]} nodes)`, 'ms', m.cold.workerStart[len]);
     figure(coldGroup, `cold.${len}.to_ready_ms`, `  ├ worker created → engine ready (script, wasm fetch/compile/instantiate, Engine.start)`, 'ms', m.cold.toReady[len]);
     figure(coldGroup, `cold.${len}.wasm_at_ms`, `      ├ worker created → wasm instantiated (scripts, wasm fetch/compile/instantiate)`, 'ms', m.cold.wasmAt[len]);
+    figure(coldGroup, `cold.${len}.wasm_cached`, `      ├ starts whose module came from Cache Storage (of ${m.cold.wasmCached[len].length})`, 'count', [m.cold.wasmCached[len].filter(Boolean).length]);
     figure(coldGroup, `cold.${len}.prefetch_at_ms`, `      ├ worker created → sw.js's prefetch (database open, start image, settings) arrived`, 'ms', m.cold.prefetchAt[len]);
     figure(coldGroup, `cold.${len}.prefetched`, `      ├ starts that used the prefetch (of ${m.cold.prefetched[len].length})`, 'count', [m.cold.prefetched[len].filter(Boolean).length]);
     figure(coldGroup, `cold.${len}.start_open_ms`, `      ├ Engine.start(): open the database (0 when prefetched)`, 'ms', m.cold.startOpen[len]);

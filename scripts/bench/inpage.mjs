@@ -281,6 +281,7 @@ export function swTiming() {
     timeOrigin: performance.timeOrigin,
     readyAt: agent?.readyAt ?? null,
     wasmAt: agent?.wasmAt ?? null,
+    wasmFrom: agent?.wasmFrom ?? null,
     prefetchAt: agent?.prefetchAt ?? null,
     startPrefetched: agent ? agent.engine.metrics().startPrefetched : null,
     startMs: agent ? agent.engine.metrics().startMs : null,

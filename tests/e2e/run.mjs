@@ -289,6 +289,82 @@ describe('one browser: a full turn, then checks on what it left behind', () => {
   });
 });
 
+// ------------------------------------- the module from Cache Storage ---
+
+/** Evaluates `fn(arg)` in the extension's worker once its engine is ready (a restarted worker included). */
+async function inEngineWorker(session, fn, arg) {
+  const prefix = `chrome-extension://${session.extensionId}/`;
+  return waitFor(
+    async () => {
+      for (const worker of session.context.serviceWorkers().filter((w) => w.url().startsWith(prefix)).reverse()) {
+        try {
+          const ready = await worker.evaluate(() => Boolean(globalThis.__swAgent?.engine));
+          if (ready) return { value: await worker.evaluate(fn, arg) };
+        } catch {
+          // a worker that was just killed: look again
+        }
+      }
+      return null;
+    },
+    { timeout: 60000, message: 'the engine of a running worker' },
+  ).then((found) => found.value);
+}
+
+const wasmCacheState = () =>
+  caches
+    .open('sw-agent-wasm')
+    .then(async (cache) => {
+      const keys = await cache.keys();
+      const sizes = await Promise.all(keys.map(async (k) => (await (await cache.match(k)).arrayBuffer()).byteLength));
+      const packaged = (await (await fetch(chrome.runtime.getURL('pkg/sw_agent_bg.wasm'))).arrayBuffer()).byteLength;
+      return { from: globalThis.__swAgent.wasmFrom, keys: keys.map((k) => k.url), sizes, packaged, build: chrome.runtime.getManifest().version_name };
+    });
+
+isolatedTest('wasm_module_comes_from_cache_storage_and_a_damaged_copy_falls_back_to_the_package', {}, async (session) => {
+  const { panel, context, extensionId } = session;
+  // First start: the module streamed from the package, then copied into the cache.
+  const first = await inEngineWorker(session, () => globalThis.__swAgent.wasmFrom);
+  assert.equal(first, 'package');
+  const cached = await waitFor(
+    async () => {
+      const state = await inEngineWorker(session, wasmCacheState);
+      return state.keys.length === 1 ? state : null;
+    },
+    { timeout: 30000, message: 'the module copied into Cache Storage' },
+  );
+  const buildId = /\(wasm ([0-9a-f]{16})\)/.exec(cached.build)?.[1];
+  assert.ok(buildId, `build.sh stamped a build id: ${cached.build}`);
+  assert.ok(cached.keys[0].includes(buildId), 'the entry is keyed by this build');
+  assert.equal(cached.sizes[0], cached.packaged, 'the cached bytes are the packaged module');
+
+  // A cold start after that instantiates the cached copy, and the panel works.
+  const epochBefore = (await readPanel(panel)).epoch;
+  await killServiceWorker(context, extensionId, { page: panel });
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.wasmFrom), 'cache');
+  await waitFor(async () => {
+    const now = await readPanel(panel);
+    return now.connected === 'true' && now.epoch !== epochBefore;
+  }, { timeout: 60000, message: 'the panel reconnected to the restarted engine' });
+
+  // A damaged copy: the next start falls back to the package and repairs the cache.
+  await inEngineWorker(session, (key) => caches.open('sw-agent-wasm').then((c) => c.put(key, new Response('not a wasm module', { headers: { 'Content-Type': 'application/wasm' } }))), cached.keys[0]);
+  const epochDamaged = (await readPanel(panel)).epoch;
+  await killServiceWorker(context, extensionId, { page: panel });
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.wasmFrom), 'package');
+  await waitFor(async () => {
+    const now = await readPanel(panel);
+    return now.connected === 'true' && now.epoch !== epochDamaged;
+  }, { timeout: 60000, message: 'the panel reconnected to the engine started from the package' });
+  const repaired = await waitFor(
+    async () => {
+      const state = await inEngineWorker(session, wasmCacheState);
+      return state.keys.length === 1 && state.sizes[0] === state.packaged ? state : null;
+    },
+    { timeout: 30000, message: 'the damaged copy replaced by the packaged module' },
+  );
+  assert.deepEqual(repaired.keys, cached.keys);
+});
+
 isolatedTest('auto_resume_streaming_run_after_sw_kill', { script: [{ stallMs: STALL_FOREVER_MS, text: 'Let me think', tickMs: 250, tickText: '.' }] }, async (session) => {
   const { panel, shop, mock, context, extensionId } = session;
   await watchConnection(panel);

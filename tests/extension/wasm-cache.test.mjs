@@ -1,0 +1,130 @@
+// Unit tests of extension/wasm-cache.js against an in-memory Cache Storage
+// (no browser needed; the cold-start e2e test covers the real one).
+// Run: node --test tests/extension/
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WASM_CACHE, buildId, cacheKey, cachedModule, forgetModules, instantiateModule, rememberModule } from '../../extension/wasm-cache.js';
+
+/** Cache Storage as the spec describes it, kept in memory. */
+function memoryCaches({ failOpen = false } = {}) {
+  const caches = new Map();
+  const urlOf = (request) => (typeof request === 'string' ? request : request.url);
+  const storage = {
+    async open(name) {
+      if (failOpen) throw new Error('QuotaExceededError');
+      if (!caches.has(name)) caches.set(name, new Map());
+      const entries = caches.get(name);
+      return {
+        async match(request) {
+          const hit = entries.get(urlOf(request));
+          return hit ? hit.clone() : undefined;
+        },
+        async put(request, response) {
+          entries.set(urlOf(request), response.clone());
+        },
+        async keys() {
+          return [...entries.keys()].map((url) => new Request(url));
+        },
+        async delete(request) {
+          return entries.delete(urlOf(request));
+        },
+      };
+    },
+    async delete(name) {
+      return caches.delete(name);
+    },
+    entries: (name) => caches.get(name) ?? new Map(),
+  };
+  return storage;
+}
+
+const MODULE = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]);
+const URL = 'chrome-extension://abc/pkg/sw_agent_bg.wasm';
+const fetchModule = async (url) => {
+  assert.equal(url, URL);
+  return new Response(MODULE, { headers: { 'Content-Type': 'application/wasm' } });
+};
+
+/** A stand-in for wasm-bindgen's init that records what it was given. */
+function recordingInit({ rejectResponses = false } = {}) {
+  const calls = [];
+  const init = async ({ module_or_path: source }) => {
+    const body = source instanceof Response ? new Uint8Array(await source.arrayBuffer()) : null;
+    calls.push({ source, body, type: source instanceof Response ? source.headers.get('Content-Type') : null });
+    if (rejectResponses && source instanceof Response) throw new WebAssembly.CompileError('damaged');
+  };
+  return { init, calls };
+}
+
+test('the build id is read from the version_name build.sh writes, and only from there', () => {
+  assert.equal(buildId({ version: '0.1.0', version_name: '0.1.0 (wasm 5078f3740c89193f)' }), '5078f3740c89193f');
+  assert.equal(buildId({ version: '0.1.0' }), null);
+  assert.equal(buildId({ version_name: '0.1.0 (wasm nothex)' }), null);
+  assert.equal(buildId(undefined), null);
+  assert.match(cacheKey('5078f3740c89193f'), /^https:\/\/[^/]+\.invalid\/.*5078f3740c89193f/);
+});
+
+test('a first start streams the packaged module, then the module is cached under its build and older builds are deleted', async () => {
+  const storage = memoryCaches();
+  await (await storage.open(WASM_CACHE)).put(cacheKey('0000000000000000'), new Response('old build'));
+  const { init, calls } = recordingInit();
+  assert.equal(await instantiateModule(init, URL, '1111111111111111', storage), 'package');
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].source, URL);
+
+  assert.equal(await rememberModule('1111111111111111', URL, { storage, fetchFn: fetchModule }), true);
+  assert.deepEqual([...storage.entries(WASM_CACHE).keys()], [cacheKey('1111111111111111')]);
+
+  const next = recordingInit();
+  assert.equal(await instantiateModule(next.init, URL, '1111111111111111', storage), 'cache');
+  assert.equal(next.calls.length, 1);
+  assert.deepEqual(next.calls[0].body, MODULE);
+  assert.equal(next.calls[0].type, 'application/wasm', 'instantiateStreaming needs the wasm content type');
+});
+
+test('a cached module that does not instantiate is forgotten and the packaged one is used', async () => {
+  const storage = memoryCaches();
+  await (await storage.open(WASM_CACHE)).put(cacheKey('2222222222222222'), new Response('not wasm', { headers: { 'Content-Type': 'application/wasm' } }));
+  const { init, calls } = recordingInit({ rejectResponses: true });
+  const warnings = [];
+  const warn = console.warn;
+  console.warn = (...args) => warnings.push(args);
+  try {
+    assert.equal(await instantiateModule(init, URL, '2222222222222222', storage), 'package');
+  } finally {
+    console.warn = warn;
+  }
+  assert.equal(calls.length, 2);
+  assert.ok(calls[0].source instanceof Response);
+  assert.equal(calls[1].source, URL);
+  assert.equal(warnings.length, 1);
+  assert.equal(await cachedModule('2222222222222222', storage), null, 'the damaged entry is gone');
+});
+
+test('without a build id or a working Cache Storage the package is used and nothing is cached', async () => {
+  const storage = memoryCaches();
+  const { init, calls } = recordingInit();
+  assert.equal(await instantiateModule(init, URL, null, storage), 'package');
+  assert.equal(await rememberModule(null, URL, { storage, fetchFn: fetchModule }), false);
+  assert.equal(storage.entries(WASM_CACHE).size, 0);
+
+  const broken = memoryCaches({ failOpen: true });
+  assert.equal(await instantiateModule(init, URL, '3333333333333333', broken), 'package');
+  assert.equal(await rememberModule('3333333333333333', URL, { storage: broken, fetchFn: fetchModule }), false);
+  assert.equal(await instantiateModule(init, URL, '3333333333333333', undefined), 'package');
+  assert.deepEqual(calls.map((c) => c.source), [URL, URL, URL]);
+  await forgetModules(undefined);
+});
+
+test('a module that cannot be fetched is not cached', async () => {
+  const storage = memoryCaches();
+  const missing = async () => new Response('gone', { status: 404 });
+  assert.equal(await rememberModule('4444444444444444', URL, { storage, fetchFn: missing }), false);
+  assert.equal(await cachedModule('4444444444444444', storage), null);
+  const offline = async () => {
+    throw new TypeError('Failed to fetch');
+  };
+  assert.equal(await rememberModule('4444444444444444', URL, { storage, fetchFn: offline }), false);
+  assert.equal(storage.entries(WASM_CACHE).size, 0);
+});
