@@ -180,7 +180,7 @@ pub fn match_frames(
         .iter()
         .filter(|f| f.frame_id != parent && !f.url.starts_with("about:") && belongs(f))
         .collect();
-    children.sort_by_key(|f| f.frame_id);
+    crate::sorting::sort_by_key(&mut children, |f| f.frame_id);
     let mut taken = vec![false; children.len()];
     let mut slots: Vec<Option<u32>> = vec![None; placeholders.len()];
     // Pass 0: the same URL; pass 1: the same origin; pass 2: any frame of

@@ -15,6 +15,7 @@ pub mod model;
 pub mod protocol;
 pub mod provider;
 pub mod sim;
+pub mod sorting;
 pub mod store;
 pub mod tools;
 

@@ -976,8 +976,8 @@ mod tests {
         let mut types: Vec<&str> = ops.iter().map(Op::op_type).collect();
         types.dedup();
         let mut listed = OP_TYPES.to_vec();
-        listed.sort_unstable();
-        types.sort_unstable();
+        crate::sorting::sort(&mut listed);
+        crate::sorting::sort(&mut types);
         types.dedup();
         assert_eq!(types, listed, "every op type is listed and sampled");
         for op in ops {

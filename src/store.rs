@@ -147,7 +147,7 @@ impl UnitOfWork {
             .map(Record::store_name)
             .chain(self.deletes.iter().map(|d| d.store))
             .collect();
-        names.sort_unstable();
+        crate::sorting::sort(&mut names);
         names.dedup();
         names
     }
@@ -374,7 +374,7 @@ fn select_tail(nodes: Vec<Node>, count: usize) -> (Vec<Node>, bool) {
         return (nodes, true);
     }
     let mut times: Vec<u64> = nodes.iter().map(|n| n.created_at).collect();
-    times.sort_unstable_by(|a, b| b.cmp(a));
+    crate::sorting::sort_by(&mut times, |a, b| b.cmp(a));
     let boundary = times[count - 1];
     let tail = nodes
         .into_iter()
@@ -392,7 +392,7 @@ pub fn threads_to_load(runs: &[Run], queue: &[QueueItem]) -> Vec<String> {
         .map(|r| r.thread_id.clone())
         .chain(queue.iter().map(|q| q.thread_id.clone()))
         .collect();
-    ids.sort();
+    crate::sorting::sort(&mut ids);
     ids.dedup();
     ids
 }

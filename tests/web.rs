@@ -1221,7 +1221,7 @@ async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
         let (nodes, skipped) = IdbStore::decode_nodes(values);
         assert!(skipped.is_empty());
         let mut ids: Vec<String> = nodes.into_iter().map(|n| n.id).collect();
-        ids.sort();
+        sw_agent::sorting::sort(&mut ids);
         ids
     };
     // The 9 newest end at time 1010 (nodes 21 and 20 share it): both come.
@@ -1672,7 +1672,7 @@ async fn idb_start_decodes_unfinished_runs_and_a_thread_brings_its_own() {
     let (image, skipped) = store.load_image().await.unwrap();
     assert!(skipped.is_empty(), "{skipped:?}");
     let mut ids: Vec<&str> = image.runs.iter().map(|r| r.id.as_str()).collect();
-    ids.sort_unstable();
+    sw_agent::sorting::sort(&mut ids);
     // t2 has an unfinished run: it loads at start with all its runs; t1's
     // finished ones wait for t1.
     assert_eq!(ids, vec!["r2", "r3"]);

@@ -542,7 +542,9 @@ impl ThreadState {
             .into_iter()
             .filter(|r| r.thread_id == self.thread.id && !self.run_ids.contains(&r.id))
             .collect();
-        stored.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        crate::sorting::sort_by(&mut stored, |a, b| {
+            (a.created_at, &a.id).cmp(&(b.created_at, &b.id))
+        });
         let newest_is_latest = stored.last().is_some_and(|newest| {
             self.latest_run
                 .as_ref()
@@ -618,7 +620,9 @@ impl ThreadState {
                 .push(node);
         }
         for group in groups.values_mut() {
-            group.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            crate::sorting::sort_by(group, |a, b| {
+                (a.created_at, &a.id).cmp(&(b.created_at, &b.id))
+            });
         }
         groups
     }
@@ -902,8 +906,8 @@ impl Engine {
             }
         }
         for t in self.threads.values_mut() {
-            t.steers.sort_by_key(|s| s.admission_seq);
-            t.queue.sort_by_key(|q| q.position);
+            crate::sorting::sort_by_key(&mut t.steers, |s| s.admission_seq);
+            crate::sorting::sort_by_key(&mut t.queue, |q| q.position);
         }
         for receipt in receipts {
             if receipt.created_at < cutoff && prune.deletes.len() < PRUNE_PER_START {
@@ -952,7 +956,7 @@ impl Engine {
             self.site_rules.insert(rule.origin.clone(), rule);
         }
         let mut ids: Vec<String> = self.threads.keys().cloned().collect();
-        ids.sort();
+        crate::sorting::sort(&mut ids);
         for tid in ids {
             self.recover_thread(now, &tid);
         }

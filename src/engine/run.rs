@@ -695,7 +695,7 @@ pick a different element or tool, or explain the problem to the user.",
         tid: &str,
         mut results: Vec<ResultParts>,
     ) -> UnitOfWork {
-        results.sort_by_key(|r| r.index);
+        crate::sorting::sort_by_key(&mut results, |r| r.index);
         let t = &self.threads[tid];
         let exec = t.exec.as_ref().expect("active run");
         let mut run = t.latest_run.clone().expect("active run");

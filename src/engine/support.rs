@@ -255,7 +255,7 @@ impl Engine {
             })
             .map(|(id, _)| *id)
             .collect();
-        conns.sort_unstable();
+        crate::sorting::sort(&mut conns);
         conns
     }
 
@@ -276,7 +276,7 @@ impl Engine {
             .filter(|(_, c)| c.kind == ClientKind::ExtensionPage)
             .map(|(id, _)| *id)
             .collect();
-        conns.sort_unstable();
+        crate::sorting::sort(&mut conns);
         for conn in conns {
             self.send(
                 conn,
@@ -484,7 +484,7 @@ impl Engine {
             .filter(|t| t.thread.revision > 0)
             .map(|t| t.thread.summary())
             .collect();
-        list.sort_by(|a, b| {
+        crate::sorting::sort_by(&mut list, |a, b| {
             b.updated_at
                 .cmp(&a.updated_at)
                 .then_with(|| a.id.cmp(&b.id))
@@ -592,14 +592,14 @@ impl Engine {
                 Record::Steer(steer) => {
                     if let Some(t) = self.threads.get_mut(&steer.thread_id) {
                         t.steers.push(steer.clone());
-                        t.steers.sort_by_key(|s| s.admission_seq);
+                        crate::sorting::sort_by_key(&mut t.steers, |s| s.admission_seq);
                     }
                 }
                 Record::QueueItem(item) => {
                     if let Some(t) = self.threads.get_mut(&item.thread_id) {
                         t.queue.retain(|q| q.id != item.id);
                         t.queue.push(item.clone());
-                        t.queue.sort_by_key(|q| q.position);
+                        crate::sorting::sort_by_key(&mut t.queue, |q| q.position);
                     }
                 }
                 Record::Receipt(receipt) => {

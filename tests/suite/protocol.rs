@@ -120,7 +120,7 @@ fn provider_test_reports_success_and_typed_errors_and_writes_nothing() {
             _ => None,
         })
         .collect();
-    outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+    sw_agent::sorting::sort_by(&mut outcomes, |a, b| a.0.cmp(&b.0));
     assert_eq!(outcomes.len(), 4, "{outcomes:?}");
     let ok = outcomes[0].1.as_ref().unwrap();
     assert_eq!(ok["ok"], json!(true));
