@@ -21,6 +21,7 @@ import { DEFAULT_EXTENSION_PATH, browserCdp } from '../tests/support/browser.mjs
 import { launchBench, openClientPage } from './bench/browser.mjs';
 import { installClient, pageColdConnect, pageConfigure, swSeed, swWaitForEngine } from './bench/inpage.mjs';
 import { ENGINE_DB, seededThread } from './bench/seed.mjs';
+import { parseWasm } from './bench/wasm-size.mjs';
 
 const args = process.argv.slice(2);
 const option = (name, fallback) => {
@@ -33,74 +34,11 @@ const top = Number(option('--top', 40));
 const out = option('--out', null);
 
 
-/**
- * Body size of every function of a .wasm by index (imports first, as V8
- * numbers them), and its name when the module has a name section.
- */
+/** Body size (by V8's function index: imports first) and name of every function of a .wasm. */
 function wasmFunctions(file) {
-  const d = readFileSync(file);
-  let i = 8;
-  const leb = () => {
-    let r = 0;
-    let shift = 0;
-    for (;;) {
-      const byte = d[i++];
-      r += (byte & 0x7f) * 2 ** shift;
-      shift += 7;
-      if (byte < 0x80) return r;
-    }
-  };
-  const skipName = () => {
-    const n = leb();
-    i += n;
-  };
-  const sizes = new Map();
-  const names = new Map();
-  let imported = 0;
-  while (i < d.length) {
-    const id = d[i++];
-    const len = leb();
-    const end = i + len;
-    if (id === 2) {
-      for (let n = leb(); n > 0; n -= 1) {
-        skipName();
-        skipName();
-        const kind = d[i++];
-        if (kind === 0) { leb(); imported += 1; }
-        else if (kind === 1) { i += 1; const flags = leb(); leb(); if (flags & 1) leb(); }
-        else if (kind === 2) { const flags = leb(); leb(); if (flags & 1) leb(); }
-        else if (kind === 3) i += 2;
-        else if (kind === 4) { i += 1; leb(); }
-      }
-    } else if (id === 10) {
-      const count = leb();
-      for (let k = 0; k < count; k += 1) {
-        const size = leb();
-        sizes.set(imported + k, size);
-        i += size;
-      }
-    } else if (id === 0) {
-      const nameLength = leb();
-      const name = d.subarray(i, i + nameLength).toString('utf8');
-      i += nameLength;
-      while (name === 'name' && i < end) {
-        const sub = d[i++];
-        const subLength = leb();
-        const subEnd = i + subLength;
-        if (sub === 1) {
-          for (let n = leb(); n > 0; n -= 1) {
-            const index = leb();
-            const length = leb();
-            names.set(index, d.subarray(i, i + length).toString('utf8'));
-            i += length;
-          }
-        }
-        i = subEnd;
-      }
-    }
-    i = end;
-  }
-  return { sizes, names, codeBytes: [...sizes.values()].reduce((a, c) => a + c, 0) };
+  const { importedFunctions, bodies, names } = parseWasm(readFileSync(file));
+  const sizes = new Map(bodies.map((size, i) => [importedFunctions + i, size]));
+  return { sizes, names, codeBytes: bodies.reduce((a, c) => a + c, 0) };
 }
 
 const wasm = wasmFunctions(path.join(DEFAULT_EXTENSION_PATH, 'pkg', 'sw_agent_bg.wasm'));

@@ -74,7 +74,7 @@ const CONFIG = {
   historyLengths: [10, 1000, 10000],
   historySteps: QUICK ? 5 : 10,
   historyReps: QUICK ? 1 : 3,
-  coldReps: QUICK ? 2 : 5,
+  coldReps: QUICK ? 2 : 11,
   floorSamples: QUICK ? 15 : 30,
   steerCount: QUICK ? 10 : 25,
   steerReps: QUICK ? 1 : 3,

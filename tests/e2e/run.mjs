@@ -310,6 +310,17 @@ async function inEngineWorker(session, fn, arg) {
   ).then((found) => found.value);
 }
 
+/** Waits until the panel is connected to an engine other than the one of `epoch`. */
+function reconnectedToANewEngine(panel, epoch) {
+  return waitFor(
+    async () => {
+      const now = await readPanel(panel);
+      return now.connected === 'true' && now.epoch !== epoch;
+    },
+    { timeout: 60000, message: 'the panel reconnected to a restarted engine' },
+  );
+}
+
 const wasmCacheState = () =>
   caches
     .open('sw-agent-wasm')
@@ -341,20 +352,14 @@ isolatedTest('wasm_module_comes_from_cache_storage_and_a_damaged_copy_falls_back
   const epochBefore = (await readPanel(panel)).epoch;
   await killServiceWorker(context, extensionId, { page: panel });
   assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.wasmFrom), 'cache');
-  await waitFor(async () => {
-    const now = await readPanel(panel);
-    return now.connected === 'true' && now.epoch !== epochBefore;
-  }, { timeout: 60000, message: 'the panel reconnected to the restarted engine' });
+  await reconnectedToANewEngine(panel, epochBefore);
 
   // A damaged copy: the next start falls back to the package and repairs the cache.
   await inEngineWorker(session, (key) => caches.open('sw-agent-wasm').then((c) => c.put(key, new Response('not a wasm module', { headers: { 'Content-Type': 'application/wasm' } }))), cached.keys[0]);
   const epochDamaged = (await readPanel(panel)).epoch;
   await killServiceWorker(context, extensionId, { page: panel });
   assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.wasmFrom), 'package');
-  await waitFor(async () => {
-    const now = await readPanel(panel);
-    return now.connected === 'true' && now.epoch !== epochDamaged;
-  }, { timeout: 60000, message: 'the panel reconnected to the engine started from the package' });
+  await reconnectedToANewEngine(panel, epochDamaged);
   const repaired = await waitFor(
     async () => {
       const state = await inEngineWorker(session, wasmCacheState);
