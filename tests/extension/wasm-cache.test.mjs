@@ -40,9 +40,9 @@ function memoryCaches({ failOpen = false } = {}) {
 }
 
 const MODULE = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]);
-const URL = 'chrome-extension://abc/pkg/sw_agent_bg.wasm';
+const MODULE_URL = 'chrome-extension://abc/pkg/sw_agent_bg.wasm';
 const fetchModule = async (url) => {
-  assert.equal(url, URL);
+  assert.equal(url, MODULE_URL);
   return new Response(MODULE, { headers: { 'Content-Type': 'application/wasm' } });
 };
 
@@ -69,15 +69,15 @@ test('a first start streams the packaged module, then the module is cached under
   const storage = memoryCaches();
   await (await storage.open(WASM_CACHE)).put(cacheKey('0000000000000000'), new Response('old build'));
   const { init, calls } = recordingInit();
-  assert.equal(await instantiateModule(init, URL, '1111111111111111', storage), 'package');
+  assert.equal(await instantiateModule(init, MODULE_URL, '1111111111111111', storage), 'package');
   assert.equal(calls.length, 1);
-  assert.equal(calls[0].source, URL);
+  assert.equal(calls[0].source, MODULE_URL);
 
-  assert.equal(await rememberModule('1111111111111111', URL, { storage, fetchFn: fetchModule }), true);
+  assert.equal(await rememberModule('1111111111111111', MODULE_URL, { storage, fetchFn: fetchModule }), true);
   assert.deepEqual([...storage.entries(WASM_CACHE).keys()], [cacheKey('1111111111111111')]);
 
   const next = recordingInit();
-  assert.equal(await instantiateModule(next.init, URL, '1111111111111111', storage), 'cache');
+  assert.equal(await instantiateModule(next.init, MODULE_URL, '1111111111111111', storage), 'cache');
   assert.equal(next.calls.length, 1);
   assert.deepEqual(next.calls[0].body, MODULE);
   assert.equal(next.calls[0].type, 'application/wasm', 'instantiateStreaming needs the wasm content type');
@@ -91,13 +91,13 @@ test('a cached module that does not instantiate is forgotten and the packaged on
   const warn = console.warn;
   console.warn = (...args) => warnings.push(args);
   try {
-    assert.equal(await instantiateModule(init, URL, '2222222222222222', storage), 'package');
+    assert.equal(await instantiateModule(init, MODULE_URL, '2222222222222222', storage), 'package');
   } finally {
     console.warn = warn;
   }
   assert.equal(calls.length, 2);
   assert.ok(calls[0].source instanceof Response);
-  assert.equal(calls[1].source, URL);
+  assert.equal(calls[1].source, MODULE_URL);
   assert.equal(warnings.length, 1);
   assert.equal(await cachedModule('2222222222222222', storage), null, 'the damaged entry is gone');
 });
@@ -105,26 +105,26 @@ test('a cached module that does not instantiate is forgotten and the packaged on
 test('without a build id or a working Cache Storage the package is used and nothing is cached', async () => {
   const storage = memoryCaches();
   const { init, calls } = recordingInit();
-  assert.equal(await instantiateModule(init, URL, null, storage), 'package');
-  assert.equal(await rememberModule(null, URL, { storage, fetchFn: fetchModule }), false);
+  assert.equal(await instantiateModule(init, MODULE_URL, null, storage), 'package');
+  assert.equal(await rememberModule(null, MODULE_URL, { storage, fetchFn: fetchModule }), false);
   assert.equal(storage.entries(WASM_CACHE).size, 0);
 
   const broken = memoryCaches({ failOpen: true });
-  assert.equal(await instantiateModule(init, URL, '3333333333333333', broken), 'package');
-  assert.equal(await rememberModule('3333333333333333', URL, { storage: broken, fetchFn: fetchModule }), false);
-  assert.equal(await instantiateModule(init, URL, '3333333333333333', undefined), 'package');
-  assert.deepEqual(calls.map((c) => c.source), [URL, URL, URL]);
+  assert.equal(await instantiateModule(init, MODULE_URL, '3333333333333333', broken), 'package');
+  assert.equal(await rememberModule('3333333333333333', MODULE_URL, { storage: broken, fetchFn: fetchModule }), false);
+  assert.equal(await instantiateModule(init, MODULE_URL, '3333333333333333', undefined), 'package');
+  assert.deepEqual(calls.map((c) => c.source), [MODULE_URL, MODULE_URL, MODULE_URL]);
   await forgetModules(undefined);
 });
 
 test('a module that cannot be fetched is not cached', async () => {
   const storage = memoryCaches();
   const missing = async () => new Response('gone', { status: 404 });
-  assert.equal(await rememberModule('4444444444444444', URL, { storage, fetchFn: missing }), false);
+  assert.equal(await rememberModule('4444444444444444', MODULE_URL, { storage, fetchFn: missing }), false);
   assert.equal(await cachedModule('4444444444444444', storage), null);
   const offline = async () => {
     throw new TypeError('Failed to fetch');
   };
-  assert.equal(await rememberModule('4444444444444444', URL, { storage, fetchFn: offline }), false);
+  assert.equal(await rememberModule('4444444444444444', MODULE_URL, { storage, fetchFn: offline }), false);
   assert.equal(storage.entries(WASM_CACHE).size, 0);
 });
