@@ -14,8 +14,9 @@
 
 import { DEFAULT_EXTENSION_PATH } from '../tests/support/browser.mjs';
 import { launchBench, openClientPage } from './bench/browser.mjs';
-import { installClient, pageBareSeed, pageColdConnect, pageConfigure, swMetrics, swSeed, swTiming, swWaitForEngine } from './bench/inpage.mjs';
-import { ENGINE_DB, seededThread } from './bench/seed.mjs';
+import { prepareColdStarts } from './bench/cold.mjs';
+import { installClient, pageBareSeed, pageColdConnect, swMetrics, swTiming, swWaitForEngine } from './bench/inpage.mjs';
+import { seededThread } from './bench/seed.mjs';
 import { median } from './bench/stats.mjs';
 
 const args = process.argv.slice(2);
@@ -37,13 +38,7 @@ try {
   const seeded = seededThread(`ab-${Date.now().toString(36)}`, nodes);
   const sides = { current: real, baseline };
   const pages = {};
-  for (const [name, handle] of Object.entries(sides)) {
-    pages[name] = await openClientPage(context, handle);
-    await pages[name].evaluate(installClient);
-    await pages[name].evaluate(pageConfigure, { baseUrl: 'http://127.0.0.1:9', model: 'mock-1', apiKey: 'sk-bench-not-a-secret' });
-    await handle.evaluate(swWaitForEngine);
-    await handle.evaluate(swSeed, { dbName: ENGINE_DB, threads: [{ thread: seeded.thread, nodes: seeded.nodes }] });
-  }
+  for (const [name, handle] of Object.entries(sides)) pages[name] = await prepareColdStarts(context, handle, seeded);
   const barePage = await openClientPage(context, bare);
   await barePage.evaluate(installClient);
   await barePage.evaluate(pageBareSeed, { nodes: seeded.nodes });

@@ -18,9 +18,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { DEFAULT_EXTENSION_PATH, browserCdp } from '../tests/support/browser.mjs';
-import { launchBench, openClientPage } from './bench/browser.mjs';
-import { installClient, pageColdConnect, pageConfigure, swSeed, swWaitForEngine } from './bench/inpage.mjs';
-import { ENGINE_DB, seededThread } from './bench/seed.mjs';
+import { launchBench } from './bench/browser.mjs';
+import { prepareColdStarts } from './bench/cold.mjs';
+import { pageColdConnect } from './bench/inpage.mjs';
+import { seededThread } from './bench/seed.mjs';
 import { parseWasm } from './bench/wasm-size.mjs';
 
 const args = process.argv.slice(2);
@@ -46,11 +47,7 @@ const b = await launchBench({ extensionPath: DEFAULT_EXTENSION_PATH });
 try {
   const { context, real } = b;
   const seeded = seededThread(`prof-${Date.now().toString(36)}`, nodes);
-  const page = await openClientPage(context, real);
-  await page.evaluate(installClient);
-  await page.evaluate(pageConfigure, { baseUrl: 'http://127.0.0.1:9', model: 'mock-1', apiKey: 'sk-bench-not-a-secret' });
-  await real.evaluate(swWaitForEngine);
-  await real.evaluate(swSeed, { dbName: ENGINE_DB, threads: [{ thread: seeded.thread, nodes: seeded.nodes }] });
+  const page = await prepareColdStarts(context, real, seeded);
 
   const cdp = await browserCdp(context);
   // Browser-wide tracing with V8's sampling profiler: it covers a worker

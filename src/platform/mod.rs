@@ -199,6 +199,27 @@ impl Driver {
         m.thread_build.add(metrics::precise_now() - decoded);
     }
 
+    /// Read a thread's runs and its nodes (all of them, or the newest
+    /// `tail` by creation time) together, then hand them to the engine.
+    fn load_thread(&self, thread_id: String, tail: Option<usize>) {
+        let d = self.rc();
+        spawn_local(async move {
+            let started = metrics::precise_now();
+            let nodes = async {
+                match tail {
+                    Some(count) => d.store.thread_tail_values(&thread_id, count).await,
+                    None => d
+                        .store
+                        .thread_node_values(&thread_id)
+                        .await
+                        .map(|v| (v, true)),
+                }
+            };
+            let (runs, read) = futures::join!(d.store.thread_runs(&thread_id), nodes);
+            d.thread_read(&thread_id, started, read, runs)
+        });
+    }
+
     fn rc(&self) -> Rc<Driver> {
         self.me
             .upgrade()
@@ -211,28 +232,8 @@ impl Driver {
                 let d = self.rc();
                 spawn_local(async move { d.persist(token, unit).await });
             }
-            Effect::LoadThread { thread_id } => {
-                let d = self.rc();
-                spawn_local(async move {
-                    let started = metrics::precise_now();
-                    let (runs, read) = futures::join!(
-                        d.store.thread_runs(&thread_id),
-                        d.store.thread_node_values(&thread_id)
-                    );
-                    d.thread_read(&thread_id, started, read.map(|values| (values, true)), runs)
-                });
-            }
-            Effect::LoadThreadTail { thread_id, nodes } => {
-                let d = self.rc();
-                spawn_local(async move {
-                    let started = metrics::precise_now();
-                    let (runs, read) = futures::join!(
-                        d.store.thread_runs(&thread_id),
-                        d.store.thread_tail_values(&thread_id, nodes)
-                    );
-                    d.thread_read(&thread_id, started, read, runs)
-                });
-            }
+            Effect::LoadThread { thread_id } => self.load_thread(thread_id, None),
+            Effect::LoadThreadTail { thread_id, nodes } => self.load_thread(thread_id, Some(nodes)),
             Effect::CallProvider {
                 request_id,
                 request,
