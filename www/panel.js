@@ -246,6 +246,12 @@ const DEFAULT_BASE_URLS = {
 };
 const RECONNECT_MIN_MS = 100;
 const RECONNECT_MAX_MS = 2000;
+/**
+ * Earlier messages load by themselves once the reader scrolls within this
+ * many pixels of the top of the list (or when what is drawn does not fill
+ * it), so a snapshot can carry a short tail (EngineConfig::snapshot_nodes).
+ */
+const EARLIER_AUTOLOAD_PX = 400;
 
 const clientId = crypto.randomUUID();
 
@@ -1120,6 +1126,20 @@ function loadEarlier(button) {
   sendOp("thread.history", { threadId: state.threadId, beforeNodeId: view.firstNodeId });
 }
 
+/**
+ * The next page of earlier messages, without a click, when the reader is near
+ * the top of the list or the list is not full. Never while a scroll to the
+ * bottom is pending (a redraw's position is transient then), and never twice
+ * for one page: the button is disabled until its page arrives.
+ */
+function maybeLoadEarlier() {
+  if (view.scrollScheduled) return;
+  const button = dom.messages.querySelector(":scope > .load-earlier");
+  if (!(button instanceof HTMLButtonElement) || button.disabled) return;
+  if (dom.messages.scrollTop > EARLIER_AUTOLOAD_PX) return;
+  loadEarlier(button);
+}
+
 function resetEarlierButton() {
   const button = dom.messages.querySelector(":scope > .load-earlier");
   if (!(button instanceof HTMLButtonElement)) return;
@@ -1173,6 +1193,7 @@ function prependHistory(result) {
     }
   }
   list.scrollTop = list.scrollHeight - fromBottom;
+  maybeLoadEarlier();
 }
 
 /** @param {MouseEvent} event */
@@ -2510,6 +2531,7 @@ function scheduleScroll() {
   requestAnimationFrame(() => {
     view.scrollScheduled = false;
     if (view.stickToBottom) dom.messages.scrollTop = dom.messages.scrollHeight;
+    maybeLoadEarlier();
   });
 }
 
@@ -2603,6 +2625,7 @@ dom.errorSettings.addEventListener("click", () => {
 dom.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = dom.messages;
   view.stickToBottom = scrollHeight - scrollTop - clientHeight < 40;
+  maybeLoadEarlier();
 }, { passive: true });
 
 // -------------------------------------------------------------- settings ---

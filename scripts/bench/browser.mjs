@@ -113,6 +113,9 @@ export async function launchBench({ extensionPath, baselinePath = null }) {
         '--no-first-run',
         `--disable-extensions-except=${both}`,
         `--load-extension=${both}`,
+        // Experiments only (e.g. BENCH_JS_FLAGS=--no-wasm-lazy-compilation):
+        // V8 flags for the whole browser, so compare runs, not extensions.
+        ...(process.env.BENCH_JS_FLAGS ? [`--js-flags=${process.env.BENCH_JS_FLAGS}`] : []),
       ],
     });
     const workers = await waitFor(

@@ -182,10 +182,12 @@ impl Default for EngineConfig {
             approver: Approver::DenyAll,
             parallel_reads: 4,
             model_titles: true,
-            // About 30–40 agent steps: several screens of the side panel.
-            // Each node more costs a cold start reading, decoding and posting
-            // it (BENCHMARKS.md); the panel pages in the rest on demand.
-            snapshot_nodes: 120,
+            // About 15–20 agent steps: more than a screen of the side panel,
+            // which loads earlier pages by itself as the reader scrolls up
+            // (`www/panel.js` `maybeLoadEarlier`). Each node more costs a cold
+            // start reading, decoding and posting it: 60 instead of 120 made
+            // a 1,000-node thread's cold start ~5 ms shorter (BENCHMARKS.md).
+            snapshot_nodes: 60,
             retention_ms: 7 * 24 * 60 * 60 * 1000,
         }
     }
