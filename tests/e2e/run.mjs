@@ -1056,6 +1056,29 @@ isolatedTest('approval_interrupt_withdraws_the_card', {}, async (session) => {
   assert.equal(mock.requests().length, 2, 'no provider request after the interrupt');
 });
 
+isolatedTest('large_request_body_reaches_the_provider_intact', { script: [{ text: 'Read it all.' }] }, async (session) => {
+  // Over BLOB_BODY_MIN_BYTES (src/platform/fetch.rs), the body goes to fetch
+  // as a Blob: it must arrive byte for byte, multi-byte characters included.
+  const { panel, mock } = session;
+  const line = 'Ünïcödé ✓ 日本語 — line of a long pasted document.';
+  const text = Array.from({ length: 4000 }, (_, i) => `${i}: ${line}`).join('\n');
+  assert.ok(Buffer.byteLength(text) > 200 * 1024, `${Buffer.byteLength(text)} bytes`);
+  // Pasted at once (Playwright's fill types a text this long too slowly).
+  await panel.evaluate((value) => {
+    const input = document.getElementById('task-input');
+    input.value = value;
+    input.dispatchEvent(new InputEvent('input', { bubbles: true, inputType: 'insertFromPaste' }));
+  }, text);
+  await panel.press('#task-input', 'Enter');
+  const final = await waitForSettledTurn(panel);
+  assert.equal(final.state, 'completed', describeState(final));
+  assert.equal(mock.requests().length, 1);
+  const user = [...mock.requests()[0].body.messages].reverse().find((m) => m.role === 'user');
+  const sent = messageText(user).replace(/\n\n\[Context at send time: [^\n]*\]$/, '');
+  assert.equal(sent.length, text.length);
+  assert.ok(sent === text, 'the text arrived unchanged');
+});
+
 isolatedTest(
   'provider_retry_is_shown_as_a_status_line',
   {
