@@ -560,9 +560,7 @@ impl ThreadState {
         }
         for run in stored {
             let expired = run.state.is_terminal() && run.updated_at < cutoff;
-            if expired && prune.deletes.len() < PRUNE_PER_START {
-                prune.delete(stores::RUNS, run.id);
-            } else {
+            if !prune_expired(prune, expired, stores::RUNS, &run.id) {
                 self.run_ids.push(run.id);
             }
         }
@@ -912,9 +910,8 @@ impl Engine {
             crate::sorting::sort_by_key(&mut t.queue, |q| q.position);
         }
         for receipt in receipts {
-            if receipt.created_at < cutoff && prune.deletes.len() < PRUNE_PER_START {
-                prune.delete(stores::RECEIPTS, receipt.key);
-            } else {
+            let expired = receipt.created_at < cutoff;
+            if !prune_expired(&mut prune, expired, stores::RECEIPTS, &receipt.key) {
                 self.receipts.insert(receipt.key.clone(), receipt);
             }
         }
@@ -934,18 +931,22 @@ impl Engine {
         for approval in approvals {
             let at = approval.decided_at.unwrap_or(approval.created_at);
             let pending = approval.status == ApprovalStatus::Pending;
-            if expired(pending, at, &approval.run_id) && prune.deletes.len() < PRUNE_PER_START {
-                prune.delete(stores::APPROVALS, approval.id);
-            } else if let Some(t) = self.threads.get_mut(&approval.thread_id) {
+            let gone = expired(pending, at, &approval.run_id);
+            if prune_expired(&mut prune, gone, stores::APPROVALS, &approval.id) {
+                continue;
+            }
+            if let Some(t) = self.threads.get_mut(&approval.thread_id) {
                 t.approvals.push(approval);
             }
         }
         for interaction in interactions {
             let at = interaction.answered_at.unwrap_or(interaction.created_at);
             let pending = interaction.status == InteractionStatus::Pending;
-            if expired(pending, at, &interaction.run_id) && prune.deletes.len() < PRUNE_PER_START {
-                prune.delete(stores::INTERACTIONS, interaction.id);
-            } else if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
+            let gone = expired(pending, at, &interaction.run_id);
+            if prune_expired(&mut prune, gone, stores::INTERACTIONS, &interaction.id) {
+                continue;
+            }
+            if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
                 t.interactions.push(interaction);
             }
         }
@@ -1695,6 +1696,17 @@ fn fingerprint(op: &Op) -> String {
     }
     // serde_json's default map is ordered by key: the encoding is canonical.
     crate::tools::hex(&Sha256::digest(value.to_string().as_bytes()))
+}
+
+/// A start's bounded cleanup: queue the delete of `key` in `store` when its
+/// record `expired` and `prune` holds fewer than `PRUNE_PER_START` deletes
+/// (the rest waits for the next start). Whether the delete was queued.
+fn prune_expired(prune: &mut UnitOfWork, expired: bool, store: &'static str, key: &str) -> bool {
+    let queued = expired && prune.deletes.len() < PRUNE_PER_START;
+    if queued {
+        prune.delete(store, key.to_string());
+    }
+    queued
 }
 
 /// How many of a thread's newest records a cold `initialize` reads to show
