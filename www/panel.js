@@ -1129,11 +1129,12 @@ function loadEarlier(button) {
 /**
  * The next page of earlier messages, without a click, when the reader is near
  * the top of the list or the list is not full. Never while a scroll to the
- * bottom is pending (a redraw's position is transient then), and never twice
- * for one page: the button is disabled until its page arrives.
+ * bottom is pending (a redraw's position is transient then), never while the
+ * list is not laid out (hidden, its scrollTop is 0: every page would follow),
+ * and never twice for one page: the button is disabled until its page arrives.
  */
 function maybeLoadEarlier() {
-  if (view.scrollScheduled) return;
+  if (view.scrollScheduled || dom.messages.clientHeight === 0) return;
   const button = dom.messages.querySelector(":scope > .load-earlier");
   if (!(button instanceof HTMLButtonElement) || button.disabled) return;
   if (dom.messages.scrollTop > EARLIER_AUTOLOAD_PX) return;

@@ -181,11 +181,19 @@ impl Engine {
                     json!({ "approvalId": approval.id, "status": approval.status }),
                 )
             } else {
-                let message = format!(
-                    "This approval was already answered ({:?}).",
-                    approval.status
-                );
-                self.reject(&reply, ErrorKind::InvalidCommand, &message)
+                let message = match approval.status {
+                    ApprovalStatus::AcceptedOnce => {
+                        "This approval was already answered: allowed once."
+                    }
+                    ApprovalStatus::AcceptedForSite => {
+                        "This approval was already answered: allowed for the site."
+                    }
+                    ApprovalStatus::Declined => "This approval was already answered: declined.",
+                    ApprovalStatus::Cancelled | ApprovalStatus::Pending => {
+                        "This approval was already withdrawn: its run ended."
+                    }
+                };
+                self.reject(&reply, ErrorKind::InvalidCommand, message)
             };
         }
         let waiting = match t.exec.as_ref().map(|e| &e.phase) {

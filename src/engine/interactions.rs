@@ -155,9 +155,13 @@ impl Engine {
                     json!({ "interactionId": interaction.id, "status": interaction.status }),
                 )
             } else {
-                let message =
-                    format!("This question was already {:?}.", interaction.status).to_lowercase();
-                self.reject(&reply, ErrorKind::InvalidCommand, &message)
+                let message = match interaction.status {
+                    InteractionStatus::Cancelled => {
+                        "This question was already withdrawn: its run ended."
+                    }
+                    _ => "This question was already answered.",
+                };
+                self.reject(&reply, ErrorKind::InvalidCommand, message)
             };
         }
         if answer.trim().is_empty() {

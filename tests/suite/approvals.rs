@@ -187,6 +187,12 @@ fn receipt_replay_or_reject_duplicate_and_conflicting_approval_answers() {
                 error,
             } if op_type == "approval.response" => {
                 assert_eq!(error.kind, ErrorKind::InvalidCommand);
+                if submission_id == "r3" {
+                    assert_eq!(
+                        error.message,
+                        "This approval was already answered: allowed once."
+                    );
+                }
                 Some((submission_id.clone(), false))
             }
             _ => None,
@@ -283,9 +289,18 @@ fn interrupt_while_waiting_cancels_the_approval_and_aborts_the_call() {
         respond("late", &thread, &approval, ApprovalDecision::AcceptOnce),
     );
     sim.run(1000);
-    assert!(sim.events_for(conn).iter().any(
-        |e| matches!(e, Event::CommandReject { submission_id, .. } if submission_id == "late")
-    ));
+    let refused = sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::CommandReject {
+            submission_id,
+            error,
+            ..
+        } if submission_id == "late" => Some(error.message.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        refused.as_deref(),
+        Some("This approval was already withdrawn: its run ended.")
+    );
     assert!(!sim.dispatches.iter().any(|d| d.name == "click"));
     check_invariants(&sim, &[]).unwrap();
 }

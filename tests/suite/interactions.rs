@@ -93,6 +93,7 @@ fn receipt_replay_or_reject_answer_is_claimed_exactly_once() {
             Event::CommandAck { op_type, .. } if op_type == "interaction.response" => Some(true),
             Event::CommandReject { op_type, error, .. } if op_type == "interaction.response" => {
                 assert_eq!(error.kind, ErrorKind::InvalidCommand);
+                assert_eq!(error.message, "This question was already answered.");
                 Some(false)
             }
             _ => None,
@@ -143,9 +144,18 @@ fn interrupt_withdraws_the_question() {
     )));
     sim.send(conn, answer("late", &thread, &interaction, "Pro"));
     sim.run(1000);
-    assert!(sim.events_for(conn).iter().any(
-        |e| matches!(e, Event::CommandReject { submission_id, .. } if submission_id == "late")
-    ));
+    let refused = sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::CommandReject {
+            submission_id,
+            error,
+            ..
+        } if submission_id == "late" => Some(error.message.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        refused.as_deref(),
+        Some("This question was already withdrawn: its run ended.")
+    );
     check_invariants(&sim, &[]).unwrap();
 }
 
