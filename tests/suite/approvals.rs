@@ -289,16 +289,8 @@ fn interrupt_while_waiting_cancels_the_approval_and_aborts_the_call() {
         respond("late", &thread, &approval, ApprovalDecision::AcceptOnce),
     );
     sim.run(1000);
-    let refused = sim.events_for(conn).into_iter().find_map(|e| match e {
-        Event::CommandReject {
-            submission_id,
-            error,
-            ..
-        } if submission_id == "late" => Some(error.message.clone()),
-        _ => None,
-    });
     assert_eq!(
-        refused.as_deref(),
+        reject_message(&sim, conn, "late").as_deref(),
         Some("This approval was already withdrawn: its run ended.")
     );
     assert!(!sim.dispatches.iter().any(|d| d.name == "click"));

@@ -144,16 +144,8 @@ fn interrupt_withdraws_the_question() {
     )));
     sim.send(conn, answer("late", &thread, &interaction, "Pro"));
     sim.run(1000);
-    let refused = sim.events_for(conn).into_iter().find_map(|e| match e {
-        Event::CommandReject {
-            submission_id,
-            error,
-            ..
-        } if submission_id == "late" => Some(error.message.clone()),
-        _ => None,
-    });
     assert_eq!(
-        refused.as_deref(),
+        reject_message(&sim, conn, "late").as_deref(),
         Some("This question was already withdrawn: its run ended.")
     );
     check_invariants(&sim, &[]).unwrap();

@@ -469,6 +469,22 @@ pub fn check_request(request: &ProviderRequest) -> Result<(), String> {
     Ok(())
 }
 
+/// The message of the `command.reject` that answered `submission_id` on `conn`.
+pub fn reject_message(
+    sim: &Sim,
+    conn: sw_agent::engine::ConnId,
+    submission_id: &str,
+) -> Option<String> {
+    sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::CommandReject {
+            submission_id: id,
+            error,
+            ..
+        } if id == submission_id => Some(error.message.clone()),
+        _ => None,
+    })
+}
+
 /// The last turn.complete stop reason seen.
 pub fn last_stop(sim: &Sim) -> Option<StopReason> {
     sim.events.iter().rev().find_map(|(_, e)| match &e.event {
