@@ -243,6 +243,8 @@ mod native {
             ToolOutcome::text(true, "Title: Shop\n[e1] button \"Subscribe\"")
         });
         let mut sim = Sim::new(7, policy, tool);
+        // Like the browser driver, hold no finished request's conversation.
+        sim.keep_request_messages = false;
         let thread_id = if history > 0 {
             let nodes = seeded_nodes("seeded", history);
             let thread: Thread = serde_json::from_value(json!({

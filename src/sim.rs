@@ -120,6 +120,11 @@ pub struct Sim {
     pub events: Vec<(ConnId, EventEnvelope)>,
     /// Every provider request made.
     pub requests: Vec<std::rc::Rc<ProviderRequest>>,
+    /// Whether `requests` keep their conversation (tests read it; on by
+    /// default). A kept request shares the engine's outbound messages, so
+    /// the next step's fold must copy them all: `benches/native.rs` turns it
+    /// off to hold only what a browser driver holds once a request is done.
+    pub keep_request_messages: bool,
     /// Every tool dispatch the world performed.
     pub dispatches: Vec<Dispatch>,
     /// Commits observed (for checking invariants against event order).
@@ -188,6 +193,7 @@ impl Sim {
             now: 0,
             events: Vec::new(),
             requests: Vec::new(),
+            keep_request_messages: true,
             dispatches: Vec::new(),
             commit_log: Vec::new(),
             heartbeat: false,
@@ -393,7 +399,14 @@ impl Sim {
                 let input = self
                     .realistic_usage
                     .then(|| crate::engine::estimate_tokens(&request));
-                self.requests.push(request);
+                self.requests.push(if self.keep_request_messages {
+                    request
+                } else {
+                    std::rc::Rc::new(ProviderRequest {
+                        messages: Default::default(),
+                        ..(*request).clone()
+                    })
+                });
                 self.queue_reply(request_id, reply);
                 if let Some(input) = input {
                     self.set_reported_input(request_id, input);
