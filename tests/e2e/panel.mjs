@@ -1567,4 +1567,18 @@ isolatedTest('long_thread_streaming_touches_only_the_growing_element', {}, async
   const intact = await panel.evaluate(() => [...document.getElementById('messages').children].filter((child) => child.__seeded).length);
   assert.equal(intact, SEED_TURNS * 2, 'none of the existing messages was redrawn');
   assert.equal(log.filter((r) => r.item !== null && r.item !== start.itemId).length, 0, 'no existing message was touched at all');
+
+  // A list taller than its first page fills itself: in a tall panel the
+  // snapshot's messages leave the list short, so earlier pages load with no
+  // scrolling at all, and stop once the list scrolls.
+  await panel.setViewportSize({ width: 500, height: 4000 });
+  await panel.reload();
+  await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded tall panel' });
+  await waitFor(() => panel.evaluate(() => {
+    const list = document.getElementById('messages');
+    const button = list.querySelector(':scope > .load-earlier');
+    return list.scrollHeight > list.clientHeight + 400 && (!button || !button.disabled);
+  }), { message: 'the tall list to fill itself and settle' });
+  const autoPages = (await historyOpsSent()).length;
+  assert.ok(autoPages >= 1 && autoPages < pages, `${autoPages} of ${pages} pages loaded by themselves`);
 });
