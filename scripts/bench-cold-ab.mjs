@@ -18,12 +18,8 @@ import { prepareColdStarts } from './bench/cold.mjs';
 import { installClient, pageBareSeed, pageColdConnect, swMetrics, swTiming, swWaitForEngine } from './bench/inpage.mjs';
 import { seededThread } from './bench/seed.mjs';
 import { median } from './bench/stats.mjs';
+import { option } from './bench/args.mjs';
 
-const args = process.argv.slice(2);
-const option = (name, fallback) => {
-  const at = args.indexOf(name);
-  return at >= 0 ? args[at + 1] : fallback;
-};
 const baselinePath = option('--baseline', null);
 const reps = Number(option('--reps', 15));
 const nodes = Number(option('--nodes', 1000));

@@ -23,12 +23,8 @@ import { prepareColdStarts } from './bench/cold.mjs';
 import { pageColdConnect } from './bench/inpage.mjs';
 import { seededThread } from './bench/seed.mjs';
 import { parseWasm } from './bench/wasm-size.mjs';
+import { option } from './bench/args.mjs';
 
-const args = process.argv.slice(2);
-const option = (name, fallback) => {
-  const at = args.indexOf(name);
-  return at >= 0 ? args[at + 1] : fallback;
-};
 const reps = Number(option('--reps', 10));
 const nodes = Number(option('--nodes', 1000));
 const top = Number(option('--top', 40));

@@ -20,14 +20,10 @@ import { DEFAULT_EXTENSION_PATH } from '../tests/support/browser.mjs';
 import { startStaticServer } from '../tests/support/static-server.mjs';
 import { launchBench, openClientPage } from './bench/browser.mjs';
 import { installClient, pageConfigure, pageOpen, pageRunTurn, swMetrics, swResetMetrics, swSeed, swWaitForEngine } from './bench/inpage.mjs';
-import { ENGINE_DB, seededThread } from './bench/seed.mjs';
+import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
 import { median } from './bench/stats.mjs';
+import { option } from './bench/args.mjs';
 
-const args = process.argv.slice(2);
-const option = (name, fallback) => {
-  const at = args.indexOf(name);
-  return at >= 0 ? args[at + 1] : fallback;
-};
 const baselinePath = option('--baseline', null);
 const reps = Number(option('--reps', 6));
 const steps = Number(option('--steps', 10));
@@ -72,10 +68,7 @@ try {
       for (const t of rep % 2 ? [...threads].reverse() : threads) {
         await page.evaluate(pageOpen, { key: 'main', threadId: t.thread.id }); // loads the thread
         mock.reset();
-        mock.setScript([
-          ...Array.from({ length: steps }, () => ({ toolCalls: [{ name: 'page_snapshot', arguments: {} }] })),
-          { text: 'Done.' },
-        ]);
+        mock.setScript(snapshotStepsScript(steps));
         await handle.evaluate(swResetMetrics);
         const turn = await page.evaluate(pageRunTurn, { key: 'main', threadId: t.thread.id, text: `Take ${steps} page outlines.` });
         if (turn.stopReason !== 'end') throw new Error(`${name}, ${t.length} nodes: the turn ended with ${turn.stopReason}`);

@@ -55,7 +55,7 @@ import {
 } from './bench/inpage.mjs';
 import { nativeFigures, readCriterion, runCriterion } from './bench/native.mjs';
 import { consoleTable, markdownBlock, plotSvg, replaceBlock } from './bench/report.mjs';
-import { ENGINE_DB, seededThread } from './bench/seed.mjs';
+import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
 import { sizeByCrate } from './bench/wasm-size.mjs';
 import { median, round, summarize } from './bench/stats.mjs';
 
@@ -202,10 +202,7 @@ async function browser() {
     /** One scripted turn of `steps` page_snapshot steps and a final answer; metrics from the worker. */
     const stepRun = async ({ steps, threadId = null, label }) => {
       mock.reset();
-      mock.setScript([
-        ...Array.from({ length: steps }, () => ({ toolCalls: [{ name: 'page_snapshot', arguments: {} }] })),
-        { text: 'Done.' },
-      ]);
+      mock.setScript(snapshotStepsScript(steps));
       await real.evaluate(swResetMetrics);
       const turn = await realPage.evaluate(pageRunTurn, { key: 'main', threadId, text: `Take ${steps} page outlines.` });
       const metrics = await real.evaluate(swMetrics);

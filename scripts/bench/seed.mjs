@@ -65,3 +65,11 @@ export function seededThread(id, length, { model = 'mock-1', createdAt = Date.no
   };
   return { thread, nodes };
 }
+
+/** A mock LLM script: `steps` steps that each call `page_snapshot`, then a final answer. */
+export function snapshotStepsScript(steps) {
+  return [
+    ...Array.from({ length: steps }, () => ({ toolCalls: [{ name: 'page_snapshot', arguments: {} }] })),
+    { text: 'Done.' },
+  ];
+}

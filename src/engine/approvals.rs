@@ -189,6 +189,7 @@ impl Engine {
                         "This approval was already answered: allowed for the site."
                     }
                     ApprovalStatus::Declined => "This approval was already answered: declined.",
+                    // (Pending does not reach here: it was checked above.)
                     ApprovalStatus::Cancelled | ApprovalStatus::Pending => {
                         "This approval was already withdrawn: its run ended."
                     }

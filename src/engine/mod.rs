@@ -186,7 +186,8 @@ impl Default for EngineConfig {
             // which loads earlier pages by itself as the reader scrolls up
             // (`www/panel.js` `maybeLoadEarlier`). Each node more costs a cold
             // start reading, decoding and posting it: 60 instead of 120 made
-            // a 1,000-node thread's cold start ~5 ms shorter (BENCHMARKS.md).
+            // a 1,000-node thread's cold start 8–11 ms shorter side by side
+            // (BENCHMARKS.md item 19).
             snapshot_nodes: 60,
             retention_ms: 7 * 24 * 60 * 60 * 1000,
         }
