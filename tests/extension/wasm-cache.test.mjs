@@ -31,10 +31,22 @@ function memoryCaches({ failOpen = false } = {}) {
         },
       };
     },
+    // CacheStorage.match with a cacheName looks in that cache only and
+    // resolves to undefined when no cache of that name exists.
+    async match(request, { cacheName } = {}) {
+      if (failOpen) throw new Error('QuotaExceededError');
+      const names = cacheName === undefined ? [...caches.keys()] : [cacheName];
+      for (const name of names) {
+        const hit = caches.get(name)?.get(urlOf(request));
+        if (hit) return hit.clone();
+      }
+      return undefined;
+    },
     async delete(name) {
       return caches.delete(name);
     },
     entries: (name) => caches.get(name) ?? new Map(),
+    has: (name) => caches.has(name),
   };
   return storage;
 }
@@ -106,6 +118,8 @@ test('without a build id or a working Cache Storage the package is used and noth
   const storage = memoryCaches();
   const { init, calls } = recordingInit();
   assert.equal(await instantiateModule(init, MODULE_URL, null, storage), 'package');
+  assert.equal(await instantiateModule(init, MODULE_URL, '3333333333333333', storage), 'package');
+  assert.equal(storage.has(WASM_CACHE), false, 'looking up a module creates no cache');
   assert.equal(await rememberModule(null, MODULE_URL, { storage, fetchFn: fetchModule }), false);
   assert.equal(storage.entries(WASM_CACHE).size, 0);
 
@@ -113,7 +127,7 @@ test('without a build id or a working Cache Storage the package is used and noth
   assert.equal(await instantiateModule(init, MODULE_URL, '3333333333333333', broken), 'package');
   assert.equal(await rememberModule('3333333333333333', MODULE_URL, { storage: broken, fetchFn: fetchModule }), false);
   assert.equal(await instantiateModule(init, MODULE_URL, '3333333333333333', undefined), 'package');
-  assert.deepEqual(calls.map((c) => c.source), [MODULE_URL, MODULE_URL, MODULE_URL]);
+  assert.deepEqual(calls.map((c) => c.source), [MODULE_URL, MODULE_URL, MODULE_URL, MODULE_URL]);
   await forgetModules(undefined);
 });
 
