@@ -60,9 +60,11 @@ const prefetched = Promise.all([
 const wasmUrl = chrome.runtime.getURL("pkg/sw_agent_bg.wasm");
 const build = buildId(chrome.runtime.getManifest());
 let wasmFrom = null;
-const instantiated = instantiateModule(init, wasmUrl, build).then((from) => {
+let wasmCopy = null;
+const instantiated = instantiateModule(init, wasmUrl, build).then(({ from, copy }) => {
   wasmAt = performance.now();
   wasmFrom = from;
+  wasmCopy = copy;
 });
 
 // Settles once the engine runs (or startup failed and was logged once).
@@ -77,7 +79,8 @@ const ready = Promise.all([prefetched, instantiated])
     // reads it.
     globalThis.__swAgent = { engine: started, wasmAt, wasmFrom, prefetchAt, readyAt: performance.now() };
     for (const call of pending.splice(0)) deliver(call);
-    if (wasmFrom === "package") rememberModule(build, wasmUrl);
+    if (wasmCopy) rememberModule(build, wasmCopy);
+    wasmCopy = null;
   })
   .catch((err) => console.error("[sw-agent] engine failed to start; events stay queued", err));
 

@@ -6,7 +6,8 @@
 // bytes and the same compilation. So every start after the first asks the
 // cache first; the first one (and any start after an update) streams the
 // module from the package as before and copies it into the cache afterwards,
-// off the critical path.
+// off the critical path (from a tee of the response it compiled: the
+// package is read once).
 //
 // The cache entry is keyed by the build: scripts/build.sh writes the first
 // 16 hex digits of the SHA-256 of the module and its glue into the built
@@ -56,21 +57,20 @@ export async function cachedModule(id, storage = globalThis.caches) {
 }
 
 /**
- * Copy the module at `url` into the cache under build `id` and delete every
- * other build's entry. Resolves to whether the module is now cached.
+ * Keep `response` (the packaged module's copy that instantiateModule set
+ * aside) in the cache under build `id` and delete every other build's entry.
+ * Resolves to whether the module is now cached.
  * @param {string | null} id
- * @param {string} url
- * @param {{ storage?: CacheStorage, fetchFn?: typeof fetch }} [deps]
+ * @param {Response | null} response
+ * @param {{ storage?: CacheStorage }} [deps]
  * @returns {Promise<boolean>}
  */
-export async function rememberModule(id, url, { storage = globalThis.caches, fetchFn = globalThis.fetch } = {}) {
-  if (!id || !storage) return false;
+export async function rememberModule(id, response, { storage = globalThis.caches } = {}) {
+  if (!id || !storage || !response || !response.ok) return false;
   try {
     const cache = await storage.open(WASM_CACHE);
     const key = cacheKey(id);
     if (!(await cache.match(key))) {
-      const response = await fetchFn(url);
-      if (!response.ok) return false;
       const bytes = await response.arrayBuffer();
       await cache.put(key, new Response(bytes, { headers: { "Content-Type": "application/wasm" } }));
     }
@@ -95,24 +95,28 @@ export async function forgetModules(storage = globalThis.caches) {
 /**
  * Instantiate the module with `init` (wasm-bindgen's), from the cache when
  * this build's module is there, else from `url`. Resolves to where it came
- * from: "cache" or "package".
+ * from ("cache" or "package") and, for a packaged module that can be cached,
+ * a copy of its response (`copy`, a tee of the one being compiled) for
+ * rememberModule once the engine runs: the bytes are fetched once.
  * @param {(options: { module_or_path: unknown }) => Promise<unknown>} init
  * @param {string} url
  * @param {string | null} id
- * @param {CacheStorage | undefined} [storage]
- * @returns {Promise<"cache" | "package">}
+ * @param {{ storage?: CacheStorage, fetchFn?: typeof fetch }} [deps]
+ * @returns {Promise<{ from: "cache" | "package", copy: Response | null }>}
  */
-export async function instantiateModule(init, url, id, storage = globalThis.caches) {
+export async function instantiateModule(init, url, id, { storage = globalThis.caches, fetchFn = globalThis.fetch } = {}) {
   const cached = await cachedModule(id, storage);
   if (cached) {
     try {
       await init({ module_or_path: cached });
-      return "cache";
+      return { from: "cache", copy: null };
     } catch (err) {
       console.warn("[sw-agent] the cached wasm module did not instantiate; using the packaged one", err);
       await forgetModules(storage);
     }
   }
-  await init({ module_or_path: url });
-  return "package";
+  const response = await fetchFn(url);
+  const copy = id && storage && response.ok ? response.clone() : null;
+  await init({ module_or_path: response });
+  return { from: "package", copy };
 }
