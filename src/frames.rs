@@ -15,8 +15,6 @@
 //! any remembered mapping, and a frame that is gone is detectable
 //! (`webNavigation.getFrame` finds nothing).
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 /// Chrome's frame id of a tab's top document.
@@ -243,19 +241,56 @@ pub enum ChildFrame {
     NotRead(String),
 }
 
+/// What the driver got from each child frame of one snapshot, by frame id.
+/// A few frames at most ([`MAX_FRAMES`]): a vector searched in place, not a
+/// map (a map type instantiated for this alone costs the module ~4 KB).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildFrames(Vec<(u32, ChildFrame)>);
+
+impl ChildFrames {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, frame_id: u32) -> Option<&ChildFrame> {
+        self.0
+            .iter()
+            .find(|(id, _)| *id == frame_id)
+            .map(|(_, c)| c)
+    }
+
+    pub fn contains(&self, frame_id: u32) -> bool {
+        self.get(frame_id).is_some()
+    }
+
+    /// Record what frame `frame_id` gave, replacing what it gave before.
+    pub fn insert(&mut self, frame_id: u32, child: ChildFrame) {
+        match self.0.iter_mut().find(|(id, _)| *id == frame_id) {
+            Some((_, existing)) => *existing = child,
+            None => self.0.push((frame_id, child)),
+        }
+    }
+}
+
+impl FromIterator<(u32, ChildFrame)> for ChildFrames {
+    fn from_iter<I: IntoIterator<Item = (u32, ChildFrame)>>(iter: I) -> Self {
+        let mut frames = Self::new();
+        for (frame_id, child) in iter {
+            frames.insert(frame_id, child);
+        }
+        frames
+    }
+}
+
 /// The top document's outline with every child frame's outline spliced in
 /// under its `iframe` line (recursively, at most [`MAX_FRAME_DEPTH`] deep).
 /// The line becomes `iframe "…" [frame f7] <url>` (the frame's refs are
 /// `f7:e…`); child headers are dropped.
-pub fn assemble(top: &FrameOutline, children: &BTreeMap<u32, ChildFrame>) -> String {
+pub fn assemble(top: &FrameOutline, children: &ChildFrames) -> String {
     render(top, children, 0).join("\n")
 }
 
-fn render(
-    outline: &FrameOutline,
-    children: &BTreeMap<u32, ChildFrame>,
-    depth: usize,
-) -> Vec<String> {
+fn render(outline: &FrameOutline, children: &ChildFrames, depth: usize) -> Vec<String> {
     let lines: Vec<&str> = outline.content.split('\n').collect();
     let mut out = Vec::with_capacity(lines.len());
     for (index, line) in lines.iter().enumerate() {
@@ -271,7 +306,7 @@ fn render(
             line.strip_suffix(OTHER_SITE_SUFFIX).unwrap_or(line),
             slot.frame_id
         );
-        match children.get(&slot.frame_id) {
+        match children.get(slot.frame_id) {
             Some(ChildFrame::Read(child)) if depth < MAX_FRAME_DEPTH => {
                 out.push(format!("{named} {}", child.url));
                 let rendered = render(child, children, depth + 1);
@@ -470,7 +505,7 @@ mod tests {
             &[(6, 6)],
         );
         let inner = outline(6, "http://c.test/", &["[f6:e1] link \"Help\""], &[]);
-        let children = BTreeMap::from([
+        let children = ChildFrames::from_iter([
             (3, ChildFrame::Read(pay)),
             (6, ChildFrame::Read(inner)),
             (4, ChildFrame::NotRead("more than 6 frames".into())),
@@ -497,6 +532,26 @@ mod tests {
     }
 
     #[test]
+    fn child_frames_keep_one_entry_per_frame_the_latest() {
+        let mut children = ChildFrames::new();
+        assert!(!children.contains(3));
+        children.insert(3, ChildFrame::NotRead("first".into()));
+        children.insert(5, ChildFrame::NotRead("other".into()));
+        children.insert(3, ChildFrame::NotRead("second".into()));
+        assert_eq!(children.get(3), Some(&ChildFrame::NotRead("second".into())));
+        assert_eq!(children.get(5), Some(&ChildFrame::NotRead("other".into())));
+        assert_eq!(children.get(4), None);
+        assert_eq!(
+            children,
+            ChildFrames::from_iter([
+                (3, ChildFrame::NotRead("x".into())),
+                (5, ChildFrame::NotRead("other".into())),
+                (3, ChildFrame::NotRead("second".into())),
+            ])
+        );
+    }
+
+    #[test]
     fn a_slot_on_a_text_line_is_ignored() {
         // A page cannot make its own text look like a frame to splice into.
         let top = outline(
@@ -506,14 +561,14 @@ mod tests {
             &[(3, 4)],
         );
         let child = outline(3, "http://b.test/", &["[f3:e1] button \"X\""], &[]);
-        let children = BTreeMap::from([(3, ChildFrame::Read(child))]);
+        let children = ChildFrames::from_iter([(3, ChildFrame::Read(child))]);
         assert_eq!(assemble(&top, &children), top.content);
     }
 
     #[test]
     fn nesting_stops_at_the_depth_limit() {
         // A chain of frames 1 → 2 → 3 → 4, each containing the next.
-        let mut children = BTreeMap::new();
+        let mut children = ChildFrames::new();
         for id in 1..=4u32 {
             children.insert(
                 id,

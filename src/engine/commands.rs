@@ -344,7 +344,7 @@ impl Engine {
                     .get_mut(thread_id)
                     .expect("exists")
                     .admitting
-                    .insert(seq);
+                    .push(seq);
                 self.persist_command(
                     now,
                     thread_id,

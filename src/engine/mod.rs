@@ -31,7 +31,7 @@ pub use context::{
 };
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
 use serde_json::Value;
@@ -474,8 +474,9 @@ struct ThreadState {
     call_ids: HashSet<String>,
     queue: Vec<QueueItem>,
     steers: Vec<PendingSteer>,
-    /// Admission sequence numbers whose transaction is in flight.
-    admitting: BTreeSet<u64>,
+    /// Admission sequence numbers whose transaction is in flight (each
+    /// once; a few at most, so a vector rather than a set type).
+    admitting: Vec<u64>,
     /// Queue items whose transaction is in flight (they count against the bound).
     queue_inflight: usize,
     /// The last run state announced to clients (run.status is sent on change only).
@@ -520,7 +521,7 @@ impl ThreadState {
             call_ids: HashSet::new(),
             queue: Vec::new(),
             steers: Vec::new(),
-            admitting: BTreeSet::new(),
+            admitting: Vec::new(),
             queue_inflight: 0,
             announced_state: None,
             approvals: Vec::new(),
@@ -1355,7 +1356,7 @@ impl Engine {
         match pending.then {
             Then::SteerAdmitted { seq } => {
                 if let Some(t) = self.threads.get_mut(&tid) {
-                    t.admitting.remove(&seq);
+                    t.admitting.retain(|s| *s != seq);
                 }
                 self.admissions_settled(now, &tid);
             }

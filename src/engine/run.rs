@@ -1170,7 +1170,7 @@ pick a different element or tool, or explain the problem to the user.",
             },
             Then::SteerAdmitted { seq } => {
                 if let Some(t) = self.threads.get_mut(&tid) {
-                    t.admitting.remove(&seq);
+                    t.admitting.retain(|s| *s != seq);
                 }
                 self.admissions_settled(now, &tid);
             }

@@ -20,7 +20,7 @@ pub mod port;
 pub mod stream;
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
 use futures::channel::mpsc;
@@ -526,10 +526,10 @@ impl Driver {
         };
         let mut queue: VecDeque<(u32, usize)> =
             outline.slots.iter().map(|s| (s.frame_id, 1)).collect();
-        let mut children = BTreeMap::new();
+        let mut children = frames::ChildFrames::new();
         let mut frame_details = Vec::new();
         while let Some((frame_id, depth)) = queue.pop_front() {
-            if depth > frames::MAX_FRAME_DEPTH || children.contains_key(&frame_id) {
+            if depth > frames::MAX_FRAME_DEPTH || children.contains(frame_id) {
                 continue;
             }
             if frame_details.len() >= frames::MAX_FRAMES {

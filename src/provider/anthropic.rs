@@ -12,8 +12,6 @@
 //!
 //! Must not: do IO.
 
-use std::collections::BTreeMap;
-
 use serde_json::{json, Map, Value};
 
 use super::sse::SseEvent;
@@ -189,8 +187,9 @@ enum Block {
 pub struct AnthropicStream {
     text: String,
     reasoning: String,
-    blocks: BTreeMap<u64, Block>,
-    order: Vec<u64>,
+    /// Content blocks by index, in the order they started (a handful per
+    /// response: a vector, not a map, keeps a map type out of the module).
+    blocks: Vec<(u64, Block)>,
     stop_reason: Option<String>,
     usage: Usage,
     saw_usage: bool,
@@ -272,16 +271,21 @@ impl AnthropicStream {
                     Some("redacted_thinking") => Block::Redacted(block.clone()),
                     _ => Block::Other,
                 };
-                if !self.blocks.contains_key(&index) {
-                    self.order.push(index);
+                match self.blocks.iter_mut().find(|(i, _)| *i == index) {
+                    Some((_, existing)) => *existing = b,
+                    None => self.blocks.push((index, b)),
                 }
-                self.blocks.insert(index, b);
             }
             "content_block_delta" => {
                 let delta = &data["delta"];
-                let block = self.blocks.get_mut(&index).ok_or_else(|| {
-                    protocol_error(format!("delta for unknown content block {index}"))
-                })?;
+                let block = self
+                    .blocks
+                    .iter_mut()
+                    .find(|(i, _)| *i == index)
+                    .map(|(_, b)| b)
+                    .ok_or_else(|| {
+                        protocol_error(format!("delta for unknown content block {index}"))
+                    })?;
                 match (delta.get("type").and_then(Value::as_str), block) {
                     (Some("text_delta"), _) => {
                         let t = delta.get("text").and_then(Value::as_str).unwrap_or("");
@@ -381,10 +385,9 @@ impl AnthropicStream {
         };
         let mut tool_calls = Vec::new();
         let mut thinking = Vec::new();
-        let mut blocks = self.blocks;
-        for index in self.order {
-            match blocks.remove(&index) {
-                Some(Block::ToolUse { id, name, json }) => tool_calls.push(RawToolCall {
+        for (_, block) in self.blocks {
+            match block {
+                Block::ToolUse { id, name, json } => tool_calls.push(RawToolCall {
                     id,
                     name,
                     arguments: if json.trim().is_empty() {
@@ -393,12 +396,12 @@ impl AnthropicStream {
                         json
                     },
                 }),
-                Some(Block::Thinking {
+                Block::Thinking {
                     thinking: t,
                     signature,
-                }) => thinking
+                } => thinking
                     .push(json!({ "type": "thinking", "thinking": t, "signature": signature })),
-                Some(Block::Redacted(v)) => thinking.push(v),
+                Block::Redacted(v) => thinking.push(v),
                 _ => {}
             }
         }

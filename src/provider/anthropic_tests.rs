@@ -322,3 +322,72 @@ fn openai_images_follow_the_tool_results_in_a_user_message() {
     assert_eq!(body["messages"].as_array().unwrap().len(), 4);
     assert!(!body.to_string().contains("QUJD"));
 }
+
+fn event(name: &str, data: &str) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+#[test]
+fn tool_use_blocks_come_out_in_the_order_they_started_and_a_restarted_block_is_replaced() {
+    let start = |index: u64, id: &str, name: &str| {
+        event(
+            "content_block_start",
+            &format!("{{\"type\":\"content_block_start\",\"index\":{index},\"content_block\":{{\"type\":\"tool_use\",\"id\":\"{id}\",\"name\":\"{name}\",\"input\":{{}}}}}}"),
+        )
+    };
+    let json = |index: u64, part: &str| {
+        event(
+            "content_block_delta",
+            &format!("{{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":{}}}}}", serde_json::to_string(part).unwrap()),
+        )
+    };
+    let stream = [
+        start(5, "toolu_first", "read_page"),
+        start(2, "toolu_second", "click"),
+        json(2, "{\"ref\":"),
+        json(5, "{}"),
+        json(2, "\"e1\"}"),
+        start(7, "toolu_stale", "type"),
+        start(7, "toolu_third", "select"),
+        event(
+            "message_delta",
+            "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}",
+        ),
+        event("message_stop", "{\"type\":\"message_stop\"}"),
+    ]
+    .concat();
+    let (_, response) = run(&[stream.as_bytes()]);
+    let calls: Vec<(String, String, String)> = response
+        .unwrap()
+        .tool_calls
+        .into_iter()
+        .map(|c| (c.id, c.name, c.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("toolu_first".into(), "read_page".into(), "{}".into()),
+            (
+                "toolu_second".into(),
+                "click".into(),
+                "{\"ref\":\"e1\"}".into()
+            ),
+            ("toolu_third".into(), "select".into(), "{}".into()),
+        ]
+    );
+}
+
+#[test]
+fn a_delta_for_a_block_that_never_started_is_a_protocol_error() {
+    let stream = event(
+        "content_block_delta",
+        "{\"type\":\"content_block_delta\",\"index\":4,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}",
+    );
+    let (_, response) = run(&[stream.as_bytes()]);
+    let err = response.unwrap_err();
+    assert!(
+        err.message.contains("unknown content block 4"),
+        "{}",
+        err.message
+    );
+}

@@ -7,8 +7,6 @@
 //!
 //! Must not: do IO.
 
-use std::collections::BTreeMap;
-
 use serde_json::{json, Value};
 
 use super::sse::SseEvent;
@@ -133,7 +131,9 @@ struct PartialCall {
 pub struct OpenAiStream {
     text: String,
     reasoning: String,
-    calls: BTreeMap<u64, PartialCall>,
+    /// Tool calls by index, in arrival order (sorted by index at the end;
+    /// a vector, not a map, keeps a map type out of the module).
+    calls: Vec<(u64, PartialCall)>,
     finish: Option<String>,
     usage: Option<Usage>,
     model: String,
@@ -203,7 +203,14 @@ impl OpenAiStream {
                             .get("index")
                             .and_then(Value::as_u64)
                             .unwrap_or(position as u64);
-                        let entry = self.calls.entry(index).or_default();
+                        let at = match self.calls.iter().position(|(i, _)| *i == index) {
+                            Some(at) => at,
+                            None => {
+                                self.calls.push((index, PartialCall::default()));
+                                self.calls.len() - 1
+                            }
+                        };
+                        let entry = &mut self.calls[at].1;
                         if let Some(id) = call.get("id").and_then(Value::as_str) {
                             if entry.id.is_empty() {
                                 entry.id = id.to_string();
@@ -249,12 +256,14 @@ impl OpenAiStream {
                 ))
             }
         };
+        let mut calls = self.calls;
+        crate::sorting::sort_by_key(&mut calls, |(index, _)| *index);
         Ok(ProviderResponse {
             text: self.text,
             reasoning: self.reasoning,
-            tool_calls: self
-                .calls
-                .into_values()
+            tool_calls: calls
+                .into_iter()
+                .map(|(_, c)| c)
                 .filter(|c| !c.name.is_empty() || !c.arguments.is_empty() || !c.id.is_empty())
                 .map(|c| RawToolCall {
                     id: c.id,

@@ -204,3 +204,34 @@ fn body_has_stream_usage_tools_and_tool_results() {
     assert_eq!(body["temperature"], json!(0.2));
     assert_eq!(endpoint("http://h/v1/"), "http://h/v1/chat/completions");
 }
+
+#[test]
+fn tool_calls_come_out_in_index_order_whatever_order_their_deltas_arrive_in() {
+    let chunk = |tool_call: &str| {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{tool_call}]}}}}]}}\n\n")
+    };
+    let stream = [
+        chunk(r#"{"index":2,"id":"call_c","function":{"name":"type","arguments":"{}"}}"#),
+        chunk(r#"{"index":0,"id":"call_a","function":{"name":"read_page","arguments":""}}"#),
+        chunk(r#"{"index":1,"id":"call_b","function":{"name":"click","arguments":"{\"ref\""}}"#),
+        chunk(r#"{"index":0,"function":{"arguments":"{}"}}"#),
+        chunk(r#"{"index":1,"function":{"arguments":":\"e3\"}"}}"#),
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let (_, response) = run(&[stream.as_bytes()]);
+    let calls: Vec<(String, String, String)> = response
+        .unwrap()
+        .tool_calls
+        .into_iter()
+        .map(|c| (c.id, c.name, c.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("call_a".into(), "read_page".into(), "{}".into()),
+            ("call_b".into(), "click".into(), "{\"ref\":\"e3\"}".into()),
+            ("call_c".into(), "type".into(), "{}".into()),
+        ]
+    );
+}
