@@ -18,6 +18,7 @@ pub mod sim;
 pub mod sorting;
 pub mod store;
 pub mod tools;
+pub mod vecmap;
 
 #[cfg(target_arch = "wasm32")]
 pub mod platform;

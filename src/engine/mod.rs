@@ -32,6 +32,8 @@ pub use context::{
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::vecmap::VecMap;
 use std::rc::Rc;
 
 use serde_json::Value;
@@ -426,7 +428,7 @@ struct Exec {
     /// model has no context window: nothing uses it then).
     estimate: u64,
     /// Resolved targets of the current calls, by call index.
-    targets: HashMap<usize, TargetInfo>,
+    targets: VecMap<usize, TargetInfo>,
     /// Failed attempts of the current request.
     attempt: u32,
     /// A delta of the current request reached the clients (no retry after that).
@@ -451,7 +453,7 @@ impl Exec {
             deltas: DeltaBuffer::default(),
             request: None,
             estimate: 0,
-            targets: HashMap::new(),
+            targets: VecMap::new(),
             attempt: 0,
             delta_seen: false,
             compactions: 0,
@@ -759,21 +761,21 @@ pub struct Engine {
     seq: u64,
     next_handle: u64,
     effects: VecDeque<Effect>,
-    conns: HashMap<ConnId, Conn>,
+    conns: VecMap<ConnId, Conn>,
     threads: HashMap<String, ThreadState>,
     receipts: HashMap<String, Receipt>,
     /// Persisted site rules, by origin.
     site_rules: HashMap<String, SiteRule>,
     /// Receipts whose transaction is in flight: key → (fingerprint, duplicate waiters).
-    inflight_receipts: HashMap<String, (String, Vec<Reply>)>,
-    pending: HashMap<u64, Pending>,
+    inflight_receipts: VecMap<String, (String, Vec<Reply>)>,
+    pending: VecMap<u64, Pending>,
     next_steer_seq: u64,
     next_queue_position: u64,
     heartbeat: bool,
     /// Title requests in flight: request id → thread id.
-    title_requests: HashMap<u64, String>,
+    title_requests: VecMap<u64, String>,
     /// `provider.test` requests in flight: request id → (reply, model, started at).
-    test_requests: HashMap<u64, (Reply, String, u64)>,
+    test_requests: VecMap<u64, (Reply, String, u64)>,
 }
 
 impl Engine {
@@ -797,17 +799,17 @@ impl Engine {
             seq: 0,
             next_handle: 1,
             effects: VecDeque::new(),
-            conns: HashMap::new(),
+            conns: VecMap::new(),
             threads: HashMap::new(),
             receipts: HashMap::new(),
             site_rules: HashMap::new(),
-            inflight_receipts: HashMap::new(),
-            pending: HashMap::new(),
+            inflight_receipts: VecMap::new(),
+            pending: VecMap::new(),
             next_steer_seq: 1,
             next_queue_position: 1,
             heartbeat: false,
-            title_requests: HashMap::new(),
-            test_requests: HashMap::new(),
+            title_requests: VecMap::new(),
+            test_requests: VecMap::new(),
         };
         engine.restore(image, now);
         engine

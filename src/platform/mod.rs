@@ -20,7 +20,7 @@ pub mod port;
 pub mod stream;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
 use futures::channel::mpsc;
@@ -42,6 +42,7 @@ use crate::provider::{
 };
 use crate::store::UnitOfWork;
 use crate::tools::Binding;
+use crate::vecmap::VecMap;
 use error::JsError;
 use idb::IdbStore;
 use port::Port;
@@ -127,9 +128,9 @@ struct Driver {
     engine: RefCell<Engine>,
     store: IdbStore,
     own_origin: String,
-    ports: RefCell<HashMap<ConnId, Port>>,
-    provider_aborts: RefCell<HashMap<u64, AbortController>>,
-    page_ports: RefCell<HashMap<u64, Port>>,
+    ports: RefCell<VecMap<ConnId, Port>>,
+    provider_aborts: RefCell<VecMap<u64, AbortController>>,
+    page_ports: RefCell<VecMap<u64, Port>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
     /// Encoded message groups of the last request: a step re-encodes only
@@ -938,9 +939,9 @@ impl EngineHandle {
             engine: RefCell::new(engine),
             store,
             own_origin: chrome::own_origin(),
-            ports: RefCell::new(HashMap::new()),
-            provider_aborts: RefCell::new(HashMap::new()),
-            page_ports: RefCell::new(HashMap::new()),
+            ports: RefCell::new(VecMap::new()),
+            provider_aborts: RefCell::new(VecMap::new()),
+            page_ports: RefCell::new(VecMap::new()),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             body_cache: RefCell::new(Default::default()),
