@@ -781,7 +781,8 @@ pub enum PageRequest {
 }
 
 /// Content script → engine (page channel).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Decoded by hand (`PageMessage::from_value`), see there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all_fields = "camelCase")]
 pub enum PageMessage {
     #[serde(rename = "tool.progress")]
@@ -794,6 +795,60 @@ pub enum PageMessage {
         #[serde(default)]
         details: Option<serde_json::Value>,
     },
+}
+
+/// The `type`s of [`PageMessage`], as on the wire.
+pub const PAGE_MESSAGE_TYPES: [&str; 2] = ["tool.progress", "tool.result"];
+
+impl PageMessage {
+    /// Decode a content script's message: an object with a `type` of
+    /// [`PAGE_MESSAGE_TYPES`] and that type's camelCase fields (others are
+    /// ignored), exactly what the derived `Serialize` writes.
+    ///
+    /// Written by hand, like [`Op::from_value`]: serde's internally tagged
+    /// enum buffers the message through its generic `Content` tree, and this
+    /// type was the module's last user of that code (68 functions, 14 KB;
+    /// BENCHMARKS.md item 23).
+    pub fn from_value(value: serde_json::Value) -> Result<PageMessage, String> {
+        let serde_json::Value::Object(mut map) = value else {
+            return Err(format!(
+                "invalid type: {value}, expected a page message object"
+            ));
+        };
+        let message_type = match map.remove("type") {
+            Some(serde_json::Value::String(t)) => t,
+            Some(other) => {
+                return Err(format!(
+                    "field `type`: invalid type: {other}, expected a string"
+                ))
+            }
+            None => return Err("missing field `type`".into()),
+        };
+        let mut f = OpFields(map);
+        match message_type.as_str() {
+            "tool.progress" => Ok(PageMessage::ToolProgress {
+                call_id: f.req("callId")?,
+                text: f.req("text")?,
+            }),
+            "tool.result" => Ok(PageMessage::ToolResult {
+                call_id: f.req("callId")?,
+                ok: f.req("ok")?,
+                content: f.req("content")?,
+                details: f.opt("details")?,
+            }),
+            other => Err(format!(
+                "unknown variant `{other}`, expected one of {}",
+                PAGE_MESSAGE_TYPES.map(|t| format!("`{t}`")).join(", ")
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PageMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PageMessage, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        PageMessage::from_value(value).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Who sent a message on the panel channel, as classified from the Port's sender.

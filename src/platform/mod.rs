@@ -738,10 +738,14 @@ impl Driver {
             let Some(raw) = item else {
                 return Err(gone);
             };
-            let Ok(message) = serde_json::from_value::<PageMessage>(boundary::from_js_value(raw))
-            else {
-                warn("ignored a malformed message from a content script");
-                continue;
+            let message = match PageMessage::from_value(boundary::from_js_value(raw)) {
+                Ok(message) => message,
+                Err(e) => {
+                    warn(&format!(
+                        "ignored a malformed message from a content script: {e}"
+                    ));
+                    continue;
+                }
             };
             match message {
                 PageMessage::ToolProgress { call_id: c, text } if c == call_id => {

@@ -249,6 +249,77 @@ fn events_round_trip_with_seq_and_epoch() {
 }
 
 #[test]
+fn page_messages_decode_by_hand_with_typed_errors() {
+    let decode = |v: serde_json::Value| PageMessage::from_value(v);
+    assert_eq!(
+        decode(json!({ "type": "tool.progress", "callId": "c", "text": "50%", "extra": 1 })),
+        Ok(PageMessage::ToolProgress {
+            call_id: "c".into(),
+            text: "50%".into()
+        }),
+        "unknown fields are ignored"
+    );
+    assert_eq!(
+        decode(
+            json!({ "type": "tool.result", "callId": "c", "ok": false, "content": "no", "details": null })
+        ),
+        Ok(PageMessage::ToolResult {
+            call_id: "c".into(),
+            ok: false,
+            content: "no".into(),
+            details: None
+        }),
+        "null details are none"
+    );
+    assert_eq!(
+        decode(
+            json!({ "type": "tool.result", "callId": "c", "ok": true, "content": "", "details": { "box": [1, 2] } })
+        ),
+        Ok(PageMessage::ToolResult {
+            call_id: "c".into(),
+            ok: true,
+            content: String::new(),
+            details: Some(json!({ "box": [1, 2] }))
+        })
+    );
+    for (message, error) in [
+        (json!("tool.result"), "expected a page message object"),
+        (json!({ "callId": "c" }), "missing field `type`"),
+        (json!({ "type": 3 }), "field `type`: invalid type"),
+        (
+            json!({ "type": "tool.execute", "callId": "c" }),
+            "unknown variant `tool.execute`, expected one of `tool.progress`, `tool.result`",
+        ),
+        (
+            json!({ "type": "tool.progress", "text": "x" }),
+            "missing field `callId`",
+        ),
+        (
+            json!({ "type": "tool.result", "callId": "c", "ok": "yes", "content": "x" }),
+            "field `ok`: invalid type",
+        ),
+        (
+            json!({ "type": "tool.result", "callId": "c", "ok": true }),
+            "missing field `content`",
+        ),
+        (
+            json!({ "type": "tool.result", "callId": 7, "ok": true, "content": "x" }),
+            "field `callId`: invalid type",
+        ),
+    ] {
+        let got = decode(message.clone()).unwrap_err();
+        assert!(got.contains(error), "{message}: {got}");
+    }
+    // Through serde too (the Deserialize impl is the same decoder).
+    let via_serde =
+        serde_json::from_value::<PageMessage>(json!({ "type": "tool.progress" })).unwrap_err();
+    assert!(
+        via_serde.to_string().contains("missing field `callId`"),
+        "{via_serde}"
+    );
+}
+
+#[test]
 fn page_messages_round_trip_and_cannot_carry_ops() {
     let m: PageMessage = serde_json::from_value(json!({
         "type": "tool.result", "callId": "c", "ok": true, "content": "x"
