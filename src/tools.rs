@@ -193,6 +193,31 @@ impl std::fmt::Display for RegistryError {
 
 impl std::error::Error for RegistryError {}
 
+/// The parameters' schema of a built-in tool that takes none.
+const NO_PARAMETERS: &str =
+    r#"{"type": "object", "properties": {}, "required": [], "additionalProperties": false}"#;
+
+/// The schema of a built-in tool's `ref` parameter (a JSON text literal, for
+/// `concat!`).
+macro_rules! element_ref {
+    () => {
+        r#"{"type": "string", "description": "Element ref from page_snapshot or read_page, e.g. e12, or f3:e12 for an element inside a frame from another site."}"#
+    };
+}
+
+/// A built-in tool's parameters' schema, written as JSON text and parsed when
+/// the registry is built: `json!` builds a value with code for every key and
+/// string (6 KB of the module for the thirteen tools; BENCHMARKS.md item 23),
+/// the text is data, and the parser is in the module anyway. The digests are
+/// those of the same values (`built_in_digests_are_unchanged`).
+fn schema(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| {
+        // Caught by the tests: a tool with this schema fails to register.
+        debug_assert!(false, "a built-in schema is not JSON: {e}");
+        Value::Null
+    })
+}
+
 /// The set of tools a run may use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolRegistry {
@@ -211,16 +236,13 @@ impl ToolRegistry {
     /// navigation and going back are writes (they ask), but repeating them is
     /// harmless or checkable, so their recovery is retry-safe / inspect-first.
     pub fn page_tools() -> Self {
-        let string = |d: &str| json!({ "type": "string", "description": d });
-        let object = |props: Value, required: &[&str]| json!({ "type": "object", "properties": props, "required": required, "additionalProperties": false });
-        let element_ref = string("Element ref from page_snapshot or read_page, e.g. e12, or f3:e12 for an element inside a frame from another site.");
         let mut registry = Self::new();
         for descriptor in [
             ToolDescriptor::new(
                 "page_snapshot",
                 "Page outline",
                 "A compact outline of the visible page: headings, landmarks, text, and every interactive element with a ref (e.g. e12), its role, name, value and state. Frames from other sites are included under their iframe line, with refs like f3:e12. Refs stay valid until the page changes. Prefer this over read_page to decide what to click or type.",
-                object(json!({}), &[]),
+                schema(NO_PARAMETERS),
                 Level::L0,
                 Effects::Read,
                 Binding::Page,
@@ -231,7 +253,7 @@ impl ToolRegistry {
                 "read_page",
                 "Read page",
                 "Read the current tab: title, URL, visible main text, and a list of interactive elements, each with a ref like e12 that other tools accept. Call this first, and again after the page changed.",
-                object(json!({}), &[]),
+                schema(NO_PARAMETERS),
                 Level::L0,
                 Effects::Read,
                 Binding::Page,
@@ -241,14 +263,11 @@ impl ToolRegistry {
                 "click",
                 "Click",
                 "Click an element of the current tab. Pass the ref from page_snapshot/read_page (preferred), or the element's visible text.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "ref": element_ref,
-                        "text": string("Visible text or accessible name of the element, used when no ref is known.")
-                    },
-                    "additionalProperties": false
-                }),
+                schema(concat!(
+                    r#"{"type": "object", "additionalProperties": false, "properties": {"ref": "#,
+                    element_ref!(),
+                    r#", "text": {"type": "string", "description": "Visible text or accessible name of the element, used when no ref is known."}}}"#
+                )),
                 Level::L1,
                 Effects::Write,
                 Binding::Page,
@@ -257,10 +276,11 @@ impl ToolRegistry {
                 "type",
                 "Type text",
                 "Type text into an input, textarea or editable element (replacing its content). Set submit to true to press Enter afterwards.",
-                object(
-                    json!({ "ref": element_ref, "text": string("The text to type."), "submit": { "type": "boolean", "description": "Press Enter after typing." } }),
-                    &["ref", "text"],
-                ),
+                schema(concat!(
+                    r#"{"type": "object", "additionalProperties": false, "required": ["ref", "text"], "properties": {"ref": "#,
+                    element_ref!(),
+                    r#", "text": {"type": "string", "description": "The text to type."}, "submit": {"type": "boolean", "description": "Press Enter after typing."}}}"#
+                )),
                 Level::L1,
                 Effects::Write,
                 Binding::Page,
@@ -269,7 +289,11 @@ impl ToolRegistry {
                 "select",
                 "Choose option",
                 "Choose an option of a select element by its visible label or value.",
-                object(json!({ "ref": element_ref, "option": string("Visible label or value of the option.") }), &["ref", "option"]),
+                schema(concat!(
+                    r#"{"type": "object", "additionalProperties": false, "required": ["ref", "option"], "properties": {"ref": "#,
+                    element_ref!(),
+                    r#", "option": {"type": "string", "description": "Visible label or value of the option."}}}"#
+                )),
                 Level::L1,
                 Effects::Write,
                 Binding::Page,
@@ -278,14 +302,11 @@ impl ToolRegistry {
                 "scroll",
                 "Scroll",
                 "Scroll an element into view (ref), or the page in a direction.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "ref": element_ref,
-                        "direction": { "type": "string", "enum": ["up", "down", "top", "bottom"] }
-                    },
-                    "additionalProperties": false
-                }),
+                schema(concat!(
+                    r#"{"type": "object", "additionalProperties": false, "properties": {"ref": "#,
+                    element_ref!(),
+                    r#", "direction": {"type": "string", "enum": ["up", "down", "top", "bottom"]}}}"#
+                )),
                 Level::L0,
                 Effects::Read,
                 Binding::Page,
@@ -294,15 +315,11 @@ impl ToolRegistry {
                 "wait_for",
                 "Wait",
                 "Wait until a text appears on the page or an element (ref) is visible, up to timeout_ms (default 5000, at most 30000).",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "text": string("Text to wait for."),
-                        "ref": element_ref,
-                        "timeout_ms": { "type": "integer", "description": "How long to wait at most." }
-                    },
-                    "additionalProperties": false
-                }),
+                schema(concat!(
+                    r#"{"type": "object", "additionalProperties": false, "properties": {"ref": "#,
+                    element_ref!(),
+                    r#", "text": {"type": "string", "description": "Text to wait for."}, "timeout_ms": {"type": "integer", "description": "How long to wait at most."}}}"#
+                )),
                 Level::L0,
                 Effects::Read,
                 Binding::Page,
@@ -311,7 +328,9 @@ impl ToolRegistry {
                 "navigate",
                 "Open URL",
                 "Load a URL (http or https) in the current tab and wait until it has loaded.",
-                object(json!({ "url": string("Absolute http(s) URL.") }), &["url"]),
+                schema(
+                    r#"{"type": "object", "additionalProperties": false, "required": ["url"], "properties": {"url": {"type": "string", "description": "Absolute http(s) URL."}}}"#,
+                ),
                 Level::L1,
                 Effects::Write,
                 Binding::Tab,
@@ -321,7 +340,7 @@ impl ToolRegistry {
                 "go_back",
                 "Go back",
                 "Go back one page in the current tab's history.",
-                object(json!({}), &[]),
+                schema(NO_PARAMETERS),
                 Level::L1,
                 Effects::Write,
                 Binding::Tab,
@@ -331,7 +350,7 @@ impl ToolRegistry {
                 "screenshot",
                 "Screenshot",
                 "Capture what is visible in the current tab as an image. Use it when the layout or visual state matters; page_snapshot is cheaper for text and elements.",
-                object(json!({}), &[]),
+                schema(NO_PARAMETERS),
                 Level::L0,
                 Effects::Read,
                 Binding::Tab,
@@ -341,15 +360,9 @@ impl ToolRegistry {
                 "ask_user",
                 "Ask the user",
                 "Ask the user a question and wait for the answer. Use it when the task is ambiguous or needs a decision or information only the user has (never for passwords or payment details). Offer short options when you can.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "question": string("The question, in one or two sentences."),
-                        "options": { "type": "array", "items": { "type": "string" }, "description": "Suggested answers." }
-                    },
-                    "required": ["question"],
-                    "additionalProperties": false
-                }),
+                schema(
+                    r#"{"type": "object", "additionalProperties": false, "required": ["question"], "properties": {"question": {"type": "string", "description": "The question, in one or two sentences."}, "options": {"type": "array", "items": {"type": "string"}, "description": "Suggested answers."}}}"#,
+                ),
                 Level::Builtin,
                 Effects::Read,
                 Binding::Engine,
@@ -358,7 +371,7 @@ impl ToolRegistry {
                 "list_tabs",
                 "List tabs",
                 "List the open tabs (id, title, URL, which one is active).",
-                object(json!({}), &[]),
+                schema(NO_PARAMETERS),
                 Level::L0,
                 Effects::Read,
                 Binding::Browser,
@@ -367,7 +380,9 @@ impl ToolRegistry {
                 "switch_tab",
                 "Switch tab",
                 "Make a tab (by id from list_tabs) the active tab; later page tools act on it.",
-                object(json!({ "tab_id": { "type": "integer", "description": "Tab id from list_tabs." } }), &["tab_id"]),
+                schema(
+                    r#"{"type": "object", "additionalProperties": false, "required": ["tab_id"], "properties": {"tab_id": {"type": "integer", "description": "Tab id from list_tabs."}}}"#,
+                ),
                 Level::L0,
                 Effects::Read,
                 Binding::Browser,
@@ -553,6 +568,78 @@ mod tests {
         let click = a.get("click").unwrap();
         assert_ne!(read.digest(), click.digest());
         assert_eq!(click.recovery, Recovery::NeverRetry);
+    }
+
+    /// Stored runs keep the digests of the tools they were offered; the
+    /// built-in tools' digests, recorded from the registry before its schemas
+    /// were written as JSON text, must not move when the code that builds
+    /// them changes.
+    #[test]
+    fn built_in_digests_are_unchanged() {
+        let registry = ToolRegistry::page_tools();
+        let got: Vec<(&str, String)> = registry
+            .descriptors()
+            .iter()
+            .map(|d| (d.name.as_str(), d.digest()))
+            .collect();
+        let want: Vec<(&str, String)> = [
+            (
+                "page_snapshot",
+                "11634c21adae78f2459d13017f38a01b7182ebaa9d8f99d21f9806b6b39f529e",
+            ),
+            (
+                "read_page",
+                "c37ea849ea83aaeb7c67d9e54f7806e0e3f77e3ea6da905facaf00c03de73f5f",
+            ),
+            (
+                "click",
+                "79dd3c41b692c77e440b4ce4284b6348e74779d69377d55340748dce140651e4",
+            ),
+            (
+                "type",
+                "b96d7012e4aefb510914e43a589a915d1d0e2a1f8fc0727c162236a5b070545f",
+            ),
+            (
+                "select",
+                "ff5fea8af5f49ab8c859e891d9bd8ea56e0b7bdb4f756d3036a3ee6eab79dd98",
+            ),
+            (
+                "scroll",
+                "00d6d838fd6c6d5f810cd5b04b62a2c3d8504f3045dc1975b60d79071f28d58e",
+            ),
+            (
+                "wait_for",
+                "6c1e795d3f0906153ddb7ac58ef5d02e6b12c0f78bff19a4c4af8e9a3f447a5b",
+            ),
+            (
+                "navigate",
+                "ac7ea36c8ba3724e62e8ebd1f221ebb57894340942544a235e769c2d727c6c29",
+            ),
+            (
+                "go_back",
+                "52674597e90e781ce59b2dbee046f65a2d413063e23c369f3aec86f7e5e7db36",
+            ),
+            (
+                "screenshot",
+                "7f485a876ce9d3ab7445196f71556a32d9ef26588aa1f8704804e82c7476463f",
+            ),
+            (
+                "ask_user",
+                "d10d151b4fddf4147fb110ab5c89147c15263fce39efa85cda75c0fb11dabe9e",
+            ),
+            (
+                "list_tabs",
+                "57a187e4f328d81826de89aa29bf46836459effcb06a3ddfa70df329283ad497",
+            ),
+            (
+                "switch_tab",
+                "ce685affc2eb9ce89f5c39aa975e1eaf400ccad208fe5ea5508ba4d753acee52",
+            ),
+        ]
+        .into_iter()
+        .map(|(name, digest)| (name, digest.to_string()))
+        .collect();
+        assert_eq!(got, want);
     }
 
     #[test]
