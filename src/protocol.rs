@@ -808,7 +808,7 @@ impl PageMessage {
     /// Written by hand, like [`Op::from_value`]: serde's internally tagged
     /// enum buffers the message through its generic `Content` tree, and this
     /// type was the module's last user of that code (68 functions, 14 KB;
-    /// BENCHMARKS.md item 23).
+    /// BENCHMARKS.md item 22).
     pub fn from_value(value: serde_json::Value) -> Result<PageMessage, String> {
         let serde_json::Value::Object(mut map) = value else {
             return Err(format!(

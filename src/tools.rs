@@ -207,7 +207,7 @@ macro_rules! element_ref {
 
 /// A built-in tool's parameters' schema, written as JSON text and parsed when
 /// the registry is built: `json!` builds a value with code for every key and
-/// string (6 KB of the module for the thirteen tools; BENCHMARKS.md item 23),
+/// string (6 KB of the module for the thirteen tools; BENCHMARKS.md item 22),
 /// the text is data, and the parser is in the module anyway. The digests are
 /// those of the same values (`built_in_digests_are_unchanged`).
 fn schema(text: &str) -> Value {

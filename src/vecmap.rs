@@ -2,7 +2,7 @@
 //!
 //! Each `HashMap<K, V>` instantiates hashbrown's table code (rehashing,
 //! probing, dropping) for its element type: ~1–1.5 KB of the `.wasm` per map
-//! type (BENCHMARKS.md item 23). The engine's per-connection, per-request and
+//! type (BENCHMARKS.md item 22). The engine's per-connection, per-request and
 //! per-response tables hold a few entries at a time (open panels, requests
 //! in flight, the calls of one response), where a linear search is as fast
 //! as hashing and the vector's code is shared with every other `Vec`. Tables
