@@ -32,8 +32,6 @@ pub use context::{
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 
 use std::collections::{HashMap, HashSet, VecDeque};
-
-use crate::vecmap::VecMap;
 use std::rc::Rc;
 
 use serde_json::Value;
@@ -53,6 +51,7 @@ use crate::protocol::{
 use crate::provider::{ProviderError, ProviderRequest, ProviderResponse, StreamEvent};
 use crate::store::{stores, Record, StoreError, StoreImage, UnitOfWork};
 use crate::tools::{Recovery, ToolRegistry};
+use crate::vecmap::VecMap;
 use ids::IdGen;
 
 /// Consecutive tool failures after which the model is told to change approach.
