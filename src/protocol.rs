@@ -305,6 +305,24 @@ pub const OP_TYPES: [&str; 17] = [
 ];
 
 /// The fields of an op message, taken one by one.
+/// A message's `type` and its other fields: what every hand-written decoder
+/// here starts with. `what` names the expected value in the error.
+fn tagged_object(
+    value: serde_json::Value,
+    what: &str,
+) -> Result<(String, serde_json::Map<String, serde_json::Value>), String> {
+    let serde_json::Value::Object(mut map) = value else {
+        return Err(format!("invalid type: {value}, expected {what}"));
+    };
+    match map.remove("type") {
+        Some(serde_json::Value::String(t)) => Ok((t, map)),
+        Some(other) => Err(format!(
+            "field `type`: invalid type: {other}, expected a string"
+        )),
+        None => Err("missing field `type`".into()),
+    }
+}
+
 struct OpFields(serde_json::Map<String, serde_json::Value>);
 
 impl OpFields {
@@ -341,18 +359,7 @@ impl Op {
     /// of a panel's first `initialize` after a cold start (measured with
     /// `scripts/bench-cold-ab.mjs`); this decodes each field once.
     pub fn from_value(value: serde_json::Value) -> Result<Op, String> {
-        let serde_json::Value::Object(mut map) = value else {
-            return Err(format!("invalid type: {value}, expected an op object"));
-        };
-        let op_type = match map.remove("type") {
-            Some(serde_json::Value::String(t)) => t,
-            Some(other) => {
-                return Err(format!(
-                    "field `type`: invalid type: {other}, expected a string"
-                ))
-            }
-            None => return Err("missing field `type`".into()),
-        };
+        let (op_type, map) = tagged_object(value, "an op object")?;
         if !OP_TYPES.contains(&op_type.as_str()) {
             return Err(format!(
                 "unknown variant `{op_type}`, expected one of {}",
@@ -810,20 +817,7 @@ impl PageMessage {
     /// type was the module's last user of that code (68 functions, 14 KB;
     /// BENCHMARKS.md item 22).
     pub fn from_value(value: serde_json::Value) -> Result<PageMessage, String> {
-        let serde_json::Value::Object(mut map) = value else {
-            return Err(format!(
-                "invalid type: {value}, expected a page message object"
-            ));
-        };
-        let message_type = match map.remove("type") {
-            Some(serde_json::Value::String(t)) => t,
-            Some(other) => {
-                return Err(format!(
-                    "field `type`: invalid type: {other}, expected a string"
-                ))
-            }
-            None => return Err("missing field `type`".into()),
-        };
+        let (message_type, map) = tagged_object(value, "a page message object")?;
         let mut f = OpFields(map);
         match message_type.as_str() {
             "tool.progress" => Ok(PageMessage::ToolProgress {

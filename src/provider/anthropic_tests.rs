@@ -357,12 +357,7 @@ fn tool_use_blocks_come_out_in_the_order_they_started_and_a_restarted_block_is_r
     ]
     .concat();
     let (_, response) = run(&[stream.as_bytes()]);
-    let calls: Vec<(String, String, String)> = response
-        .unwrap()
-        .tool_calls
-        .into_iter()
-        .map(|c| (c.id, c.name, c.arguments))
-        .collect();
+    let calls = crate::provider::call_triples(response);
     assert_eq!(
         calls,
         vec![

@@ -457,6 +457,20 @@ pub fn image_placeholder(count: usize) -> String {
     format!("\n[{count} image(s) omitted: this model has no vision. Use page_snapshot or read_page instead.]")
 }
 
+/// A decoded response's tool calls as `(id, name, arguments)`, for the
+/// decoders' tests.
+#[cfg(test)]
+pub(crate) fn call_triples(
+    response: Result<ProviderResponse, ProviderError>,
+) -> Vec<(String, String, String)> {
+    response
+        .expect("the stream decodes")
+        .tool_calls
+        .into_iter()
+        .map(|c| (c.id, c.name, c.arguments))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

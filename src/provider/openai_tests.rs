@@ -220,12 +220,7 @@ fn tool_calls_come_out_in_index_order_whatever_order_their_deltas_arrive_in() {
     ]
     .concat();
     let (_, response) = run(&[stream.as_bytes()]);
-    let calls: Vec<(String, String, String)> = response
-        .unwrap()
-        .tool_calls
-        .into_iter()
-        .map(|c| (c.id, c.name, c.arguments))
-        .collect();
+    let calls = crate::provider::call_triples(response);
     assert_eq!(
         calls,
         vec![
