@@ -326,6 +326,7 @@ fn tagged_object(
 struct OpFields(serde_json::Map<String, serde_json::Value>);
 
 impl OpFields {
+    #[inline(never)]
     fn req<T: serde::de::DeserializeOwned>(&mut self, key: &'static str) -> Result<T, String> {
         let value = self
             .0
@@ -335,6 +336,7 @@ impl OpFields {
     }
 
     /// Absent and null are both None.
+    #[inline(never)]
     fn opt<T: serde::de::DeserializeOwned>(
         &mut self,
         key: &'static str,
