@@ -263,8 +263,14 @@ impl Engine {
         if !matches!(event, Event::ItemDelta { .. }) {
             self.flush_pending_deltas(tid);
         }
-        for conn in self.subscribers(tid) {
-            self.send(conn, event.clone());
+        // Usually one subscriber: the event moves to the last, is cloned
+        // only for the others.
+        let subscribers = self.subscribers(tid);
+        if let Some((last, others)) = subscribers.split_last() {
+            for conn in others {
+                self.send(*conn, event.clone());
+            }
+            self.send(*last, event);
         }
     }
 

@@ -652,3 +652,45 @@ fn failed_title_request_keeps_the_first_line() {
     );
     assert_eq!(last_stop(&sim), Some(StopReason::End));
 }
+
+/// Every panel subscribed to a thread sees the same thread events in the
+/// same order (the event moves to the last subscriber and is cloned for the
+/// others); a panel on another thread sees none of them.
+#[test]
+fn broadcast_reaches_every_subscriber_of_the_thread_alike() {
+    let mut sim = Sim::new(11, read_then_answer("All done."), page_tools());
+    let a = sim.connect();
+    sim.send(a, submit("s1", None, "Read the page"));
+    sim.run(10_000);
+    let (thread, _) = current_ids(&sim);
+    let thread = thread.expect("a thread");
+    let b = sim.connect();
+    sim.send(b, initialize("i-b", Some(&thread)));
+    let c = sim.connect();
+    sim.send(c, submit("s-c", None, "Read another page"));
+    sim.run(10_000);
+    let from = |sim: &Sim, conn| sim.events_for(conn).len();
+    let (from_a, from_b, from_c) = (from(&sim, a), from(&sim, b), from(&sim, c));
+
+    sim.send(a, submit("s2", Some(&thread), "And once more"));
+    sim.run(10_000);
+    let thread_events = |conn, skip: usize| -> Vec<Event> {
+        sim.events_for(conn)
+            .into_iter()
+            .skip(skip)
+            .filter(|e| !matches!(e, Event::CommandAck { .. } | Event::ThreadsUpdated { .. }))
+            .cloned()
+            .collect()
+    };
+    let seen_a = thread_events(a, from_a);
+    let seen_b = thread_events(b, from_b);
+    assert!(
+        seen_a
+            .iter()
+            .any(|e| matches!(e, Event::TurnComplete { .. })),
+        "the second turn ran: {seen_a:?}"
+    );
+    assert!(seen_a.len() > 3, "{seen_a:?}");
+    assert_eq!(seen_a, seen_b);
+    assert_eq!(thread_events(c, from_c), Vec::<Event>::new());
+}
