@@ -241,46 +241,9 @@ pub enum ChildFrame {
     NotRead(String),
 }
 
-/// What the driver got from each child frame of one snapshot, by frame id.
-/// A few frames at most ([`MAX_FRAMES`]): a vector searched in place, not a
-/// map (a map type instantiated for this alone costs the module ~4 KB).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChildFrames(Vec<(u32, ChildFrame)>);
-
-impl ChildFrames {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn get(&self, frame_id: u32) -> Option<&ChildFrame> {
-        self.0
-            .iter()
-            .find(|(id, _)| *id == frame_id)
-            .map(|(_, c)| c)
-    }
-
-    pub fn contains(&self, frame_id: u32) -> bool {
-        self.get(frame_id).is_some()
-    }
-
-    /// Record what frame `frame_id` gave, replacing what it gave before.
-    pub fn insert(&mut self, frame_id: u32, child: ChildFrame) {
-        match self.0.iter_mut().find(|(id, _)| *id == frame_id) {
-            Some((_, existing)) => *existing = child,
-            None => self.0.push((frame_id, child)),
-        }
-    }
-}
-
-impl FromIterator<(u32, ChildFrame)> for ChildFrames {
-    fn from_iter<I: IntoIterator<Item = (u32, ChildFrame)>>(iter: I) -> Self {
-        let mut frames = Self::new();
-        for (frame_id, child) in iter {
-            frames.insert(frame_id, child);
-        }
-        frames
-    }
-}
+/// What the driver got from each child frame of one snapshot, by frame id
+/// (a few frames at most, [`MAX_FRAMES`]).
+pub type ChildFrames = crate::vecmap::VecMap<u32, ChildFrame>;
 
 /// The top document's outline with every child frame's outline spliced in
 /// under its `iframe` line (recursively, at most [`MAX_FRAME_DEPTH`] deep).
@@ -306,7 +269,7 @@ fn render(outline: &FrameOutline, children: &ChildFrames, depth: usize) -> Vec<S
             line.strip_suffix(OTHER_SITE_SUFFIX).unwrap_or(line),
             slot.frame_id
         );
-        match children.get(slot.frame_id) {
+        match children.get(&slot.frame_id) {
             Some(ChildFrame::Read(child)) if depth < MAX_FRAME_DEPTH => {
                 out.push(format!("{named} {}", child.url));
                 let rendered = render(child, children, depth + 1);
@@ -534,13 +497,16 @@ mod tests {
     #[test]
     fn child_frames_keep_one_entry_per_frame_the_latest() {
         let mut children = ChildFrames::new();
-        assert!(!children.contains(3));
+        assert!(!children.contains_key(&3));
         children.insert(3, ChildFrame::NotRead("first".into()));
         children.insert(5, ChildFrame::NotRead("other".into()));
         children.insert(3, ChildFrame::NotRead("second".into()));
-        assert_eq!(children.get(3), Some(&ChildFrame::NotRead("second".into())));
-        assert_eq!(children.get(5), Some(&ChildFrame::NotRead("other".into())));
-        assert_eq!(children.get(4), None);
+        assert_eq!(
+            children.get(&3),
+            Some(&ChildFrame::NotRead("second".into()))
+        );
+        assert_eq!(children.get(&5), Some(&ChildFrame::NotRead("other".into())));
+        assert_eq!(children.get(&4), None);
         assert_eq!(
             children,
             ChildFrames::from_iter([

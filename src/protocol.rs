@@ -304,7 +304,6 @@ pub const OP_TYPES: [&str; 17] = [
     "provider.test",
 ];
 
-/// The fields of an op message, taken one by one.
 /// A message's `type` and its other fields: what every hand-written decoder
 /// here starts with. `what` names the expected value in the error.
 fn tagged_object(
@@ -323,9 +322,10 @@ fn tagged_object(
     }
 }
 
-struct OpFields(serde_json::Map<String, serde_json::Value>);
+/// The fields of a message (an op, a page message), taken one by one.
+struct MessageFields(serde_json::Map<String, serde_json::Value>);
 
-impl OpFields {
+impl MessageFields {
     #[inline(never)]
     fn req<T: serde::de::DeserializeOwned>(&mut self, key: &'static str) -> Result<T, String> {
         let value = self
@@ -368,7 +368,7 @@ impl Op {
                 OP_TYPES.map(|t| format!("`{t}`")).join(", ")
             ));
         }
-        let mut f = OpFields(map);
+        let mut f = MessageFields(map);
         let submission = Submission {
             client_id: f.req("clientId")?,
             submission_id: f.req("submissionId")?,
@@ -820,7 +820,7 @@ impl PageMessage {
     /// BENCHMARKS.md item 22).
     pub fn from_value(value: serde_json::Value) -> Result<PageMessage, String> {
         let (message_type, map) = tagged_object(value, "a page message object")?;
-        let mut f = OpFields(map);
+        let mut f = MessageFields(map);
         match message_type.as_str() {
             "tool.progress" => Ok(PageMessage::ToolProgress {
                 call_id: f.req("callId")?,

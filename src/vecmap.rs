@@ -4,7 +4,8 @@
 //! probing, dropping) for its element type: ~1–1.5 KB of the `.wasm` per map
 //! type (BENCHMARKS.md item 22). The engine's per-connection, per-request and
 //! per-response tables hold a few entries at a time (open panels, requests
-//! in flight, the calls of one response), where a linear search is as fast
+//! in flight, the calls of one response; the providers' blocks and partial
+//! calls of one stream; a snapshot's child frames), where a linear search is as fast
 //! as hashing and the vector's code is shared with every other `Vec`. Tables
 //! that grow with the user's data (threads, receipts, site rules) stay hash
 //! maps.
@@ -104,6 +105,39 @@ impl<K: PartialEq, V> VecMap<K, V> {
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.iter().map(|(_, v)| v)
     }
+
+    /// The value of `key`, inserted with `make` first if there is none.
+    pub fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
+        let at = match self.position(&key) {
+            Some(at) => at,
+            None => {
+                self.entries.push((key, make()));
+                self.entries.len() - 1
+            }
+        };
+        &mut self.entries[at].1
+    }
+}
+
+/// The entries in insertion order.
+impl<K, V> IntoIterator for VecMap<K, V> {
+    type Item = (K, V);
+    type IntoIter = std::vec::IntoIter<(K, V)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter()
+    }
+}
+
+/// Later entries replace earlier ones of the same key, in place.
+impl<K: PartialEq, V> FromIterator<(K, V)> for VecMap<K, V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut map = Self::new();
+        for (key, value) in iter {
+            map.insert(key, value);
+        }
+        map
+    }
 }
 
 #[cfg(test)]
@@ -132,6 +166,29 @@ mod tests {
         assert_eq!(map.remove("a"), Some(2));
         assert_eq!(map.remove("a"), None);
         assert_eq!(map.values().copied().collect::<Vec<_>>(), [4, 13]);
+        *map.get_or_insert_with("d".into(), || 0) += 1;
+        *map.get_or_insert_with("b".into(), || 0) += 1;
+        assert_eq!(
+            map.clone().into_iter().collect::<Vec<_>>(),
+            [
+                ("b".to_string(), 5),
+                ("c".to_string(), 13),
+                ("d".to_string(), 1)
+            ]
+        );
+        assert_eq!(
+            [
+                ("x".to_string(), 1),
+                ("y".to_string(), 2),
+                ("x".to_string(), 3)
+            ]
+            .into_iter()
+            .collect::<VecMap<_, _>>()
+            .into_iter()
+            .collect::<Vec<_>>(),
+            [("x".to_string(), 3), ("y".to_string(), 2)],
+            "a later entry replaces an earlier one in place"
+        );
         map.clear();
         assert!(map.is_empty());
         assert_eq!(map.get("b"), None);

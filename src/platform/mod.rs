@@ -530,7 +530,7 @@ impl Driver {
         let mut children = frames::ChildFrames::new();
         let mut frame_details = Vec::new();
         while let Some((frame_id, depth)) = queue.pop_front() {
-            if depth > frames::MAX_FRAME_DEPTH || children.contains(frame_id) {
+            if depth > frames::MAX_FRAME_DEPTH || children.contains_key(&frame_id) {
                 continue;
             }
             if frame_details.len() >= frames::MAX_FRAMES {

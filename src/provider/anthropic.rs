@@ -21,6 +21,7 @@ use super::{
 };
 use crate::model::{StopReason, Usage};
 use crate::protocol::ErrorKind;
+use crate::vecmap::VecMap;
 
 /// API version header value.
 pub const API_VERSION: &str = "2023-06-01";
@@ -188,8 +189,8 @@ pub struct AnthropicStream {
     text: String,
     reasoning: String,
     /// Content blocks by index, in the order they started (a handful per
-    /// response: a vector, not a map, keeps a map type out of the module).
-    blocks: Vec<(u64, Block)>,
+    /// response).
+    blocks: VecMap<u64, Block>,
     stop_reason: Option<String>,
     usage: Usage,
     saw_usage: bool,
@@ -271,21 +272,13 @@ impl AnthropicStream {
                     Some("redacted_thinking") => Block::Redacted(block.clone()),
                     _ => Block::Other,
                 };
-                match self.blocks.iter_mut().find(|(i, _)| *i == index) {
-                    Some((_, existing)) => *existing = b,
-                    None => self.blocks.push((index, b)),
-                }
+                self.blocks.insert(index, b);
             }
             "content_block_delta" => {
                 let delta = &data["delta"];
-                let block = self
-                    .blocks
-                    .iter_mut()
-                    .find(|(i, _)| *i == index)
-                    .map(|(_, b)| b)
-                    .ok_or_else(|| {
-                        protocol_error(format!("delta for unknown content block {index}"))
-                    })?;
+                let block = self.blocks.get_mut(&index).ok_or_else(|| {
+                    protocol_error(format!("delta for unknown content block {index}"))
+                })?;
                 match (delta.get("type").and_then(Value::as_str), block) {
                     (Some("text_delta"), _) => {
                         let t = delta.get("text").and_then(Value::as_str).unwrap_or("");

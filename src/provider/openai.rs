@@ -16,6 +16,7 @@ use super::{
 };
 use crate::model::{StopReason, Usage};
 use crate::protocol::ErrorKind;
+use crate::vecmap::VecMap;
 
 /// `…/chat/completions` under the configured base URL (which usually ends in `/v1`).
 pub fn endpoint(base_url: &str) -> String {
@@ -131,9 +132,8 @@ struct PartialCall {
 pub struct OpenAiStream {
     text: String,
     reasoning: String,
-    /// Tool calls by index, in arrival order (sorted by index at the end;
-    /// a vector, not a map, keeps a map type out of the module).
-    calls: Vec<(u64, PartialCall)>,
+    /// Tool calls by index, in arrival order (sorted by index at the end).
+    calls: VecMap<u64, PartialCall>,
     finish: Option<String>,
     usage: Option<Usage>,
     model: String,
@@ -203,14 +203,7 @@ impl OpenAiStream {
                             .get("index")
                             .and_then(Value::as_u64)
                             .unwrap_or(position as u64);
-                        let at = match self.calls.iter().position(|(i, _)| *i == index) {
-                            Some(at) => at,
-                            None => {
-                                self.calls.push((index, PartialCall::default()));
-                                self.calls.len() - 1
-                            }
-                        };
-                        let entry = &mut self.calls[at].1;
+                        let entry = self.calls.get_or_insert_with(index, Default::default);
                         if let Some(id) = call.get("id").and_then(Value::as_str) {
                             if entry.id.is_empty() {
                                 entry.id = id.to_string();
@@ -256,7 +249,7 @@ impl OpenAiStream {
                 ))
             }
         };
-        let mut calls = self.calls;
+        let mut calls: Vec<(u64, PartialCall)> = self.calls.into_iter().collect();
         crate::sorting::sort_by_key(&mut calls, |(index, _)| *index);
         Ok(ProviderResponse {
             text: self.text,
