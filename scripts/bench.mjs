@@ -42,6 +42,8 @@ import {
   pageSteerAcks,
   pageStreamTurn,
   swBareCheckpointCommits,
+  swStartBareCommitLoop,
+  swStopBareCommitLoop,
   swBareCommits,
   swBareFetches,
   swInstantiateOnly,
@@ -264,6 +266,16 @@ async function browser() {
     }
     raw.perStep = stepResults;
 
+    // The floor under load: one more N=20 turn (not one of the measured
+    // repetitions) with a bare commit every 15 ms in the same worker.
+    log('per-step N=20 with bare commits alongside');
+    const idleFloor = await measureFloor();
+    await real.evaluate(swStartBareCommitLoop, { everyMs: 15 });
+    const loaded = await stepRun({ steps: 20, label: 'per-step N=20, bare commits alongside' });
+    const loadedSamples = await real.evaluate(swStopBareCommitLoop);
+    const underLoad = { samples: loadedSamples, idle: idleFloor.relaxed, run: perStep(loaded, idleFloor) };
+    raw.floorUnderLoad = underLoad;
+
     // 2 + 3. Seed threads of ~10, 1,000, 10,000 nodes (engine schema) and the same nodes for the bare worker.
     log('seeding threads');
     const seeded = CONFIG.historyLengths.map((length) => ({ length, ...seededThread(`bench-h${length}-${Date.now().toString(36)}`, length) }));
@@ -442,7 +454,7 @@ async function browser() {
     if (used.left.receipts !== 0) problem(`long-used profile: ${used.left.receipts} expired receipts left after ${used.startsToSettle} starts`);
     raw.used = used;
 
-    return { stepResults, cold, memory, instantiate, history, warmInit, profiles, steer, streams, floors, seeded, used };
+    return { stepResults, underLoad, cold, memory, instantiate, history, warmInit, profiles, steer, streams, floors, seeded, used };
   } finally {
     await b?.close();
     await pages.close().catch(() => {});
@@ -460,6 +472,15 @@ function browserFigures(m) {
   figure(floorGroup, 'floor.commit_checkpoint', 'bare commit of a step checkpoint\'s records (run + thread + 2 nodes, copied from the engine\'s DB)', 'ms', m.floors.checkpoint, { payloadBytes: median(m.floors.checkpointBytes), runRecordBytes: median(m.floors.runBytes) });
   figure(floorGroup, 'floor.checkpoint_bytes', 'size of those records as JSON (the run record alone: ' + round(median(m.floors.runBytes)) + ' bytes)', 'bytes', median(m.floors.checkpointBytes));
   figure(floorGroup, 'floor.fetch', 'bare fetch round trip, worker → mock server (GET, tiny body)', 'ms', m.floors.fetch);
+
+  if (m.underLoad?.samples.length) {
+    const { samples, run } = m.underLoad;
+    const loadedFloor = median(samples);
+    figure(floorGroup, 'floor.commit_relaxed_under_load', 'bare commit (relaxed, same worker) every 15 ms while an N=20 turn runs (one extra turn)', 'ms', samples);
+    figure(floorGroup, 'floor.under_load_over_idle', 'that bare commit / the same commit measured just before, idle', 'ratio', loadedFloor / m.underLoad.idle);
+    figure(floorGroup, 'floor.under_load_engine_commit', 'that turn: engine commit per checkpoint / bare commit alongside', 'ratio', run.commitPerCheckpoint / loadedFloor);
+    figure(floorGroup, 'floor.under_load_ratio', 'that turn: engine+commit / (checkpoints × bare commit alongside)', 'ratio', run.engineAndCommit / (run.checkpoints * loadedFloor));
+  }
 
   const stepGroup = 'per-step overhead (mock LLM, page_snapshot steps)';
   const pick = (runs, key) => runs.map((r) => r[key]);

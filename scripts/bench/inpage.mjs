@@ -313,11 +313,58 @@ export function swResetMetrics() {
 }
 
 /**
+ * The floor under load: starts a loop in this worker that commits one
+ * ~200-byte record (relaxed) into the floor database, waits `everyMs`, and
+ * again, until `swStopBareCommitLoop`, recording each commit's duration.
+ * Run while the engine works a turn, it shows what a bare commit costs in
+ * the same minutes, on the same busy cores.
+ */
+export async function swStartBareCommitLoop({ everyMs }) {
+  // Inline (not a shared helper): Playwright's evaluate sends this function's source alone.
+  if (!globalThis.__benchFloorDb) {
+    globalThis.__benchFloorDb = await new Promise((resolve, reject) => {
+      const request = indexedDB.open('bench-floor', 1);
+      request.onupgradeneeded = () => request.result.createObjectStore('kv', { keyPath: 'id' });
+      request.onsuccess = () => resolve(request.result);
+      request.onerror = () => reject(request.error);
+    });
+  }
+  const db = globalThis.__benchFloorDb;
+  const state = { samples: [], stop: false, done: null };
+  globalThis.__benchCommitLoop = state;
+  const payload = 'x'.repeat(200);
+  state.done = (async () => {
+    for (let i = 0; !state.stop; i += 1) {
+      const t = performance.now();
+      await new Promise((resolve, reject) => {
+        const tx = db.transaction('kv', 'readwrite', { durability: 'relaxed' });
+        tx.objectStore('kv').put({ id: `loop-${i % 8}`, payload, at: Date.now() });
+        tx.oncomplete = resolve;
+        tx.onerror = () => reject(tx.error);
+        tx.onabort = () => reject(tx.error);
+      });
+      state.samples.push(performance.now() - t);
+      await new Promise((resolve) => setTimeout(resolve, everyMs));
+    }
+  })();
+  return true;
+}
+
+/** Stops the loop `swStartBareCommitLoop` started; returns its commits' durations (ms). */
+export async function swStopBareCommitLoop() {
+  const state = globalThis.__benchCommitLoop;
+  state.stop = true;
+  await state.done;
+  return state.samples;
+}
+
+/**
  * The floor: `count` bare IndexedDB readwrite transactions in this worker,
  * each putting one small record into a separate database and awaiting
  * `complete`. Returns each commit's duration (ms).
  */
 export async function swBareCommits({ count, durability = 'relaxed', bytes = 200 }) {
+  // Inline (not a shared helper): Playwright's evaluate sends this function's source alone.
   if (!globalThis.__benchFloorDb) {
     globalThis.__benchFloorDb = await new Promise((resolve, reject) => {
       const request = indexedDB.open('bench-floor', 1);
