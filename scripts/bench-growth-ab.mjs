@@ -21,7 +21,7 @@ import { startStaticServer } from '../tests/support/static-server.mjs';
 import { launchBench, openClientPage } from './bench/browser.mjs';
 import { installClient, pageConfigure, pageOpen, pageRunTurn, swMetrics, swResetMetrics, swSeed, swWaitForEngine } from './bench/inpage.mjs';
 import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
-import { median } from './bench/stats.mjs';
+import { median, perStepOf } from './bench/stats.mjs';
 import { option } from './bench/args.mjs';
 
 const baselinePath = option('--baseline', null);
@@ -73,12 +73,8 @@ try {
         const turn = await page.evaluate(pageRunTurn, { key: 'main', threadId: t.thread.id, text: `Take ${steps} page outlines.` });
         if (turn.stopReason !== 'end') throw new Error(`${name}, ${t.length} nodes: the turn ended with ${turn.stopReason}`);
         const metrics = await handle.evaluate(swMetrics);
-        const n = metrics.provider.count;
-        perStep[t.length] = {
-          overhead: (metrics.engine.totalMs + metrics.commits.totalMs) / n,
-          provider: metrics.provider.totalMs / n,
-          wall: turn.wallMs / n,
-        };
+        const step = perStepOf(metrics, turn.wallMs);
+        perStep[t.length] = { overhead: step.engineAndCommit, provider: step.provider, wall: step.wallPerStep };
       }
       if (rep === 0) continue;
       const side = (rows[name] ??= { growth: [] });

@@ -59,7 +59,7 @@ import { nativeFigures, readCriterion, runCriterion } from './bench/native.mjs';
 import { consoleTable, markdownBlock, plotSvg, replaceBlock } from './bench/report.mjs';
 import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
 import { sizeByCrate } from './bench/wasm-size.mjs';
-import { median, round, summarize } from './bench/stats.mjs';
+import { median, perStepOf, round, summarize } from './bench/stats.mjs';
 
 const argv = new Set(process.argv.slice(2));
 for (const arg of argv) {
@@ -220,8 +220,7 @@ async function browser() {
 
     /** Per-step figures of one run next to the floor measured just before it. */
     const perStep = ({ turn, metrics, bodyBytes }, floor) => {
-      const steps = metrics.provider.count;
-      const engineAndCommit = (metrics.engine.totalMs + metrics.commits.totalMs) / steps;
+      const { steps, engineAndCommit, provider, wallPerStep } = perStepOf(metrics, turn.wallMs);
       const wallOverhead = (turn.wallMs - metrics.provider.totalMs - metrics.tools.totalMs) / steps;
       const checkpoints = metrics.commits.count / steps;
       const floorPerStep = checkpoints * floor.relaxed;
@@ -232,8 +231,8 @@ async function browser() {
         commitPerCheckpoint: metrics.commits.totalMs / metrics.commits.count,
         encodePerCheckpoint: metrics.encode.totalMs / metrics.commits.count,
         wallOverhead,
-        wallPerStep: turn.wallMs / steps,
-        provider: metrics.provider.totalMs / steps,
+        wallPerStep,
+        provider,
         providerOverFetch: metrics.provider.totalMs / steps / floor.fetch,
         tool: metrics.tools.totalMs / Math.max(1, steps - 1),
         checkpoints,

@@ -45,3 +45,19 @@ export function round(value) {
   const factor = 10 ** Math.min(digits, 9);
   return Math.round(value * factor) / factor;
 }
+
+/**
+ * A turn's per-step figures from the engine's metrics (`Engine.metrics()`)
+ * and its wall time: a step is one provider request. The per-step overhead
+ * of the targets is `engineAndCommit` (the engine's own time and its
+ * commits, no provider or tool time).
+ */
+export function perStepOf(metrics, wallMs) {
+  const steps = metrics.provider.count;
+  return {
+    steps,
+    engineAndCommit: (metrics.engine.totalMs + metrics.commits.totalMs) / steps,
+    provider: metrics.provider.totalMs / steps,
+    wallPerStep: wallMs / steps,
+  };
+}
