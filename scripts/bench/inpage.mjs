@@ -320,16 +320,10 @@ export function swResetMetrics() {
  * the same minutes, on the same busy cores.
  */
 export async function swStartBareCommitLoop({ everyMs }) {
-  // Inline (not a shared helper): Playwright's evaluate sends this function's source alone.
-  if (!globalThis.__benchFloorDb) {
-    globalThis.__benchFloorDb = await new Promise((resolve, reject) => {
-      const request = indexedDB.open('bench-floor', 1);
-      request.onupgradeneeded = () => request.result.createObjectStore('kv', { keyPath: 'id' });
-      request.onsuccess = () => resolve(request.result);
-      request.onerror = () => reject(request.error);
-    });
-  }
+  // Opened by swBareCommits (the floor measured first; Playwright's evaluate
+  // sends a function's source alone, so no shared helper).
   const db = globalThis.__benchFloorDb;
+  if (!db) throw new Error('the floor database is opened by swBareCommits: run it first');
   const state = { samples: [], stop: false, done: null };
   globalThis.__benchCommitLoop = state;
   const payload = 'x'.repeat(200);
@@ -364,7 +358,6 @@ export async function swStopBareCommitLoop() {
  * `complete`. Returns each commit's duration (ms).
  */
 export async function swBareCommits({ count, durability = 'relaxed', bytes = 200 }) {
-  // Inline (not a shared helper): Playwright's evaluate sends this function's source alone.
   if (!globalThis.__benchFloorDb) {
     globalThis.__benchFloorDb = await new Promise((resolve, reject) => {
       const request = indexedDB.open('bench-floor', 1);
@@ -412,15 +405,10 @@ export async function swBareCheckpointCommits({ dbName, count }) {
   const nodes = await request(engineDb.transaction('nodes', 'readonly').objectStore('nodes').index('threadId').getAll(IDBKeyRange.only(run.threadId), 2));
   engineDb.close();
   const records = [run, thread, ...nodes].filter(Boolean);
-  if (!globalThis.__benchFloorDb) {
-    globalThis.__benchFloorDb = await new Promise((resolve, reject) => {
-      const open = indexedDB.open('bench-floor', 1);
-      open.onupgradeneeded = () => open.result.createObjectStore('kv', { keyPath: 'id' });
-      open.onsuccess = () => resolve(open.result);
-      open.onerror = () => reject(open.error);
-    });
-  }
+  // Opened by swBareCommits (the floor measured first; Playwright's evaluate
+  // sends a function's source alone, so no shared helper).
   const db = globalThis.__benchFloorDb;
+  if (!db) throw new Error('the floor database is opened by swBareCommits: run it first');
   const samples = [];
   for (let i = 0; i < count; i += 1) {
     const t = performance.now();
