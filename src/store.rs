@@ -139,6 +139,14 @@ impl UnitOfWork {
         self.puts.is_empty() && self.deletes.is_empty()
     }
 
+    /// The run record this unit puts, if any (to amend it before commit).
+    pub fn run_mut(&mut self) -> Option<&mut Run> {
+        self.puts.iter_mut().find_map(|r| match r {
+            Record::Run(run) => Some(run),
+            _ => None,
+        })
+    }
+
     /// The distinct object stores this unit touches (the transaction's scope).
     pub fn store_names(&self) -> Vec<&'static str> {
         let mut names: Vec<&'static str> = self

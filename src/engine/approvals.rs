@@ -237,7 +237,7 @@ impl Engine {
                 unit
             }
         };
-        if let Some(Record::Run(run)) = unit.puts.iter_mut().find(|r| matches!(r, Record::Run(_))) {
+        if let Some(run) = unit.run_mut() {
             run.pending_approval = None;
         }
         unit.put(Record::Approval(decided));
@@ -254,13 +254,7 @@ impl Engine {
             }));
         }
         if decision == ApprovalDecision::Decline {
-            if let Some(exec) = self
-                .threads
-                .get_mut(thread_id)
-                .and_then(|t| t.exec.as_mut())
-            {
-                exec.calls[index].done = true;
-            }
+            self.mark_call_done(thread_id, index);
         }
         let token = self.persist_command(
             now,

@@ -188,17 +188,11 @@ impl Engine {
         // The user's own words: a trusted result, not page data.
         let content = format!("The user answered: {answer}");
         let mut unit = self.tool_result_unit(now, thread_id, index, ToolStatus::Ok, content, None);
-        if let Some(Record::Run(run)) = unit.puts.iter_mut().find(|r| matches!(r, Record::Run(_))) {
+        if let Some(run) = unit.run_mut() {
             run.pending_interaction = None;
         }
         unit.put(Record::Interaction(answered));
-        if let Some(exec) = self
-            .threads
-            .get_mut(thread_id)
-            .and_then(|t| t.exec.as_mut())
-        {
-            exec.calls[index].done = true;
-        }
+        self.mark_call_done(thread_id, index);
         let result =
             json!({ "interactionId": interaction.id, "status": InteractionStatus::Answered });
         let token = self.persist_command(

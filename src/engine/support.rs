@@ -20,6 +20,13 @@ impl Engine {
         }
     }
 
+    /// The call at `index` of the thread's active run has its result.
+    pub(super) fn mark_call_done(&mut self, tid: &str, index: usize) {
+        if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
+            exec.calls[index].done = true;
+        }
+    }
+
     pub(super) fn persist(&mut self, tid: &str, unit: UnitOfWork, then: Then) -> u64 {
         self.persist_with(0, tid, unit, then, None)
     }
