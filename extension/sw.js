@@ -8,6 +8,15 @@
 // itself comes from Cache Storage when this build's copy is there
 // (wasm-cache.js).
 //
+// One exception, made for the panel's reconnect after a kill: an extension
+// page's first message, an `initialize` of a thread whose snapshot the engine
+// cached at rest (src/engine/snapshot_cache.rs), is answered here from the
+// prefetched cache, before the engine has started, under the epoch this file
+// hands the engine (seq 0). The engine then adopts the port, or sends the
+// current snapshot if the cached one no longer holds. The check of the sender
+// here is at least as strict as the engine's (src/protocol.rs
+// classify_sender); anything else waits for the engine as before.
+//
 // Listeners must be registered synchronously during the first evaluation of
 // the script: Chrome wakes a stopped worker for an event and dispatches it only
 // to listeners that exist once the script has run. The wasm module needs a few
@@ -22,6 +31,13 @@ import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 let engine = null;
 let nextPortId = 1;
 const pending = [];
+// Set right before Engine.start(): from then on the engine may write, so
+// nothing is answered from the prefetched cache any more.
+let starting = false;
+let servedFromCache = 0;
+// This worker's event epoch (src/protocol.rs EventEnvelope), chosen here so
+// a snapshot sent from the cache and the engine's events share it.
+const epoch = `e${Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => b.toString(16).padStart(2, "0")).join("")}`;
 
 function deliver(call) {
   if (engine === null) {
@@ -69,7 +85,10 @@ const instantiated = instantiateModule(init, wasmUrl, build).then(({ from, copy 
 
 // Settles once the engine runs (or startup failed and was logged once).
 const ready = Promise.all([prefetched, instantiated])
-  .then(([early]) => Engine.start(early))
+  .then(([early]) => {
+    starting = true;
+    return Engine.start({ ...early, build, epoch });
+  })
   .then((started) => {
     engine = started;
     // For `make bench` only: lets the harness (CDP evaluate in this worker)
@@ -77,18 +96,80 @@ const ready = Promise.all([prefetched, instantiated])
     // where it came from, when the prefetch arrived and when the engine
     // became ready (ms since the worker started). Nothing in the extension
     // reads it.
-    globalThis.__swAgent = { engine: started, wasmAt, wasmFrom, prefetchAt, readyAt: performance.now() };
+    globalThis.__swAgent = {
+      engine: started,
+      wasmAt,
+      wasmFrom,
+      prefetchAt,
+      readyAt: performance.now(),
+      servedFromCache,
+    };
     for (const call of pending.splice(0)) deliver(call);
     if (wasmCopy) rememberModule(build, wasmCopy);
     wasmCopy = null;
   })
   .catch((err) => console.error("[sw-agent] engine failed to start; events stay queued", err));
 
+// The extension's own origin, as src/protocol.rs classify_sender compares it.
+const ownOrigin = new URL(chrome.runtime.getURL("")).origin;
+
+/** An extension page of this extension (never a content script or a web page). */
+function ownPage(port) {
+  const sender = port.sender ?? {};
+  const url = typeof sender.url === "string" ? sender.url : "";
+  return (
+    url.startsWith(`${ownOrigin}/`) &&
+    (sender.origin === undefined || sender.origin === ownOrigin) &&
+    sender.id === chrome.runtime.id
+  );
+}
+
+/**
+ * Answer a port's first message from the snapshot cache if the engine has
+ * not started, the port is an extension page, the message is an
+ * `initialize` of a thread, and this build cached that thread's snapshot.
+ * Returns a function telling, once the engine runs, which thread was served
+ * (null: none, the engine answers as usual).
+ */
+function answerFromCache(port, msg) {
+  let served = null;
+  const asked = msg !== null && typeof msg === "object" && msg.type === "initialize" ? msg.threadId : null;
+  if (!starting && engine === null && build !== null && typeof asked === "string" && ownPage(port)) {
+    // Runs before Engine.start() is called: `ready` waits on the same
+    // promise and was chained first, and start() is one more step away.
+    prefetched.then(({ store }) => {
+      if (starting || engine !== null || !Array.isArray(store?.snapshots)) return;
+      const record = store.snapshots.find((r) => r?.threadId === asked && r?.build === build);
+      if (!record) return;
+      try {
+        port.postMessage({ type: "initialized", seq: 0, epoch, snapshot: record.snapshot });
+        served = asked;
+        servedFromCache += 1;
+      } catch {
+        // The port closed: the engine handles the message as usual.
+      }
+    });
+  }
+  return () => served;
+}
+
 chrome.runtime.onConnect.addListener((port) => {
   const id = nextPortId++;
+  let first = true;
   // No message can arrive before this callback returns, so on_connect is
   // always delivered before the port's first message.
-  port.onMessage.addListener((msg) => deliver((e) => e.on_message(id, msg)));
+  port.onMessage.addListener((msg) => {
+    if (!first) {
+      deliver((e) => e.on_message(id, msg));
+      return;
+    }
+    first = false;
+    const served = answerFromCache(port, msg);
+    deliver((e) => {
+      const thread = served();
+      return thread === null ? e.on_message(id, msg) : e.on_cached_initialize(id, msg, thread);
+    });
+  });
   port.onDisconnect.addListener(() => deliver((e) => e.on_disconnect(id)));
   deliver((e) => e.on_connect(id, port));
 });

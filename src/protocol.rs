@@ -765,7 +765,9 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventEnvelope {
-    /// Increases by one per event of this engine instance.
+    /// Increases by one per event of this engine instance, from 1; 0 is
+    /// the `initialized` that sw.js sent from the snapshot cache before the
+    /// engine started (`engine/snapshot_cache.rs`).
     pub seq: u64,
     /// Random per engine instance; a new epoch means the SW restarted.
     pub epoch: String,

@@ -162,6 +162,8 @@ pub struct Sim {
     /// Driver-observed invariant violations (ack before commit, announce
     /// before commit, turn.complete before the terminal write).
     pub violations: Vec<String>,
+    /// Reconnects answered from the snapshot cache and adopted by the engine.
+    pub cache_adoptions: u64,
 }
 
 impl Sim {
@@ -215,6 +217,7 @@ impl Sim {
             loads: Vec::new(),
             tail_loads: Vec::new(),
             violations: Vec::new(),
+            cache_adoptions: 0,
         }
     }
 
@@ -309,7 +312,7 @@ impl Sim {
     pub fn release_persists(&mut self) {
         self.hold_persists = false;
         for (token, unit) in std::mem::take(&mut self.held) {
-            self.store.apply(&unit);
+            self.apply(&unit);
             self.commit_log.push(token);
             self.engine.handle_store_ack(self.now, token);
         }
@@ -321,10 +324,109 @@ impl Sim {
             return false;
         }
         let (token, unit) = self.held.remove(0);
-        self.store.apply(&unit);
+        self.apply(&unit);
         self.commit_log.push(token);
         self.engine.handle_store_ack(self.now, token);
         true
+    }
+
+    /// Commit a unit to the store. snapshot_cache: a unit that is not the
+    /// cache's own write leaves no cached snapshot behind (every unit
+    /// deletes them), so one in the store always shows the durable state.
+    fn apply(&mut self, unit: &crate::store::UnitOfWork) {
+        self.store.apply(unit);
+        let cache_write = unit
+            .puts
+            .iter()
+            .all(|r| matches!(r, crate::store::Record::Snapshot(_)));
+        if !cache_write && !self.store.snapshots.is_empty() {
+            let left: Vec<&String> = self.store.snapshots.keys().collect();
+            self.violations.push(format!(
+                "snapshot_cache: a unit committed and left the cached snapshots of {left:?}"
+            ));
+        }
+    }
+
+    /// Reconnect the way `extension/sw.js` does when the store holds this
+    /// build's cached snapshot of `thread_id`: the client gets that snapshot
+    /// (`seq` 0) before the engine sees its `initialize`, then the engine
+    /// adopts the subscription or sends the current snapshot. False (nothing
+    /// done) when no such snapshot is cached.
+    pub fn initialize_from_cache(&mut self, conn: ConnId, thread_id: &str) -> bool {
+        let Some(cached) = self
+            .store
+            .snapshots
+            .get(thread_id)
+            .filter(|c| c.build == self.config.build)
+            .cloned()
+        else {
+            return false;
+        };
+        // What the engine would send instead, had it no cache: checked
+        // against the cached one when it is sent (`check_snapshot_matches_cache`).
+        let probe = self.connect();
+        self.send(
+            probe,
+            Op::Initialize {
+                submission: Submission {
+                    client_id: "sim-probe".into(),
+                    submission_id: format!("probe-{conn}"),
+                },
+                thread_id: Some(thread_id.to_string()),
+            },
+        );
+        self.events.push((
+            conn,
+            crate::protocol::EventEnvelope {
+                seq: 0,
+                epoch: self.engine.epoch().to_string(),
+                event: Event::Initialized {
+                    snapshot: Box::new(cached.snapshot),
+                },
+            },
+        ));
+        let message = serde_json::json!({
+            "type": "initialize",
+            "clientId": "sim-user",
+            "submissionId": format!("init-cached-{conn}"),
+            "threadId": thread_id,
+        });
+        if self.engine.cached_snapshot_is_current(thread_id) {
+            self.cache_adoptions += 1;
+            // What the client was shown is the store's state only if no unit
+            // was issued since the snapshot was cached.
+            if self.engine.units_in_flight() > 0 {
+                self.violations.push(format!(
+                    "snapshot_cache: the cached snapshot of {thread_id} is held current with a unit in flight"
+                ));
+            }
+        }
+        self.engine
+            .handle_cached_initialize(self.now, conn, message, thread_id);
+        true
+    }
+
+    /// snapshot_cache: while the engine holds a cached snapshot current, the
+    /// snapshot it sends for that thread is the cached one, byte for byte.
+    fn check_snapshot_matches_cache(&mut self, event: &Event) {
+        let Event::Initialized { snapshot } = event else {
+            return;
+        };
+        let Some(thread) = &snapshot.thread else {
+            return;
+        };
+        let Some(cached) = self.store.snapshots.get(&thread.id) else {
+            return;
+        };
+        // Compared as what a client receives: the JSON text.
+        let cached = serde_json::to_string(&cached.snapshot).unwrap_or_default();
+        let sent = serde_json::to_string(&**snapshot).unwrap_or_default();
+        if self.engine.cached_snapshot_is_current(&thread.id) && cached != sent {
+            self.violations.push(format!(
+                "snapshot_cache: the cached snapshot of {} differs from the one sent:\n{cached}\n{sent}",
+                thread.id
+            ));
+        }
     }
 
     /// Drive until idle; panics on livelock (more than `max_steps`).
@@ -367,7 +469,7 @@ impl Sim {
                     );
                     return;
                 }
-                self.store.apply(&unit);
+                self.apply(&unit);
                 self.commit_log.push(token);
                 if crash == Some(CrashPoint::AfterCommit) {
                     self.crash();
@@ -469,6 +571,7 @@ impl Sim {
             }
             Effect::Send { conn, event } => {
                 self.check_event_is_durable(&event.event);
+                self.check_snapshot_matches_cache(&event.event);
                 let question = match &event.event {
                     Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
                     Event::Initialized { snapshot } => snapshot

@@ -15,6 +15,7 @@ use crate::model::{
     ApprovalRecord, EnvironmentRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt,
     Run, SiteRule, Thread,
 };
+use crate::protocol::Snapshot;
 
 /// Object store names. One logical checkpoint touches any subset in one transaction.
 pub mod stores {
@@ -29,7 +30,10 @@ pub mod stores {
     pub const INTERACTIONS: &str = "interactions";
     /// Keyed by run id; read only for unfinished runs.
     pub const ENVIRONMENTS: &str = "environments";
-    pub const ALL: [&str; 10] = [
+    /// Keyed by thread id: the snapshot cache (`CachedSnapshot`), read whole
+    /// by the worker script at start, never decoded by the engine.
+    pub const SNAPSHOTS: &str = "snapshots";
+    pub const ALL: [&str; 11] = [
         THREADS,
         NODES,
         RUNS,
@@ -40,6 +44,7 @@ pub mod stores {
         SITE_RULES,
         INTERACTIONS,
         ENVIRONMENTS,
+        SNAPSHOTS,
     ];
     /// What a starting engine reads whole: every store but the nodes (read
     /// per thread) and the environments (read per unfinished run). In this
@@ -65,8 +70,31 @@ pub mod stores {
 /// the engine writes an unfinished one's into its own record at start.
 /// 5: nodes gain the `threadTime` index ([threadId, createdAt]) so a cold
 /// start reads only the tail of a long thread (records unchanged).
+/// 6: the `snapshots` store (the snapshot cache; records unchanged).
 pub const DB_NAME: &str = "sw-agent";
-pub const DB_VERSION: u32 = 5;
+pub const DB_VERSION: u32 = 6;
+
+/// A thread's `initialized` snapshot, exactly as the engine that wrote it
+/// would send it, cached while nothing it shows can change
+/// (`engine/snapshot_cache.rs`). The worker script sends it to an extension
+/// page's `initialize` for this thread before the engine has started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedSnapshot {
+    pub thread_id: String,
+    /// The build that wrote it (`EngineConfig::build`): another build's
+    /// snapshot is never sent, its shape may differ.
+    pub build: String,
+    pub snapshot: Snapshot,
+}
+
+/// A cached snapshot found at start: whose, and by which build (None when
+/// only its key was read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedKey {
+    pub thread_id: String,
+    pub build: Option<String>,
+}
 
 /// A record to put.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +112,7 @@ pub enum Record {
     SiteRule(SiteRule),
     Interaction(InteractionRecord),
     Environment(EnvironmentRecord),
+    Snapshot(Box<CachedSnapshot>),
 }
 
 impl Record {
@@ -99,6 +128,7 @@ impl Record {
             Record::SiteRule(_) => stores::SITE_RULES,
             Record::Interaction(_) => stores::INTERACTIONS,
             Record::Environment(_) => stores::ENVIRONMENTS,
+            Record::Snapshot(_) => stores::SNAPSHOTS,
         }
     }
 }
@@ -182,6 +212,8 @@ pub struct StoreImage {
     /// Nodes of the threads listed in `loaded_threads`.
     pub nodes: Vec<Node>,
     pub loaded_threads: Vec<String>,
+    /// The snapshot cache's records (keys, and builds when known).
+    pub snapshots: Vec<CachedKey>,
 }
 
 /// A store failure, typed. `retryable` tells whether trying again may help.
@@ -212,6 +244,7 @@ pub struct MemoryStore {
     pub site_rules: BTreeMap<String, SiteRule>,
     pub interactions: BTreeMap<String, InteractionRecord>,
     pub environments: BTreeMap<String, EnvironmentRecord>,
+    pub snapshots: BTreeMap<String, CachedSnapshot>,
     /// Number of units applied (one per transaction).
     pub commits: u64,
 }
@@ -258,6 +291,9 @@ impl MemoryStore {
                 Record::Environment(e) => {
                     self.environments.insert(e.run_id.clone(), e.clone());
                 }
+                Record::Snapshot(c) => {
+                    self.snapshots.insert(c.thread_id.clone(), (**c).clone());
+                }
             }
         }
         for key in &unit.deletes {
@@ -291,6 +327,9 @@ impl MemoryStore {
                 }
                 stores::ENVIRONMENTS => {
                     self.environments.remove(&key.key);
+                }
+                stores::SNAPSHOTS => {
+                    self.snapshots.remove(&key.key);
                 }
                 _ => {}
             }
@@ -343,6 +382,14 @@ impl MemoryStore {
                 .collect(),
             nodes,
             loaded_threads,
+            snapshots: self
+                .snapshots
+                .values()
+                .map(|c| CachedKey {
+                    thread_id: c.thread_id.clone(),
+                    build: Some(c.build.clone()),
+                })
+                .collect(),
         }
     }
 

@@ -1505,6 +1505,7 @@ async fn prefetch(name: &str) -> JsValue {
         .map(|s| JsValue::from_str(s))
         .collect();
     set("image", image.into());
+    set("snapshots", stores::SNAPSHOTS.into());
     wasm_bindgen_futures::JsFuture::from(prefetch_store(&spec.into()))
         .await
         .unwrap()
@@ -1544,6 +1545,10 @@ fn store_prefetch_reads_the_engines_database_version_and_start_image() {
         .filter_map(|s| s.as_string())
         .collect();
     assert_eq!(image, stores::START_IMAGE);
+    assert_eq!(
+        field("snapshots").as_string().as_deref(),
+        Some(stores::SNAPSHOTS)
+    );
 }
 
 #[wasm_bindgen_test]
@@ -1569,28 +1574,69 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
         result: serde_json::json!({"threadId": "t1"}),
         created_at: 5,
     };
+    let cached = sw_agent::store::CachedSnapshot {
+        thread_id: "t1".into(),
+        build: "b1".into(),
+        snapshot: sw_agent::protocol::Snapshot {
+            protocol_version: sw_agent::protocol::PROTOCOL_VERSION,
+            threads: vec![t.summary()],
+            thread: None,
+        },
+    };
     store
         .commit(&UnitOfWork {
             puts: vec![
                 Record::Thread(t.clone()),
                 Record::Node(node.clone()),
                 Record::Receipt(receipt),
+                Record::Snapshot(Box::new(cached.clone())),
             ],
             ..Default::default()
         })
         .await
         .unwrap();
-    let (expected, skipped) = store.load_image().await.unwrap();
+    let (mut expected, skipped) = store.load_image().await.unwrap();
     assert!(skipped.is_empty());
+    // Read by the engine itself: the cache's keys only, none current.
+    assert_eq!(
+        expected.snapshots,
+        vec![sw_agent::store::CachedKey {
+            thread_id: "t1".into(),
+            build: None
+        }]
+    );
     store.close();
 
     let early = prefetch(name).await;
     assert!(early.is_object(), "an up-to-date database is prefetched");
-    let (store, values) = IdbStore::prefetched(name, &early).expect("the prefetch checks out");
-    let (image, skipped) = store.image_from(values).await.unwrap();
+    // The worker script gets the cached snapshot as the engine wrote it.
+    let records = js_sys::Array::from(&js_sys::Reflect::get(&early, &"snapshots".into()).unwrap());
+    assert_eq!(records.length(), 1);
+    let sent: serde_json::Value = serde_wasm_bindgen::from_value(
+        js_sys::Reflect::get(&records.get(0), &"snapshot".into()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sent, serde_json::to_value(&cached.snapshot).unwrap());
+    let (store, values, keys) =
+        IdbStore::prefetched(name, &early).expect("the prefetch checks out");
+    let (image, skipped) = store.image_from(values, keys).await.unwrap();
     assert!(skipped.is_empty());
+    // Prefetched, the build is known too.
+    assert_eq!(
+        image.snapshots,
+        vec![sw_agent::store::CachedKey {
+            thread_id: "t1".into(),
+            build: Some("b1".into())
+        }]
+    );
+    expected.snapshots = image.snapshots.clone();
     assert_eq!(image, expected);
     assert_eq!(image.threads, vec![t]);
+    // A unit deletes the cached snapshot like any record.
+    let mut unit = UnitOfWork::new();
+    unit.delete(stores::SNAPSHOTS, "t1");
+    store.commit(&unit).await.unwrap();
+    assert!(store.dump(stores::SNAPSHOTS).await.unwrap().is_empty());
     // The prefetched connection commits, and reads open their own.
     let mut t2 = thread("t2");
     t2.title = "after".into();
@@ -1641,6 +1687,12 @@ async fn idb_prefetch_never_creates_or_upgrades_and_a_stale_one_is_refused() {
     assert!(
         IdbStore::prefetched(name, &early).is_none(),
         "a store missing from the image"
+    );
+    let early = prefetch(name).await;
+    js_sys::Reflect::delete_property(&early.clone().into(), &"snapshots".into()).unwrap();
+    assert!(
+        IdbStore::prefetched(name, &early).is_none(),
+        "the snapshot cache not read"
     );
     assert!(IdbStore::prefetched(name, &JsValue::NULL).is_none());
     assert!(IdbStore::prefetched(name, &js_sys::Object::new().into()).is_none());

@@ -207,7 +207,11 @@ export type UncertainChoice =
 
 /** An event as sent on the wire: the event plus ordering metadata. */
 export type EventEnvelope = {
-  /** Increases by one per event of this engine instance. */
+  /**
+   * Increases by one per event of this engine instance, from 1; 0 is
+   * the `initialized` that sw.js sent from the snapshot cache before the
+   * engine started (`engine/snapshot_cache.rs`).
+   */
   seq: number;
   /** Random per engine instance; a new epoch means the SW restarted. */
   epoch: string;

@@ -24,6 +24,7 @@ impl Engine {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.subscribed = target.clone();
         }
+        self.cache_subscribed();
         let snapshot = self.snapshot(target.as_deref());
         self.send(
             conn,
@@ -31,6 +32,7 @@ impl Engine {
                 snapshot: Box::new(snapshot),
             },
         );
+        self.cache_maybe_write();
     }
 
     #[inline(never)]

@@ -22,6 +22,7 @@ mod environment;
 mod ids;
 mod interactions;
 mod run;
+mod snapshot_cache;
 mod support;
 
 pub use compaction::{verbatim_section, VERBATIM_HEADER, VERBATIM_MAX_TOKENS};
@@ -154,6 +155,14 @@ pub struct EngineConfig {
     /// A thread's latest run, any unfinished run, and every approval and
     /// question of one, are never deleted; pending ones neither.
     pub retention_ms: u64,
+    /// Which build this engine is (the extension's wasm build id). Cached
+    /// snapshots carry it and only this build's are ever sent; empty: no
+    /// snapshot is cached (`snapshot_cache.rs`).
+    pub build: String,
+    /// This instance's event epoch when the worker script chose it (it
+    /// answered an `initialize` from the snapshot cache under it, `seq` 0);
+    /// None: a random one.
+    pub epoch: Option<String>,
 }
 
 /// The most records one start (or one thread load) deletes (the rest go
@@ -191,6 +200,8 @@ impl Default for EngineConfig {
             // (BENCHMARKS.md item 19).
             snapshot_nodes: 60,
             retention_ms: 7 * 24 * 60 * 60 * 1000,
+            build: "dev".to_string(),
+            epoch: None,
         }
     }
 }
@@ -718,6 +729,11 @@ enum Then {
     Command {
         follow: Follow,
     },
+    /// The snapshot cache was written (`issued`: units issued before it).
+    SnapshotsCached {
+        issued: u64,
+        threads: Vec<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -775,6 +791,8 @@ pub struct Engine {
     title_requests: VecMap<u64, String>,
     /// `provider.test` requests in flight: request id → (reply, model, started at).
     test_requests: VecMap<u64, (Reply, String, u64)>,
+    /// What is known of the snapshot cache (`snapshot_cache.rs`).
+    cache: snapshot_cache::SnapshotCache,
 }
 
 impl Engine {
@@ -789,7 +807,13 @@ impl Engine {
         now: u64,
     ) -> Self {
         let mut ids = IdGen::new(seed);
-        let epoch = ids.next_id("e");
+        let random_epoch = ids.next_id("e");
+        let epoch = config.epoch.clone().unwrap_or(random_epoch);
+        let mut image = image;
+        let cache = snapshot_cache::SnapshotCache::from_start(
+            std::mem::take(&mut image.snapshots),
+            &config.build,
+        );
         let mut engine = Engine {
             config,
             profile,
@@ -809,6 +833,7 @@ impl Engine {
             heartbeat: false,
             title_requests: VecMap::new(),
             test_requests: VecMap::new(),
+            cache,
         };
         engine.restore(image, now);
         engine
@@ -827,6 +852,7 @@ impl Engine {
             environments,
             nodes,
             loaded_threads,
+            snapshots: _,
         } = image;
         for thread in threads {
             let loaded = loaded_threads.contains(&thread.id);
@@ -1316,6 +1342,7 @@ impl Engine {
             );
         }
         self.after_commit(now, pending);
+        self.cache_maybe_write();
     }
 
     /// A checkpoint failed; nothing of it was written.
@@ -1329,7 +1356,10 @@ impl Engine {
         let run_checkpoint = pending.reply.is_none()
             && !matches!(
                 pending.then,
-                Then::Command { .. } | Then::SteerAdmitted { .. } | Then::Upgraded
+                Then::Command { .. }
+                    | Then::SteerAdmitted { .. }
+                    | Then::Upgraded
+                    | Then::SnapshotsCached { .. }
             );
         if run_checkpoint && error.retryable && pending.attempts + 1 < PERSIST_ATTEMPTS {
             // Same unit again: every record is a put or delete by key, so a retry is idempotent.
@@ -1348,6 +1378,7 @@ impl Engine {
             self.effects.push_back(Effect::Persist { token, unit });
             return;
         }
+        self.cache_unit_failed(&pending.unit);
         let message = format!("Saving failed: {error}");
         if let Some((reply, _)) = &pending.reply {
             self.inflight_receipts
@@ -1372,6 +1403,7 @@ impl Engine {
             Then::RunStarted => self.drop_exec_if_unstarted(&tid),
             // Not a run checkpoint: the run keeps going; the next start tries again.
             Then::Upgraded => {}
+            Then::SnapshotsCached { .. } => self.cache_write_failed(),
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.

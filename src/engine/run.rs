@@ -1271,6 +1271,7 @@ pick a different element or tool, or explain the problem to the user.",
             }
             Then::TitleUpdated => self.broadcast_threads(),
             Then::Upgraded => {}
+            Then::SnapshotsCached { issued, threads } => self.cache_written(issued, threads),
             Then::Compacted => {
                 self.announce(&tid, &unit);
                 if self.take_pending_finish(now, &tid) {

@@ -45,6 +45,7 @@ impl Engine {
             self.add_receipt(now, &mut unit, reply, result);
         }
         self.stamp_path_lengths(&mut unit);
+        self.cache_invalidate(&mut unit);
         let token = self.next_handle();
         self.pending.insert(
             token,
@@ -634,7 +635,7 @@ impl Engine {
                     }
                 }
                 // The run in memory already holds it.
-                Record::Environment(_) => {}
+                Record::Environment(_) | Record::Snapshot(_) => {}
             }
         }
         for key in &unit.deletes {

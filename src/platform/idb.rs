@@ -30,7 +30,9 @@ use crate::model::{
     ApprovalRecord, EnvironmentRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt,
     Run, RunState, SiteRule, Thread,
 };
-use crate::store::{stores, threads_to_load, Record, StoreError, StoreImage, UnitOfWork};
+use crate::store::{
+    stores, threads_to_load, CachedKey, Record, StoreError, StoreImage, UnitOfWork,
+};
 
 use crate::store::DB_VERSION;
 
@@ -191,6 +193,7 @@ async fn open_rexie(name: &str) -> Result<Rexie, StoreError> {
                 .add_index(by_thread()),
         )
         .add_object_store(ObjectStore::new(stores::ENVIRONMENTS).key_path("runId"))
+        .add_object_store(ObjectStore::new(stores::SNAPSHOTS).key_path("threadId"))
         .build()
         .await
         .map_err(store_error)
@@ -244,11 +247,16 @@ impl IdbStore {
     }
 
     /// The store from what `extension/store-prefetch.js` read while the
-    /// module compiled: `{ db, version, image: { store: [records] } }`.
-    /// None (and the prefetched connection closed) unless it is a
-    /// connection to `name` at `DB_VERSION` with every start-image store
-    /// read; the caller then opens the database itself.
-    pub fn prefetched(name: &str, prefetch: &JsValue) -> Option<(Self, Vec<Vec<JsValue>>)> {
+    /// module compiled: `{ db, version, image: { store: [records] },
+    /// snapshots: [cached snapshots] }`. None (and the prefetched connection
+    /// closed) unless it is a connection to `name` at `DB_VERSION` with every
+    /// start-image store and the snapshot cache read; the caller then opens
+    /// the database itself. Of the cached snapshots only the thread and the
+    /// build are read (the worker script sends them, the engine never).
+    pub fn prefetched(
+        name: &str,
+        prefetch: &JsValue,
+    ) -> Option<(Self, Vec<Vec<JsValue>>, Vec<CachedKey>)> {
         use wasm_bindgen::JsCast;
         let field =
             |of: &JsValue, key: &str| js_sys::Reflect::get(of, &JsValue::from_str(key)).ok();
@@ -265,14 +273,30 @@ impl IdbStore {
                 })
                 .collect::<Option<Vec<_>>>()
         });
-        match values {
-            Some(values) if raw.name() == name && raw.version() == f64::from(DB_VERSION) => {
+        let cached = field(prefetch, "snapshots")
+            .filter(|v| v.is_array())
+            .map(|records| {
+                js_sys::Array::from(&records)
+                    .iter()
+                    .filter_map(|record| {
+                        let text = |key| field(&record, key).and_then(|v| v.as_string());
+                        Some(CachedKey {
+                            thread_id: text("threadId")?,
+                            build: text("build"),
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            });
+        match (values, cached) {
+            (Some(values), Some(cached))
+                if raw.name() == name && raw.version() == f64::from(DB_VERSION) =>
+            {
                 let store = IdbStore {
                     db: futures::lock::Mutex::new(None),
                     raw: std::cell::RefCell::new(Some(raw)),
                     name: name.to_string(),
                 };
-                Some((store, values))
+                Some((store, values, cached))
             }
             _ => {
                 raw.close();
@@ -350,6 +374,7 @@ impl IdbStore {
                 Record::SiteRule(x) => to_js(x)?,
                 Record::Interaction(x) => to_js(x)?,
                 Record::Environment(x) => to_js(x)?,
+                Record::Snapshot(x) => to_js(x)?,
             };
             puts.push((record.store_name(), value));
         }
@@ -407,9 +432,17 @@ impl IdbStore {
     /// Read what a starting engine needs (see [`StoreImage`]).
     pub async fn load_image(&self) -> Result<(StoreImage, Skipped), StoreError> {
         let db = self.rexie().await?;
+        let mut scope = stores::START_IMAGE.to_vec();
+        scope.push(stores::SNAPSHOTS);
         let tx = db
-            .transaction(&stores::START_IMAGE, TransactionMode::ReadOnly)
+            .transaction(&scope, TransactionMode::ReadOnly)
             .map_err(store_error)?;
+        // The snapshot cache's keys only: this engine never sends a cached
+        // snapshot, it only deletes them (no build: none is current).
+        let keys = async {
+            let store = tx.store(stores::SNAPSHOTS).map_err(store_error)?;
+            store.get_all_keys(None, None).await.map_err(store_error)
+        };
         let reads = stores::START_IMAGE.iter().map(|name| {
             let store = tx.store(name);
             async move {
@@ -417,12 +450,18 @@ impl IdbStore {
                 store.get_all(None, None).await.map_err(store_error)
             }
         });
-        let values = join_all(reads)
-            .await
+        let (values, keys) = futures::join!(join_all(reads), keys);
+        let values = values.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let cached = keys?
             .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
+            .filter_map(|k| k.as_string())
+            .map(|thread_id| CachedKey {
+                thread_id,
+                build: None,
+            })
+            .collect();
         drop(tx);
-        self.image_from(values).await
+        self.image_from(values, cached).await
     }
 
     /// The start image from the records of `stores::START_IMAGE` (in that
@@ -431,6 +470,7 @@ impl IdbStore {
     pub async fn image_from(
         &self,
         values: Vec<Vec<JsValue>>,
+        snapshots: Vec<CachedKey>,
     ) -> Result<(StoreImage, Skipped), StoreError> {
         let mut skipped = Vec::new();
         let [threads, runs, steers, queue, receipts, approvals, site_rules, interactions]: [Vec<
@@ -507,6 +547,7 @@ impl IdbStore {
             environments,
             nodes,
             loaded_threads,
+            snapshots,
         };
         Ok((image, skipped))
     }

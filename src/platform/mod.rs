@@ -888,6 +888,13 @@ async fn target_tab() -> Result<chrome::TabInfo, String> {
         })
 }
 
+/// A build id or an epoch from sw.js: 1–64 ASCII letters, digits, `-`, `_`.
+fn is_token(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// The engine as `extension/sw.js` sees it.
 #[wasm_bindgen(js_name = Engine)]
 pub struct EngineHandle {
@@ -914,9 +921,9 @@ impl EngineHandle {
         let prefetch = field("store").and_then(|p| IdbStore::prefetched(DB_NAME, &p));
         let from_prefetch = prefetch.is_some();
         let (store, image, skipped, opened) = match prefetch {
-            Some((store, values)) => {
+            Some((store, values, cached)) => {
                 let opened = metrics::precise_now();
-                let (image, skipped) = store.image_from(values).await.map_err(fail)?;
+                let (image, skipped) = store.image_from(values, cached).await.map_err(fail)?;
                 (store, image, skipped, opened)
             }
             None => IdbStore::open_with_image(DB_NAME).await.map_err(fail)?,
@@ -933,9 +940,18 @@ impl EngineHandle {
         let (profile, _) = parse_settings(&settings);
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))?;
-        // The side panel answers approval requests.
+        // The side panel answers approval requests. The build and the epoch
+        // come from sw.js (the snapshot cache, `engine/snapshot_cache.rs`):
+        // without a build nothing is cached.
+        let text = |key: &str| {
+            js_sys::Reflect::get(&prefetched, &JsValue::from_str(key))
+                .ok()
+                .and_then(|v| v.as_string())
+        };
         let config = EngineConfig {
             approver: Approver::Interactive,
+            build: text("build").filter(|b| is_token(b)).unwrap_or_default(),
+            epoch: text("epoch").filter(|e| is_token(e)),
             ..EngineConfig::default()
         };
         let engine = Engine::new(config, profile, u64::from_le_bytes(seed), image, now());
@@ -983,6 +999,15 @@ impl EngineHandle {
         let value = boundary::from_js_value(message);
         self.driver
             .input(|e, now| e.handle_message(now, id as ConnId, value));
+    }
+
+    /// The port's first message was an `initialize` that sw.js answered
+    /// with the cached snapshot of `thread_id` before the engine started
+    /// (`engine/snapshot_cache.rs`).
+    pub fn on_cached_initialize(&self, id: f64, message: JsValue, thread_id: String) {
+        let value = boundary::from_js_value(message);
+        self.driver
+            .input(|e, now| e.handle_cached_initialize(now, id as ConnId, value, &thread_id));
     }
 
     pub fn on_disconnect(&self, id: f64) {

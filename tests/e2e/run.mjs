@@ -370,6 +370,69 @@ isolatedTest('wasm_module_comes_from_cache_storage_and_a_damaged_copy_falls_back
   assert.deepEqual(repaired.keys, cached.keys);
 });
 
+// ------------------------------------------------- the snapshot cache ---
+
+/** The engine's cached snapshots (src/engine/snapshot_cache.rs), read from the panel's origin. */
+async function cachedSnapshots(panel) {
+  const db = await dumpIndexedDb(panel);
+  return db['sw-agent']?.snapshots ?? [];
+}
+
+isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}, async (session) => {
+  const { panel, context, extensionId } = session;
+  await submitTask(panel, TASK);
+  await answerApprovalInPanel(panel, 'acceptOnce');
+  const settled = await waitForSettledTurn(panel);
+  assert.equal(settled.state, 'completed', describeState(settled));
+  // At rest, the engine cached the snapshot of the panel's thread.
+  const cached = await waitFor(
+    async () => {
+      const records = await cachedSnapshots(panel);
+      return records.length === 1 ? records[0] : null;
+    },
+    { timeout: 30000, message: 'the panel thread cached at rest' },
+  );
+  assert.equal(cached.key, cached.value.threadId);
+  assert.equal(cached.value.snapshot.thread.id, cached.key);
+
+  const logBefore = (await portLog(panel)).length;
+  await killServiceWorker(context, extensionId, { page: panel });
+  await reconnectedToANewEngine(panel, settled.epoch);
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1, 'sw.js answered from the cache');
+  const after = (await portLog(panel)).slice(logBefore);
+  const connection = after.find((entry) => entry.dir === 'connect')?.connection;
+  const received = after.filter((entry) => entry.dir === 'in' && entry.connection === connection).map((entry) => JSON.parse(entry.json));
+  const first = received[0];
+  assert.equal(first.type, 'initialized');
+  assert.equal(first.seq, 0, 'sent by sw.js before the engine (seq 0)');
+  assert.deepEqual(first.snapshot, cached.value.snapshot, 'the cached snapshot, as the engine wrote it');
+  const reconnected = await readPanel(panel);
+  assert.equal(first.epoch, reconnected.epoch, "under the new engine's epoch");
+  assert.deepEqual(
+    topLevelNodes(reconnected).map((n) => [n.kind, n.text]),
+    topLevelNodes(settled).map((n) => [n.kind, n.text]),
+    'the panel shows the thread as before the kill',
+  );
+
+  // The engine adopted the port: no second snapshot, and the next turn's events reach it.
+  await submitTask(panel, 'Now tell me what you did');
+  await answerApprovalInPanel(panel, 'acceptOnce');
+  const next = await waitForSettledTurn(panel, { previousTurnId: settled.turnId });
+  assert.equal(next.state, 'completed', describeState(next));
+  const later = (await portLog(panel)).slice(logBefore).filter((entry) => entry.dir === 'in' && entry.connection === connection).map((entry) => JSON.parse(entry.json));
+  assert.equal(later.filter((m) => m.type === 'initialized').length, 1, 'one snapshot on the reconnected port');
+  assert.ok(later.some((m) => m.type === 'turn.start' && m.seq > 0 && m.epoch === first.epoch));
+  // The second turn's first checkpoint deleted the cached snapshot; the rest after it cached the new state.
+  const recached = await waitFor(
+    async () => {
+      const records = await cachedSnapshots(panel);
+      return records.length === 1 && records[0].value.snapshot.thread.run?.id !== cached.value.snapshot.thread.run?.id ? records[0] : null;
+    },
+    { timeout: 30000, message: 'the thread cached again after the second turn' },
+  );
+  assert.equal(recached.key, cached.key);
+});
+
 isolatedTest('auto_resume_streaming_run_after_sw_kill', { script: [{ stallMs: STALL_FOREVER_MS, text: 'Let me think', tickMs: 250, tickText: '.' }] }, async (session) => {
   const { panel, shop, mock, context, extensionId } = session;
   await watchConnection(panel);

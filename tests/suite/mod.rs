@@ -11,6 +11,7 @@ mod recovery;
 mod retention;
 mod retry;
 mod simulation;
+mod snapshot_cache;
 mod steering;
 pub mod support;
 mod threads;

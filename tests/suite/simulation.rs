@@ -33,6 +33,8 @@ impl Rng {
 
 struct Outcome {
     steps: usize,
+    /// Reconnects answered from the snapshot cache and adopted by the engine.
+    cache_adoptions: u64,
     crashes: u32,
     /// Runs refused on resume because the registry changed under them.
     drifted_runs: usize,
@@ -265,6 +267,7 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
         .count();
     Ok(Outcome {
         steps,
+        cache_adoptions: sim.cache_adoptions,
         crashes: sim.crashes,
         drifted_runs: drift.map_or(0, |d| d.started.len()),
         conflicts_refused,
@@ -395,6 +398,7 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
     let mut total_crashes = 0u64;
     let (mut drifted, mut conflicts, mut retries) = (0usize, 0usize, 0usize);
     let mut path_lengths = 0usize;
+    let mut adoptions = 0u64;
     for seed in 0..seeds {
         match run_schedule(seed) {
             Ok(o) => {
@@ -404,6 +408,7 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
                 conflicts += o.conflicts_refused;
                 retries += o.retries;
                 path_lengths += o.path_lengths;
+                adoptions += o.cache_adoptions;
             }
             Err(e) => panic!("seed {seed} failed: {e}\nreplay with: SIM_SEED={seed} cargo test simulation_crash_anywhere"),
         }
@@ -418,6 +423,10 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
         assert!(conflicts > 0, "no conflicting submission was refused");
         assert!(retries > 0, "no uncertain write was retried");
         assert!(
+            adoptions > seeds / 20,
+            "only {adoptions} reconnects were answered from the snapshot cache"
+        );
+        assert!(
             path_lengths as u64 > seeds / 2,
             "only {path_lengths} non-empty threads store their path length (checked against the path)"
         );
@@ -425,7 +434,8 @@ fn simulation_crash_anywhere_all_invariants_hold_over_seeded_schedules() {
     eprintln!(
         "{seeds} schedules, {total_steps} steps, {total_crashes} crashes, \
          {drifted} runs refused for drift, {conflicts} conflicting submissions refused, \
-         {retries} uncertain writes retried, {path_lengths} stored path lengths checked"
+         {retries} uncertain writes retried, {path_lengths} stored path lengths checked, \
+         {adoptions} reconnects answered from the snapshot cache"
     );
 }
 

@@ -1,0 +1,227 @@
+//! The snapshot cache: what a restarted worker can show a reconnecting
+//! panel before the engine runs.
+//!
+//! Chrome kills the worker often; the panel's Port reconnect starts it
+//! again and asks `initialize`. Fetching, compiling and starting the wasm
+//! engine is most of that cold start (BENCHMARKS.md), although a thread at
+//! rest looks exactly as it did before the kill. So, when nothing is in
+//! flight, the engine writes each subscribed thread's snapshot, as it would
+//! send it now, to the `snapshots` store (`CachedSnapshot`, stamped with
+//! the build). The worker script reads those records with the start image
+//! (`extension/store-prefetch.js`) and answers an extension page's
+//! `initialize` for such a thread itself (`extension/sw.js`: `seq` 0 under
+//! the epoch it hands the engine); the engine, once started, adopts the
+//! subscription without sending a second snapshot
+//! ([`Engine::handle_cached_initialize`]) — or sends the current one, which
+//! replaces the cached one on the panel, when it no longer holds.
+//!
+//! Why a cached snapshot is never stale: every unit of work the engine
+//! issues while a cached snapshot may exist deletes it in the same
+//! transaction (one more store in the first checkpoint after a rest, none
+//! in the following ones), and one is written only when no unit is in
+//! flight and no run is going, so no commit can land between the state it
+//! shows and the worker reading it. The simulation checks after every crash
+//! that a cached snapshot the fresh engine would adopt is exactly the
+//! snapshot it would send (`Sim::crash`).
+
+use super::*;
+use crate::store::{CachedKey, CachedSnapshot};
+
+/// What the engine knows of the `snapshots` store.
+#[derive(Debug, Default)]
+pub(super) struct SnapshotCache {
+    /// Threads whose cached snapshot may be in the store: the next unit
+    /// deletes them (a superset: deleting a missing key is harmless).
+    present: Vec<String>,
+    /// Threads whose cached snapshot is in the store, written by this build,
+    /// with no unit issued since: the worker script may have sent it.
+    valid: Vec<String>,
+    /// Something a snapshot shows may have changed, or a client subscribed,
+    /// since the cache was last written.
+    dirty: bool,
+    /// Units issued so far (a cache write is valid only if none followed it).
+    issued: u64,
+}
+
+impl SnapshotCache {
+    /// What a starting engine found in the store.
+    pub(super) fn from_start(found: Vec<CachedKey>, build: &str) -> Self {
+        let valid = found
+            .iter()
+            .filter(|k| !build.is_empty() && k.build.as_deref() == Some(build))
+            .map(|k| k.thread_id.clone())
+            .collect();
+        SnapshotCache {
+            present: found.into_iter().map(|k| k.thread_id).collect(),
+            valid,
+            dirty: true,
+            issued: 0,
+        }
+    }
+}
+
+impl Engine {
+    /// A unit is about to be issued: it deletes every cached snapshot, and
+    /// none is current any more.
+    pub(super) fn cache_invalidate(&mut self, unit: &mut UnitOfWork) {
+        let cache = &mut self.cache;
+        cache.issued += 1;
+        cache.valid.clear();
+        cache.dirty = true;
+        for thread_id in cache.present.drain(..) {
+            unit.delete(stores::SNAPSHOTS, thread_id);
+        }
+    }
+
+    /// A unit failed for good: the cached snapshots it was to delete may
+    /// still be there, so the next unit deletes them.
+    pub(super) fn cache_unit_failed(&mut self, unit: &UnitOfWork) {
+        for key in unit.deletes.iter().filter(|k| k.store == stores::SNAPSHOTS) {
+            if !self.cache.present.contains(&key.key) {
+                self.cache.present.push(key.key.clone());
+            }
+        }
+    }
+
+    /// A client subscribed to a thread: cache its snapshot at the next rest.
+    pub(super) fn cache_subscribed(&mut self) {
+        self.cache.dirty = true;
+    }
+
+    /// Nothing in flight that could change what a snapshot shows: no unit,
+    /// no run, no admission, no queued turn, no read, no title to write.
+    fn at_rest(&self) -> bool {
+        self.pending.is_empty()
+            && self.title_requests.is_empty()
+            && self.threads.values().all(|t| {
+                t.exec.is_none()
+                    && !t.loading
+                    && t.admitting.is_empty()
+                    && t.queue_inflight == 0
+                    && t.queue.is_empty()
+                    && t.steers.is_empty()
+                    && t.deferred.is_empty()
+                    && t.pending_title.is_none()
+                    && t.latest_run.as_ref().is_none_or(|r| r.state.is_terminal())
+            })
+    }
+
+    /// At rest with something new to cache: write the snapshot of every
+    /// thread a trusted client is subscribed to, in one unit of its own.
+    pub(super) fn cache_maybe_write(&mut self) {
+        if !self.cache.dirty || self.config.build.is_empty() || !self.at_rest() {
+            return;
+        }
+        let mut targets: Vec<String> = self
+            .conns
+            .values()
+            .filter(|c| c.kind == ClientKind::ExtensionPage)
+            .filter_map(|c| c.subscribed.clone())
+            .filter(|tid| !self.cache.valid.contains(tid))
+            .filter(|tid| {
+                self.threads
+                    .get(tid)
+                    .is_some_and(|t| t.thread.revision > 0 && (t.loaded || t.partial.is_some()))
+            })
+            .collect();
+        crate::sorting::sort(&mut targets);
+        targets.dedup();
+        self.cache.dirty = false;
+        if targets.is_empty() {
+            return;
+        }
+        let mut unit = UnitOfWork::new();
+        for tid in &targets {
+            let snapshot = self.snapshot(Some(tid));
+            unit.put(Record::Snapshot(Box::new(CachedSnapshot {
+                thread_id: tid.clone(),
+                build: self.config.build.clone(),
+                snapshot,
+            })));
+            if !self.cache.present.contains(tid) {
+                self.cache.present.push(tid.clone());
+            }
+        }
+        let token = self.next_handle();
+        self.pending.insert(
+            token,
+            Pending {
+                thread_id: String::new(),
+                unit: unit.clone(),
+                then: Then::SnapshotsCached {
+                    issued: self.cache.issued,
+                    threads: targets,
+                },
+                reply: None,
+                attempts: 0,
+            },
+        );
+        self.effects.push_back(Effect::Persist { token, unit });
+    }
+
+    /// The cache write committed: its snapshots are current unless a unit
+    /// was issued after it (that unit deletes them).
+    pub(super) fn cache_written(&mut self, issued: u64, threads: Vec<String>) {
+        if self.cache.issued != issued {
+            return;
+        }
+        for tid in threads {
+            if !self.cache.valid.contains(&tid) {
+                self.cache.valid.push(tid);
+            }
+        }
+    }
+
+    /// The cache write failed: try again at the next rest.
+    pub(super) fn cache_write_failed(&mut self) {
+        self.cache.dirty = true;
+    }
+
+    /// An `initialize` the worker script already answered with the cached
+    /// snapshot of `thread_id` (before this engine started). When that
+    /// snapshot is still current the port is subscribed and nothing is
+    /// sent; otherwise the op is handled as usual and the client gets the
+    /// current snapshot, which replaces the cached one.
+    pub fn handle_cached_initialize(
+        &mut self,
+        now: u64,
+        conn: ConnId,
+        message: Value,
+        thread_id: &str,
+    ) {
+        let trusted = self.conns.get(&conn).map(|c| c.kind) == Some(ClientKind::ExtensionPage);
+        let current = trusted
+            && self.cache.valid.iter().any(|t| t == thread_id)
+            && self.threads.contains_key(thread_id)
+            && matches!(
+                Op::from_value(message.clone()),
+                Ok(Op::Initialize { thread_id: Some(ref t), .. }) if t == thread_id
+            );
+        if !current {
+            return self.handle_message(now, conn, message);
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.subscribed = Some(thread_id.to_string());
+        }
+    }
+
+    /// Whether the cached snapshot of `thread_id` is current (tests and the
+    /// simulation's check).
+    pub fn cached_snapshot_is_current(&self, thread_id: &str) -> bool {
+        self.cache.valid.iter().any(|t| t == thread_id)
+    }
+
+    /// Units of work issued and not yet committed, the cache's own writes
+    /// aside (the simulation's check: none while a cached snapshot is current).
+    pub fn units_in_flight(&self) -> usize {
+        self.pending
+            .values()
+            .filter(|p| !matches!(p.then, Then::SnapshotsCached { .. }))
+            .count()
+    }
+
+    /// The snapshot `initialize` would send for `thread_id` now.
+    pub fn snapshot_of(&self, thread_id: &str) -> Snapshot {
+        self.snapshot(Some(thread_id))
+    }
+}

@@ -1,0 +1,290 @@
+//! The snapshot cache (`src/engine/snapshot_cache.rs`): a subscribed
+//! thread's snapshot is cached at rest, deleted by the next unit of work,
+//! adopted by a restarted engine when still current, and replaced by the
+//! current snapshot when not. The crash-anywhere simulation checks the same
+//! rules over 10,000 schedules (`Sim::apply`, `Sim::initialize_from_cache`).
+
+use super::support::*;
+use sw_agent::protocol::{Event, Op};
+use sw_agent::sim::Sim;
+
+const DAY: u64 = 24 * 60 * 60 * 1000;
+
+/// A finished one-turn thread with a subscribed client, settled.
+fn thread_at_rest(seed: u64) -> (Sim, u64, String) {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(2000);
+    let tid = sim.store.threads.keys().next().cloned().expect("a thread");
+    (sim, conn, tid)
+}
+
+fn snapshots_sent(sim: &Sim, conn: u64) -> Vec<String> {
+    sim.events_for(conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Initialized { snapshot } => Some(serde_json::to_string(snapshot).unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn snapshot_cache_is_written_at_rest_and_deleted_by_the_next_unit() {
+    let (mut sim, conn, tid) = thread_at_rest(1);
+    let cached = sim
+        .store
+        .snapshots
+        .get(&tid)
+        .expect("cached at rest")
+        .clone();
+    assert_eq!(cached.build, sim.config.build);
+    assert!(sim.engine.cached_snapshot_is_current(&tid));
+    // It is what `initialize` sends for the thread now.
+    let other = sim.connect();
+    sim.send(other, initialize("i1", Some(&tid)));
+    sim.run(100);
+    assert_eq!(
+        snapshots_sent(&sim, other),
+        vec![serde_json::to_string(&cached.snapshot).unwrap()]
+    );
+
+    // The next turn's first checkpoint deletes it, in the same transaction.
+    sim.hold_persists = true;
+    sim.send(conn, submit("s2", Some(&tid), "Again"));
+    for _ in 0..50 {
+        if !sim.held.is_empty() {
+            break;
+        }
+        sim.step();
+    }
+    assert!(!sim.engine.cached_snapshot_is_current(&tid));
+    let (_, first) = &sim.held[0];
+    assert!(
+        first
+            .deletes
+            .iter()
+            .any(|k| k.store == "snapshots" && k.key == tid),
+        "the first unit after the rest deletes the cached snapshot: {:?}",
+        first.deletes
+    );
+    assert!(sim.release_one());
+    assert!(sim.store.snapshots.is_empty());
+    // While the turn runs nothing is cached; at its end the new state is.
+    sim.hold_persists = false;
+    sim.release_persists();
+    let mut cached_during_turn = false;
+    for _ in 0..2000 {
+        let running = sim.store.runs.values().any(|r| !r.state.is_terminal());
+        cached_during_turn |= running && !sim.store.snapshots.is_empty();
+        if !sim.step() {
+            break;
+        }
+    }
+    assert!(
+        !cached_during_turn,
+        "a snapshot was cached while a run was going"
+    );
+    let again = sim
+        .store
+        .snapshots
+        .get(&tid)
+        .expect("cached at the next rest");
+    assert_ne!(again.snapshot, cached.snapshot);
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_adopted_by_a_restarted_engine_sends_no_second_snapshot() {
+    let (mut sim, _, tid) = thread_at_rest(2);
+    let cached = sim.store.snapshots.get(&tid).unwrap().clone();
+    sim.crash();
+    assert!(sim.engine.cached_snapshot_is_current(&tid));
+    let conn = sim.connect();
+    assert!(sim.initialize_from_cache(conn, &tid));
+    sim.run(200);
+    // The client has the cached snapshot (seq 0) and nothing more.
+    assert_eq!(
+        snapshots_sent(&sim, conn),
+        vec![serde_json::to_string(&cached.snapshot).unwrap()]
+    );
+    let first = sim.events.iter().find(|(c, _)| *c == conn).unwrap();
+    assert_eq!(first.1.seq, 0);
+    assert_eq!(first.1.epoch, sim.engine.epoch());
+    // The port is subscribed: the next turn's events reach it.
+    sim.send(conn, submit("s2", Some(&tid), "Again"));
+    sim.run(2000);
+    let events = sim.events_for(conn);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::TurnStart { thread_id, .. } if *thread_id == tid)));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if *thread_id == tid)));
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_changed_at_start_is_replaced_by_the_current_snapshot() {
+    let (mut sim, _, tid) = thread_at_rest(3);
+    let cached = sim.store.snapshots.get(&tid).unwrap().clone();
+    // A week later the start deletes expired receipts: a unit, so the
+    // snapshot the worker script sent may no longer be what the engine has.
+    sim.now += 8 * DAY;
+    sim.crash();
+    assert!(!sim.engine.cached_snapshot_is_current(&tid));
+    let conn = sim.connect();
+    assert!(sim.initialize_from_cache(conn, &tid));
+    sim.run(200);
+    let sent = snapshots_sent(&sim, conn);
+    assert_eq!(sent.len(), 2, "the cached snapshot, then the current one");
+    assert_eq!(sent[0], serde_json::to_string(&cached.snapshot).unwrap());
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_of_another_build_is_never_served_and_is_deleted() {
+    let (mut sim, _, tid) = thread_at_rest(4);
+    sim.config.build = "next-build".into();
+    sim.crash();
+    assert!(!sim.engine.cached_snapshot_is_current(&tid));
+    let conn = sim.connect();
+    assert!(
+        !sim.initialize_from_cache(conn, &tid),
+        "another build's snapshot was served"
+    );
+    // The first unit deletes it; the next rest caches this build's.
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.send(conn, submit("s2", Some(&tid), "Again"));
+    sim.run(2000);
+    let cached = sim.store.snapshots.get(&tid).expect("cached again");
+    assert_eq!(cached.build, "next-build");
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_left_by_a_failed_unit_is_deleted_by_the_next_one() {
+    let (mut sim, conn, tid) = thread_at_rest(5);
+    assert!(sim.store.snapshots.contains_key(&tid));
+    // A command whose unit fails: nothing of it is written, the cached
+    // snapshot stays, and the engine must still delete it later.
+    sim.fail_next_persists = 1;
+    sim.send(conn, submit("s2", Some(&tid), "Again"));
+    sim.run(100);
+    assert!(sim.store.snapshots.contains_key(&tid));
+    assert!(!sim.engine.cached_snapshot_is_current(&tid));
+    sim.send(conn, submit("s3", Some(&tid), "Once more"));
+    sim.run(2000);
+    // `Sim::apply` records a unit that committed and left a cached snapshot.
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+    assert!(
+        sim.store.snapshots.contains_key(&tid),
+        "cached again at rest"
+    );
+}
+
+#[test]
+fn snapshot_cache_not_written_while_waiting_for_an_approval() {
+    let mut sim = Sim::new(6, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(2000);
+    let waiting = sim
+        .store
+        .approvals
+        .values()
+        .any(|a| a.status == sw_agent::model::ApprovalStatus::Pending);
+    assert!(waiting, "the demo task asks before clicking");
+    assert!(sim.store.snapshots.is_empty());
+}
+
+#[test]
+fn snapshot_cache_adoption_refused_to_an_untrusted_port() {
+    let (mut sim, _, tid) = thread_at_rest(7);
+    sim.crash();
+    let conn = sim.connect_as(sw_agent::protocol::ClientKind::Untrusted);
+    let message = serde_json::json!({
+        "type": "initialize", "clientId": "x", "submissionId": "i1", "threadId": tid,
+    });
+    sim.engine
+        .handle_cached_initialize(sim.now, conn, message, &tid);
+    sim.run(100);
+    // Handled as any op from it: refused, and no subscription.
+    let events = sim.events_for(conn);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::CommandReject { .. })),
+        "{events:?}"
+    );
+    let panel = sim.connect();
+    sim.send(
+        panel,
+        Op::TurnSubmit {
+            submission: submission("s2"),
+            thread_id: Some(tid.clone()),
+            input: sw_agent::protocol::UserInput {
+                text: "Again".into(),
+            },
+            replaces: None,
+        },
+    );
+    sim.run(2000);
+    assert!(!sim
+        .events_for(conn)
+        .iter()
+        .any(|e| matches!(e, Event::TurnStart { .. })));
+}
+
+#[test]
+fn snapshot_cache_write_overtaken_by_a_unit_is_written_again() {
+    let (mut sim, conn, tid) = thread_at_rest(8);
+    // A new thread (a unit) makes the engine cache again at the next rest;
+    // hold that write and issue another unit before it commits.
+    sim.hold_persists = true;
+    let creator = sim.connect();
+    sim.send(
+        creator,
+        Op::ThreadCreate {
+            submission: submission("c1"),
+        },
+    );
+    sim.drain_effects();
+    assert!(sim.release_one(), "the thread.create unit");
+    sim.drain_effects();
+    let cache_write = sim.held.iter().any(|(_, unit)| {
+        !unit.puts.is_empty()
+            && unit
+                .puts
+                .iter()
+                .all(|r| matches!(r, sw_agent::store::Record::Snapshot(_)))
+    });
+    assert!(cache_write, "the cache write is held: {:?}", sim.held.len());
+    sim.send(
+        conn,
+        Op::ThreadCreate {
+            submission: submission("c2"),
+        },
+    );
+    sim.drain_effects();
+    sim.hold_persists = false;
+    sim.release_persists();
+    sim.run(200);
+    // The overtaken write's snapshots were deleted by the later unit; the
+    // rest after it cached both subscribed threads (the two new ones) again.
+    let created: Vec<&String> = sim.store.threads.keys().filter(|t| **t != tid).collect();
+    assert_eq!(created.len(), 2);
+    for thread in created {
+        let cached = sim
+            .store
+            .snapshots
+            .get(thread)
+            .expect("cached after the overtaking unit");
+        assert!(sim.engine.cached_snapshot_is_current(thread));
+        assert_eq!(cached.build, sim.config.build);
+    }
+    assert_eq!(sim.engine.units_in_flight(), 0);
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
