@@ -62,8 +62,9 @@ let wasmAt = 0;
 let prefetchAt = 0;
 // Neither may throw here (an exception at the top level fails the worker's
 // registration): every failure becomes "not prefetched".
+const storePrefetched = prefetchStore().catch(() => null);
 const prefetched = Promise.all([
-  prefetchStore().catch(() => null),
+  storePrefetched,
   Promise.resolve()
     .then(() => chrome.storage.local.get("settings"))
     .catch(() => null),
@@ -135,9 +136,9 @@ function answerFromCache(port, msg) {
   let served = null;
   const asked = msg !== null && typeof msg === "object" && msg.type === "initialize" ? msg.threadId : null;
   if (!starting && engine === null && build !== null && typeof asked === "string" && ownPage(port)) {
-    // Runs before Engine.start() is called: `ready` waits on the same
-    // promise and was chained first, and start() is one more step away.
-    prefetched.then(({ store }) => {
+    // Runs before Engine.start() is called: `ready` waits on this promise
+    // (through `prefetched`, chained first) and start() is steps further.
+    storePrefetched.then((store) => {
       if (starting || engine !== null || !Array.isArray(store?.snapshots)) return;
       const record = store.snapshots.find((r) => r?.threadId === asked && r?.build === build);
       if (!record) return;

@@ -105,6 +105,35 @@ export async function pageColdConnect({ threadId = null, name = 'panel' }) {
 }
 
 /**
+ * The engine's snapshot cache (src/engine/snapshot_cache.rs), from an
+ * extension page: `clear` empties it (run while the worker is dead, so the
+ * next start finds no cached snapshot), otherwise whether `threadId` has one.
+ */
+export async function pageSnapshotCache({ dbName, threadId = null, clear = false }) {
+  const db = await new Promise((resolve, reject) => {
+    const request = indexedDB.open(dbName);
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+  try {
+    if (!db.objectStoreNames.contains('snapshots')) return false;
+    const tx = db.transaction('snapshots', clear ? 'readwrite' : 'readonly');
+    const request = clear ? tx.objectStore('snapshots').clear() : tx.objectStore('snapshots').getKey(threadId);
+    const result = await new Promise((resolve, reject) => {
+      request.onsuccess = () => resolve(request.result);
+      request.onerror = () => reject(request.error);
+    });
+    await new Promise((resolve, reject) => {
+      tx.oncomplete = resolve;
+      tx.onabort = () => reject(tx.error);
+    });
+    return clear ? true : result !== undefined;
+  } finally {
+    db.close();
+  }
+}
+
+/**
  * Submits one turn on Port `key` and waits for its `turn.complete`.
  * Returns the wall time (submit posted → turn.complete received), the ACK
  * latency, event counts and the statuses of the tool results.
@@ -288,6 +317,7 @@ export function swTiming() {
     startOpenMs: agent ? agent.engine.metrics().startOpenMs : null,
     startImageMs: agent ? agent.engine.metrics().startImageMs : null,
     startSettingsMs: agent ? agent.engine.metrics().startSettingsMs : null,
+    servedFromCache: agent?.servedFromCache ?? null,
   };
 }
 

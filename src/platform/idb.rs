@@ -437,22 +437,28 @@ impl IdbStore {
         let tx = db
             .transaction(&scope, TransactionMode::ReadOnly)
             .map_err(store_error)?;
-        // The snapshot cache's keys only: this engine never sends a cached
-        // snapshot, it only deletes them (no build: none is current).
-        let keys = async {
-            let store = tx.store(stores::SNAPSHOTS).map_err(store_error)?;
-            store.get_all_keys(None, None).await.map_err(store_error)
-        };
-        let reads = stores::START_IMAGE.iter().map(|name| {
+        // Of the snapshot cache the keys only: this engine never sends a
+        // cached snapshot, it only deletes them (no build: none is current).
+        let reads = scope.iter().map(|name| {
             let store = tx.store(name);
+            let keys_only = *name == stores::SNAPSHOTS;
             async move {
                 let store = store.map_err(store_error)?;
-                store.get_all(None, None).await.map_err(store_error)
+                if keys_only {
+                    store.get_all_keys(None, None).await
+                } else {
+                    store.get_all(None, None).await
+                }
+                .map_err(store_error)
             }
         });
-        let (values, keys) = futures::join!(join_all(reads), keys);
-        let values = values.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let cached = keys?
+        let mut values = join_all(reads)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let cached = values
+            .pop()
+            .unwrap_or_default()
             .into_iter()
             .filter_map(|k| k.as_string())
             .map(|thread_id| CachedKey {
