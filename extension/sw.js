@@ -8,14 +8,16 @@
 // itself comes from Cache Storage when this build's copy is there
 // (wasm-cache.js).
 //
-// One exception, made for the panel's reconnect after a kill: an extension
-// page's first message, an `initialize` of a thread whose snapshot the engine
-// cached at rest (src/engine/snapshot_cache.rs), is answered here from the
-// prefetched cache, before the engine has started, under the epoch this file
-// hands the engine (seq 0). The engine then adopts the port, or sends the
-// current snapshot if the cached one no longer holds. The check of the sender
-// here is at least as strict as the engine's (src/protocol.rs
-// classify_sender); anything else waits for the engine as before.
+// One exception, made for the panel's reconnect after a kill and for a
+// fresh panel: an extension page's first message, an `initialize` of a
+// thread whose snapshot the engine cached at rest
+// (src/engine/snapshot_cache.rs), is answered here from the snapshot as the
+// prefetch read it, under the epoch this file hands the engine (seq 0):
+// before the engine runs, or once it runs if it says that snapshot is still
+// current. The engine then adopts the port, or sends the current snapshot if
+// its start changed the thread. The check of the sender here is at least as
+// strict as the engine's (src/protocol.rs classify_sender); anything else
+// goes to the engine as before.
 //
 // Listeners must be registered synchronously during the first evaluation of
 // the script: Chrome wakes a stopped worker for an event and dispatches it only
@@ -31,10 +33,15 @@ import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 let engine = null;
 let nextPortId = 1;
 const pending = [];
-// Set right before Engine.start(): from then on the engine may write, so
-// nothing is answered from the prefetched cache any more.
-let starting = false;
 let servedFromCache = 0;
+// The cached snapshots the prefetch read (dropped 30 s after the engine
+// runs: the reconnects they serve come right after a start).
+let startSnapshots = null;
+// For `make bench` and the e2e tests (globalThis.__swAgent): when the first
+// port message arrived and when Engine.start() was called (ms since the
+// worker started).
+let firstMessageAt = null;
+let startCalledAt = null;
 // This worker's event epoch (src/protocol.rs EventEnvelope), chosen here so
 // a snapshot sent from the cache and the engine's events share it.
 const epoch = `e${Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => b.toString(16).padStart(2, "0")).join("")}`;
@@ -63,6 +70,9 @@ let prefetchAt = 0;
 // Neither may throw here (an exception at the top level fails the worker's
 // registration): every failure becomes "not prefetched".
 const storePrefetched = prefetchStore().catch(() => null);
+storePrefetched.then((store) => {
+  startSnapshots = Array.isArray(store?.snapshots) ? store.snapshots : null;
+});
 const prefetched = Promise.all([
   storePrefetched,
   Promise.resolve()
@@ -87,7 +97,7 @@ const instantiated = instantiateModule(init, wasmUrl, build).then(({ from, copy 
 // Settles once the engine runs (or startup failed and was logged once).
 const ready = Promise.all([prefetched, instantiated])
   .then(([early]) => {
-    starting = true;
+    startCalledAt = performance.now();
     return Engine.start({ ...early, build, epoch });
   })
   .then((started) => {
@@ -103,9 +113,18 @@ const ready = Promise.all([prefetched, instantiated])
       wasmFrom,
       prefetchAt,
       readyAt: performance.now(),
-      servedFromCache,
+      get servedFromCache() {
+        return servedFromCache;
+      },
+      get firstMessageAt() {
+        return firstMessageAt;
+      },
+      startCalledAt,
     };
     for (const call of pending.splice(0)) deliver(call);
+    setTimeout(() => {
+      startSnapshots = null;
+    }, 30000);
     if (wasmCopy) rememberModule(build, wasmCopy);
     wasmCopy = null;
   })
@@ -126,31 +145,41 @@ function ownPage(port) {
 }
 
 /**
- * Answer a port's first message from the snapshot cache if the engine has
- * not started, the port is an extension page, the message is an
- * `initialize` of a thread, and this build cached that thread's snapshot.
- * Returns a function telling, once the engine runs, which thread was served
- * (null: none, the engine answers as usual).
+ * Answer a port's first message from the snapshot cache when the port is an
+ * extension page, the message is an `initialize`, and this build cached the
+ * snapshot of the thread it opens (the one named, or for no thread id the
+ * most recent one, which the engine marks `recent`): before the engine runs,
+ * as soon as the prefetch arrived; once it runs, if it says that snapshot is
+ * still current. Returns a function telling, when the engine gets the
+ * message, which thread was served (null: none, the engine answers).
  */
 function answerFromCache(port, msg) {
   let served = null;
-  const asked = msg !== null && typeof msg === "object" && msg.type === "initialize" ? msg.threadId : null;
-  if (!starting && engine === null && build !== null && typeof asked === "string" && ownPage(port)) {
-    // Runs before Engine.start() is called: `ready` waits on this promise
-    // (through `prefetched`, chained first) and start() is steps further.
-    storePrefetched.then((store) => {
-      if (starting || engine !== null || !Array.isArray(store?.snapshots)) return;
-      const record = store.snapshots.find((r) => r?.threadId === asked && r?.build === build);
-      if (!record) return;
-      try {
-        port.postMessage({ type: "initialized", seq: 0, epoch, snapshot: record.snapshot });
-        served = asked;
-        servedFromCache += 1;
-      } catch {
-        // The port closed: the engine handles the message as usual.
-      }
-    });
+  const asked = msg !== null && typeof msg === "object" && msg.type === "initialize" ? (msg.threadId ?? null) : undefined;
+  if (build === null || (asked !== null && typeof asked !== "string") || !ownPage(port)) return () => served;
+  const serve = (record) => {
+    try {
+      port.postMessage({ type: "initialized", seq: 0, epoch, snapshot: record.snapshot });
+      served = record.threadId;
+      servedFromCache += 1;
+    } catch {
+      // The port closed: the engine handles the message as usual.
+    }
+  };
+  const ours = (r) => r?.build === build && typeof r.threadId === "string";
+  if (engine !== null) {
+    const thread = engine.start_snapshot_for(asked ?? undefined);
+    const record = typeof thread === "string" ? startSnapshots?.find((r) => ours(r) && r.threadId === thread) : null;
+    if (record) serve(record);
+    return () => served;
   }
+  // Runs before the engine gets the message: the pending calls are flushed
+  // only after Engine.start(), which waits for this promise too.
+  storePrefetched.then(() => {
+    if (engine !== null) return;
+    const record = startSnapshots?.find((r) => ours(r) && (asked === null ? r.recent === true : r.threadId === asked));
+    if (record) serve(record);
+  });
   return () => served;
 }
 
@@ -165,6 +194,7 @@ chrome.runtime.onConnect.addListener((port) => {
       return;
     }
     first = false;
+    firstMessageAt ??= performance.now();
     const served = answerFromCache(port, msg);
     deliver((e) => {
       const thread = served();

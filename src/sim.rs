@@ -164,6 +164,9 @@ pub struct Sim {
     pub violations: Vec<String>,
     /// Reconnects answered from the snapshot cache and adopted by the engine.
     pub cache_adoptions: u64,
+    /// The cached snapshots as the worker script read them when this engine
+    /// started (it never reads the store again).
+    pub start_snapshots: Vec<crate::store::CachedSnapshot>,
 }
 
 impl Sim {
@@ -218,6 +221,7 @@ impl Sim {
             tail_loads: Vec::new(),
             violations: Vec::new(),
             cache_adoptions: 0,
+            start_snapshots: Vec::new(),
         }
     }
 
@@ -264,6 +268,7 @@ impl Sim {
             .seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
+        self.start_snapshots = self.store.snapshots.values().cloned().collect();
         self.engine = Engine::new(
             self.config.clone(),
             self.profile.clone(),
@@ -347,21 +352,27 @@ impl Sim {
         }
     }
 
-    /// Reconnect the way `extension/sw.js` does when the store holds this
-    /// build's cached snapshot of `thread_id`: the client gets that snapshot
+    /// Reconnect the way `extension/sw.js` does when, at this engine's
+    /// start, the store held this build's cached snapshot of `asked` (None:
+    /// of the thread a fresh panel opens): the client gets that snapshot
     /// (`seq` 0) before the engine sees its `initialize`, then the engine
     /// adopts the subscription or sends the current snapshot. False (nothing
-    /// done) when no such snapshot is cached.
-    pub fn initialize_from_cache(&mut self, conn: ConnId, thread_id: &str) -> bool {
+    /// done) when no such snapshot was cached.
+    pub fn initialize_from_cache(&mut self, conn: ConnId, asked: Option<&str>) -> bool {
         let Some(cached) = self
-            .store
-            .snapshots
-            .get(thread_id)
+            .start_snapshots
+            .iter()
+            .find(|c| match asked {
+                Some(t) => c.thread_id == t,
+                None => c.recent,
+            })
             .filter(|c| c.build == self.config.build)
             .cloned()
         else {
             return false;
         };
+        let thread_id = cached.thread_id.clone();
+        let thread_id = thread_id.as_str();
         // What the engine would send instead, had it no cache: checked
         // against the cached one when it is sent (`check_snapshot_matches_cache`).
         let probe = self.connect();
@@ -389,9 +400,9 @@ impl Sim {
             "type": "initialize",
             "clientId": "sim-user",
             "submissionId": format!("init-cached-{conn}"),
-            "threadId": thread_id,
+            "threadId": asked,
         });
-        if self.engine.cached_snapshot_is_current(thread_id) {
+        if self.engine.start_snapshot_for(asked).as_deref() == Some(thread_id) {
             self.cache_adoptions += 1;
             // What the client was shown is the store's state only if no unit
             // was issued since the snapshot was cached.

@@ -85,6 +85,10 @@ pub struct CachedSnapshot {
     /// The build that wrote it (`EngineConfig::build`): another build's
     /// snapshot is never sent, its shape may differ.
     pub build: String,
+    /// The thread an `initialize` without a thread id opens (the most
+    /// recently updated) when this was written.
+    #[serde(default)]
+    pub recent: bool,
     pub snapshot: Snapshot,
 }
 

@@ -15,12 +15,7 @@ impl Engine {
     pub(super) fn op_initialize(&mut self, conn: ConnId, thread_id: Option<String>) {
         let target = thread_id
             .filter(|id| self.threads.contains_key(id))
-            .or_else(|| {
-                self.threads
-                    .values()
-                    .max_by_key(|t| (t.thread.updated_at, t.thread.id.clone()))
-                    .map(|t| t.thread.id.clone())
-            });
+            .or_else(|| self.most_recent_thread());
         if let Some(c) = self.conns.get_mut(&conn) {
             c.subscribed = target.clone();
         }

@@ -5,12 +5,15 @@
 //! again and asks `initialize`. Fetching, compiling and starting the wasm
 //! engine is most of that cold start (BENCHMARKS.md), although a thread at
 //! rest looks exactly as it did before the kill. So, when nothing is in
-//! flight, the engine writes each subscribed thread's snapshot, as it would
-//! send it now, to the `snapshots` store (`CachedSnapshot`, stamped with
-//! the build). The worker script reads those records with the start image
-//! (`extension/store-prefetch.js`) and answers an extension page's
-//! `initialize` for such a thread itself (`extension/sw.js`: `seq` 0 under
-//! the epoch it hands the engine); the engine, once started, adopts the
+//! flight, the engine writes the snapshot of each subscribed thread and of
+//! the most recent one (`recent`: what a fresh panel's `initialize` without
+//! a thread id opens), as it would send it now, to the `snapshots` store
+//! (`CachedSnapshot`, stamped with the build). The worker script reads
+//! those records with the start image (`extension/store-prefetch.js`) and
+//! answers an extension page's first `initialize` for such a thread itself
+//! (`extension/sw.js`: `seq` 0 under the epoch it hands the engine), before
+//! the engine runs or, once it runs, when [`Engine::start_snapshot_for`]
+//! says the copy it read is still current. The engine adopts the
 //! subscription without sending a second snapshot
 //! ([`Engine::handle_cached_initialize`]) — or sends the current one, which
 //! replaces the cached one on the panel, when it no longer holds.
@@ -27,6 +30,11 @@
 use super::*;
 use crate::store::{CachedKey, CachedSnapshot};
 
+/// The largest snapshot cached, as JSON (1 MiB). A snapshot carries the
+/// last `snapshot_nodes` nodes; page outlines among them can make it large,
+/// and the worker script reads every cached record whenever it starts.
+const MAX_CACHED_BYTES: usize = 1 << 20;
+
 /// What the engine knows of the `snapshots` store.
 #[derive(Debug, Default)]
 pub(super) struct SnapshotCache {
@@ -34,8 +42,11 @@ pub(super) struct SnapshotCache {
     /// deletes them (a superset: deleting a missing key is harmless).
     present: Vec<String>,
     /// Threads whose cached snapshot is in the store, written by this build,
-    /// with no unit issued since: the worker script may have sent it.
+    /// with no unit issued since (not written again while so).
     valid: Vec<String>,
+    /// Of those, the ones whose record is the one read at start: what the
+    /// worker script holds and may send (it never reads the store again).
+    at_start: Vec<String>,
     /// Something a snapshot shows may have changed, or a client subscribed,
     /// since the cache was last written.
     dirty: bool,
@@ -46,13 +57,14 @@ pub(super) struct SnapshotCache {
 impl SnapshotCache {
     /// What a starting engine found in the store.
     pub(super) fn from_start(found: Vec<CachedKey>, build: &str) -> Self {
-        let valid = found
+        let valid: Vec<String> = found
             .iter()
             .filter(|k| !build.is_empty() && k.build.as_deref() == Some(build))
             .map(|k| k.thread_id.clone())
             .collect();
         SnapshotCache {
             present: found.into_iter().map(|k| k.thread_id).collect(),
+            at_start: valid.clone(),
             valid,
             dirty: true,
             issued: 0,
@@ -67,6 +79,7 @@ impl Engine {
         let cache = &mut self.cache;
         cache.issued += 1;
         cache.valid.clear();
+        cache.at_start.clear();
         cache.dirty = true;
         for thread_id in cache.present.drain(..) {
             unit.delete(stores::SNAPSHOTS, thread_id);
@@ -107,16 +120,22 @@ impl Engine {
     }
 
     /// At rest with something new to cache: write the snapshot of every
-    /// thread a trusted client is subscribed to, in one unit of its own.
+    /// thread a trusted client is subscribed to, and of the thread a fresh
+    /// panel's `initialize` (no thread id) opens, in one unit of its own.
+    /// Each must be in memory (loaded, or its tail read); a snapshot whose
+    /// JSON exceeds `MAX_CACHED_BYTES` is not cached (the worker script
+    /// reads every cached record at each start).
     pub(super) fn cache_maybe_write(&mut self) {
         if !self.cache.dirty || self.config.build.is_empty() || !self.at_rest() {
             return;
         }
+        let recent = self.most_recent_thread();
         let mut targets: Vec<String> = self
             .conns
             .values()
             .filter(|c| c.kind == ClientKind::ExtensionPage)
             .filter_map(|c| c.subscribed.clone())
+            .chain(recent.clone())
             .filter(|tid| !self.cache.valid.contains(tid))
             .filter(|tid| {
                 self.threads
@@ -131,16 +150,26 @@ impl Engine {
             return;
         }
         let mut unit = UnitOfWork::new();
-        for tid in &targets {
-            let snapshot = self.snapshot(Some(tid));
+        let mut written = Vec::new();
+        for tid in targets {
+            let snapshot = self.snapshot(Some(&tid));
+            let bytes = serde_json::to_vec(&snapshot).map_or(usize::MAX, |v| v.len());
+            if bytes > MAX_CACHED_BYTES {
+                continue;
+            }
             unit.put(Record::Snapshot(Box::new(CachedSnapshot {
                 thread_id: tid.clone(),
                 build: self.config.build.clone(),
+                recent: recent.as_ref() == Some(&tid),
                 snapshot,
             })));
-            if !self.cache.present.contains(tid) {
+            if !self.cache.present.contains(&tid) {
                 self.cache.present.push(tid.clone());
             }
+            written.push(tid);
+        }
+        if written.is_empty() {
+            return;
         }
         let token = self.next_handle();
         self.pending.insert(
@@ -150,7 +179,7 @@ impl Engine {
                 unit: unit.clone(),
                 then: Then::SnapshotsCached {
                     issued: self.cache.issued,
-                    threads: targets,
+                    threads: written,
                 },
                 reply: None,
                 attempts: 0,
@@ -177,11 +206,23 @@ impl Engine {
         self.cache.dirty = true;
     }
 
+    /// The thread whose snapshot, as read at start, the worker script may
+    /// send for an `initialize` of `asked` (None: a fresh panel's, which
+    /// opens the most recent thread): the one that `initialize` opens, if
+    /// its cached snapshot is the one read at start and still current.
+    pub fn start_snapshot_for(&self, asked: Option<&str>) -> Option<String> {
+        let opens = match asked {
+            Some(t) => Some(t.to_string()),
+            None => self.most_recent_thread(),
+        }?;
+        (self.cache.at_start.contains(&opens) && self.threads.contains_key(&opens)).then_some(opens)
+    }
+
     /// An `initialize` the worker script already answered with the cached
-    /// snapshot of `thread_id` (before this engine started). When that
-    /// snapshot is still current the port is subscribed and nothing is
-    /// sent; otherwise the op is handled as usual and the client gets the
-    /// current snapshot, which replaces the cached one.
+    /// snapshot of `thread_id` it read at start. When that snapshot is
+    /// still current the port is subscribed and nothing is sent; otherwise
+    /// the op is handled as usual and the client gets the current snapshot,
+    /// which replaces the cached one.
     pub fn handle_cached_initialize(
         &mut self,
         now: u64,
@@ -191,12 +232,12 @@ impl Engine {
     ) {
         let trusted = self.conns.get(&conn).map(|c| c.kind) == Some(ClientKind::ExtensionPage);
         let current = trusted
-            && self.cache.valid.iter().any(|t| t == thread_id)
-            && self.threads.contains_key(thread_id)
-            && matches!(
-                Op::from_value(message.clone()),
-                Ok(Op::Initialize { thread_id: Some(ref t), .. }) if t == thread_id
-            );
+            && match Op::from_value(message.clone()) {
+                Ok(Op::Initialize {
+                    thread_id: asked, ..
+                }) => self.start_snapshot_for(asked.as_deref()).as_deref() == Some(thread_id),
+                _ => false,
+            };
         if !current {
             return self.handle_message(now, conn, message);
         }
@@ -205,8 +246,8 @@ impl Engine {
         }
     }
 
-    /// Whether the cached snapshot of `thread_id` is current (tests and the
-    /// simulation's check).
+    /// Whether the store's cached snapshot of `thread_id` is current (tests
+    /// and the simulation's check).
     pub fn cached_snapshot_is_current(&self, thread_id: &str) -> bool {
         self.cache.valid.iter().any(|t| t == thread_id)
     }

@@ -463,12 +463,9 @@ impl Engine {
 
     pub(super) fn thread_needing_load(&self, op: &Op) -> Option<String> {
         let tid = match op {
-            Op::Initialize { thread_id, .. } => thread_id.clone().or_else(|| {
-                self.threads
-                    .values()
-                    .max_by_key(|t| (t.thread.updated_at, t.thread.id.clone()))
-                    .map(|t| t.thread.id.clone())
-            }),
+            Op::Initialize { thread_id, .. } => {
+                thread_id.clone().or_else(|| self.most_recent_thread())
+            }
             Op::ThreadDelete { thread_id, .. }
             | Op::ThreadFork { thread_id, .. }
             | Op::ApprovalResponse { thread_id, .. }
@@ -489,6 +486,14 @@ impl Engine {
         // A snapshot can be drawn from a tail read earlier.
         let from_tail = matches!(op, Op::Initialize { .. }) && t.partial.is_some();
         (!t.loaded && !from_tail).then_some(tid)
+    }
+
+    /// The thread `initialize` without a thread id opens.
+    pub(super) fn most_recent_thread(&self) -> Option<String> {
+        self.threads
+            .values()
+            .max_by_key(|t| (t.thread.updated_at, t.thread.id.clone()))
+            .map(|t| t.thread.id.clone())
     }
 
     pub(super) fn thread_summaries(&self) -> Vec<crate::model::ThreadSummary> {

@@ -1001,6 +1001,16 @@ impl EngineHandle {
             .input(|e, now| e.handle_message(now, id as ConnId, value));
     }
 
+    /// The thread whose cached snapshot, as sw.js read it at start, may be
+    /// sent for an `initialize` of `thread_id` (undefined: of the most
+    /// recent thread) because it is still current; undefined when none.
+    pub fn start_snapshot_for(&self, thread_id: Option<String>) -> Option<String> {
+        self.driver
+            .engine
+            .borrow()
+            .start_snapshot_for(thread_id.as_deref())
+    }
+
     /// The port's first message was an `initialize` that sw.js answered
     /// with the cached snapshot of `thread_id` before the engine started
     /// (`engine/snapshot_cache.rs`).

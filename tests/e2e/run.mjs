@@ -32,6 +32,7 @@ import {
   waitForApprovalCard,
   answerApprovalInPanel,
   approvalHistory,
+  openPanel,
 } from '../support/browser.mjs';
 import {
   TEST_API_KEY,
@@ -384,13 +385,14 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
   await answerApprovalInPanel(panel, 'acceptOnce');
   const settled = await waitForSettledTurn(panel);
   assert.equal(settled.state, 'completed', describeState(settled));
-  // At rest, the engine cached the snapshot of the panel's thread.
+  // At rest, the engine cached the snapshot of the panel's thread (again
+  // once the model's title, written after the turn, deleted the first one).
   const cached = await waitFor(
     async () => {
       const records = await cachedSnapshots(panel);
-      return records.length === 1 ? records[0] : null;
+      return records.length === 1 && records[0].value.snapshot.threads[0]?.title === 'Mock title' ? records[0] : null;
     },
-    { timeout: 30000, message: 'the panel thread cached at rest' },
+    { timeout: 30000, message: 'the panel thread cached at rest, with its model title' },
   );
   assert.equal(cached.key, cached.value.threadId);
   assert.equal(cached.value.snapshot.thread.id, cached.key);
@@ -431,6 +433,30 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
     { timeout: 30000, message: 'the thread cached again after the second turn' },
   );
   assert.equal(recached.key, cached.key);
+  assert.equal(recached.value.recent, true, 'the only thread is the one a fresh panel opens');
+
+  // The panel closed, the worker killed, a fresh panel (no thread id yet)
+  // wakes it: answered from the cache with the most recent thread.
+  const before = await readPanel(panel);
+  await panel.close();
+  await killServiceWorker(context, extensionId, { page: session.shop });
+  const fresh = await openPanel(context, extensionId);
+  const shown = await waitFor(
+    async () => {
+      const state = await readPanel(fresh);
+      return state.connected === 'true' && topLevelNodes(state).length === topLevelNodes(before).length ? state : null;
+    },
+    { timeout: 60000, message: 'the fresh panel showing the thread' },
+  );
+  assert.deepEqual(
+    topLevelNodes(shown).map((n) => [n.kind, n.text]),
+    topLevelNodes(before).map((n) => [n.kind, n.text]),
+  );
+  const freshLog = (await portLog(fresh)).filter((entry) => entry.dir === 'in').map((entry) => JSON.parse(entry.json));
+  assert.equal(freshLog[0].type, 'initialized');
+  assert.equal(freshLog[0].seq, 0, 'a fresh panel answered from the cache');
+  assert.equal(freshLog.filter((m) => m.type === 'initialized').length, 1);
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1);
 });
 
 isolatedTest('auto_resume_streaming_run_after_sw_kill', { script: [{ stallMs: STALL_FOREVER_MS, text: 'Let me think', tickMs: 250, tickText: '.' }] }, async (session) => {

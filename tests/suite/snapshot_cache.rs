@@ -102,7 +102,7 @@ fn snapshot_cache_adopted_by_a_restarted_engine_sends_no_second_snapshot() {
     sim.crash();
     assert!(sim.engine.cached_snapshot_is_current(&tid));
     let conn = sim.connect();
-    assert!(sim.initialize_from_cache(conn, &tid));
+    assert!(sim.initialize_from_cache(conn, Some(&tid)));
     sim.run(200);
     // The client has the cached snapshot (seq 0) and nothing more.
     assert_eq!(
@@ -135,7 +135,7 @@ fn snapshot_cache_changed_at_start_is_replaced_by_the_current_snapshot() {
     sim.crash();
     assert!(!sim.engine.cached_snapshot_is_current(&tid));
     let conn = sim.connect();
-    assert!(sim.initialize_from_cache(conn, &tid));
+    assert!(sim.initialize_from_cache(conn, Some(&tid)));
     sim.run(200);
     let sent = snapshots_sent(&sim, conn);
     assert_eq!(sent.len(), 2, "the cached snapshot, then the current one");
@@ -151,7 +151,7 @@ fn snapshot_cache_of_another_build_is_never_served_and_is_deleted() {
     assert!(!sim.engine.cached_snapshot_is_current(&tid));
     let conn = sim.connect();
     assert!(
-        !sim.initialize_from_cache(conn, &tid),
+        !sim.initialize_from_cache(conn, Some(&tid)),
         "another build's snapshot was served"
     );
     // The first unit deletes it; the next rest caches this build's.
@@ -286,5 +286,163 @@ fn snapshot_cache_write_overtaken_by_a_unit_is_written_again() {
         assert_eq!(cached.build, sim.config.build);
     }
     assert_eq!(sim.engine.units_in_flight(), 0);
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_answers_a_fresh_panel_with_the_most_recent_thread() {
+    let (mut sim, _, tid) = thread_at_rest(9);
+    let cached = sim.store.snapshots.get(&tid).unwrap().clone();
+    assert!(cached.recent, "the only thread is the most recent one");
+    sim.crash();
+    // A fresh panel knows no thread: `initialize` without an id.
+    let conn = sim.connect();
+    assert!(sim.initialize_from_cache(conn, None));
+    sim.run(200);
+    assert_eq!(
+        snapshots_sent(&sim, conn),
+        vec![serde_json::to_string(&cached.snapshot).unwrap()],
+        "adopted: no second snapshot"
+    );
+    sim.send(conn, submit("s2", Some(&tid), "Again"));
+    sim.run(2000);
+    assert!(sim
+        .events_for(conn)
+        .iter()
+        .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if *thread_id == tid)));
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_recent_flag_follows_the_most_recent_thread() {
+    let (mut sim, conn, first) = thread_at_rest(10);
+    // A second thread, updated later: it is what a fresh panel opens now.
+    sim.now += 1000;
+    sim.send(conn, submit("s2", None, "Subscribe me too"));
+    sim.run(2000);
+    let second = sim
+        .store
+        .threads
+        .keys()
+        .find(|t| **t != first)
+        .cloned()
+        .unwrap();
+    let recent: Vec<&String> = sim
+        .store
+        .snapshots
+        .values()
+        .filter(|c| c.recent)
+        .map(|c| &c.thread_id)
+        .collect();
+    assert_eq!(recent, vec![&second]);
+    // A port still on the first thread keeps it cached, not as the recent one.
+    let other = sim.connect();
+    sim.send(other, initialize("i1", Some(&first)));
+    sim.run(200);
+    let old = sim
+        .store
+        .snapshots
+        .get(&first)
+        .expect("the first thread cached");
+    assert!(!old.recent);
+    sim.crash();
+    let fresh = sim.connect();
+    assert!(sim.initialize_from_cache(fresh, None));
+    sim.run(200);
+    let shown = snapshots_sent(&sim, fresh);
+    assert_eq!(shown.len(), 1);
+    assert!(shown[0].contains(&format!("\"thread\":{{\"id\":\"{second}\"")));
+    // Told that a fresh panel was sent the first thread (not what it would
+    // open), the engine sends the snapshot of the thread it opens.
+    assert!(sim.engine.cached_snapshot_is_current(&first));
+    let wrong = sim.connect();
+    let message = serde_json::json!({ "type": "initialize", "clientId": "c", "submissionId": "w1", "threadId": null });
+    sim.engine
+        .handle_cached_initialize(sim.now, wrong, message, &first);
+    sim.run(200);
+    let sent = snapshots_sent(&sim, wrong);
+    assert_eq!(sent.len(), 1);
+    assert!(sent[0].contains(&format!("\"thread\":{{\"id\":\"{second}\"")));
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_skips_a_snapshot_larger_than_a_mebibyte() {
+    let mut sim = Sim::new(11, read_then_answer("Read."), page_tools());
+    let conn = sim.connect();
+    // A 1.2 MB message: its snapshot is larger than the cache takes.
+    sim.send(conn, submit("s1", None, &"x".repeat(1_200_000)));
+    sim.run(2000);
+    let tid = sim.store.threads.keys().next().cloned().unwrap();
+    assert!(sim
+        .store
+        .runs
+        .values()
+        .all(|r| r.state == sw_agent::model::RunState::Completed));
+    assert!(
+        sim.store.snapshots.is_empty(),
+        "a 1.2 MB snapshot was cached"
+    );
+    assert!(!sim.engine.cached_snapshot_is_current(&tid));
+    // Small again after a thread switch: the other thread is cached.
+    sim.send(conn, submit("s2", None, "short"));
+    sim.run(2000);
+    assert_eq!(sim.store.snapshots.len(), 1);
+}
+
+#[test]
+fn snapshot_cache_follows_a_model_title_written_after_the_turn() {
+    let policy: sw_agent::sim::Policy = {
+        let mut inner = agent_policy();
+        Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+            if request.system == sw_agent::engine::TITLE_PROMPT {
+                return sw_agent::sim::Reply::text("A model title");
+            }
+            inner(request)
+        })
+    };
+    let mut sim = Sim::new(12, policy, page_tools());
+    sim.config.model_titles = true;
+    sim.engine = sw_agent::engine::Engine::new(
+        sim.config.clone(),
+        sim.profile.clone(),
+        12,
+        sim.store.image(),
+        0,
+    );
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(2000);
+    let cached = sim.store.snapshots.values().next().expect("cached at rest");
+    assert_eq!(cached.snapshot.threads[0].title, "A model title");
+    assert!(sim.engine.cached_snapshot_is_current(&cached.thread_id));
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_copy_read_at_start_is_not_adopted_once_rewritten() {
+    let (mut sim, _, tid) = thread_at_rest(13);
+    sim.crash();
+    let read_at_start = sim.start_snapshots[0].clone();
+    // The restarted engine runs a turn on the thread: a unit deletes the
+    // cached snapshot, and the rest after it writes a new one.
+    let panel = sim.connect();
+    sim.send(panel, initialize("i1", Some(&tid)));
+    sim.send(panel, submit("s2", Some(&tid), "Again"));
+    sim.run(2000);
+    assert!(sim.engine.cached_snapshot_is_current(&tid));
+    assert_ne!(sim.store.snapshots[&tid].snapshot, read_at_start.snapshot);
+    // The worker script still holds the copy it read at start: it must not
+    // be adopted now.
+    assert_eq!(sim.engine.start_snapshot_for(Some(&tid)), None);
+    let late = sim.connect();
+    assert!(sim.initialize_from_cache(late, Some(&tid)));
+    sim.run(200);
+    let sent = snapshots_sent(&sim, late);
+    assert_eq!(sent.len(), 2, "the start copy, then the current snapshot");
+    assert_eq!(
+        sent[1],
+        serde_json::to_string(&sim.store.snapshots[&tid].snapshot).unwrap()
+    );
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }

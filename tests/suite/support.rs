@@ -170,11 +170,15 @@ pub fn registry_with_changed_click() -> sw_agent::tools::ToolRegistry {
 pub fn reconnect(sim: &mut Sim) -> u64 {
     let conn = sim.connect();
     let thread = sim.store.threads.keys().next().cloned();
-    // As the worker script does: a cached snapshot first, when there is one.
-    if let Some(thread) = &thread {
-        if sim.initialize_from_cache(conn, thread) {
-            return conn;
-        }
+    // As the worker script does: a cached snapshot first, when there is
+    // one; every other reconnect is a fresh panel's (no thread id).
+    let asked = if sim.crashes % 2 == 0 {
+        None
+    } else {
+        thread.as_deref()
+    };
+    if sim.initialize_from_cache(conn, asked) {
+        return conn;
     }
     sim.send(conn, initialize("init-after-crash", thread.as_deref()));
     conn
