@@ -455,7 +455,7 @@ async function browser() {
     // these does here). Compared with the bare worker's first reply.
     log('long-used profile');
     const seededHistory = await real.evaluate(swSeedHistory, { dbName: ENGINE_DB, ...CONFIG.usedProfile });
-    const used = { seededRecords: seededHistory, first: null, firstStart: null, startsToSettle: 0, left: null, steady: [], steadyStart: [], bare: [] };
+    const used = { seededRecords: seededHistory, first: null, firstStart: null, startsToSettle: 0, left: null, steady: [], steadyStart: [], steadyCached: [], bare: [] };
     await real.kill();
     used.first = (await realPage.evaluate(pageColdConnect, { threadId: null })).ms;
     await real.evaluate(swWaitForEngine);
@@ -469,10 +469,18 @@ async function browser() {
       await real.evaluate(swWaitForEngine);
     }
     for (let rep = 0; rep < CONFIG.usedReps; rep += 1) {
+      // The engine answers (no cached snapshot)...
       await real.kill();
+      await realPage.evaluate(pageSnapshotCache, { dbName: ENGINE_DB, clear: true });
       used.steady.push((await realPage.evaluate(pageColdConnect, { threadId: null })).ms);
       await real.evaluate(swWaitForEngine);
       used.steadyStart.push((await real.evaluate(swTiming)).startMs);
+      // ...then, once it cached the most recent thread at rest, the cache does.
+      await waitUntil(() => realPage.evaluate(pageSnapshotCache, { dbName: ENGINE_DB, threadId: null }), 5000);
+      await real.kill();
+      used.steadyCached.push((await realPage.evaluate(pageColdConnect, { threadId: null })).ms);
+      await real.evaluate(swWaitForEngine);
+      if ((await real.evaluate(swTiming)).servedFromCache !== 1) problem('long-used profile: a fresh connect was not answered from the snapshot cache');
       await bare.kill();
       used.bare.push((await barePage.evaluate(pageColdConnect, { threadId: null })).ms);
     }
@@ -579,7 +587,8 @@ function browserFigures(m) {
   figure(usedGroup, 'used.starts_to_settle', 'starts until the expired receipts are gone', 'count', u.startsToSettle);
   figure(usedGroup, 'used.runs_left', 'seeded runs still stored (a start decodes none; pruned when their thread opens)', 'count', u.left.runs);
   figure(usedGroup, 'used.receipts_left', 'seeded receipts left', 'count', u.left.receipts);
-  figure(usedGroup, 'used.steady_ms', 'cold start after that (connect → initialized, no thread)', 'ms', u.steady);
+  figure(usedGroup, 'used.steady_ms', 'cold start after that (connect → initialized, no thread id), no cached snapshot', 'ms', u.steady);
+  figure(usedGroup, 'used.steady_cached_ms', 'the same, answered from the snapshot cache (the most recent thread)', 'ms', u.steadyCached);
   figure(usedGroup, 'used.steady_start_ms', '  Engine.start() of those starts', 'ms', u.steadyStart);
   figure(usedGroup, 'used.bare_ms', 'bare JS worker, first reply (same repetitions)', 'ms', u.bare);
 

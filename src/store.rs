@@ -92,6 +92,14 @@ pub struct CachedSnapshot {
     pub snapshot: Snapshot,
 }
 
+/// A cached snapshot ready to store: its `CachedSnapshot` as JSON text,
+/// encoded once, by the engine (which needs the size to decide).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub thread_id: String,
+    pub json: String,
+}
+
 /// A cached snapshot found at start: whose, and by which build (None when
 /// only its key was read).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +124,7 @@ pub enum Record {
     SiteRule(SiteRule),
     Interaction(InteractionRecord),
     Environment(EnvironmentRecord),
-    Snapshot(Box<CachedSnapshot>),
+    Snapshot(SnapshotRecord),
 }
 
 impl Record {
@@ -295,8 +303,11 @@ impl MemoryStore {
                 Record::Environment(e) => {
                     self.environments.insert(e.run_id.clone(), e.clone());
                 }
-                Record::Snapshot(c) => {
-                    self.snapshots.insert(c.thread_id.clone(), (**c).clone());
+                Record::Snapshot(r) => {
+                    // As IndexedDB stores it: the parsed JSON text.
+                    if let Ok(c) = serde_json::from_str::<CachedSnapshot>(&r.json) {
+                        self.snapshots.insert(r.thread_id.clone(), c);
+                    }
                 }
             }
         }

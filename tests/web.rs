@@ -1577,6 +1577,7 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
     let cached = sw_agent::store::CachedSnapshot {
         thread_id: "t1".into(),
         build: "b1".into(),
+        recent: true,
         snapshot: sw_agent::protocol::Snapshot {
             protocol_version: sw_agent::protocol::PROTOCOL_VERSION,
             threads: vec![t.summary()],
@@ -1589,7 +1590,10 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
                 Record::Thread(t.clone()),
                 Record::Node(node.clone()),
                 Record::Receipt(receipt),
-                Record::Snapshot(Box::new(cached.clone())),
+                Record::Snapshot(sw_agent::store::SnapshotRecord {
+                    thread_id: "t1".into(),
+                    json: serde_json::to_string(&cached).unwrap(),
+                }),
             ],
             ..Default::default()
         })

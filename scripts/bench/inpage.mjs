@@ -107,7 +107,8 @@ export async function pageColdConnect({ threadId = null, name = 'panel' }) {
 /**
  * The engine's snapshot cache (src/engine/snapshot_cache.rs), from an
  * extension page: `clear` empties it (run while the worker is dead, so the
- * next start finds no cached snapshot), otherwise whether `threadId` has one.
+ * next start finds no cached snapshot), otherwise whether `threadId` has one
+ * (null: whether the most recent thread has one, the record marked `recent`).
  */
 export async function pageSnapshotCache({ dbName, threadId = null, clear = false }) {
   const db = await new Promise((resolve, reject) => {
@@ -118,7 +119,8 @@ export async function pageSnapshotCache({ dbName, threadId = null, clear = false
   try {
     if (!db.objectStoreNames.contains('snapshots')) return false;
     const tx = db.transaction('snapshots', clear ? 'readwrite' : 'readonly');
-    const request = clear ? tx.objectStore('snapshots').clear() : tx.objectStore('snapshots').getKey(threadId);
+    const store = tx.objectStore('snapshots');
+    const request = clear ? store.clear() : threadId === null ? store.getAll() : store.getKey(threadId);
     const result = await new Promise((resolve, reject) => {
       request.onsuccess = () => resolve(request.result);
       request.onerror = () => reject(request.error);
@@ -127,7 +129,8 @@ export async function pageSnapshotCache({ dbName, threadId = null, clear = false
       tx.oncomplete = resolve;
       tx.onabort = () => reject(tx.error);
     });
-    return clear ? true : result !== undefined;
+    if (clear) return true;
+    return threadId === null ? result.some((record) => record?.recent === true) : result !== undefined;
   } finally {
     db.close();
   }

@@ -28,7 +28,7 @@
 //! snapshot it would send (`Sim::crash`).
 
 use super::*;
-use crate::store::{CachedKey, CachedSnapshot};
+use crate::store::{CachedKey, CachedSnapshot, SnapshotRecord};
 
 /// The largest snapshot cached, as JSON (1 MiB). A snapshot carries the
 /// last `snapshot_nodes` nodes; page outlines among them can make it large,
@@ -152,17 +152,22 @@ impl Engine {
         let mut unit = UnitOfWork::new();
         let mut written = Vec::new();
         for tid in targets {
-            let snapshot = self.snapshot(Some(&tid));
-            let bytes = serde_json::to_vec(&snapshot).map_or(usize::MAX, |v| v.len());
-            if bytes > MAX_CACHED_BYTES {
-                continue;
-            }
-            unit.put(Record::Snapshot(Box::new(CachedSnapshot {
+            let cached = CachedSnapshot {
                 thread_id: tid.clone(),
                 build: self.config.build.clone(),
                 recent: recent.as_ref() == Some(&tid),
-                snapshot,
-            })));
+                snapshot: self.snapshot(Some(&tid)),
+            };
+            let Ok(json) = serde_json::to_string(&cached) else {
+                continue;
+            };
+            if json.len() > MAX_CACHED_BYTES {
+                continue;
+            }
+            unit.put(Record::Snapshot(SnapshotRecord {
+                thread_id: tid.clone(),
+                json,
+            }));
             if !self.cache.present.contains(&tid) {
                 self.cache.present.push(tid.clone());
             }

@@ -374,7 +374,11 @@ impl IdbStore {
                 Record::SiteRule(x) => to_js(x)?,
                 Record::Interaction(x) => to_js(x)?,
                 Record::Environment(x) => to_js(x)?,
-                Record::Snapshot(x) => to_js(x)?,
+                // Already JSON text (the engine measured it).
+                Record::Snapshot(x) => js_sys::JSON::parse(&x.json).map_err(|_| StoreError {
+                    message: "could not encode a cached snapshot".to_string(),
+                    retryable: false,
+                })?,
             };
             puts.push((record.store_name(), value));
         }

@@ -457,6 +457,29 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
   assert.equal(freshLog[0].seq, 0, 'a fresh panel answered from the cache');
   assert.equal(freshLog.filter((m) => m.type === 'initialized').length, 1);
   assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1);
+
+  // content_script_cannot_command: a content script that wakes the worker
+  // with an `initialize` is never sent the cached snapshot.
+  await fresh.close();
+  await killServiceWorker(context, extensionId, { page: session.shop });
+  const toContentScript = await evaluateInContentScriptWorld(
+    session.shop,
+    extensionId,
+    `new Promise((resolve) => {
+      const received = [];
+      const port = chrome.runtime.connect({ name: 'panel' });
+      port.onMessage.addListener((message) => {
+        received.push(message);
+        resolve(received);
+      });
+      port.onDisconnect.addListener(() => resolve(received));
+      port.postMessage({ type: 'initialize', clientId: 'evil', submissionId: 'evil-init', threadId: null });
+      setTimeout(() => resolve(received), 20000);
+    })`,
+  );
+  assert.ok(toContentScript.length >= 1, 'the engine answered the content script');
+  for (const message of toContentScript) assert.equal(message.type, 'command.reject', `a content script got ${JSON.stringify(message).slice(0, 200)}`);
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 0);
 });
 
 isolatedTest('auto_resume_streaming_run_after_sw_kill', { script: [{ stallMs: STALL_FOREVER_MS, text: 'Let me think', tickMs: 250, tickText: '.' }] }, async (session) => {
