@@ -225,6 +225,18 @@ impl Sim {
         }
     }
 
+    /// Rebuild the engine with `self.config` (changed after `new`), from
+    /// the store as it is, with the simulation's seed.
+    pub fn reconfigure(&mut self) {
+        self.engine = Engine::new(
+            self.config.clone(),
+            self.profile.clone(),
+            self.seed,
+            self.store.image(),
+            self.now,
+        );
+    }
+
     /// A target page at `url` the extension may access.
     pub fn page(url: &str) -> TargetInfo {
         TargetInfo {

@@ -12,7 +12,7 @@ impl Engine {
     // --------------------------------------------------------------- commands
 
     #[inline(never)]
-    pub(super) fn op_initialize(&mut self, conn: ConnId, thread_id: Option<String>) {
+    pub(super) fn op_initialize(&mut self, now: u64, conn: ConnId, thread_id: Option<String>) {
         let target = thread_id
             .filter(|id| self.threads.contains_key(id))
             .or_else(|| self.most_recent_thread());
@@ -27,7 +27,7 @@ impl Engine {
                 snapshot: Box::new(snapshot),
             },
         );
-        self.cache_maybe_write();
+        self.cache_arm(now);
     }
 
     #[inline(never)]

@@ -31,6 +31,7 @@ pub use context::{
     MAX_TOOL_RESULT_CHARS,
 };
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
+pub use snapshot_cache::CACHE_WRITE_DELAY_MS;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
@@ -1021,6 +1022,7 @@ impl Engine {
                 };
                 e.deltas.flush_at.into_iter().chain(backoff)
             })
+            .chain(self.cache_due())
             .min()
     }
 
@@ -1137,7 +1139,7 @@ impl Engine {
             return;
         }
         match op {
-            Op::Initialize { thread_id, .. } => self.op_initialize(conn, thread_id),
+            Op::Initialize { thread_id, .. } => self.op_initialize(now, conn, thread_id),
             Op::ThreadCreate { .. } => self.op_thread_create(now, reply),
             Op::ThreadFork {
                 thread_id, node_id, ..
@@ -1342,7 +1344,7 @@ impl Engine {
             );
         }
         self.after_commit(now, pending);
-        self.cache_maybe_write();
+        self.cache_arm(now);
     }
 
     /// A checkpoint failed; nothing of it was written.
@@ -1628,6 +1630,7 @@ impl Engine {
         for tid in due {
             self.flush_deltas(now, &tid);
         }
+        self.cache_timeout(now);
     }
 }
 

@@ -35,6 +35,12 @@ use crate::store::{CachedKey, CachedSnapshot, SnapshotRecord};
 /// and the worker script reads every cached record whenever it starts.
 const MAX_CACHED_BYTES: usize = 1 << 20;
 
+/// How long the engine stays at rest before it writes the cache (ms). A
+/// turn that follows at once (a queued one, a quick reply) neither waits
+/// behind the write nor carries it in its steps; the worker lives ~30 s
+/// after its last event, so a rest it is killed in is rarely this short.
+pub const CACHE_WRITE_DELAY_MS: u64 = 1000;
+
 /// What the engine knows of the `snapshots` store.
 #[derive(Debug, Default)]
 pub(super) struct SnapshotCache {
@@ -52,6 +58,8 @@ pub(super) struct SnapshotCache {
     dirty: bool,
     /// Units issued so far (a cache write is valid only if none followed it).
     issued: u64,
+    /// When the cache is to be written, if the engine is still at rest.
+    due: Option<u64>,
 }
 
 impl SnapshotCache {
@@ -68,6 +76,7 @@ impl SnapshotCache {
             valid,
             dirty: true,
             issued: 0,
+            due: None,
         }
     }
 }
@@ -80,6 +89,7 @@ impl Engine {
         cache.issued += 1;
         cache.valid.clear();
         cache.at_start.clear();
+        cache.due = None;
         cache.dirty = true;
         for thread_id in cache.present.drain(..) {
             unit.delete(stores::SNAPSHOTS, thread_id);
@@ -117,6 +127,27 @@ impl Engine {
                     && t.pending_title.is_none()
                     && t.latest_run.as_ref().is_none_or(|r| r.state.is_terminal())
             })
+    }
+
+    /// At rest with something new to cache: write it `CACHE_WRITE_DELAY_MS`
+    /// from now, unless a unit is issued before (`handle_timeout`).
+    pub(super) fn cache_arm(&mut self, now: u64) {
+        if self.cache.dirty && !self.config.build.is_empty() && self.at_rest() {
+            self.cache.due.get_or_insert(now + CACHE_WRITE_DELAY_MS);
+        }
+    }
+
+    /// When the cache write is due (`Engine::poll_timeout`).
+    pub(super) fn cache_due(&self) -> Option<u64> {
+        self.cache.due
+    }
+
+    /// The cache write's time came: write it if still at rest.
+    pub(super) fn cache_timeout(&mut self, now: u64) {
+        if self.cache.due.is_some_and(|at| at <= now) {
+            self.cache.due = None;
+            self.cache_maybe_write();
+        }
     }
 
     /// At rest with something new to cache: write the snapshot of every

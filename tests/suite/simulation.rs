@@ -59,13 +59,7 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
     // Some schedules race a background title write against run checkpoints.
     if seed % 3 == 0 {
         sim.config.model_titles = true;
-        sim.engine = sw_agent::engine::Engine::new(
-            sim.config.clone(),
-            sim.profile.clone(),
-            seed,
-            sim.store.image(),
-            0,
-        );
+        sim.reconfigure();
     }
     // The simulated user answers approvals differently per schedule.
     sim.auto_approve = Some(match seed % 4 {

@@ -20,6 +20,18 @@ fn thread_at_rest(seed: u64) -> (Sim, u64, String) {
     (sim, conn, tid)
 }
 
+/// Whether `conn` got the start and the end of a turn on `tid`: the port is
+/// subscribed to the thread.
+fn saw_a_turn(sim: &Sim, conn: u64, tid: &str) -> bool {
+    let events = sim.events_for(conn);
+    events
+        .iter()
+        .any(|e| matches!(e, Event::TurnStart { thread_id, .. } if thread_id == tid))
+        && events
+            .iter()
+            .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if thread_id == tid))
+}
+
 fn snapshots_sent(sim: &Sim, conn: u64) -> Vec<String> {
     sim.events_for(conn)
         .into_iter()
@@ -115,13 +127,7 @@ fn snapshot_cache_adopted_by_a_restarted_engine_sends_no_second_snapshot() {
     // The port is subscribed: the next turn's events reach it.
     sim.send(conn, submit("s2", Some(&tid), "Again"));
     sim.run(2000);
-    let events = sim.events_for(conn);
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, Event::TurnStart { thread_id, .. } if *thread_id == tid)));
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if *thread_id == tid)));
+    assert!(saw_a_turn(&sim, conn, &tid));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
@@ -253,6 +259,11 @@ fn snapshot_cache_write_overtaken_by_a_unit_is_written_again() {
     );
     sim.drain_effects();
     assert!(sim.release_one(), "the thread.create unit");
+    // At rest: the write is due a moment later.
+    let due = sim.engine.poll_timeout().expect("the cache write is armed");
+    assert_eq!(due, sim.now + sw_agent::engine::CACHE_WRITE_DELAY_MS);
+    sim.now = due;
+    sim.engine.handle_timeout(sim.now);
     sim.drain_effects();
     let cache_write = sim.held.iter().any(|(_, unit)| {
         !unit.puts.is_empty()
@@ -306,10 +317,7 @@ fn snapshot_cache_answers_a_fresh_panel_with_the_most_recent_thread() {
     );
     sim.send(conn, submit("s2", Some(&tid), "Again"));
     sim.run(2000);
-    assert!(sim
-        .events_for(conn)
-        .iter()
-        .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if *thread_id == tid)));
+    assert!(saw_a_turn(&sim, conn, &tid));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
@@ -403,13 +411,7 @@ fn snapshot_cache_follows_a_model_title_written_after_the_turn() {
     };
     let mut sim = Sim::new(12, policy, page_tools());
     sim.config.model_titles = true;
-    sim.engine = sw_agent::engine::Engine::new(
-        sim.config.clone(),
-        sim.profile.clone(),
-        12,
-        sim.store.image(),
-        0,
-    );
+    sim.reconfigure();
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "Subscribe me"));
     sim.run(2000);
@@ -444,5 +446,34 @@ fn snapshot_cache_copy_read_at_start_is_not_adopted_once_rewritten() {
         sent[1],
         serde_json::to_string(&sim.store.snapshots[&tid].snapshot).unwrap()
     );
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
+fn snapshot_cache_write_waits_for_a_moment_of_rest_and_a_unit_cancels_it() {
+    let mut sim = Sim::new(14, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    // Drive the turn to its end without letting time jump to the cache write.
+    let settled = |sim: &Sim| {
+        !sim.store.runs.is_empty() && sim.store.runs.values().all(|r| r.state.is_terminal())
+    };
+    while !settled(&sim) {
+        assert!(sim.step(), "the turn settles");
+    }
+    sim.drain_effects();
+    let tid = sim.store.threads.keys().next().cloned().unwrap();
+    assert!(sim.store.runs.values().all(|r| r.state.is_terminal()));
+    assert!(sim.store.snapshots.is_empty(), "not written at once");
+    let due = sim.engine.poll_timeout().expect("armed at rest");
+    assert_eq!(due, sim.now + sw_agent::engine::CACHE_WRITE_DELAY_MS);
+    // A command before it is due: its unit cancels the write.
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.send(conn, enqueue("q1", &tid, "later"));
+    sim.drain_effects();
+    assert_ne!(sim.engine.poll_timeout(), Some(due));
+    sim.run(5000);
+    // The queued turn ran; the rest after it is cached.
+    assert!(sim.store.snapshots.contains_key(&tid));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }

@@ -434,13 +434,7 @@ fn queued_turn_can_be_edited_until_it_starts() {
 fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
     let mut sim = Sim::new(133, agent_policy(), page_tools());
     sim.config.snapshot_nodes = 5;
-    sim.engine = sw_agent::engine::Engine::new(
-        sim.config.clone(),
-        sim.profile.clone(),
-        133,
-        sim.store.image(),
-        0,
-    );
+    sim.reconfigure();
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "Subscribe me"));
     sim.run(10_000);
