@@ -19,7 +19,7 @@ impl Engine {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.subscribed = target.clone();
         }
-        self.cache_subscribed();
+        self.cache_subscribed(target.as_deref());
         let snapshot = self.snapshot(target.as_deref());
         self.send(
             conn,

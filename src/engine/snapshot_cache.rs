@@ -4,11 +4,12 @@
 //! Chrome kills the worker often; the panel's Port reconnect starts it
 //! again and asks `initialize`. Fetching, compiling and starting the wasm
 //! engine is most of that cold start (BENCHMARKS.md), although a thread at
-//! rest looks exactly as it did before the kill. So, when nothing is in
-//! flight, the engine writes the snapshot of each subscribed thread and of
-//! the most recent one (`recent`: what a fresh panel's `initialize` without
-//! a thread id opens), as it would send it now, to the `snapshots` store
-//! (`CachedSnapshot`, stamped with the build). The worker script reads
+//! rest looks exactly as it did before the kill. So, once nothing has been
+//! in flight for `CACHE_WRITE_DELAY_MS`, the engine writes the snapshot of
+//! each thread a client is subscribed to or opened since the last write,
+//! and of the most recent one (`recent`: what a fresh panel's `initialize`
+//! without a thread id opens), as it would send it now, to the `snapshots`
+//! store (`CachedSnapshot`, stamped with the build). The worker script reads
 //! those records with the start image (`extension/store-prefetch.js`) and
 //! answers an extension page's first `initialize` for such a thread itself
 //! (`extension/sw.js`: `seq` 0 under the epoch it hands the engine), before
@@ -23,9 +24,11 @@
 //! transaction (one more store in the first checkpoint after a rest, none
 //! in the following ones), and one is written only when no unit is in
 //! flight and no run is going, so no commit can land between the state it
-//! shows and the worker reading it. The simulation checks after every crash
-//! that a cached snapshot the fresh engine would adopt is exactly the
-//! snapshot it would send (`Sim::crash`).
+//! shows and the worker reading it. The crash-anywhere simulation checks
+//! that no unit commits and leaves a cached snapshot (`Sim::apply`), that a
+//! snapshot sent while the cache is held current is the cached one
+//! (`Sim::check_snapshot_matches_cache`), and that none is adopted with a
+//! unit in flight (`Sim::initialize_from_cache`).
 
 use super::*;
 use crate::store::{CachedKey, CachedSnapshot, SnapshotRecord};
@@ -40,6 +43,9 @@ const MAX_CACHED_BYTES: usize = 1 << 20;
 /// behind the write nor carries it in its steps; the worker lives ~30 s
 /// after its last event, so a rest it is killed in is rarely this short.
 pub const CACHE_WRITE_DELAY_MS: u64 = 1000;
+
+/// How many threads opened within one rest are remembered for the cache.
+const MAX_WANTED: usize = 8;
 
 /// What the engine knows of the `snapshots` store.
 #[derive(Debug, Default)]
@@ -60,6 +66,9 @@ pub(super) struct SnapshotCache {
     issued: u64,
     /// When the cache is to be written, if the engine is still at rest.
     due: Option<u64>,
+    /// Threads a client opened since the cache was last written (it may
+    /// have gone since: a panel closed within the second still counts).
+    wanted: Vec<String>,
 }
 
 impl SnapshotCache {
@@ -77,6 +86,7 @@ impl SnapshotCache {
             dirty: true,
             issued: 0,
             due: None,
+            wanted: Vec::new(),
         }
     }
 }
@@ -106,9 +116,17 @@ impl Engine {
         }
     }
 
-    /// A client subscribed to a thread: cache its snapshot at the next rest.
-    pub(super) fn cache_subscribed(&mut self) {
+    /// A client opened a thread: cache its snapshot at the next rest.
+    pub(super) fn cache_subscribed(&mut self, thread_id: Option<&str>) {
         self.cache.dirty = true;
+        let wanted = &mut self.cache.wanted;
+        if let Some(tid) = thread_id.filter(|t| !wanted.iter().any(|w| w == t)) {
+            // A few at most: the threads opened within one rest.
+            if wanted.len() == MAX_WANTED {
+                wanted.remove(0);
+            }
+            wanted.push(tid.to_string());
+        }
     }
 
     /// Nothing in flight that could change what a snapshot shows: no unit,
@@ -151,8 +169,9 @@ impl Engine {
     }
 
     /// At rest with something new to cache: write the snapshot of every
-    /// thread a trusted client is subscribed to, and of the thread a fresh
-    /// panel's `initialize` (no thread id) opens, in one unit of its own.
+    /// thread a trusted client is subscribed to or opened since the last
+    /// write, and of the thread a fresh panel's `initialize` (no thread id)
+    /// opens, in one unit of its own.
     /// Each must be in memory (loaded, or its tail read); a snapshot whose
     /// JSON exceeds `MAX_CACHED_BYTES` is not cached (the worker script
     /// reads every cached record at each start).
@@ -166,6 +185,7 @@ impl Engine {
             .values()
             .filter(|c| c.kind == ClientKind::ExtensionPage)
             .filter_map(|c| c.subscribed.clone())
+            .chain(self.cache.wanted.drain(..))
             .chain(recent.clone())
             .filter(|tid| !self.cache.valid.contains(tid))
             .filter(|tid| {

@@ -477,3 +477,30 @@ fn snapshot_cache_write_waits_for_a_moment_of_rest_and_a_unit_cancels_it() {
     assert!(sim.store.snapshots.contains_key(&tid));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
+
+#[test]
+fn snapshot_cache_keeps_a_thread_opened_by_a_client_that_left_within_the_rest() {
+    let (mut sim, conn, tid) = thread_at_rest(15);
+    sim.crash();
+    // A client opens the thread, gets its snapshot and goes before the
+    // engine has been at rest long enough to write the cache.
+    let _ = conn;
+    let brief = sim.connect();
+    sim.send(brief, initialize("i1", Some(&tid)));
+    // A unit (another client's new thread) makes every cached snapshot go.
+    let other = sim.connect();
+    sim.send(
+        other,
+        Op::ThreadCreate {
+            submission: submission("c1"),
+        },
+    );
+    sim.drain_effects();
+    sim.engine.handle_disconnect(brief);
+    sim.run(2000);
+    assert!(
+        sim.store.snapshots.contains_key(&tid),
+        "the thread the departed client opened is cached again"
+    );
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
