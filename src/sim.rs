@@ -281,13 +281,7 @@ impl Sim {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         self.start_snapshots = self.store.snapshots.values().cloned().collect();
-        self.engine = Engine::new(
-            self.config.clone(),
-            self.profile.clone(),
-            self.seed,
-            self.store.image(),
-            self.now,
-        );
+        self.reconfigure();
         self.next_conn += 1000; // old connections are gone
     }
 
