@@ -38,10 +38,11 @@ let servedFromCache = 0;
 // runs: the reconnects they serve come right after a start).
 let startSnapshots = null;
 // For `make bench` and the e2e tests (globalThis.__swAgent): when the first
-// port message arrived and when Engine.start() was called (ms since the
-// worker started).
+// port message arrived, when Engine.start() was called and when the first
+// snapshot was sent from the cache (ms since the worker started).
 let firstMessageAt = null;
 let startCalledAt = null;
+let servedAt = null;
 // This worker's event epoch (src/protocol.rs EventEnvelope), chosen here so
 // a snapshot sent from the cache and the engine's events share it.
 const epoch = `e${Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => b.toString(16).padStart(2, "0")).join("")}`;
@@ -119,6 +120,9 @@ const ready = Promise.all([prefetched, instantiated])
       get firstMessageAt() {
         return firstMessageAt;
       },
+      get servedAt() {
+        return servedAt;
+      },
       startCalledAt,
     };
     for (const call of pending.splice(0)) deliver(call);
@@ -162,6 +166,7 @@ function answerFromCache(port, msg) {
       port.postMessage({ type: "initialized", seq: 0, epoch, snapshot: record.snapshot });
       served = record.threadId;
       servedFromCache += 1;
+      servedAt ??= performance.now();
     } catch {
       // The port closed: the engine handles the message as usual.
     }

@@ -295,9 +295,9 @@ async function browser() {
     // first kill below does that (both workers are running at this point).
 
     // 3. Cold start: worker killed, then Port connect → initialized.
-    const cold = { engine: {}, cached: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, wasmCached: {}, prefetchAt: {}, prefetched: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
+    const cold = { engine: {}, cached: {}, cachedWorker: {}, cachedMessage: {}, cachedPrefetch: {}, cachedServed: {}, bareData: {}, startMs: {}, workerStart: {}, toReady: {}, afterReady: {}, threadRead: {}, threadDecode: {}, threadBuild: {}, wasmAt: {}, wasmCached: {}, prefetchAt: {}, prefetched: {}, startOpen: {}, startImage: {}, startSettings: {}, records: {}, bareEmpty: [], bareWorkerStart: [], nodes: {}, bytes: {} };
     for (const s of seeded) {
-      for (const key of ['engine', 'cached', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'wasmCached', 'prefetchAt', 'prefetched', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
+      for (const key of ['engine', 'cached', 'cachedWorker', 'cachedMessage', 'cachedPrefetch', 'cachedServed', 'bareData', 'startMs', 'workerStart', 'toReady', 'afterReady', 'threadRead', 'threadDecode', 'threadBuild', 'wasmAt', 'wasmCached', 'prefetchAt', 'prefetched', 'startOpen', 'startImage', 'startSettings', 'records']) cold[key][s.length] = [];
     }
     const memory = {};
     for (let rep = 0; rep < CONFIG.coldReps; rep += 1) {
@@ -356,7 +356,12 @@ async function browser() {
         cold.cached[s.length].push(fromCache.ms);
         if (fromCache.nodes !== s.nodes.length) problem(`cold start from the cache: the snapshot of ${s.thread.id} has ${fromCache.nodes} nodes, ${s.nodes.length} were seeded`);
         await real.evaluate(swWaitForEngine);
-        const served = (await real.evaluate(swTiming)).servedFromCache;
+        const cachedTiming = await real.evaluate(swTiming);
+        const served = cachedTiming.servedFromCache;
+        cold.cachedWorker[s.length].push(cachedTiming.timeOrigin - fromCache.connectEpoch);
+        cold.cachedMessage[s.length].push(cachedTiming.firstMessageAt);
+        cold.cachedPrefetch[s.length].push(cachedTiming.prefetchAt);
+        cold.cachedServed[s.length].push(cachedTiming.servedAt);
         if (served !== 1) problem(`cold start of ${s.thread.id} with a cached snapshot: sw.js answered ${served} initialize from the cache, not 1`);
         await bare.kill();
         const bareResult = await barePage.evaluate(pageColdConnect, { threadId: s.thread.id });
@@ -555,6 +560,10 @@ function browserFigures(m) {
   const coldGroup = 'cold start (worker killed via CDP, then Port connect → initialized)';
   for (const len of Object.keys(m.cold.engine)) {
     figure(coldGroup, `cold.${len}.cached_ms`, `engine, thread of ${m.cold.nodes[len]} nodes, answered from the snapshot cache (the panel's reconnect)`, 'ms', m.cold.cached[len], { snapshotBytes: m.cold.bytes[len] });
+    figure(coldGroup, `cold.${len}.cached_worker_ms`, `  ├ connect → worker global created`, 'ms', m.cold.cachedWorker[len]);
+    figure(coldGroup, `cold.${len}.cached_message_ms`, `  ├ worker created → the port's initialize arrived in sw.js`, 'ms', m.cold.cachedMessage[len]);
+    figure(coldGroup, `cold.${len}.cached_prefetch_ms`, `  ├ worker created → the prefetch (database open, start image, cached snapshots) arrived`, 'ms', m.cold.cachedPrefetch[len]);
+    figure(coldGroup, `cold.${len}.cached_served_ms`, `  └ worker created → the cached snapshot posted`, 'ms', m.cold.cachedServed[len]);
     figure(coldGroup, `cold.${len}.engine_ms`, `engine, thread of ${m.cold.nodes[len]} nodes, no cached snapshot (the engine starts and answers)`, 'ms', m.cold.engine[len], { snapshotBytes: m.cold.bytes[len] });
     figure(coldGroup, `cold.${len}.start_ms`, `engine: Engine.start() (decode the prefetched image, or open + read it), ${m.cold.nodes[len]}-node thread present`, 'ms', m.cold.startMs[len]);
     figure(coldGroup, `cold.${len}.bare_data_ms`, `bare JS worker reading and sending the same ${m.cold.nodes[len]} nodes`, 'ms', m.cold.bareData[len]);
