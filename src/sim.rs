@@ -341,6 +341,53 @@ impl Sim {
         true
     }
 
+    /// The simulated user answers a question or an approval shown live or
+    /// re-presented in a snapshot (sent by the engine or from the cache).
+    fn auto_respond(&mut self, conn: ConnId, event: &Event) {
+        let question = match event {
+            Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
+            Event::Initialized { snapshot } => snapshot
+                .thread
+                .as_ref()
+                .and_then(|t| t.pending_interaction.clone()),
+            _ => None,
+        };
+        if let (Some(question), Some(answer)) = (question, self.auto_answer.clone()) {
+            let op = Op::InteractionResponse {
+                submission: Submission {
+                    client_id: "sim-user".into(),
+                    submission_id: format!("answer-{}", question.id),
+                },
+                thread_id: question.thread_id.clone(),
+                interaction_id: question.id.clone(),
+                answer,
+            };
+            self.inputs.push_back((0, Input::Op { conn, op }));
+        }
+        // The simulated user answers a question shown live or re-presented in a snapshot.
+        let asked = match event {
+            Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
+            Event::Initialized { snapshot } => snapshot
+                .thread
+                .as_ref()
+                .and_then(|t| t.pending_approval.clone()),
+            _ => None,
+        };
+        if let (Some(approval), Some(decision)) = (asked, self.auto_approve) {
+            let thread_id = &approval.thread_id;
+            let op = Op::ApprovalResponse {
+                submission: Submission {
+                    client_id: "sim-user".into(),
+                    submission_id: format!("approve-{}", approval.id),
+                },
+                thread_id: thread_id.clone(),
+                approval_id: approval.id.clone(),
+                decision,
+            };
+            self.inputs.push_back((0, Input::Op { conn, op }));
+        }
+    }
+
     /// Commit a unit to the store. snapshot_cache: a unit that is not the
     /// cache's own write leaves no cached snapshot behind (every unit
     /// deletes them), so one in the store always shows the durable state.
@@ -392,14 +439,16 @@ impl Sim {
                 thread_id: Some(thread_id.to_string()),
             },
         );
+        let event = Event::Initialized {
+            snapshot: Box::new(cached.snapshot),
+        };
+        self.auto_respond(conn, &event);
         self.events.push((
             conn,
             crate::protocol::EventEnvelope {
                 seq: 0,
                 epoch: self.engine.epoch().to_string(),
-                event: Event::Initialized {
-                    snapshot: Box::new(cached.snapshot),
-                },
+                event,
             },
         ));
         let message = serde_json::json!({
@@ -589,48 +638,7 @@ impl Sim {
             Effect::Send { conn, event } => {
                 self.check_event_is_durable(&event.event);
                 self.check_snapshot_matches_cache(&event.event);
-                let question = match &event.event {
-                    Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
-                    Event::Initialized { snapshot } => snapshot
-                        .thread
-                        .as_ref()
-                        .and_then(|t| t.pending_interaction.clone()),
-                    _ => None,
-                };
-                if let (Some(question), Some(answer)) = (question, self.auto_answer.clone()) {
-                    let op = Op::InteractionResponse {
-                        submission: Submission {
-                            client_id: "sim-user".into(),
-                            submission_id: format!("answer-{}", question.id),
-                        },
-                        thread_id: question.thread_id.clone(),
-                        interaction_id: question.id.clone(),
-                        answer,
-                    };
-                    self.inputs.push_back((0, Input::Op { conn, op }));
-                }
-                // The simulated user answers a question shown live or re-presented in a snapshot.
-                let asked = match &event.event {
-                    Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
-                    Event::Initialized { snapshot } => snapshot
-                        .thread
-                        .as_ref()
-                        .and_then(|t| t.pending_approval.clone()),
-                    _ => None,
-                };
-                if let (Some(approval), Some(decision)) = (asked, self.auto_approve) {
-                    let thread_id = &approval.thread_id;
-                    let op = Op::ApprovalResponse {
-                        submission: Submission {
-                            client_id: "sim-user".into(),
-                            submission_id: format!("approve-{}", approval.id),
-                        },
-                        thread_id: thread_id.clone(),
-                        approval_id: approval.id.clone(),
-                        decision,
-                    };
-                    self.inputs.push_back((0, Input::Op { conn, op }));
-                }
+                self.auto_respond(conn, &event.event);
                 self.events.push((conn, event));
             }
             Effect::SetHeartbeat { active } => self.heartbeat = active,

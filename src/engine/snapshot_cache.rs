@@ -24,7 +24,10 @@
 //! transaction (one more store in the first checkpoint after a rest, none
 //! in the following ones), and one is written only when no unit is in
 //! flight and no run is going, so no commit can land between the state it
-//! shows and the worker reading it. The crash-anywhere simulation checks
+//! shows and the worker reading it. A run waiting for the user (approval,
+//! answer, uncertain write) is at rest too: a restarted engine re-presents
+//! it from the store without a unit, so the cached card is the one it would
+//! send. The crash-anywhere simulation checks
 //! that no unit commits and leaves a cached snapshot (`Sim::apply`), that a
 //! snapshot sent while the cache is held current is the cached one
 //! (`Sim::check_snapshot_matches_cache`), and that none is adopted with a
@@ -130,12 +133,37 @@ impl Engine {
     }
 
     /// Nothing in flight that could change what a snapshot shows: no unit,
-    /// no run, no admission, no queued turn, no read, no title to write.
+    /// no running step, no admission, no queued turn, no read, no title to
+    /// write. A run that waits for the user (an approval, an answer, a
+    /// decision on an uncertain write) is at rest: only the user's answer,
+    /// a unit, moves it, and a restarted engine re-presents it as it was.
     fn at_rest(&self) -> bool {
         self.pending.is_empty()
             && self.title_requests.is_empty()
+            && self.test_requests.is_empty()
             && self.threads.values().all(|t| {
-                t.exec.is_none()
+                let waiting = t.exec.as_ref().is_none_or(|e| {
+                    e.finish.is_none()
+                        && e.interrupts.is_empty()
+                        && e.deltas.flush_at.is_none()
+                        && matches!(
+                            e.phase,
+                            Phase::WaitingApproval { .. }
+                                | Phase::WaitingInteraction { .. }
+                                | Phase::Uncertain { .. }
+                        )
+                });
+                let run_settled = t.latest_run.as_ref().is_none_or(|r| {
+                    r.state.is_terminal()
+                        || matches!(
+                            r.state,
+                            RunState::WaitingApproval
+                                | RunState::WaitingInteraction
+                                | RunState::PausedUncertain
+                        )
+                });
+                waiting
+                    && run_settled
                     && !t.loading
                     && t.admitting.is_empty()
                     && t.queue_inflight == 0
@@ -143,7 +171,6 @@ impl Engine {
                     && t.steers.is_empty()
                     && t.deferred.is_empty()
                     && t.pending_title.is_none()
-                    && t.latest_run.as_ref().is_none_or(|r| r.state.is_terminal())
             })
     }
 

@@ -191,19 +191,66 @@ fn snapshot_cache_left_by_a_failed_unit_is_deleted_by_the_next_one() {
 }
 
 #[test]
-fn snapshot_cache_not_written_while_waiting_for_an_approval() {
+fn snapshot_cache_of_a_thread_waiting_for_an_approval_is_adopted_and_answered() {
     let mut sim = Sim::new(6, agent_policy(), page_tools());
     sim.auto_approve = None;
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "Subscribe me"));
     sim.run(2000);
-    let waiting = sim
+    let tid = sim.store.threads.keys().next().cloned().unwrap();
+    let approval = sim
         .store
         .approvals
         .values()
-        .any(|a| a.status == sw_agent::model::ApprovalStatus::Pending);
-    assert!(waiting, "the demo task asks before clicking");
-    assert!(sim.store.snapshots.is_empty());
+        .find(|a| a.status == sw_agent::model::ApprovalStatus::Pending)
+        .cloned()
+        .expect("the demo task asks before clicking");
+    // Waiting for the user is a rest: the snapshot shows the request.
+    let cached = sim
+        .store
+        .snapshots
+        .get(&tid)
+        .expect("cached while waiting")
+        .clone();
+    let shown = cached.snapshot.thread.as_ref().unwrap();
+    assert_eq!(
+        shown.pending_approval.as_ref().map(|a| &a.id),
+        Some(&approval.id)
+    );
+    // After a kill the panel gets it from the cache, and the engine, which
+    // re-presented the request at start without a unit, adopts the port.
+    sim.crash();
+    assert!(sim.engine.cached_snapshot_is_current(&tid));
+    let panel = sim.connect();
+    assert!(sim.initialize_from_cache(panel, Some(&tid)));
+    sim.run(100);
+    assert_eq!(
+        snapshots_sent(&sim, panel).len(),
+        1,
+        "adopted: no second snapshot"
+    );
+    // The user answers from the cached card; the run goes on and ends.
+    sim.send(
+        panel,
+        Op::ApprovalResponse {
+            submission: submission("a1"),
+            thread_id: tid.clone(),
+            approval_id: approval.id.clone(),
+            decision: sw_agent::protocol::ApprovalDecision::AcceptOnce,
+        },
+    );
+    sim.run(2000);
+    assert!(sim
+        .store
+        .runs
+        .values()
+        .all(|r| r.state == sw_agent::model::RunState::Completed));
+    // The adopted port gets the rest of the turn.
+    assert!(sim
+        .events_for(panel)
+        .iter()
+        .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if *thread_id == tid)));
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
 #[test]
