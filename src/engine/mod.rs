@@ -804,13 +804,12 @@ impl Engine {
         config: EngineConfig,
         profile: ProviderProfile,
         seed: u64,
-        image: StoreImage,
+        mut image: StoreImage,
         now: u64,
     ) -> Self {
         let mut ids = IdGen::new(seed);
         let random_epoch = ids.next_id("e");
         let epoch = config.epoch.clone().unwrap_or(random_epoch);
-        let mut image = image;
         let cache = snapshot_cache::SnapshotCache::from_start(
             std::mem::take(&mut image.snapshots),
             &config.build,

@@ -259,7 +259,9 @@ impl Engine {
             token,
             Pending {
                 thread_id: String::new(),
-                unit: unit.clone(),
+                // Not kept: this unit is never retried and changes nothing
+                // in memory, and its snapshots can be megabytes.
+                unit: UnitOfWork::new(),
                 then: Then::SnapshotsCached {
                     issued: self.cache.issued,
                     threads: written,
@@ -342,10 +344,5 @@ impl Engine {
             .values()
             .filter(|p| !matches!(p.then, Then::SnapshotsCached { .. }))
             .count()
-    }
-
-    /// The snapshot `initialize` would send for `thread_id` now.
-    pub fn snapshot_of(&self, thread_id: &str) -> Snapshot {
-        self.snapshot(Some(thread_id))
     }
 }
