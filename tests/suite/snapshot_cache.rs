@@ -254,7 +254,7 @@ fn snapshot_cache_of_a_thread_waiting_for_an_approval_is_adopted_and_answered() 
 }
 
 #[test]
-fn snapshot_cache_adoption_refused_to_an_untrusted_port() {
+fn content_script_cannot_command_snapshot_cache_adoption_refused_to_an_untrusted_port() {
     let (mut sim, _, tid) = thread_at_rest(7);
     sim.crash();
     let conn = sim.connect_as(sw_agent::protocol::ClientKind::Untrusted);
