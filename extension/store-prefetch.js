@@ -5,11 +5,11 @@
 // reading the start image used to wait until the module was instantiated,
 // although neither needs it. This module does only that IO, with no
 // decisions: it opens the engine's database at exactly the engine's version,
-// reads every store of the start image and the snapshot cache in one
-// read-only transaction and hands the connection and the raw records to
+// reads every store of the start image, and the snapshot cache's keys and
+// at most one of its records, in one read-only transaction and hands the connection and the raw records to
 // `Engine.start()`, which checks them and decodes them (src/platform/idb.rs
-// `IdbStore::prefetched`). sw.js may send a cached snapshot from the same
-// read (src/engine/snapshot_cache.rs): one transaction, so the cache and the
+// `IdbStore::prefetched`). sw.js may send the cached snapshot read with
+// it (src/engine/snapshot_cache.rs): one transaction, so the cache and the
 // image are the same moment of the database. Creating
 // or upgrading the database is the engine's job (its schema lives in Rust):
 // when either would be needed, the open is aborted, nothing is created, and
@@ -17,23 +17,31 @@
 // "no prefetch", never an error of its own.
 //
 // ENGINE_STORE must match src/store.rs (DB_NAME, DB_VERSION,
-// stores::START_IMAGE, stores::SNAPSHOTS); the wasm tests read it from here
-// and compare.
+// stores::START_IMAGE, stores::SNAPSHOTS and its indexes); the wasm tests
+// read it from here and compare.
 
 export const ENGINE_STORE = Object.freeze({
   name: "sw-agent",
-  version: 6,
+  version: 7,
   image: Object.freeze(["threads", "runs", "steers", "queue", "receipts", "approvals", "site_rules", "interactions"]),
   snapshots: "snapshots",
+  // Indexes of `snapshots` (stores::SNAPSHOTS_BY_BUILD, SNAPSHOTS_RECENT).
+  snapshotIndexes: Object.freeze({ build: "build", recent: "recentOf" }),
 });
 
 /**
  * Open `spec.name` at `spec.version` (never creating or upgrading it) and
- * read every store in `spec.image`, and `spec.snapshots`, whole.
- * @param {{ name: string, version: number, image: readonly string[], snapshots: string }} [spec]
- * @returns {Promise<{ db: IDBDatabase, version: number, image: Record<string, unknown[]>, snapshots: unknown[] } | null>}
+ * read every store in `spec.image` whole. Of the snapshot cache, read its
+ * keys, which of them `build` wrote, and one record: `build`'s most recent
+ * thread's (what a fresh panel opens, and usually what a reconnecting one
+ * asks for). Any other cached record is read when asked for
+ * (`readCachedSnapshot`): a start never reads more than one, however many
+ * threads are cached. Without a build (null), keys only.
+ * @param {{ name: string, version: number, image: readonly string[], snapshots: string, snapshotIndexes: { build: string, recent: string } }} [spec]
+ * @param {string | null} [build]
+ * @returns {Promise<{ db: IDBDatabase, version: number, image: Record<string, unknown[]>, snapshots: { threadId: string, build?: string }[], recent: any } | null>}
  */
-export function prefetchStore(spec = ENGINE_STORE) {
+export function prefetchStore(spec = ENGINE_STORE, build = null) {
   return new Promise((resolve) => {
     let request;
     try {
@@ -50,7 +58,9 @@ export function prefetchStore(spec = ENGINE_STORE) {
     request.onsuccess = () => {
       const db = request.result;
       const image = {};
-      let snapshots = null;
+      let keys = null;
+      let current = null;
+      let recent = null;
       let tx;
       try {
         tx = db.transaction([...spec.image, spec.snapshots], "readonly");
@@ -60,20 +70,57 @@ export function prefetchStore(spec = ENGINE_STORE) {
             image[name] = read.result;
           };
         }
-        const cached = tx.objectStore(spec.snapshots).getAll();
-        cached.onsuccess = () => {
-          snapshots = cached.result;
+        const cache = tx.objectStore(spec.snapshots);
+        const allKeys = cache.getAllKeys();
+        allKeys.onsuccess = () => {
+          keys = allKeys.result;
         };
+        if (typeof build === "string") {
+          const ours = cache.index(spec.snapshotIndexes.build).getAllKeys(build);
+          ours.onsuccess = () => {
+            current = new Set(ours.result);
+          };
+          const latest = cache.index(spec.snapshotIndexes.recent).get(build);
+          latest.onsuccess = () => {
+            recent = latest.result ?? null;
+          };
+        }
       } catch {
         db.close();
         resolve(null);
         return;
       }
-      tx.oncomplete = () => resolve({ db, version: db.version, image, snapshots });
+      tx.oncomplete = () => {
+        const snapshots = keys.map((threadId) => (current?.has(threadId) ? { threadId, build } : { threadId }));
+        resolve({ db, version: db.version, image, snapshots, recent });
+      };
       tx.onabort = () => {
         db.close();
         resolve(null);
       };
     };
+  });
+}
+
+/**
+ * The cached snapshot record of `threadId`, read on the prefetched
+ * connection `db`, or null (none, or any failure).
+ * @param {IDBDatabase} db
+ * @param {string} threadId
+ * @param {{ snapshots: string }} [spec]
+ * @returns {Promise<any>}
+ */
+export function readCachedSnapshot(db, threadId, spec = ENGINE_STORE) {
+  return new Promise((resolve) => {
+    try {
+      const read = db.transaction(spec.snapshots, "readonly").objectStore(spec.snapshots).get(threadId);
+      read.onsuccess = () => resolve(read.result ?? null);
+      read.onerror = (event) => {
+        event.preventDefault();
+        resolve(null);
+      };
+    } catch {
+      resolve(null);
+    }
   });
 }

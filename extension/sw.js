@@ -27,16 +27,18 @@
 // (registration fails), and awaiting before addListener would lose the very
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
-import { prefetchStore } from "./store-prefetch.js";
+import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
 import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 
 let engine = null;
 let nextPortId = 1;
 const pending = [];
 let servedFromCache = 0;
-// The cached snapshots the prefetch read (dropped 30 s after the engine
-// runs: the reconnects they serve come right after a start).
-let startSnapshots = null;
+// What the prefetch found in the snapshot cache: the prefetched connection,
+// the threads this build cached (their records are read when asked for),
+// and the one record it read, the most recent thread's (dropped 30 s after
+// the engine runs: the reconnects it serves come right after a start).
+let startCache = null;
 // For `make bench` and the e2e tests (globalThis.__swAgent): when the first
 // port message arrived, when Engine.start() was called and when the first
 // snapshot was sent from the cache (ms since the worker started).
@@ -70,9 +72,16 @@ let wasmAt = 0;
 let prefetchAt = 0;
 // Neither may throw here (an exception at the top level fails the worker's
 // registration): every failure becomes "not prefetched".
-const storePrefetched = prefetchStore().catch(() => null);
+// The build id comes first: the prefetch reads this build's cached snapshot.
+const build = buildId(chrome.runtime.getManifest());
+const storePrefetched = prefetchStore(undefined, build).catch(() => null);
 storePrefetched.then((store) => {
-  startSnapshots = Array.isArray(store?.snapshots) ? store.snapshots : null;
+  if (!store || !Array.isArray(store.snapshots)) return;
+  startCache = {
+    db: store.db,
+    ours: new Set(store.snapshots.filter((k) => k.build === build).map((k) => k.threadId)),
+    recent: store.recent ?? null,
+  };
 });
 const prefetched = Promise.all([
   storePrefetched,
@@ -86,7 +95,6 @@ const prefetched = Promise.all([
 // The module comes from Cache Storage when this build's copy is there
 // (wasm-cache.js), else from the package; it is cached once the engine runs.
 const wasmUrl = chrome.runtime.getURL("pkg/sw_agent_bg.wasm");
-const build = buildId(chrome.runtime.getManifest());
 let wasmFrom = null;
 let wasmCopy = null;
 const instantiated = instantiateModule(init, wasmUrl, build).then(({ from, copy }) => {
@@ -127,7 +135,7 @@ const ready = Promise.all([prefetched, instantiated])
     };
     for (const call of pending.splice(0)) deliver(call);
     setTimeout(() => {
-      startSnapshots = null;
+      startCache = null;
     }, 30000);
     if (wasmCopy) rememberModule(build, wasmCopy);
     wasmCopy = null;
@@ -152,61 +160,88 @@ function ownPage(port) {
  * Answer a port's first message from the snapshot cache when the port is an
  * extension page, the message is an `initialize`, and this build cached the
  * snapshot of the thread it opens (the one named, or for no thread id the
- * most recent one, which the engine marks `recent`): before the engine runs,
- * as soon as the prefetch arrived; once it runs, if it says that snapshot is
- * still current. Returns a function telling, when the engine gets the
- * message, which thread was served (null: none, the engine answers).
+ * most recent one, which the engine marks `recentOf`). Before the engine
+ * runs: the most recent thread's record came with the prefetch; any other
+ * is read now, and the port's events wait for that read (a few ms, while
+ * the module is still compiling). Once the engine runs: the most recent
+ * thread's, if the engine says the copy read at start is still current.
+ * Returns `served`, which the engine's delivery calls (it tells which
+ * thread was served; null: none, the engine answers; from then on nothing
+ * is sent here), and `settled`, a promise to deliver after (null: at once).
  */
 function answerFromCache(port, msg) {
   let served = null;
+  let delivered = false;
+  const answer = {
+    served: () => {
+      delivered = true;
+      return served;
+    },
+    settled: null,
+  };
   const asked = msg !== null && typeof msg === "object" && msg.type === "initialize" ? (msg.threadId ?? null) : undefined;
-  if (build === null || (asked !== null && typeof asked !== "string") || !ownPage(port)) return () => served;
-  const serve = (record) => {
+  if (build === null || (asked !== null && typeof asked !== "string") || !ownPage(port)) return answer;
+  const serve = (record, thread) => {
+    if (delivered || record?.build !== build || record.threadId !== thread) return;
     try {
       port.postMessage({ type: "initialized", seq: 0, epoch, snapshot: record.snapshot });
-      served = record.threadId;
+      served = thread;
       servedFromCache += 1;
       servedAt ??= performance.now();
     } catch {
       // The port closed: the engine handles the message as usual.
     }
   };
-  const ours = (r) => r?.build === build && typeof r.threadId === "string";
   if (engine !== null) {
     const thread = engine.start_snapshot_for(asked ?? undefined);
-    const record = typeof thread === "string" ? startSnapshots?.find((r) => ours(r) && r.threadId === thread) : null;
-    if (record) serve(record);
-    return () => served;
+    if (typeof thread === "string" && startCache?.recent?.threadId === thread) serve(startCache.recent, thread);
+    return answer;
   }
-  // Runs before the engine gets the message: the pending calls are flushed
-  // only after Engine.start(), which waits for this promise too.
-  storePrefetched.then(() => {
-    if (engine !== null) return;
-    const record = startSnapshots?.find((r) => ours(r) && (asked === null ? r.recent === true : r.threadId === asked));
-    if (record) serve(record);
+  // Before the engine runs, the pending calls are flushed only after
+  // Engine.start(), which waits for the prefetch too: waiting for it here
+  // delays nothing.
+  answer.settled = storePrefetched.then(() => {
+    const cache = startCache;
+    const thread = asked ?? cache?.recent?.threadId;
+    if (engine !== null || cache === null || typeof thread !== "string" || !cache.ours.has(thread)) return undefined;
+    if (cache.recent?.threadId === thread) return serve(cache.recent, thread);
+    // Read on the prefetched connection before the engine could issue a
+    // unit (units delete cached snapshots, and a transaction sees the
+    // writes issued before it), so it is the record of the start image.
+    // The engine still checks at delivery that it issued no unit since.
+    return readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread));
   });
-  return () => served;
+  return answer;
 }
 
 chrome.runtime.onConnect.addListener((port) => {
   const id = nextPortId++;
   let first = true;
+  // While the first message waits for a cached snapshot, the port's later
+  // events wait behind it, in order.
+  let gate = null;
+  const forward = (call) => {
+    if (gate === null) deliver(call);
+    else gate = gate.then(() => deliver(call));
+  };
   // No message can arrive before this callback returns, so on_connect is
   // always delivered before the port's first message.
   port.onMessage.addListener((msg) => {
     if (!first) {
-      deliver((e) => e.on_message(id, msg));
+      forward((e) => e.on_message(id, msg));
       return;
     }
     first = false;
     firstMessageAt ??= performance.now();
-    const served = answerFromCache(port, msg);
-    deliver((e) => {
-      const thread = served();
+    const answer = answerFromCache(port, msg);
+    const call = (e) => {
+      const thread = answer.served();
       return thread === null ? e.on_message(id, msg) : e.on_cached_initialize(id, msg, thread);
-    });
+    };
+    if (answer.settled === null) deliver(call);
+    else gate = answer.settled.then(() => deliver(call), () => deliver(call));
   });
-  port.onDisconnect.addListener(() => deliver((e) => e.on_disconnect(id)));
+  port.onDisconnect.addListener(() => forward((e) => e.on_disconnect(id)));
   deliver((e) => e.on_connect(id, port));
 });
 chrome.alarms.onAlarm.addListener((alarm) => deliver((e) => e.on_alarm(alarm.name)));

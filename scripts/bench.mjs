@@ -562,7 +562,7 @@ function browserFigures(m) {
     figure(coldGroup, `cold.${len}.cached_ms`, `engine, thread of ${m.cold.nodes[len]} nodes, answered from the snapshot cache (the panel's reconnect)`, 'ms', m.cold.cached[len], { snapshotBytes: m.cold.bytes[len] });
     figure(coldGroup, `cold.${len}.cached_worker_ms`, `  ├ connect → worker global created`, 'ms', m.cold.cachedWorker[len]);
     figure(coldGroup, `cold.${len}.cached_message_ms`, `  ├ worker created → the port's initialize arrived in sw.js`, 'ms', m.cold.cachedMessage[len]);
-    figure(coldGroup, `cold.${len}.cached_prefetch_ms`, `  ├ worker created → the prefetch (database open, start image, cached snapshots) arrived`, 'ms', m.cold.cachedPrefetch[len]);
+    figure(coldGroup, `cold.${len}.cached_prefetch_ms`, `  ├ worker created → the prefetch (database open, start image, the cache's keys and most recent snapshot) arrived`, 'ms', m.cold.cachedPrefetch[len]);
     figure(coldGroup, `cold.${len}.cached_served_ms`, `  └ worker created → the cached snapshot posted`, 'ms', m.cold.cachedServed[len]);
     figure(coldGroup, `cold.${len}.engine_ms`, `engine, thread of ${m.cold.nodes[len]} nodes, no cached snapshot (the engine starts and answers)`, 'ms', m.cold.engine[len], { snapshotBytes: m.cold.bytes[len] });
     figure(coldGroup, `cold.${len}.start_ms`, `engine: Engine.start() (decode the prefetched image, or open + read it), ${m.cold.nodes[len]}-node thread present`, 'ms', m.cold.startMs[len]);

@@ -417,7 +417,7 @@ impl Sim {
             .iter()
             .find(|c| match asked {
                 Some(t) => c.thread_id == t,
-                None => c.recent,
+                None => c.is_recent(),
             })
             .filter(|c| c.build == self.config.build)
             .cloned()

@@ -30,9 +30,17 @@ pub mod stores {
     pub const INTERACTIONS: &str = "interactions";
     /// Keyed by run id; read only for unfinished runs.
     pub const ENVIRONMENTS: &str = "environments";
-    /// Keyed by thread id: the snapshot cache (`CachedSnapshot`), read whole
-    /// by the worker script at start, never decoded by the engine.
+    /// Keyed by thread id: the snapshot cache (`CachedSnapshot`), never
+    /// decoded by the engine. At start the worker script reads its keys,
+    /// which of them this build wrote (`SNAPSHOTS_BY_BUILD`) and one record
+    /// whole, this build's most recent thread's (`SNAPSHOTS_RECENT`); any
+    /// other cached thread's record only when a panel asks for it.
     pub const SNAPSHOTS: &str = "snapshots";
+    /// Index of `SNAPSHOTS` on `build`.
+    pub const SNAPSHOTS_BY_BUILD: &str = "build";
+    /// Index of `SNAPSHOTS` on `recentOf` (only the most recent thread's
+    /// record has it: the build that wrote it).
+    pub const SNAPSHOTS_RECENT: &str = "recentOf";
     pub const ALL: [&str; 11] = [
         THREADS,
         NODES,
@@ -71,8 +79,11 @@ pub mod stores {
 /// 5: nodes gain the `threadTime` index ([threadId, createdAt]) so a cold
 /// start reads only the tail of a long thread (records unchanged).
 /// 6: the `snapshots` store (the snapshot cache; records unchanged).
+/// 7: `snapshots` gains the `build` and `recentOf` indexes, so a start reads
+/// one cached snapshot instead of all of them (the `recent` flag became
+/// `recentOf`; a version-6 record, another build's, is never sent).
 pub const DB_NAME: &str = "sw-agent";
-pub const DB_VERSION: u32 = 6;
+pub const DB_VERSION: u32 = 7;
 
 /// A thread's `initialized` snapshot, exactly as the engine that wrote it
 /// would send it, cached while nothing it shows can change
@@ -85,11 +96,20 @@ pub struct CachedSnapshot {
     /// The build that wrote it (`EngineConfig::build`): another build's
     /// snapshot is never sent, its shape may differ.
     pub build: String,
-    /// The thread an `initialize` without a thread id opens (the most
-    /// recently updated) when this was written.
-    #[serde(default)]
-    pub recent: bool,
+    /// Set on the record of the thread an `initialize` without a thread id
+    /// opens (the most recently updated) when this was written, to the
+    /// build: the key of the `recentOf` index, which lets the worker script
+    /// read this one record at start and no other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recent_of: Option<String>,
     pub snapshot: Snapshot,
+}
+
+impl CachedSnapshot {
+    /// Whether this is the most recent thread's snapshot.
+    pub fn is_recent(&self) -> bool {
+        self.recent_of.is_some()
+    }
 }
 
 /// A cached snapshot ready to store: its `CachedSnapshot` as JSON text,

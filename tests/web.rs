@@ -1488,14 +1488,21 @@ async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
 #[wasm_bindgen(module = "/extension/store-prefetch.js")]
 extern "C" {
     #[wasm_bindgen(js_name = prefetchStore)]
-    fn prefetch_store(spec: &JsValue) -> js_sys::Promise;
+    fn prefetch_store(spec: &JsValue, build: &JsValue) -> js_sys::Promise;
+    #[wasm_bindgen(js_name = readCachedSnapshot)]
+    fn read_cached_snapshot(db: &JsValue, thread_id: &str) -> js_sys::Promise;
     #[wasm_bindgen(thread_local_v2, js_name = ENGINE_STORE)]
     static ENGINE_STORE: JsValue;
 }
 
 /// `extension/store-prefetch.js` run for database `name` (as sw.js runs it
-/// for the engine's), awaited: its result or null.
+/// for the engine's) by build "b1", awaited: its result or null.
 async fn prefetch(name: &str) -> JsValue {
+    prefetch_for(name, Some("b1")).await
+}
+
+/// The same by `build` (None: a worker without a build id).
+async fn prefetch_for(name: &str, build: Option<&str>) -> JsValue {
     let spec = js_sys::Object::new();
     let set = |key: &str, value: JsValue| js_sys::Reflect::set(&spec, &key.into(), &value).unwrap();
     set("name", name.into());
@@ -1506,7 +1513,17 @@ async fn prefetch(name: &str) -> JsValue {
         .collect();
     set("image", image.into());
     set("snapshots", stores::SNAPSHOTS.into());
-    wasm_bindgen_futures::JsFuture::from(prefetch_store(&spec.into()))
+    let indexes = js_sys::Object::new();
+    js_sys::Reflect::set(
+        &indexes,
+        &"build".into(),
+        &stores::SNAPSHOTS_BY_BUILD.into(),
+    )
+    .unwrap();
+    js_sys::Reflect::set(&indexes, &"recent".into(), &stores::SNAPSHOTS_RECENT.into()).unwrap();
+    set("snapshotIndexes", indexes.into());
+    let build = build.map_or(JsValue::NULL, JsValue::from_str);
+    wasm_bindgen_futures::JsFuture::from(prefetch_store(&spec.into(), &build))
         .await
         .unwrap()
 }
@@ -1549,6 +1566,13 @@ fn store_prefetch_reads_the_engines_database_version_and_start_image() {
         field("snapshots").as_string().as_deref(),
         Some(stores::SNAPSHOTS)
     );
+    let index = |key: &str| {
+        js_sys::Reflect::get(&field("snapshotIndexes"), &key.into())
+            .unwrap()
+            .as_string()
+    };
+    assert_eq!(index("build").as_deref(), Some(stores::SNAPSHOTS_BY_BUILD));
+    assert_eq!(index("recent").as_deref(), Some(stores::SNAPSHOTS_RECENT));
 }
 
 #[wasm_bindgen_test]
@@ -1574,15 +1598,26 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
         result: serde_json::json!({"threadId": "t1"}),
         created_at: 5,
     };
-    let cached = sw_agent::store::CachedSnapshot {
-        thread_id: "t1".into(),
-        build: "b1".into(),
-        recent: true,
+    let cached = |thread_id: &str, build: &str, recent: bool| sw_agent::store::CachedSnapshot {
+        thread_id: thread_id.into(),
+        build: build.into(),
+        recent_of: recent.then(|| build.to_string()),
         snapshot: sw_agent::protocol::Snapshot {
             protocol_version: sw_agent::protocol::PROTOCOL_VERSION,
             threads: vec![t.summary()],
             thread: None,
         },
+    };
+    // This build's most recent thread, another of its threads, and an
+    // older build's most recent thread.
+    let recent = cached("t1", "b1", true);
+    let other = cached("t2", "b1", false);
+    let old = cached("t3", "b0", true);
+    let record = |c: &sw_agent::store::CachedSnapshot| {
+        Record::Snapshot(sw_agent::store::SnapshotRecord {
+            thread_id: c.thread_id.clone(),
+            json: serde_json::to_string(c).unwrap(),
+        })
     };
     store
         .commit(&UnitOfWork {
@@ -1590,55 +1625,71 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
                 Record::Thread(t.clone()),
                 Record::Node(node.clone()),
                 Record::Receipt(receipt),
-                Record::Snapshot(sw_agent::store::SnapshotRecord {
-                    thread_id: "t1".into(),
-                    json: serde_json::to_string(&cached).unwrap(),
-                }),
+                record(&recent),
+                record(&other),
+                record(&old),
             ],
             ..Default::default()
         })
         .await
         .unwrap();
+    let key = |thread_id: &str, build: Option<&str>| sw_agent::store::CachedKey {
+        thread_id: thread_id.into(),
+        build: build.map(str::to_string),
+    };
     let (mut expected, skipped) = store.load_image().await.unwrap();
     assert!(skipped.is_empty());
     // Read by the engine itself: the cache's keys only, none current.
     assert_eq!(
         expected.snapshots,
-        vec![sw_agent::store::CachedKey {
-            thread_id: "t1".into(),
-            build: None
-        }]
+        vec![key("t1", None), key("t2", None), key("t3", None)]
     );
     store.close();
 
     let early = prefetch(name).await;
     assert!(early.is_object(), "an up-to-date database is prefetched");
-    // The worker script gets the cached snapshot as the engine wrote it.
-    let records = js_sys::Array::from(&js_sys::Reflect::get(&early, &"snapshots".into()).unwrap());
-    assert_eq!(records.length(), 1);
-    let sent: serde_json::Value = serde_wasm_bindgen::from_value(
-        js_sys::Reflect::get(&records.get(0), &"snapshot".into()).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(sent, serde_json::to_value(&cached.snapshot).unwrap());
+    // The worker script gets one record, this build's most recent thread's,
+    // as the engine wrote it...
+    let got = |of: &JsValue, key: &str| js_sys::Reflect::get(of, &key.into()).unwrap();
+    let first: serde_json::Value = serde_wasm_bindgen::from_value(got(&early, "recent")).unwrap();
+    assert_eq!(first, serde_json::to_value(&recent).unwrap());
+    // ...and every other one when it asks for it.
+    let db = got(&early, "db");
+    let read = |thread_id: &'static str| {
+        let db = db.clone();
+        async move {
+            let record = wasm_bindgen_futures::JsFuture::from(read_cached_snapshot(&db, thread_id))
+                .await
+                .unwrap();
+            serde_wasm_bindgen::from_value::<Option<serde_json::Value>>(record).unwrap()
+        }
+    };
+    assert_eq!(
+        read("t2").await,
+        Some(serde_json::to_value(&other).unwrap())
+    );
+    assert_eq!(read("t9").await, None);
     let (store, values, keys) =
         IdbStore::prefetched(name, &early).expect("the prefetch checks out");
     let (image, skipped) = store.image_from(values, keys).await.unwrap();
     assert!(skipped.is_empty());
-    // Prefetched, the build is known too.
+    // Prefetched, the build of this build's snapshots is known too.
     assert_eq!(
         image.snapshots,
-        vec![sw_agent::store::CachedKey {
-            thread_id: "t1".into(),
-            build: Some("b1".into())
-        }]
+        vec![
+            key("t1", Some("b1")),
+            key("t2", Some("b1")),
+            key("t3", None)
+        ]
     );
     expected.snapshots = image.snapshots.clone();
     assert_eq!(image, expected);
     assert_eq!(image.threads, vec![t]);
-    // A unit deletes the cached snapshot like any record.
+    // A unit deletes cached snapshots like any record.
     let mut unit = UnitOfWork::new();
-    unit.delete(stores::SNAPSHOTS, "t1");
+    unit.delete(stores::SNAPSHOTS, "t1")
+        .delete(stores::SNAPSHOTS, "t2")
+        .delete(stores::SNAPSHOTS, "t3");
     store.commit(&unit).await.unwrap();
     assert!(store.dump(stores::SNAPSHOTS).await.unwrap().is_empty());
     // The prefetched connection commits, and reads open their own.
@@ -1656,6 +1707,103 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
     assert!(complete);
     assert_eq!(IdbStore::decode_nodes(tail).0, vec![node]);
     store.close();
+}
+
+#[wasm_bindgen_test]
+async fn idb_prefetch_reads_only_its_builds_most_recent_snapshot_also_after_the_upgrade_to_7() {
+    // A version-6 database: the snapshot cache without its indexes, holding
+    // a record the version-6 engine wrote (the `recent` flag).
+    let name = "sw-agent-test-prefetch-v6";
+    let _ = IdbStore::delete(name).await;
+    let mut builder = rexie::Rexie::builder(name).version(6);
+    for store in stores::ALL {
+        let key = match store {
+            "receipts" => "key",
+            "site_rules" => "origin",
+            "environments" => "runId",
+            "snapshots" => "threadId",
+            _ => "id",
+        };
+        builder = builder.add_object_store(rexie::ObjectStore::new(store).key_path(key));
+    }
+    let v6 = builder.build().await.unwrap();
+    let tx = v6
+        .transaction(&[stores::SNAPSHOTS], rexie::TransactionMode::ReadWrite)
+        .unwrap();
+    let old = serde_json::json!({"threadId": "t1", "build": "b1", "recent": true, "snapshot": {}});
+    tx.store(stores::SNAPSHOTS)
+        .unwrap()
+        .put(&js_sys::JSON::parse(&old.to_string()).unwrap(), None)
+        .await
+        .unwrap();
+    tx.done().await.unwrap();
+    v6.close();
+    assert!(
+        prefetch(name).await.is_null(),
+        "left for the engine to upgrade"
+    );
+    let store = IdbStore::open(name).await.expect("the engine upgrades it");
+    let key = |thread_id: &str, build: Option<&str>| sw_agent::store::CachedKey {
+        thread_id: thread_id.into(),
+        build: build.map(str::to_string),
+    };
+    // The old record is indexed by build, but it is nobody's most recent.
+    let early = prefetch(name).await;
+    assert!(early.is_object());
+    assert!(js_sys::Reflect::get(&early, &"recent".into())
+        .unwrap()
+        .is_null());
+    let (store2, values, keys) = IdbStore::prefetched(name, &early).unwrap();
+    assert_eq!(
+        store2.image_from(values, keys).await.unwrap().0.snapshots,
+        vec![key("t1", Some("b1"))]
+    );
+    store2.close();
+    // What the engine writes now is found by either index.
+    let cached = sw_agent::store::CachedSnapshot {
+        thread_id: "t2".into(),
+        build: "b1".into(),
+        recent_of: Some("b1".into()),
+        snapshot: sw_agent::protocol::Snapshot {
+            protocol_version: sw_agent::protocol::PROTOCOL_VERSION,
+            threads: vec![],
+            thread: None,
+        },
+    };
+    let mut unit = UnitOfWork::new();
+    unit.put(Record::Snapshot(sw_agent::store::SnapshotRecord {
+        thread_id: "t2".into(),
+        json: serde_json::to_string(&cached).unwrap(),
+    }));
+    store.commit(&unit).await.unwrap();
+    store.close();
+    let early = prefetch(name).await;
+    let recent: serde_json::Value =
+        serde_wasm_bindgen::from_value(js_sys::Reflect::get(&early, &"recent".into()).unwrap())
+            .unwrap();
+    assert_eq!(recent, serde_json::to_value(&cached).unwrap());
+    let (store2, values, keys) = IdbStore::prefetched(name, &early).unwrap();
+    assert_eq!(
+        store2.image_from(values, keys).await.unwrap().0.snapshots,
+        vec![key("t1", Some("b1")), key("t2", Some("b1"))]
+    );
+    store2.close();
+    // Another build reads no record and knows none as its own; so does a
+    // worker without a build id.
+    for build in [Some("b2"), None] {
+        let early = prefetch_for(name, build).await;
+        assert!(early.is_object());
+        assert!(js_sys::Reflect::get(&early, &"recent".into())
+            .unwrap()
+            .is_null());
+        let (store2, values, keys) = IdbStore::prefetched(name, &early).unwrap();
+        assert_eq!(
+            store2.image_from(values, keys).await.unwrap().0.snapshots,
+            vec![key("t1", None), key("t2", None)]
+        );
+        store2.close();
+    }
+    let _ = IdbStore::delete(name).await;
 }
 
 #[wasm_bindgen_test]

@@ -108,7 +108,7 @@ export async function pageColdConnect({ threadId = null, name = 'panel' }) {
  * The engine's snapshot cache (src/engine/snapshot_cache.rs), from an
  * extension page: `clear` empties it (run while the worker is dead, so the
  * next start finds no cached snapshot), otherwise whether `threadId` has one
- * (null: whether the most recent thread has one, the record marked `recent`).
+ * (null: whether the most recent thread has one, the record with `recentOf`).
  */
 export async function pageSnapshotCache({ dbName, threadId = null, clear = false }) {
   const db = await new Promise((resolve, reject) => {
@@ -130,7 +130,7 @@ export async function pageSnapshotCache({ dbName, threadId = null, clear = false
       tx.onabort = () => reject(tx.error);
     });
     if (clear) return true;
-    return threadId === null ? result.some((record) => record?.recent === true) : result !== undefined;
+    return threadId === null ? result.some((record) => typeof record?.recentOf === 'string') : result !== undefined;
   } finally {
     db.close();
   }

@@ -7,11 +7,12 @@
 //! rest looks exactly as it did before the kill. So, once nothing has been
 //! in flight for `CACHE_WRITE_DELAY_MS`, the engine writes the snapshot of
 //! each thread a client is subscribed to or opened since the last write,
-//! and of the most recent one (`recent`: what a fresh panel's `initialize`
+//! and of the most recent one (`recentOf`: what a fresh panel's `initialize`
 //! without a thread id opens), as it would send it now, to the `snapshots`
 //! store (`CachedSnapshot`, stamped with the build). The worker script reads
-//! those records with the start image (`extension/store-prefetch.js`) and
-//! answers an extension page's first `initialize` for such a thread itself
+//! the cache's keys and the most recent thread's record with the start
+//! image (`extension/store-prefetch.js`), any other record when a panel
+//! asks for its thread, and answers an extension page's first `initialize` for such a thread itself
 //! (`extension/sw.js`: `seq` 0 under the epoch it hands the engine), before
 //! the engine runs or, once it runs, when [`Engine::start_snapshot_for`]
 //! says the copy it read is still current. The engine adopts the
@@ -38,7 +39,7 @@ use crate::store::{CachedKey, CachedSnapshot, SnapshotRecord};
 
 /// The largest snapshot cached, as JSON (1 MiB). A snapshot carries the
 /// last `snapshot_nodes` nodes; page outlines among them can make it large,
-/// and the worker script reads every cached record whenever it starts.
+/// and the worker script reads the most recent thread's whenever it starts.
 const MAX_CACHED_BYTES: usize = 1 << 20;
 
 /// How long the engine stays at rest before it writes the cache (ms). A
@@ -201,7 +202,7 @@ impl Engine {
     /// opens, in one unit of its own.
     /// Each must be in memory (loaded, or its tail read); a snapshot whose
     /// JSON exceeds `MAX_CACHED_BYTES` is not cached (the worker script
-    /// reads every cached record at each start).
+    /// reads the most recent thread's record at each start).
     pub(super) fn cache_maybe_write(&mut self) {
         if !self.cache.dirty || self.config.build.is_empty() || !self.at_rest() {
             return;
@@ -233,7 +234,7 @@ impl Engine {
             let cached = CachedSnapshot {
                 thread_id: tid.clone(),
                 build: self.config.build.clone(),
-                recent: recent.as_ref() == Some(&tid),
+                recent_of: (recent.as_ref() == Some(&tid)).then(|| self.config.build.clone()),
                 snapshot: self.snapshot(Some(&tid)),
             };
             let Ok(json) = serde_json::to_string(&cached) else {

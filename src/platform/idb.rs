@@ -193,7 +193,12 @@ async fn open_rexie(name: &str) -> Result<Rexie, StoreError> {
                 .add_index(by_thread()),
         )
         .add_object_store(ObjectStore::new(stores::ENVIRONMENTS).key_path("runId"))
-        .add_object_store(ObjectStore::new(stores::SNAPSHOTS).key_path("threadId"))
+        .add_object_store(
+            ObjectStore::new(stores::SNAPSHOTS)
+                .key_path("threadId")
+                .add_index(Index::new(stores::SNAPSHOTS_BY_BUILD, "build"))
+                .add_index(Index::new(stores::SNAPSHOTS_RECENT, "recentOf")),
+        )
         .build()
         .await
         .map_err(store_error)
@@ -248,11 +253,12 @@ impl IdbStore {
 
     /// The store from what `extension/store-prefetch.js` read while the
     /// module compiled: `{ db, version, image: { store: [records] },
-    /// snapshots: [cached snapshots] }`. None (and the prefetched connection
-    /// closed) unless it is a connection to `name` at `DB_VERSION` with every
-    /// start-image store and the snapshot cache read; the caller then opens
-    /// the database itself. Of the cached snapshots only the thread and the
-    /// build are read (the worker script sends them, the engine never).
+    /// snapshots: [{ threadId, build? }] }` (the snapshot cache's keys, with
+    /// the build for those this build wrote). None (and the prefetched
+    /// connection closed) unless it is a connection to `name` at
+    /// `DB_VERSION` with every start-image store and the snapshot cache's
+    /// keys read; the caller then opens the database itself. The engine
+    /// never reads a cached snapshot: the worker script sends them.
     pub fn prefetched(
         name: &str,
         prefetch: &JsValue,

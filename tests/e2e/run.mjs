@@ -433,11 +433,48 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
     { timeout: 30000, message: 'the thread cached again after the second turn' },
   );
   assert.equal(recached.key, cached.key);
-  assert.equal(recached.value.recent, true, 'the only thread is the one a fresh panel opens');
+  assert.equal(recached.value.recentOf, recached.value.build, 'the only thread is the one a fresh panel opens');
+
+  // A second thread, answered in one step, becomes the most recent one; the
+  // panel goes back to the first. At rest both are cached, the second as
+  // the most recent: the only record a start reads. The panel's reconnect
+  // asks for the first, whose record sw.js reads when asked.
+  session.mock.setScript([{ text: 'Second thread answer.' }]);
+  await panel.click('#new-thread-button');
+  await submitTask(panel, 'Hello from a second thread');
+  const second = await waitForSettledTurn(panel, { previousTurnId: next.turnId });
+  assert.equal(second.state, 'completed', describeState(second));
+  const secondThread = await waitFor(
+    async () => {
+      const records = await cachedSnapshots(panel);
+      return records.find((r) => r.key !== cached.key && typeof r.value.recentOf === 'string')?.key ?? null;
+    },
+    { timeout: 30000, message: 'the second thread cached as the most recent one' },
+  );
+  await panel.selectOption('#thread-list', cached.key);
+  const firstAgain = await waitFor(
+    async () => {
+      const records = await cachedSnapshots(panel);
+      const first = records.find((r) => r.key === cached.key);
+      return records.length === 2 && first && first.value.recentOf === undefined ? first : null;
+    },
+    { timeout: 30000, message: 'both threads cached, the first one not as the most recent' },
+  );
+  const backOnFirst = await readPanel(panel);
+  const logAtSecondKill = (await portLog(panel)).length;
+  await killServiceWorker(context, extensionId, { page: panel });
+  await reconnectedToANewEngine(panel, backOnFirst.epoch);
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1, 'sw.js answered from the record it read');
+  const secondKill = (await portLog(panel)).slice(logAtSecondKill);
+  const secondConnection = secondKill.find((entry) => entry.dir === 'connect')?.connection;
+  const firstOnReconnect = secondKill.filter((entry) => entry.dir === 'in' && entry.connection === secondConnection).map((entry) => JSON.parse(entry.json))[0];
+  assert.equal(firstOnReconnect.type, 'initialized');
+  assert.equal(firstOnReconnect.seq, 0, 'sent by sw.js before the engine (seq 0)');
+  assert.deepEqual(firstOnReconnect.snapshot, firstAgain.value.snapshot, "the first thread's cached snapshot");
 
   // The panel closed, the worker killed, a fresh panel (no thread id yet)
   // wakes it: answered from the cache with the most recent thread.
-  const before = await readPanel(panel);
+  const before = second;
   await panel.close();
   await killServiceWorker(context, extensionId, { page: session.shop });
   const fresh = await openPanel(context, extensionId);

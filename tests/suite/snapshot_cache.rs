@@ -351,7 +351,9 @@ fn snapshot_cache_write_overtaken_by_a_unit_is_written_again() {
 fn snapshot_cache_answers_a_fresh_panel_with_the_most_recent_thread() {
     let (mut sim, _, tid) = thread_at_rest(9);
     let cached = sim.store.snapshots.get(&tid).unwrap().clone();
-    assert!(cached.recent, "the only thread is the most recent one");
+    assert!(cached.is_recent(), "the only thread is the most recent one");
+    // The key of the `recentOf` index the worker script reads it by.
+    assert_eq!(cached.recent_of.as_deref(), Some(cached.build.as_str()));
     sim.crash();
     // A fresh panel knows no thread: `initialize` without an id.
     let conn = sim.connect();
@@ -386,7 +388,7 @@ fn snapshot_cache_recent_flag_follows_the_most_recent_thread() {
         .store
         .snapshots
         .values()
-        .filter(|c| c.recent)
+        .filter(|c| c.is_recent())
         .map(|c| &c.thread_id)
         .collect();
     assert_eq!(recent, vec![&second]);
@@ -399,7 +401,10 @@ fn snapshot_cache_recent_flag_follows_the_most_recent_thread() {
         .snapshots
         .get(&first)
         .expect("the first thread cached");
-    assert!(!old.recent);
+    assert!(!old.is_recent());
+    // No `recentOf` key: the worker script never reads it at start.
+    let json = serde_json::to_value(old).unwrap();
+    assert!(json.get("recentOf").is_none(), "{json}");
     sim.crash();
     let fresh = sim.connect();
     assert!(sim.initialize_from_cache(fresh, None));
