@@ -103,9 +103,15 @@ const instantiated = instantiateModule(init, wasmUrl, build).then(({ from, copy 
   wasmCopy = copy;
 });
 
+// Reads of cached snapshots (answerFromCache) issued before the engine
+// starts: the start waits for them (one record each), else their results
+// would wait behind the whole start on this thread.
+const cacheReads = new Set();
+
 // Settles once the engine runs (or startup failed and was logged once).
 const ready = Promise.all([prefetched, instantiated])
-  .then(([early]) => {
+  .then(([early]) => Promise.all([...cacheReads]).then(() => early))
+  .then((early) => {
     startCalledAt = performance.now();
     return Engine.start({ ...early, build, epoch });
   })
@@ -160,11 +166,8 @@ function ownPage(port) {
  * Answer a port's first message from the snapshot cache when the port is an
  * extension page, the message is an `initialize`, and this build cached the
  * snapshot of the thread it opens (the one named, or for no thread id the
- * most recent one, which the engine marks `recentOf`). Before the engine
- * runs: the most recent thread's record came with the prefetch; any other
- * is read now, and the port's events wait for that read (a few ms, while
- * the module is still compiling). Once the engine runs: the most recent
- * thread's, if the engine says the copy read at start is still current.
+ * most recent one, which the engine marks `recentOf`): before the engine
+ * runs, or once it runs if it says the copy read at start is still current.
  * Returns `served`, which the engine's delivery calls (it tells which
  * thread was served; null: none, the engine answers; from then on nothing
  * is sent here), and `settled`, a promise to deliver after (null: at once).
@@ -192,25 +195,34 @@ function answerFromCache(port, msg) {
       // The port closed: the engine handles the message as usual.
     }
   };
+  // The record of `thread`: the most recent thread's came with the
+  // prefetch; any other is read on the prefetched connection, and the
+  // port's events wait for it. The read sees every unit the engine issued
+  // before it (units delete cached snapshots); the engine checks again at
+  // delivery that it issued none since its start.
+  const fromCache = (thread) => {
+    const cache = startCache;
+    if (cache === null || typeof thread !== "string" || !cache.ours.has(thread)) return null;
+    if (cache.recent?.threadId === thread) {
+      serve(cache.recent, thread);
+      return null;
+    }
+    const read = readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread));
+    if (engine === null) {
+      cacheReads.add(read);
+      read.then(() => cacheReads.delete(read));
+    }
+    return read;
+  };
   if (engine !== null) {
     const thread = engine.start_snapshot_for(asked ?? undefined);
-    if (typeof thread === "string" && startCache?.recent?.threadId === thread) serve(startCache.recent, thread);
+    answer.settled = fromCache(thread);
     return answer;
   }
   // Before the engine runs, the pending calls are flushed only after
   // Engine.start(), which waits for the prefetch too: waiting for it here
   // delays nothing.
-  answer.settled = storePrefetched.then(() => {
-    const cache = startCache;
-    const thread = asked ?? cache?.recent?.threadId;
-    if (engine !== null || cache === null || typeof thread !== "string" || !cache.ours.has(thread)) return undefined;
-    if (cache.recent?.threadId === thread) return serve(cache.recent, thread);
-    // Read on the prefetched connection before the engine could issue a
-    // unit (units delete cached snapshots, and a transaction sees the
-    // writes issued before it), so it is the record of the start image.
-    // The engine still checks at delivery that it issued no unit since.
-    return readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread));
-  });
+  answer.settled = storePrefetched.then(() => (engine === null ? fromCache(asked ?? startCache?.recent?.threadId) : null));
   return answer;
 }
 
