@@ -379,6 +379,27 @@ async function cachedSnapshots(panel) {
   return db['sw-agent']?.snapshots ?? [];
 }
 
+/** Empties the engine's snapshot cache behind its back (its next unit deletes missing keys, harmlessly). */
+function clearCachedSnapshots(panel) {
+  return panel.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const open = indexedDB.open('sw-agent');
+        open.onerror = () => reject(open.error);
+        open.onsuccess = () => {
+          const db = open.result;
+          const tx = db.transaction('snapshots', 'readwrite');
+          tx.objectStore('snapshots').clear();
+          tx.oncomplete = () => {
+            db.close();
+            resolve();
+          };
+          tx.onabort = () => reject(tx.error);
+        };
+      }),
+  );
+}
+
 isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}, async (session) => {
   const { panel, context, extensionId } = session;
   await submitTask(panel, TASK);
@@ -1074,6 +1095,13 @@ isolatedTest('approval_pending_across_sw_kill_answered_after_restart', {}, async
     'the run waits for it',
   );
   const requestsBefore = mock.requests().length;
+  // A run waiting for the user is at rest: the engine caches the thread
+  // with the question on it. Emptied here, so the first restart's engine
+  // presents the question itself (the cached path is the second restart).
+  const cachedWithQuestion = async () =>
+    (await cachedSnapshots(panel)).find((r) => r.value.snapshot.thread?.pendingApproval?.id === before.approvalId) ?? null;
+  await waitFor(cachedWithQuestion, { timeout: 30000, message: 'the waiting thread cached with its question' });
+  await clearCachedSnapshots(panel);
 
   await killServiceWorker(context, extensionId, { page: panel });
   // The panel reconnects to a new worker whose snapshot shows the question again.
@@ -1099,6 +1127,30 @@ isolatedTest('approval_pending_across_sw_kill_answered_after_restart', {}, async
   );
   assert.equal(await subscribeClicks(shop), 0, 'nothing was clicked across the restart');
   assert.equal(mock.requests().length, requestsBefore, 'the restarted run did not ask the model again');
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 0, 'the engine answered (nothing cached)');
+
+  // Cached again at rest; the second restart answers the reconnect from the
+  // cache (seq 0), with the same question, and the engine adopts the port.
+  const recached = await waitFor(cachedWithQuestion, { timeout: 30000, message: 'the waiting thread cached again' });
+  const logAtSecondKill = (await portLog(panel)).length;
+  await killServiceWorker(context, extensionId, { page: panel });
+  const again = await waitFor(
+    async () => {
+      const card = await readApprovalCard(panel);
+      const state = await readPanel(panel);
+      return state.epoch !== after.state.epoch && card.visible && card.epoch === state.epoch ? { card, state } : null;
+    },
+    { timeout: 60000, message: 'the approval card shown from the cached snapshot' },
+  );
+  assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1, 'sw.js answered from the cache');
+  const secondLog = (await portLog(panel)).slice(logAtSecondKill);
+  const secondConnection = secondLog.find((entry) => entry.dir === 'connect')?.connection;
+  const firstMessage = JSON.parse(secondLog.find((entry) => entry.dir === 'in' && entry.connection === secondConnection).json);
+  assert.equal(firstMessage.seq, 0, 'sent by sw.js before the engine (seq 0)');
+  assert.deepEqual(firstMessage.snapshot, recached.value.snapshot);
+  assert.equal(again.card.approvalId, before.approvalId, 'the same question from the cache');
+  assert.ok(again.card.buttons.every((b) => !b.disabled), 'the buttons work on the cached card');
+  assert.equal(await subscribeClicks(shop), 0);
 
   await panel.click('#approval-accept-once');
   const final = await waitForSettledTurn(panel);
