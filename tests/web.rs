@@ -597,9 +597,16 @@ async fn stream_with(
     let http = http_request(&provider_request(transport), API_KEY);
     let started = now_ms();
     let mut deltas = Vec::new();
-    let result = stream_response(&http, transport, controller, idle_timeout_ms, |d| {
-        deltas.push((now_ms() - started, d))
-    })
+    let body = sw_agent::platform::fetch::request_body(&http.body).unwrap();
+    let result = stream_response(
+        &http.url,
+        &http.headers,
+        &body,
+        transport,
+        controller,
+        idle_timeout_ms,
+        |d| deltas.push((now_ms() - started, d)),
+    )
     .await;
     Streamed {
         result,
@@ -1041,11 +1048,17 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
                     let transport = Transport::from_kind(&request.profile.kind);
                     let http = http_request(&request, API_KEY);
                     let controller = AbortController::new().unwrap();
-                    let result =
-                        stream_response(&http, transport, &controller, idle_timeout_ms, |d| {
-                            engine.handle_provider_delta(now(), request_id, d)
-                        })
-                        .await;
+                    let body = sw_agent::platform::fetch::request_body(&http.body).unwrap();
+                    let result = stream_response(
+                        &http.url,
+                        &http.headers,
+                        &body,
+                        transport,
+                        &controller,
+                        idle_timeout_ms,
+                        |d| engine.handle_provider_delta(now(), request_id, d),
+                    )
+                    .await;
                     engine.handle_provider_done(now(), request_id, result);
                 }
                 Effect::Send { event, .. } => events.push(event.event),
@@ -1888,4 +1901,86 @@ async fn idb_start_decodes_unfinished_runs_and_a_thread_brings_its_own() {
     assert!(runs.is_empty());
     store.close();
     let _ = IdbStore::delete(name).await;
+}
+
+#[wasm_bindgen_test]
+async fn request_body_composed_of_kept_blobs_is_byte_identical_step_after_step() {
+    use sw_agent::platform::fetch::{compose, BLOB_BODY_MIN_BYTES};
+    use sw_agent::provider::body::BodyCache;
+    use sw_agent::provider::{DynamicContext, OutboundToolCall};
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        let mut messages = vec![ChatMessage::User {
+            text: "Read the page, über and over.".into(),
+        }];
+        let mut cache = BodyCache::new();
+        let mut slots: Vec<web_sys::Blob> = Vec::new();
+        let mut composed = 0;
+        for step in 0..24 {
+            // A step: a call and its (large) result; a steer now and then.
+            messages.push(ChatMessage::Assistant {
+                text: format!("Step {step}."),
+                tool_calls: vec![OutboundToolCall {
+                    id: format!("call_{step}"),
+                    name: "read_page".into(),
+                    arguments: serde_json::json!({ "n": step }),
+                }],
+                private: None,
+            });
+            messages.push(ChatMessage::ToolResult {
+                call_id: format!("call_{step}"),
+                content: format!("[e{step}] \"text\" ü ").repeat(1500),
+                is_error: false,
+                images: Vec::new(),
+            });
+            if step % 7 == 3 {
+                messages.push(ChatMessage::User {
+                    text: format!("Steer {step}"),
+                });
+            }
+            let mut request = provider_request(transport);
+            request.messages = messages.clone().into();
+            let context = DynamicContext {
+                now_ms: 1_700_000_000_000 + step * 1000,
+                tab: Some(("Shop".into(), "https://example.com/".into())),
+            };
+            let plan = cache.plan_with(&request, Some(&context));
+            let expected = BodyCache::new().body_with(&request, Some(&context));
+            assert_eq!(plan.len, expected.len());
+            if plan.len < BLOB_BODY_MIN_BYTES {
+                cache.forget_slots();
+                slots.clear();
+                continue;
+            }
+            let (kept, body) = compose(&plan, &slots).unwrap();
+            slots = kept;
+            composed += 1;
+            let text = wasm_bindgen_futures::JsFuture::from(body.text())
+                .await
+                .unwrap()
+                .as_string()
+                .unwrap();
+            assert_eq!(text, expected, "{transport:?} step {step}");
+        }
+        assert!(composed > 10, "{composed} bodies composed");
+    }
+    // A plan naming a slot the caller does not hold is an error, not a wrong body.
+    let mut cache = BodyCache::new();
+    let mut request = provider_request(Transport::OpenAi);
+    let mut messages = Vec::new();
+    for i in 0..4 {
+        messages.push(ChatMessage::User {
+            text: format!("{i}"),
+        });
+        messages.push(ChatMessage::Assistant {
+            text: "ok".into(),
+            tool_calls: Vec::new(),
+            private: None,
+        });
+    }
+    request.messages = messages.clone().into();
+    cache.plan_with(&request, None);
+    messages.push(ChatMessage::User { text: "5".into() });
+    request.messages = messages.into();
+    let plan = cache.plan_with(&request, None);
+    assert!(compose(&plan, &[]).is_err());
 }

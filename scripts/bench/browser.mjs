@@ -341,7 +341,7 @@ export function summarizeProfile(profile) {
   const top = Object.entries(functions)
     .filter(([name]) => !name.startsWith('other: (idle)'))
     .sort((a, b) => b[1] - a[1])
-    .slice(0, 15)
+    .slice(0, Number(process.env.PROFILE_TOP ?? 15))
     .map(([name, ms]) => ({ name, ms }));
   return { totalMs, busyMs, categories, top };
 }

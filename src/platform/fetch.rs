@@ -71,7 +71,7 @@ pub const BLOB_BODY_MIN_BYTES: usize = 128 * 1024;
 /// The body of a request: UTF-8 bytes copied once out of wasm memory
 /// (rather than a JS string that `fetch` encodes again), wrapped in a
 /// `Blob` from [`BLOB_BODY_MIN_BYTES`] on.
-fn request_body(body: &str) -> Result<JsValue, JsError> {
+pub fn request_body(body: &str) -> Result<JsValue, JsError> {
     let bytes = js_sys::Uint8Array::from(body.as_bytes());
     if body.len() < BLOB_BODY_MIN_BYTES {
         return Ok(bytes.into());
@@ -81,11 +81,50 @@ fn request_body(body: &str) -> Result<JsValue, JsError> {
         .map_err(js_to_error)
 }
 
+/// A body planned by `BodyCache::plan_with`, as `Blob`s: the new slots,
+/// each composed of the `old` ones it names (by reference: a `Blob` made of
+/// `Blob`s copies none of their bytes) and text copied out of wasm memory,
+/// and the body composed of those. So a step of a long thread copies its
+/// new messages, never the history: measured in Chromium, a 1.3 MB body
+/// took 17 ms to post as one new `Blob` (6 ms of it blocking the worker)
+/// and 8 ms (1.2 ms) composed from a kept one.
+pub fn compose(
+    plan: &crate::provider::body::BodyPlan,
+    old: &[web_sys::Blob],
+) -> Result<(Vec<web_sys::Blob>, web_sys::Blob), JsError> {
+    use crate::provider::body::Piece;
+    let blob = |pieces: &[Piece], from: &[web_sys::Blob]| {
+        let parts = js_sys::Array::new();
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => parts.push(&Uint8Array::from(text.as_bytes())),
+                Piece::Slot(i) => match from.get(*i) {
+                    Some(slot) => parts.push(slot),
+                    None => {
+                        return Err(JsError {
+                            name: "Error".into(),
+                            message: "a request body part is missing".into(),
+                        })
+                    }
+                },
+            };
+        }
+        web_sys::Blob::new_with_blob_sequence(&parts).map_err(js_to_error)
+    };
+    let slots = plan
+        .slots
+        .iter()
+        .map(|pieces| blob(pieces, old))
+        .collect::<Result<Vec<_>, _>>()?;
+    let body = blob(&plan.body, &slots)?;
+    Ok((slots, body))
+}
+
 /// POST `body` as JSON to `url`; resolves once headers arrived.
 pub async fn post_json(
     url: &str,
     headers: &[(&str, &str)],
-    body: &str,
+    body: &JsValue,
     controller: &AbortController,
 ) -> Result<Streaming, JsError> {
     let init = RequestInit::new();
@@ -97,7 +136,7 @@ pub async fn post_json(
         h.set(k, v).map_err(js_to_error)?;
     }
     init.set_headers(&h);
-    init.set_body(&request_body(body)?);
+    init.set_body(body);
     init.set_signal(Some(&controller.signal()));
     let request = Request::new_with_str_and_init(url, &init).map_err(js_to_error)?;
     let response: Response = JsFuture::from(global_fetch(&request))

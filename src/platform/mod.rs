@@ -38,7 +38,7 @@ use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
 use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
-    http_request_with, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
+    http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
 use crate::tools::Binding;
@@ -138,6 +138,8 @@ struct Driver {
     /// request (title, compaction, connection test) costs the next step one
     /// full encode.
     body_cache: RefCell<crate::provider::body::BodyCache>,
+    /// The `Blob`s `body_cache`'s last plan left (see `request_body`).
+    body_slots: RefCell<Vec<web_sys::Blob>>,
     me: Weak<Driver>,
 }
 
@@ -410,16 +412,53 @@ impl Driver {
             now_ms: now(),
             tab: tab.ok().map(|t| (t.title, t.url)),
         };
-        let http = http_request_with(
-            request,
-            &api_key,
-            &mut self.body_cache.borrow_mut(),
-            Some(&context),
-        );
-        stream::stream_response(&http, transport, controller, idle_timeout_ms, |delta| {
-            self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
-        })
+        let (url, headers) = http_target(request, &api_key);
+        let body = self.request_body(request, &context).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Internal,
+                format!("Could not build the request body: {e}"),
+                false,
+            )
+        })?;
+        stream::stream_response(
+            &url,
+            &headers,
+            &body,
+            transport,
+            controller,
+            idle_timeout_ms,
+            |delta| {
+                self.input(|e, now| e.handle_provider_delta(now, request_id, delta));
+            },
+        )
         .await
+    }
+
+    /// The body of `request` for `fetch`. A large one is composed of the
+    /// `Blob`s kept from the last request (`BodyCache::plan_with`), so a
+    /// step of a long thread copies only its new messages out of wasm
+    /// memory; a small one (under `BLOB_BODY_MIN_BYTES`) is bytes.
+    fn request_body(
+        &self,
+        request: &ProviderRequest,
+        context: &DynamicContext,
+    ) -> Result<JsValue, error::JsError> {
+        let mut cache = self.body_cache.borrow_mut();
+        let mut slots = self.body_slots.borrow_mut();
+        let plan = cache.plan_with(request, Some(context));
+        if plan.len >= fetch::BLOB_BODY_MIN_BYTES {
+            match fetch::compose(&plan, &slots) {
+                Ok((kept, body)) => {
+                    *slots = kept;
+                    return Ok(body.into());
+                }
+                // Sent whole instead; the next plan starts from no slots.
+                Err(e) => warn(&format!("request body not composed: {e}")),
+            }
+        }
+        cache.forget_slots();
+        slots.clear();
+        fetch::request_body(&cache.last_body())
     }
 
     async fn run_tool(
@@ -965,6 +1004,7 @@ impl EngineHandle {
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             body_cache: RefCell::new(Default::default()),
+            body_slots: RefCell::new(Vec::new()),
             me: me.clone(),
         });
         let weak = Rc::downgrade(&driver);

@@ -9,24 +9,27 @@ use super::error::JsError;
 use super::fetch;
 use crate::protocol::ErrorKind;
 use crate::provider::{
-    error_from_http, parse_retry_after, Decoder, HttpRequest, ProviderError, ProviderResponse,
-    StreamEvent, Transport,
+    error_from_http, parse_retry_after, Decoder, ProviderError, ProviderResponse, StreamEvent,
+    Transport,
 };
 
-/// Send `http`, feed every delta to `on_delta`, and return the assembled
+/// Send `body` (`fetch::request_body` of a text, or a composed `Blob`) to
+/// `url` with `headers`, feed every delta to `on_delta`, and return the assembled
 /// response or a typed error. A response that sends nothing for
 /// `idle_timeout_ms` (headers, stream body or error body) is aborted as a
 /// retryable error; aborting `controller` ends the request at any point. When
 /// the call returns early with an error (a mid-stream error event, a
 /// malformed chunk), `controller` is aborted so the connection is released.
 pub async fn stream_response(
-    http: &HttpRequest,
+    url: &str,
+    headers: &[(String, String)],
+    body: &wasm_bindgen::JsValue,
     transport: Transport,
     controller: &AbortController,
     idle_timeout_ms: u64,
     mut on_delta: impl FnMut(StreamEvent),
 ) -> Result<ProviderResponse, ProviderError> {
-    let url = http.url.clone();
+    let url = url.to_string();
     let aborted = || ProviderError::new(ErrorKind::Network, "The request was aborted.", false);
     let unreachable = |e: JsError| {
         if e.is_abort() {
@@ -67,12 +70,11 @@ pub async fn stream_response(
         )
     };
     let idle = || TimeoutFuture::new(idle_timeout_ms.min(u64::from(u32::MAX)) as u32).fuse();
-    let headers: Vec<(&str, &str)> = http
-        .headers
+    let headers: Vec<(&str, &str)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let response = fetch::post_json(&http.url, &headers, &http.body, controller).fuse();
+    let response = fetch::post_json(&url, &headers, body, controller).fuse();
     futures::pin_mut!(response);
     let mut response = futures::select! {
         r = response => r.map_err(unreachable)?,

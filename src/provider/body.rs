@@ -10,6 +10,11 @@
 //! results after its last one) — and re-encodes only the groups that differ
 //! from the previous request at the same position. The result is byte for
 //! byte the text `build_body(request).to_string()` gives (tested).
+//!
+//! The worker does not even copy the history out of wasm memory at every
+//! step: [`BodyCache::plan_with`] gives the body as a [`BodyPlan`] whose
+//! unchanged runs of groups the caller keeps as `Blob`s between requests
+//! (`platform::fetch::compose`), so only new and changing messages go over.
 
 use serde_json::Value;
 
@@ -29,9 +34,112 @@ pub struct BodyCache {
     /// What the cached texts depend on besides the messages themselves.
     key: Option<(Transport, bool)>,
     groups: Vec<(Vec<ChatMessage>, String)>,
+    /// Of the last request's groups: which were the same as the group at
+    /// the same position in the request before it.
+    same: Vec<bool>,
+    /// The group that carries the send-time note in the last request.
+    noted: Option<usize>,
+    /// What the caller of [`BodyCache::plan_with`] holds (see [`BodyPlan`]),
+    /// in its order. Empty after a body it did not get as a plan.
+    slots: Vec<Slot>,
+    /// The last request's body around its groups.
+    last: Option<Prepared>,
     /// Groups taken from the cache / encoded, over the cache's life.
     pub reused: u64,
     pub encoded: u64,
+}
+
+/// A run of groups `start..end` whose texts (the non-empty ones, joined
+/// with commas) a caller of [`BodyCache::plan_with`] keeps between
+/// requests, as a `Blob` in the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    start: usize,
+    end: usize,
+    empty: bool,
+}
+
+/// A piece of a [`BodyPlan`]: text to hand over, or a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    Slot(usize),
+}
+
+/// A body as pieces a caller assembles without handing the history over at
+/// every step. The caller keeps slots between requests (`Blob`s in the
+/// worker). Its new slots are `slots`, each made of its slots before this
+/// plan (`Piece::Slot` indexes those) and text; the body is `body`, whose
+/// `Piece::Slot`s index the new slots. The history sits in slots that each
+/// step passes on by reference; only new messages and the ones that change
+/// (the last group, the one with the send-time note) go over as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyPlan {
+    pub slots: Vec<Vec<Piece>>,
+    pub body: Vec<Piece>,
+    /// The body's length in bytes.
+    pub len: usize,
+}
+
+/// A request's body around its messages, after the cache was brought up to
+/// date with them.
+#[derive(Debug, Clone)]
+struct Prepared {
+    /// The body up to and including `"messages":[`.
+    head: String,
+    /// What follows the messages' `]`.
+    tail: String,
+    /// Messages outside the groups that come first (OpenAI's system message).
+    leading: Vec<String>,
+}
+
+/// Pieces joined the way the message array joins its elements: a comma
+/// between two non-empty ones, adjacent text merged.
+#[derive(Default)]
+struct Joiner {
+    pieces: Vec<Piece>,
+    any: bool,
+    len: usize,
+}
+
+impl Joiner {
+    fn text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let comma = if self.any { "," } else { "" };
+        self.len += comma.len() + text.len();
+        self.any = true;
+        match self.pieces.last_mut() {
+            Some(Piece::Text(last)) => {
+                last.push_str(comma);
+                last.push_str(text);
+            }
+            _ => self.pieces.push(Piece::Text(format!("{comma}{text}"))),
+        }
+    }
+
+    /// A slot holding `len` bytes (`empty` if none).
+    fn slot(&mut self, index: usize, empty: bool, len: usize) {
+        if empty {
+            self.pieces.push(Piece::Slot(index));
+            return;
+        }
+        if self.any {
+            self.text_raw(",");
+        }
+        self.any = true;
+        self.len += len;
+        self.pieces.push(Piece::Slot(index));
+    }
+
+    fn text_raw(&mut self, text: &str) {
+        self.len += text.len();
+        match self.pieces.last_mut() {
+            Some(Piece::Text(last)) => last.push_str(text),
+            _ => self.pieces.push(Piece::Text(text.to_string())),
+        }
+    }
 }
 
 impl BodyCache {
@@ -51,6 +159,137 @@ impl BodyCache {
         request: &ProviderRequest,
         context: Option<&DynamicContext>,
     ) -> String {
+        self.prepare(request, context);
+        // Whoever follows the plans did not get this request.
+        self.slots.clear();
+        self.last_body()
+    }
+
+    /// The last request's body as text.
+    pub fn last_body(&self) -> String {
+        let Some(prepared) = &self.last else {
+            return String::new();
+        };
+        let mut joined = Joiner::default();
+        for text in prepared
+            .leading
+            .iter()
+            .chain(self.groups.iter().map(|(_, text)| text))
+        {
+            joined.text(text);
+        }
+        let mut out = String::with_capacity(prepared.head.len() + joined.len + prepared.tail.len());
+        out.push_str(&prepared.head);
+        if let Some(Piece::Text(text)) = joined.pieces.first() {
+            out.push_str(text);
+        }
+        out.push_str(&prepared.tail);
+        out
+    }
+
+    /// The body of `request` (byte for byte what [`BodyCache::body_with`]
+    /// gives) as a [`BodyPlan`] against the slots the caller kept from the
+    /// last plan. Every run of groups that will not change by the next
+    /// request (all but the last group and the one with the send-time
+    /// note) becomes a slot, made of the caller's slots still valid inside
+    /// it (their groups unchanged) and the text of the rest. The caller
+    /// must apply every plan, or call [`BodyCache::forget_slots`].
+    pub fn plan_with(
+        &mut self,
+        request: &ProviderRequest,
+        context: Option<&DynamicContext>,
+    ) -> BodyPlan {
+        self.prepare(request, context);
+        let prepared = self.last.clone().expect("prepared above");
+        let n = self.groups.len();
+        let old: Vec<(usize, Slot)> = self
+            .slots
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, s)| s.end <= n && self.same[s.start..s.end].iter().all(|same| *same))
+            .collect();
+        let volatile = |i: usize| i + 1 == n || Some(i) == self.noted;
+        let text_len = |range: std::ops::Range<usize>| {
+            self.groups[range]
+                .iter()
+                .filter(|(_, t)| !t.is_empty())
+                .map(|(_, t)| t.len() + 1)
+                .sum::<usize>()
+                .saturating_sub(1)
+        };
+        let mut slots = Vec::new();
+        let mut new = Vec::new();
+        let mut i = 0;
+        while i < n {
+            if volatile(i) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < n && !volatile(i) {
+                i += 1;
+            }
+            // The run start..i: the caller's valid slots inside it, and text.
+            let mut joined = Joiner::default();
+            let mut g = start;
+            while g < i {
+                match old.iter().find(|(_, s)| s.start == g && s.end <= i) {
+                    Some((index, s)) => {
+                        joined.slot(*index, s.empty, text_len(s.start..s.end));
+                        g = s.end;
+                    }
+                    None => {
+                        joined.text(&self.groups[g].1);
+                        g += 1;
+                    }
+                }
+            }
+            new.push(Slot {
+                start,
+                end: i,
+                empty: !joined.any,
+            });
+            slots.push(joined.pieces);
+        }
+        let mut body = Joiner::default();
+        body.text_raw(&prepared.head);
+        body.any = false;
+        for text in &prepared.leading {
+            body.text(text);
+        }
+        let mut g = 0;
+        let mut slot = 0;
+        while g < n {
+            match new.get(slot).filter(|s| s.start == g) {
+                Some(s) => {
+                    body.slot(slot, s.empty, text_len(s.start..s.end));
+                    g = s.end;
+                    slot += 1;
+                }
+                None => {
+                    body.text(&self.groups[g].1);
+                    g += 1;
+                }
+            }
+        }
+        body.text_raw(&prepared.tail);
+        self.slots = new;
+        BodyPlan {
+            slots,
+            body: body.pieces,
+            len: body.len,
+        }
+    }
+
+    /// The caller dropped its slots: the next plan starts from none.
+    pub fn forget_slots(&mut self) {
+        self.slots.clear();
+    }
+
+    /// Bring the cached groups up to date with `request`'s messages and
+    /// encode everything around them.
+    fn prepare(&mut self, request: &ProviderRequest, context: Option<&DynamicContext>) {
         let noted = context.and_then(|c| {
             let at = request
                 .messages
@@ -80,6 +319,8 @@ impl BodyCache {
         body["messages"] = Value::String(PLACEHOLDER.to_string());
 
         let mut previous = std::mem::take(&mut self.groups).into_iter();
+        self.same.clear();
+        self.noted = None;
         let messages = &request.messages;
         let mut start = 0;
         while start < messages.len() {
@@ -90,6 +331,7 @@ impl BodyCache {
                 .map_or(messages.len(), |n| start + n);
             let mut group = std::borrow::Cow::Borrowed(&messages[start..end]);
             if let Some((at, note)) = noted.as_ref().filter(|(at, _)| (start..end).contains(at)) {
+                self.noted = Some(self.groups.len());
                 if let Some(ChatMessage::User { text }) = group.to_mut().get_mut(at - start) {
                     text.push_str(note);
                 }
@@ -100,10 +342,12 @@ impl BodyCache {
             let (group, text) = match cached {
                 Some(hit) => {
                     self.reused += 1;
+                    self.same.push(true);
                     hit
                 }
                 None => {
                     self.encoded += 1;
+                    self.same.push(false);
                     let text = encode_group(transport, request, &group);
                     (group.into_owned(), text)
                 }
@@ -116,24 +360,11 @@ impl BodyCache {
         let at = skeleton
             .find(PLACEHOLDER_JSON)
             .expect("the placeholder is serialized verbatim");
-        let parts = leading
-            .iter()
-            .chain(self.groups.iter().map(|(_, text)| text))
-            .filter(|text| !text.is_empty());
-        let mut out = String::with_capacity(
-            skeleton.len() + parts.clone().map(|p| p.len() + 1).sum::<usize>(),
-        );
-        out.push_str(&skeleton[..at]);
-        out.push_str("\"messages\":[");
-        for (i, part) in parts.enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(part);
-        }
-        out.push(']');
-        out.push_str(&skeleton[at + PLACEHOLDER_JSON.len()..]);
-        out
+        self.last = Some(Prepared {
+            head: format!("{}\"messages\":[", &skeleton[..at]),
+            tail: format!("]{}", &skeleton[at + PLACEHOLDER_JSON.len()..]),
+            leading,
+        });
     }
 }
 
@@ -290,6 +521,125 @@ mod tests {
                     cache.encoded
                 );
             }
+        }
+    }
+
+    /// What a caller of `plan_with` does with a plan (`String`s for its
+    /// `Blob`s): its new slots, and the body it sends. Returns the body and
+    /// the bytes it handed over as text.
+    fn apply(slots: &mut Vec<String>, plan: &BodyPlan) -> (String, usize) {
+        let mut handed = 0;
+        let mut join = |pieces: &[Piece], from: &[String]| {
+            pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Text(t) => {
+                        handed += t.len();
+                        t.clone()
+                    }
+                    Piece::Slot(i) => from[*i].clone(),
+                })
+                .collect::<String>()
+        };
+        let new: Vec<String> = plan
+            .slots
+            .iter()
+            .map(|pieces| join(pieces, slots))
+            .collect();
+        let body = join(&plan.body, &new);
+        *slots = new;
+        assert_eq!(body.len(), plan.len, "the plan's length");
+        (body, handed)
+    }
+
+    #[test]
+    fn planned_body_is_byte_identical_and_hands_over_only_what_changed() {
+        for kind in ["openai", "anthropic"] {
+            for vision in [false, true] {
+                let all = conversation();
+                // A long history first: the turn's steps follow it.
+                let mut history: Vec<ChatMessage> = Vec::new();
+                for _ in 0..20 {
+                    history.extend(all.iter().cloned());
+                }
+                let mut cache = BodyCache::new();
+                let mut slots = Vec::new();
+                let mut handed = 0;
+                let mut largest = 0;
+                for end in 1..=all.len() {
+                    let mut messages = history.clone();
+                    messages.extend(all[..end].iter().cloned());
+                    let plain = request(kind, vision, messages);
+                    // The send-time note changes the last user message every step.
+                    let context = DynamicContext {
+                        now_ms: 1_700_000_000_000 + end as u64 * 1000,
+                        tab: Some(("Flights".into(), "https://example.com/".into())),
+                    };
+                    let mut noted = plain.clone();
+                    add_dynamic_context(&mut noted, &context);
+                    let full = build(Transport::from_kind(kind), &noted).to_string();
+                    let plan = cache.plan_with(&plain, Some(&context));
+                    let (body, text) = apply(&mut slots, &plan);
+                    assert_eq!(body, full, "{kind} vision={vision} end={end}");
+                    assert_eq!(cache.last_body(), full);
+                    if end > 1 {
+                        handed += text;
+                        largest = largest.max(full.len());
+                    }
+                }
+                // After the first step, the history is never handed over again.
+                assert!(
+                    handed < largest,
+                    "{kind} vision={vision}: {handed} bytes handed over in {} steps of up to {largest} bytes",
+                    all.len() - 1
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn planned_body_drops_slots_whose_messages_changed_or_that_a_full_body_skipped() {
+        for kind in ["openai", "anthropic"] {
+            let all = conversation();
+            let mut cache = BodyCache::new();
+            let mut slots = Vec::new();
+            // Returns how much was handed over as text.
+            let mut check = |cache: &mut BodyCache, r: &ProviderRequest| {
+                let full = build(Transport::from_kind(&r.profile.kind), r).to_string();
+                let plan = cache.plan_with(r, None);
+                let (body, handed) = apply(&mut slots, &plan);
+                assert_eq!(body, full, "{kind}");
+                (handed, full.len())
+            };
+            check(&mut cache, &request(kind, false, all[..6].to_vec()));
+            let (handed, len) = check(&mut cache, &request(kind, false, all.clone()));
+            assert!(handed < len, "appended messages reuse the slots");
+            // A compaction: a summary replaces the start; all of it is new.
+            let mut compacted = vec![ChatMessage::User {
+                text: "[Summary] flights compared".into(),
+            }];
+            compacted.extend(all[10..].iter().cloned());
+            let (handed, len) = check(&mut cache, &request(kind, false, compacted.clone()));
+            assert_eq!(handed, len, "nothing reused after a compaction");
+            // Another branch, shorter.
+            let mut branch = compacted[..2].to_vec();
+            branch.push(ChatMessage::User {
+                text: "No, only search.".into(),
+            });
+            check(&mut cache, &request(kind, false, branch.clone()));
+            check(&mut cache, &request(kind, false, compacted.clone()));
+            // A full body in between: the caller's slots are not the cache's.
+            cache.body(&request(kind, false, all.clone()));
+            let (handed, len) = check(&mut cache, &request(kind, false, all.clone()));
+            assert_eq!(handed, len, "slots forgotten after a full body");
+            // Vision (every group encoded again), no messages at all, a
+            // caller that dropped its slots.
+            check(&mut cache, &request(kind, true, all.clone()));
+            check(&mut cache, &request(kind, true, Vec::new()));
+            check(&mut cache, &request(kind, true, all.clone()));
+            cache.forget_slots();
+            let (handed, len) = check(&mut cache, &request(kind, true, all.clone()));
+            assert_eq!(handed, len, "slots forgotten");
         }
     }
 

@@ -316,23 +316,25 @@ pub fn http_request_with(
     context: Option<&DynamicContext>,
 ) -> HttpRequest {
     let body = cache.body_with(request, context);
+    let (url, headers) = http_target(request, api_key);
+    HttpRequest { url, headers, body }
+}
+
+/// Where a request goes and its headers (the API key in one of them, and
+/// nowhere else), without its body.
+pub fn http_target(request: &ProviderRequest, api_key: &str) -> (String, Vec<(String, String)>) {
     match Transport::from_kind(&request.profile.kind) {
         Transport::OpenAi => {
             let mut headers = Vec::new();
             if !api_key.is_empty() {
                 headers.push(("authorization".to_string(), format!("Bearer {api_key}")));
             }
-            HttpRequest {
-                url: openai::endpoint(&request.profile.base_url),
-                headers,
-                body,
-            }
+            (openai::endpoint(&request.profile.base_url), headers)
         }
-        Transport::Anthropic => HttpRequest {
-            url: anthropic::endpoint(&request.profile.base_url),
-            headers: anthropic::headers(api_key),
-            body,
-        },
+        Transport::Anthropic => (
+            anthropic::endpoint(&request.profile.base_url),
+            anthropic::headers(api_key),
+        ),
     }
 }
 
