@@ -254,6 +254,10 @@ async function browser() {
         commitOverPayload: metrics.commits.totalMs / metrics.commits.count / floor.checkpoint,
         eventsPerStep: metrics.eventsSent / steps,
         bodyBytes,
+        // Of the request bodies: what was copied out of wasm memory (the
+        // rest went as kept Blobs), and building them (plan and Blobs).
+        bodyCopiedShare: metrics.bodyBytes > 0 ? metrics.bodyCopied / metrics.bodyBytes : null,
+        bodyBuild: metrics.bodyBuild.totalMs / steps,
       };
     };
 
@@ -546,6 +550,8 @@ function browserFigures(m) {
     figure(historyGroup, `history.${len}.provider_ms`, `~${len} nodes: provider time per step (settings, tab, request body, fetch, stream)`, 'ms', pick(runs, 'provider'));
     figure(historyGroup, `history.${len}.provider_over_fetch`, `~${len} nodes: provider time per step / bare fetch`, 'ratio', pick(runs, 'providerOverFetch'));
     figure(historyGroup, `history.${len}.body_bytes`, `~${len} nodes: provider request body of the last step`, 'bytes', pick(runs, 'bodyBytes'));
+    figure(historyGroup, `history.${len}.body_copied_share`, `~${len} nodes: share of the request bodies copied out of wasm memory (the rest: kept Blobs)`, 'ratio', pick(runs, 'bodyCopiedShare'));
+    figure(historyGroup, `history.${len}.body_build_ms`, `~${len} nodes: building the request body per step (plan, Blobs or bytes)`, 'ms', pick(runs, 'bodyBuild'));
     figure(historyGroup, `history.${len}.ratio`, `~${len} nodes: engine+commit / (checkpoints × bare commit)`, 'ratio', pick(runs, 'ratio'));
   }
   // Each repetition runs the ~10 and the ~10,000-node turns back to back

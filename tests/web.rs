@@ -1928,7 +1928,7 @@ async fn request_body_composed_of_kept_blobs_is_byte_identical_step_after_step()
             });
             messages.push(ChatMessage::ToolResult {
                 call_id: format!("call_{step}"),
-                content: format!("[e{step}] \"text\" ü ").repeat(1500),
+                content: format!("[e{step}] \"text\" ü ").repeat(1500).into(),
                 is_error: false,
                 images: Vec::new(),
             });

@@ -289,7 +289,7 @@ export async function wasmMemoryBytes(handle, gluePath) {
  * (CDP Profiler on its target) and returns `{ result, profile }`, the
  * profile summarized by where the worker spent its time.
  */
-export async function profileWorker(handle, run, { intervalUs = 100 } = {}) {
+export async function profileWorker(handle, run, { intervalUs = 100, top = 15 } = {}) {
   return handle.withWorkerSession(async (call) => {
     await call('Profiler.enable');
     await call('Profiler.setSamplingInterval', { interval: intervalUs });
@@ -302,12 +302,12 @@ export async function profileWorker(handle, run, { intervalUs = 100 } = {}) {
       ({ profile } = await call('Profiler.stop'));
       await call('Profiler.disable').catch(() => {});
     }
-    return { result, profile: summarizeProfile(profile) };
+    return { result, profile: summarizeProfile(profile, { top }) };
   });
 }
 
 /** Where a worker's time went: ms per category, and the top functions of the wasm-bindgen glue and of wasm. */
-export function summarizeProfile(profile) {
+export function summarizeProfile(profile, { top: count = 15 } = {}) {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const selfUs = new Map();
   for (let i = 0; i < profile.samples.length; i += 1) {
@@ -341,7 +341,7 @@ export function summarizeProfile(profile) {
   const top = Object.entries(functions)
     .filter(([name]) => !name.startsWith('other: (idle)'))
     .sort((a, b) => b[1] - a[1])
-    .slice(0, Number(process.env.PROFILE_TOP ?? 15))
+    .slice(0, count)
     .map(([name, ms]) => ({ name, ms }));
   return { totalMs, busyMs, categories, top };
 }

@@ -80,7 +80,11 @@ impl Engine {
                     images,
                 } => ChatMessage::ToolResult {
                     call_id,
-                    content: content.chars().take(SUMMARY_RESULT_CHARS).collect(),
+                    content: content
+                        .chars()
+                        .take(SUMMARY_RESULT_CHARS)
+                        .collect::<String>()
+                        .into(),
                     is_error,
                     images: if images.is_empty() {
                         images

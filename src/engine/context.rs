@@ -389,7 +389,7 @@ impl OutboundView {
                 ..
             } => messages.push(ChatMessage::ToolResult {
                 call_id: call_id.clone(),
-                content: for_model(content),
+                content: for_model(content).into(),
                 is_error: *status != ToolStatus::Ok,
                 images: images.clone(),
             }),
@@ -442,7 +442,7 @@ mod tests {
             system: String::new(),
             messages: vec![ChatMessage::ToolResult {
                 call_id: "call_Y2TNfXEJLhPygZNX5DU0Hzch".into(),
-                content: String::new(),
+                content: "".into(),
                 is_error: false,
                 images: vec![],
             }]

@@ -111,10 +111,14 @@ pub fn compose(
         }
         web_sys::Blob::new_with_blob_sequence(&parts).map_err(js_to_error)
     };
+    // A slot that is one kept slot is that `Blob` again, not a new one.
     let slots = plan
         .slots
         .iter()
-        .map(|pieces| blob(pieces, old))
+        .map(|pieces| match pieces.as_slice() {
+            [Piece::Slot(i)] if *i < old.len() => Ok(old[*i].clone()),
+            _ => blob(pieces, old),
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let body = blob(&plan.body, &slots)?;
     Ok((slots, body))

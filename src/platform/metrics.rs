@@ -65,6 +65,14 @@ pub struct Metrics {
     pub thread_build: Timing,
     /// Node records those loads read.
     pub thread_records: u64,
+    /// Provider request bodies: their bytes, and the bytes copied out of
+    /// wasm memory for them (the rest went by reference, as kept `Blob`s).
+    pub body_bytes: u64,
+    pub body_copied: u64,
+    /// Making each request's body (the plan, and the `Blob`s or bytes), and
+    /// of that the `Blob`s.
+    pub body_build: Timing,
+    pub body_blobs: Timing,
 }
 
 /// `Engine.start()`, measured once per worker.

@@ -443,13 +443,33 @@ impl Driver {
         request: &ProviderRequest,
         context: &DynamicContext,
     ) -> Result<JsValue, error::JsError> {
+        let started = metrics::precise_now();
+        let body = self.request_body_from(request, context);
+        self.metrics
+            .borrow_mut()
+            .body_build
+            .add(metrics::precise_now() - started);
+        body
+    }
+
+    fn request_body_from(
+        &self,
+        request: &ProviderRequest,
+        context: &DynamicContext,
+    ) -> Result<JsValue, error::JsError> {
         let mut cache = self.body_cache.borrow_mut();
         let mut slots = self.body_slots.borrow_mut();
         let plan = cache.plan_with(request, Some(context));
+        let mut metrics = self.metrics.borrow_mut();
+        metrics.body_bytes += plan.len as u64;
         if plan.len >= fetch::BLOB_BODY_MIN_BYTES {
-            match fetch::compose(&plan, &slots) {
+            let started = metrics::precise_now();
+            let composed = fetch::compose(&plan, &slots);
+            metrics.body_blobs.add(metrics::precise_now() - started);
+            match composed {
                 Ok((kept, body)) => {
                     *slots = kept;
+                    metrics.body_copied += plan.text_len() as u64;
                     return Ok(body.into());
                 }
                 // Sent whole instead; the next plan starts from no slots.
@@ -458,6 +478,7 @@ impl Driver {
         }
         cache.forget_slots();
         slots.clear();
+        metrics.body_copied += plan.len as u64;
         fetch::request_body(&cache.last_body())
     }
 

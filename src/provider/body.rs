@@ -49,6 +49,10 @@ pub struct BodyCache {
     pub encoded: u64,
 }
 
+/// Text after a kept slot that stays in the body rather than making a
+/// new slot (another `Blob`) at every step.
+const FOLD_BYTES: usize = 64 * 1024;
+
 /// A run of groups `start..end` whose texts (the non-empty ones, joined
 /// with commas) a caller of [`BodyCache::plan_with`] keeps between
 /// requests, as a `Blob` in the worker.
@@ -79,6 +83,21 @@ pub struct BodyPlan {
     pub body: Vec<Piece>,
     /// The body's length in bytes.
     pub len: usize,
+}
+
+impl BodyPlan {
+    /// The bytes the plan hands over as text (the rest are in kept slots).
+    pub fn text_len(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .chain(&self.body)
+            .map(|piece| match piece {
+                Piece::Text(text) => text.len(),
+                Piece::Slot(_) => 0,
+            })
+            .sum()
+    }
 }
 
 /// A request's body around its messages, after the cache was brought up to
@@ -229,6 +248,16 @@ impl BodyCache {
             let start = i;
             while i < n && !volatile(i) {
                 i += 1;
+            }
+            // A kept slot that starts the run, followed by little new text:
+            // kept as it is, the text goes into the body (one `Blob` fewer
+            // per step) until there is enough of it to fold in.
+            if let Some((index, s)) = old.iter().find(|(_, s)| s.start == start && s.end <= i) {
+                if text_len(s.end..i) < FOLD_BYTES {
+                    new.push(*s);
+                    slots.push(vec![Piece::Slot(*index)]);
+                    continue;
+                }
             }
             // The run start..i: the caller's valid slots inside it, and text.
             let mut joined = Joiner::default();
@@ -439,7 +468,7 @@ mod tests {
         };
         let result = |id: &str, images: Vec<ImageData>| ChatMessage::ToolResult {
             call_id: id.into(),
-            content: format!("result of {id}: \"messages\":\"sw-agent\\u0000messages\""),
+            content: format!("result of {id}: \"messages\":\"sw-agent\\u0000messages\"").into(),
             is_error: id.ends_with('x'),
             images,
         };
@@ -595,6 +624,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn planned_body_keeps_a_slot_as_it_is_until_enough_new_text_is_folded_in() {
+        let mut messages = vec![ChatMessage::User { text: "Go.".into() }];
+        let mut cache = BodyCache::new();
+        let mut slots = Vec::new();
+        let (mut kept, mut folded) = (0, 0);
+        for step in 0..40 {
+            messages.push(ChatMessage::Assistant {
+                text: format!("Step {step}."),
+                tool_calls: Vec::new(),
+                private: None,
+            });
+            messages.push(ChatMessage::User {
+                text: "x".repeat(10_000),
+            });
+            let r = request("openai", false, messages.clone());
+            let full = build(Transport::OpenAi, &r).to_string();
+            let plan = cache.plan_with(&r, None);
+            assert_eq!(apply(&mut slots, &plan).0, full, "step {step}");
+            for pieces in &plan.slots {
+                match pieces.as_slice() {
+                    [Piece::Slot(_)] => kept += 1,
+                    [Piece::Slot(_), ..] => folded += 1,
+                    _ => {}
+                }
+            }
+            // What stays out of the slots is bounded by the fold threshold.
+            let text: usize = plan
+                .body
+                .iter()
+                .map(|p| match p {
+                    Piece::Text(t) => t.len(),
+                    Piece::Slot(_) => 0,
+                })
+                .sum();
+            assert!(
+                text < FOLD_BYTES + 30_000,
+                "step {step}: {text} bytes of text in the body"
+            );
+        }
+        assert!(kept > 20 && folded >= 4, "kept {kept}, folded {folded}");
     }
 
     #[test]

@@ -33,7 +33,10 @@ pub enum ChatMessage {
     },
     ToolResult {
         call_id: String,
-        content: String,
+        /// Shared: the body cache keeps each message and compares it with
+        /// the next request's, and results are most of a long thread's
+        /// bytes; the same `Rc` compares equal without reading them.
+        content: std::rc::Rc<str>,
         is_error: bool,
         /// Images returned by the tool (only for models with vision).
         images: Vec<crate::model::ImageData>,

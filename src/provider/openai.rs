@@ -63,7 +63,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 let mut content = if *is_error {
                     format!("Error: {content}")
                 } else {
-                    content.clone()
+                    content.to_string()
                 };
                 if !images.is_empty() {
                     if request.profile.vision {

@@ -117,7 +117,7 @@ fn a_second_snapshot_of_the_same_page_carries_a_diff_for_the_ui_and_the_full_tex
         .messages
         .iter()
         .filter_map(|m| match m {
-            ChatMessage::ToolResult { content, .. } => Some(content.as_str()),
+            ChatMessage::ToolResult { content, .. } => Some(&**content),
             _ => None,
         })
         .collect();
