@@ -460,16 +460,16 @@ impl Driver {
         let mut cache = self.body_cache.borrow_mut();
         let mut slots = self.body_slots.borrow_mut();
         let plan = cache.plan_with(request, Some(context));
-        let mut metrics = self.metrics.borrow_mut();
-        metrics.body_bytes += plan.len as u64;
+        let mut counts = self.metrics.borrow_mut();
+        counts.body_bytes += plan.len as u64;
         if plan.len >= fetch::BLOB_BODY_MIN_BYTES {
             let started = metrics::precise_now();
             let composed = fetch::compose(&plan, &slots);
-            metrics.body_blobs.add(metrics::precise_now() - started);
+            counts.body_blobs.add(metrics::precise_now() - started);
             match composed {
                 Ok((kept, body)) => {
                     *slots = kept;
-                    metrics.body_copied += plan.text_len() as u64;
+                    counts.body_copied += plan.text_len() as u64;
                     return Ok(body.into());
                 }
                 // Sent whole instead; the next plan starts from no slots.
@@ -478,7 +478,7 @@ impl Driver {
         }
         cache.forget_slots();
         slots.clear();
-        metrics.body_copied += plan.len as u64;
+        counts.body_copied += plan.len as u64;
         fetch::request_body(&cache.last_body())
     }
 

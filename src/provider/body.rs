@@ -60,7 +60,8 @@ const FOLD_BYTES: usize = 64 * 1024;
 struct Slot {
     start: usize,
     end: usize,
-    empty: bool,
+    /// Its length in bytes (0: empty).
+    len: usize,
 }
 
 /// A piece of a [`BodyPlan`]: text to hand over, or a slot.
@@ -138,9 +139,9 @@ impl Joiner {
         }
     }
 
-    /// A slot holding `len` bytes (`empty` if none).
-    fn slot(&mut self, index: usize, empty: bool, len: usize) {
-        if empty {
+    /// A slot holding `len` bytes.
+    fn slot(&mut self, index: usize, len: usize) {
+        if len == 0 {
             self.pieces.push(Piece::Slot(index));
             return;
         }
@@ -229,6 +230,7 @@ impl BodyCache {
             .filter(|(_, s)| s.end <= n && self.same[s.start..s.end].iter().all(|same| *same))
             .collect();
         let volatile = |i: usize| i + 1 == n || Some(i) == self.noted;
+        // The length of the texts of `range` joined (what a slot of them holds).
         let text_len = |range: std::ops::Range<usize>| {
             self.groups[range]
                 .iter()
@@ -265,7 +267,7 @@ impl BodyCache {
             while g < i {
                 match old.iter().find(|(_, s)| s.start == g && s.end <= i) {
                     Some((index, s)) => {
-                        joined.slot(*index, s.empty, text_len(s.start..s.end));
+                        joined.slot(*index, s.len);
                         g = s.end;
                     }
                     None => {
@@ -277,7 +279,7 @@ impl BodyCache {
             new.push(Slot {
                 start,
                 end: i,
-                empty: !joined.any,
+                len: joined.len,
             });
             slots.push(joined.pieces);
         }
@@ -292,7 +294,7 @@ impl BodyCache {
         while g < n {
             match new.get(slot).filter(|s| s.start == g) {
                 Some(s) => {
-                    body.slot(slot, s.empty, text_len(s.start..s.end));
+                    body.slot(slot, s.len);
                     g = s.end;
                     slot += 1;
                 }
