@@ -180,6 +180,7 @@ mod native {
                 |b, path| b.iter(|| outbound_messages(black_box(path))),
             );
             let request = ProviderRequest {
+                lineage: None,
                 profile: profile(),
                 system: "You are a browser agent.".into(),
                 messages: outbound_messages(&path).into(),
@@ -195,6 +196,7 @@ mod native {
             // message and its tool result), so only the new groups are encoded.
             let mut primed = BodyCache::new();
             let previous = ProviderRequest {
+                lineage: None,
                 messages: request.messages[..request.messages.len().saturating_sub(2)]
                     .to_vec()
                     .into(),

@@ -571,6 +571,7 @@ impl Sim {
                     request
                 } else {
                     std::rc::Rc::new(ProviderRequest {
+                        lineage: None,
                         messages: Default::default(),
                         ..(*request).clone()
                     })

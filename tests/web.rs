@@ -537,6 +537,7 @@ fn provider_request(transport: Transport) -> ProviderRequest {
         Transport::Anthropic => "anthropic",
     };
     ProviderRequest {
+        lineage: None,
         profile: profile(kind, mock_url(), MODEL),
         system: "You are a test.".into(),
         messages: vec![ChatMessage::User {

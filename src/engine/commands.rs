@@ -492,6 +492,7 @@ impl Engine {
         profile.max_output_tokens = Some(PROVIDER_TEST_MAX_TOKENS);
         profile.token_budget = None;
         let request = ProviderRequest {
+            lineage: None,
             profile,
             system: PROVIDER_TEST_PROMPT.to_string(),
             messages: vec![ChatMessage::User {

@@ -99,6 +99,7 @@ impl Engine {
             text: "Write the summary now, following the instructions.".into(),
         });
         let request = ProviderRequest {
+            lineage: None,
             profile: base.profile,
             system: COMPACTION_PROMPT.to_string(),
             messages: messages.into(),
@@ -353,6 +354,7 @@ impl Engine {
         let mut profile = run.profile.clone();
         profile.max_output_tokens = Some(32);
         let request = ProviderRequest {
+            lineage: None,
             profile,
             system: TITLE_PROMPT.to_string(),
             messages: vec![ChatMessage::User { text: first }].into(),

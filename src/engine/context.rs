@@ -306,7 +306,13 @@ pub struct OutboundView {
     messages: std::rc::Rc<Vec<ChatMessage>>,
     /// Index in `messages` of each assistant node, so calls find their message.
     assistant_index: Vec<(String, usize)>,
+    /// Unique per view and per rebuild (0: never built): with the length,
+    /// the lineage of the requests made from it.
+    id: u64,
 }
+
+/// Ids of outbound views (see `OutboundView::lineage`).
+static NEXT_VIEW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl OutboundView {
     /// The messages for `path`, updated incrementally when possible.
@@ -330,6 +336,7 @@ impl OutboundView {
                 last: None,
                 messages: std::rc::Rc::new(Vec::with_capacity(path.len() - start)),
                 assistant_index: Vec::new(),
+                id: NEXT_VIEW.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             };
         }
         for node in &path[self.covered..] {
@@ -338,6 +345,17 @@ impl OutboundView {
         self.covered = path.len();
         self.last = path.last().map(|n| n.id.clone());
         self.messages.clone()
+    }
+
+    /// What a request of the messages `update` last returned shares with
+    /// the requests made from this view before: the view only appends, so
+    /// their messages agree up to the shorter one's last (which may still
+    /// gain tool calls).
+    pub fn lineage(&self) -> crate::provider::Lineage {
+        crate::provider::Lineage {
+            view: self.id,
+            len: self.messages.len(),
+        }
     }
 
     fn fold(&mut self, node: &Node) {
@@ -438,6 +456,7 @@ mod tests {
         assert!((45..=60).contains(&cyrillic), "{cyrillic}");
         // Message framing and call ids count too.
         let request = crate::provider::ProviderRequest {
+            lineage: None,
             profile: crate::model::ProviderProfile::default(),
             system: String::new(),
             messages: vec![ChatMessage::ToolResult {
@@ -606,17 +625,45 @@ mod view_tests {
                 .collect(),
         );
         let mut view = OutboundView::default();
+        // The lineage: while the id stays, the messages a request shares
+        // with the view's previous one (up to the shorter one's `len - 1`)
+        // are the same; a rebuild takes a new id.
+        let mut last: Option<(crate::provider::Lineage, Vec<ChatMessage>)> = None;
+        let mut ids = Vec::new();
         for end in 0..=path.len() {
-            assert_eq!(
-                *view.update(&path[..end]),
-                outbound_messages(&path[..end]),
-                "end={end}"
-            );
+            let messages = view.update(&path[..end]);
+            assert_eq!(*messages, outbound_messages(&path[..end]), "end={end}");
+            let lineage = view.lineage();
+            assert_eq!(lineage.len, messages.len());
+            if let Some((before, old)) = &last {
+                if before.view == lineage.view {
+                    let shared = before.len.min(lineage.len).saturating_sub(1);
+                    assert_eq!(old[..shared], messages[..shared], "end={end}");
+                }
+            }
+            if !ids.contains(&lineage.view) {
+                ids.push(lineage.view);
+            }
+            last = Some((lineage, messages.to_vec()));
         }
+        // Built once, rebuilt at the compaction: two ids (0 for the empty path).
+        assert_eq!(ids.iter().filter(|id| **id != 0).count(), 2, "{ids:?}");
         // Another branch of the same length, then a shorter path: rebuilt.
         let mut other = path.clone();
         other[3] = node("r0b", Some("c0"), user("changed"));
+        let before = view.lineage();
         assert_eq!(*view.update(&other[..6]), outbound_messages(&other[..6]));
+        assert_ne!(
+            view.lineage().view,
+            before.view,
+            "another branch: a new lineage"
+        );
+        let before = view.lineage();
         assert_eq!(*view.update(&path[..2]), outbound_messages(&path[..2]));
+        assert_ne!(
+            view.lineage().view,
+            before.view,
+            "a shorter path: a new lineage"
+        );
     }
 }

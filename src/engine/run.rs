@@ -225,6 +225,7 @@ impl Engine {
             exec.request = None;
         }
         let mut messages = t.outbound.update(&t.path);
+        let lineage = t.outbound.lineage();
         if run.tools_disabled {
             std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::User {
                 text: format!(
@@ -242,6 +243,7 @@ pick a different element or tool, or explain the problem to the user.",
             });
         }
         let request = ProviderRequest {
+            lineage: Some(lineage),
             profile: run.profile.clone(),
             system: self.config.system_prompt.clone(),
             messages,

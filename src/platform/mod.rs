@@ -124,6 +124,16 @@ pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
     (profile, text("apiKey"))
 }
 
+/// How many outbound views keep their request bodies (see `Driver::bodies`).
+const KEPT_BODIES: usize = 4;
+
+/// One outbound view's kept request body.
+struct KeptBody {
+    view: u64,
+    cache: crate::provider::body::BodyCache,
+    slots: Vec<web_sys::Blob>,
+}
+
 struct Driver {
     engine: RefCell<Engine>,
     store: IdbStore,
@@ -133,13 +143,13 @@ struct Driver {
     page_ports: RefCell<VecMap<u64, Port>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
-    /// Encoded message groups of the last request: a step re-encodes only
-    /// what changed (`provider::body`). One cache for all requests; a side
-    /// request (title, compaction, connection test) costs the next step one
-    /// full encode.
-    body_cache: RefCell<crate::provider::body::BodyCache>,
-    /// The `Blob`s `body_cache`'s last plan left (see `request_body`).
-    body_slots: RefCell<Vec<web_sys::Blob>>,
+    /// Request bodies kept between steps, one per outbound view (a thread's
+    /// run, `ProviderRequest::lineage`), the most recent first, at most
+    /// `KEPT_BODIES`: the encoded message groups (a step re-encodes only
+    /// what changed, `provider::body`) and the `Blob`s the last plan left
+    /// (see `request_body`). Two threads running at once keep theirs; a
+    /// side request (title, compaction, connection test) keeps none.
+    bodies: RefCell<Vec<KeptBody>>,
     me: Weak<Driver>,
 }
 
@@ -457,14 +467,44 @@ impl Driver {
         request: &ProviderRequest,
         context: &DynamicContext,
     ) -> Result<JsValue, error::JsError> {
-        let mut cache = self.body_cache.borrow_mut();
-        let mut slots = self.body_slots.borrow_mut();
+        let mut bodies = self.bodies.borrow_mut();
+        let view = request.lineage.map(|l| l.view);
+        let at = view.and_then(|v| bodies.iter().position(|b| b.view == v));
+        let mut kept = match (view, at) {
+            (Some(_), Some(at)) => bodies.remove(at),
+            (Some(view), None) => KeptBody {
+                view,
+                cache: Default::default(),
+                slots: Vec::new(),
+            },
+            // Not a run's step: nothing to keep.
+            (None, _) => {
+                let body =
+                    crate::provider::body::BodyCache::new().body_with(request, Some(context));
+                let mut counts = self.metrics.borrow_mut();
+                counts.body_bytes += body.len() as u64;
+                counts.body_copied += body.len() as u64;
+                return fetch::request_body(&body);
+            }
+        };
+        let body = Self::kept_body(&mut kept, request, context, &mut self.metrics.borrow_mut());
+        bodies.insert(0, kept);
+        bodies.truncate(KEPT_BODIES);
+        body
+    }
+
+    fn kept_body(
+        kept: &mut KeptBody,
+        request: &ProviderRequest,
+        context: &DynamicContext,
+        counts: &mut metrics::Metrics,
+    ) -> Result<JsValue, error::JsError> {
+        let KeptBody { cache, slots, .. } = kept;
         let plan = cache.plan_with(request, Some(context));
-        let mut counts = self.metrics.borrow_mut();
         counts.body_bytes += plan.len as u64;
         if plan.len >= fetch::BLOB_BODY_MIN_BYTES {
             let started = metrics::precise_now();
-            let composed = fetch::compose(&plan, &slots);
+            let composed = fetch::compose(&plan, slots);
             counts.body_blobs.add(metrics::precise_now() - started);
             match composed {
                 Ok((kept, body)) => {
@@ -1024,8 +1064,7 @@ impl EngineHandle {
             page_ports: RefCell::new(VecMap::new()),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
-            body_cache: RefCell::new(Default::default()),
-            body_slots: RefCell::new(Vec::new()),
+            bodies: RefCell::new(Vec::new()),
             me: me.clone(),
         });
         let weak = Rc::downgrade(&driver);

@@ -166,6 +166,7 @@ fn http_errors_are_typed() {
 
 fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
     ProviderRequest {
+        lineage: None,
         profile: ProviderProfile {
             kind: "anthropic".into(),
             base_url: "https://api.anthropic.com/v1".into(),

@@ -39,14 +39,19 @@ pub struct BodyCache {
     same: Vec<bool>,
     /// The group that carries the send-time note in the last request.
     noted: Option<usize>,
+    /// The last request's lineage.
+    lineage: Option<crate::provider::Lineage>,
     /// What the caller of [`BodyCache::plan_with`] holds (see [`BodyPlan`]),
     /// in its order. Empty after a body it did not get as a plan.
     slots: Vec<Slot>,
     /// The last request's body around its groups.
     last: Option<Prepared>,
-    /// Groups taken from the cache / encoded, over the cache's life.
+    /// Groups taken from the cache / encoded, over the cache's life, and
+    /// of the groups taken, those whose messages were compared (the others
+    /// the request's lineage vouched for).
     pub reused: u64,
     pub encoded: u64,
+    pub compared: u64,
 }
 
 /// Text after a kept slot that stays in the body rather than making a
@@ -336,6 +341,7 @@ impl BodyCache {
         }
         // Everything but the conversation: model, system, tools, options.
         let head = ProviderRequest {
+            lineage: None,
             profile: request.profile.clone(),
             system: request.system.clone(),
             messages: Default::default(),
@@ -351,7 +357,16 @@ impl BodyCache {
 
         let mut previous = std::mem::take(&mut self.groups).into_iter();
         self.same.clear();
-        self.noted = None;
+        let previously_noted = self.noted.take();
+        // Messages this request shares with the last one by lineage: taken
+        // as equal without reading them (a long thread's history).
+        let trusted = match (self.lineage, request.lineage) {
+            (Some(last), Some(now)) if last.view == now.view => {
+                last.len.min(now.len).saturating_sub(1)
+            }
+            _ => 0,
+        };
+        self.lineage = request.lineage;
         let messages = &request.messages;
         let mut start = 0;
         while start < messages.len() {
@@ -367,9 +382,18 @@ impl BodyCache {
                     text.push_str(note);
                 }
             }
-            let cached = previous
-                .next()
-                .filter(|(old, _)| old.as_slice() == &group[..]);
+            let index = self.groups.len();
+            let cached = previous.next().filter(|(old, _)| {
+                let as_before = end <= trusted
+                    && old.len() == end - start
+                    && self.noted != Some(index)
+                    && previously_noted != Some(index);
+                if as_before {
+                    return true;
+                }
+                self.compared += 1;
+                old.as_slice() == &group[..]
+            });
             let (group, text) = match cached {
                 Some(hit) => {
                     self.reused += 1;
@@ -420,6 +444,7 @@ fn wire_role(transport: Transport, message: &ChatMessage) -> u8 {
 /// The comma-separated JSON of the wire messages one group becomes.
 fn encode_group(transport: Transport, request: &ProviderRequest, group: &[ChatMessage]) -> String {
     let alone = ProviderRequest {
+        lineage: None,
         profile: request.profile.clone(),
         system: String::new(),
         messages: group.to_vec().into(),
@@ -512,6 +537,7 @@ mod tests {
 
     fn request(kind: &str, vision: bool, messages: Vec<ChatMessage>) -> ProviderRequest {
         ProviderRequest {
+            lineage: None,
             profile: profile(kind, vision),
             system: "You drive web pages.".into(),
             messages: messages.into(),
@@ -669,6 +695,43 @@ mod tests {
             );
         }
         assert!(kept > 20 && folded >= 4, "kept {kept}, folded {folded}");
+    }
+
+    #[test]
+    fn lineage_spares_comparing_the_shared_messages_and_never_their_noted_group() {
+        for kind in ["openai", "anthropic"] {
+            let all = conversation();
+            let mut with = BodyCache::new();
+            let mut without = BodyCache::new();
+            for end in 1..=all.len() {
+                let mut r = request(kind, false, all[..end].to_vec());
+                let context = DynamicContext {
+                    now_ms: 1_700_000_000_000 + end as u64 * 1000,
+                    tab: None,
+                };
+                let mut noted = r.clone();
+                add_dynamic_context(&mut noted, &context);
+                let full = build(Transport::from_kind(kind), &noted).to_string();
+                assert_eq!(without.body_with(&r, Some(&context)), full);
+                r.lineage = Some(crate::provider::Lineage { view: 7, len: end });
+                assert_eq!(with.body_with(&r, Some(&context)), full, "{kind} end={end}");
+            }
+            assert_eq!(
+                with.encoded, without.encoded,
+                "{kind}: the same groups encoded"
+            );
+            assert!(
+                with.compared * 3 < without.compared,
+                "{kind}: {} compared with a lineage, {} without",
+                with.compared,
+                without.compared
+            );
+            // Another view (or none): compared again.
+            let r = request(kind, false, all.clone());
+            let before = with.compared;
+            with.body(&r);
+            assert!(with.compared > before);
+        }
     }
 
     #[test]

@@ -71,6 +71,22 @@ pub struct ProviderRequest {
     pub messages: std::rc::Rc<Vec<ChatMessage>>,
     /// Empty when tools are disabled.
     pub tools: Vec<ToolSpec>,
+    /// Where `messages` come from, if from an outbound view that only
+    /// appends (`engine::context::OutboundView`): the body cache keeps one
+    /// cache per view and trusts the messages a request shares with the
+    /// view's previous one without comparing them. None: compared.
+    #[serde(skip)]
+    pub lineage: Option<Lineage>,
+}
+
+/// The outbound view a request's messages come from (`view`, unique per
+/// view and per rebuild of it) and how many of them it held (`len`): two
+/// requests of one view share their first `len - 1` messages, the shorter
+/// one's `len` counting (the last may still gain tool calls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lineage {
+    pub view: u64,
+    pub len: usize,
 }
 
 /// A tool call as the provider sent it (ids not yet normalized).
@@ -521,6 +537,7 @@ mod tests {
     #[test]
     fn dynamic_context_goes_to_the_last_user_message_only() {
         let mut request = ProviderRequest {
+            lineage: None,
             profile: Default::default(),
             system: String::new(),
             messages: vec![

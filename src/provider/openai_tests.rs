@@ -152,6 +152,7 @@ fn http_errors_are_typed_with_user_words() {
 #[test]
 fn body_has_stream_usage_tools_and_tool_results() {
     let request = ProviderRequest {
+        lineage: None,
         profile: ProviderProfile {
             kind: "openai".into(),
             base_url: "http://x/v1".into(),
