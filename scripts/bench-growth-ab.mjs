@@ -18,9 +18,10 @@
 import { startMockLlm } from '../tests/mock-llm/server.mjs';
 import { DEFAULT_EXTENSION_PATH } from '../tests/support/browser.mjs';
 import { startStaticServer } from '../tests/support/static-server.mjs';
-import { launchBench, openClientPage } from './bench/browser.mjs';
-import { installClient, pageConfigure, pageOpen, pageRunTurn, swMetrics, swResetMetrics, swSeed, swWaitForEngine } from './bench/inpage.mjs';
-import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
+import { launchBench } from './bench/browser.mjs';
+import { prepareTurns } from './bench/cold.mjs';
+import { pageOpen, pageRunTurn, swMetrics, swResetMetrics } from './bench/inpage.mjs';
+import { seededThread, snapshotStepsScript } from './bench/seed.mjs';
 import { median, perStepOf } from './bench/stats.mjs';
 import { option } from './bench/args.mjs';
 
@@ -45,15 +46,7 @@ try {
   const threads = [10, longNodes].map((length) => ({ length, ...seededThread(`growth-${length}-${tag}`, length) }));
   const clients = {};
   for (const [name, handle] of Object.entries(sides)) {
-    const page = await openClientPage(context, handle);
-    await page.evaluate(installClient);
-    await page.evaluate(pageConfigure, { baseUrl: mock.url, model: 'mock-1', apiKey: 'sk-bench-not-a-secret' });
-    await handle.evaluate(swWaitForEngine);
-    await handle.evaluate(swSeed, { dbName: ENGINE_DB, threads: threads.map(({ thread, nodes }) => ({ thread, nodes })) });
-    // The engine learns of seeded threads when a fresh worker starts.
-    await handle.kill();
-    await page.evaluate(pageOpen, { key: 'main', threadId: null });
-    clients[name] = page;
+    clients[name] = await prepareTurns(context, handle, { baseUrl: mock.url, threads: threads.map(({ thread, nodes }) => ({ thread, nodes })) });
   }
   // Page tools act on the active tab: the shop page.
   await shop.bringToFront();

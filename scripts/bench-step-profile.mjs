@@ -13,9 +13,10 @@
 import { startMockLlm } from '../tests/mock-llm/server.mjs';
 import { DEFAULT_EXTENSION_PATH } from '../tests/support/browser.mjs';
 import { startStaticServer } from '../tests/support/static-server.mjs';
-import { launchBench, openClientPage, profileWorker } from './bench/browser.mjs';
-import { installClient, pageConfigure, pageOpen, pageRunTurn, swMetrics, swResetMetrics, swSeed, swWaitForEngine } from './bench/inpage.mjs';
-import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
+import { launchBench, profileWorker } from './bench/browser.mjs';
+import { prepareTurns } from './bench/cold.mjs';
+import { pageOpen, pageRunTurn, swMetrics, swResetMetrics } from './bench/inpage.mjs';
+import { seededThread, snapshotStepsScript } from './bench/seed.mjs';
 import { option } from './bench/args.mjs';
 
 const longNodes = Number(option('--nodes', 10000));
@@ -36,14 +37,7 @@ try {
   const tag = Date.now().toString(36);
   const threads = [10, longNodes].map((length) => ({ length, ...seededThread(`profile-${length}-${tag}`, length) }));
   const handle = b.real;
-  const page = await openClientPage(context, handle);
-  await page.evaluate(installClient);
-  await page.evaluate(pageConfigure, { baseUrl: mock.url, model: 'mock-1', apiKey: 'sk-bench-not-a-secret' });
-  await handle.evaluate(swWaitForEngine);
-  await handle.evaluate(swSeed, { dbName: ENGINE_DB, threads: threads.map(({ thread, nodes }) => ({ thread, nodes })) });
-  // The engine learns of seeded threads when a fresh worker starts.
-  await handle.kill();
-  await page.evaluate(pageOpen, { key: 'main', threadId: null });
+  const page = await prepareTurns(context, handle, { baseUrl: mock.url, threads: threads.map(({ thread, nodes }) => ({ thread, nodes })) });
   // Page tools act on the active tab: the shop page.
   await shop.bringToFront();
   for (const [round, t] of [...threads, ...threads].entries()) {

@@ -1761,18 +1761,24 @@ async fn idb_prefetch_reads_only_its_builds_most_recent_snapshot_also_after_the_
         thread_id: thread_id.into(),
         build: build.map(str::to_string),
     };
+    // What a prefetch by `build` gives: its `recent` record (as JSON, or
+    // Null) and the cache's keys as the engine reads them.
+    let prefetched = |build: Option<&'static str>| async move {
+        let early = prefetch_for(name, build).await;
+        assert!(early.is_object());
+        let recent: serde_json::Value =
+            serde_wasm_bindgen::from_value(js_sys::Reflect::get(&early, &"recent".into()).unwrap())
+                .unwrap();
+        let (store, values, keys) = IdbStore::prefetched(name, &early).unwrap();
+        let snapshots = store.image_from(values, keys).await.unwrap().0.snapshots;
+        store.close();
+        (recent, snapshots)
+    };
     // The old record is indexed by build, but it is nobody's most recent.
-    let early = prefetch(name).await;
-    assert!(early.is_object());
-    assert!(js_sys::Reflect::get(&early, &"recent".into())
-        .unwrap()
-        .is_null());
-    let (store2, values, keys) = IdbStore::prefetched(name, &early).unwrap();
     assert_eq!(
-        store2.image_from(values, keys).await.unwrap().0.snapshots,
-        vec![key("t1", Some("b1"))]
+        prefetched(Some("b1")).await,
+        (serde_json::Value::Null, vec![key("t1", Some("b1"))])
     );
-    store2.close();
     // What the engine writes now is found by either index.
     let cached = sw_agent::store::CachedSnapshot {
         thread_id: "t2".into(),
@@ -1791,31 +1797,23 @@ async fn idb_prefetch_reads_only_its_builds_most_recent_snapshot_also_after_the_
     }));
     store.commit(&unit).await.unwrap();
     store.close();
-    let early = prefetch(name).await;
-    let recent: serde_json::Value =
-        serde_wasm_bindgen::from_value(js_sys::Reflect::get(&early, &"recent".into()).unwrap())
-            .unwrap();
-    assert_eq!(recent, serde_json::to_value(&cached).unwrap());
-    let (store2, values, keys) = IdbStore::prefetched(name, &early).unwrap();
     assert_eq!(
-        store2.image_from(values, keys).await.unwrap().0.snapshots,
-        vec![key("t1", Some("b1")), key("t2", Some("b1"))]
+        prefetched(Some("b1")).await,
+        (
+            serde_json::to_value(&cached).unwrap(),
+            vec![key("t1", Some("b1")), key("t2", Some("b1"))]
+        )
     );
-    store2.close();
     // Another build reads no record and knows none as its own; so does a
     // worker without a build id.
     for build in [Some("b2"), None] {
-        let early = prefetch_for(name, build).await;
-        assert!(early.is_object());
-        assert!(js_sys::Reflect::get(&early, &"recent".into())
-            .unwrap()
-            .is_null());
-        let (store2, values, keys) = IdbStore::prefetched(name, &early).unwrap();
         assert_eq!(
-            store2.image_from(values, keys).await.unwrap().0.snapshots,
-            vec![key("t1", None), key("t2", None)]
+            prefetched(build).await,
+            (
+                serde_json::Value::Null,
+                vec![key("t1", None), key("t2", None)]
+            )
         );
-        store2.close();
     }
     let _ = IdbStore::delete(name).await;
 }

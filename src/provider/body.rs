@@ -556,15 +556,7 @@ mod tests {
                 let all = conversation();
                 let mut cache = BodyCache::new();
                 for end in 1..=all.len() {
-                    let plain = request(kind, vision, all[..end].to_vec());
-                    // The send-time note changes the last user message every step.
-                    let context = DynamicContext {
-                        now_ms: 1_700_000_000_000 + end as u64 * 1000,
-                        tab: Some(("Flights".into(), "https://example.com/".into())),
-                    };
-                    let mut noted = plain.clone();
-                    add_dynamic_context(&mut noted, &context);
-                    let full = build(Transport::from_kind(kind), &noted).to_string();
+                    let (plain, context, full) = noted_step(kind, vision, all[..end].to_vec(), end);
                     assert_eq!(
                         cache.body_with(&plain, Some(&context)),
                         full,
@@ -579,6 +571,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A request of `messages` at step `end`, the send-time context that
+    /// step adds (its note changes the last user message every step), and
+    /// the body a full build of the noted request gives.
+    fn noted_step(
+        kind: &str,
+        vision: bool,
+        messages: Vec<ChatMessage>,
+        end: usize,
+    ) -> (ProviderRequest, DynamicContext, String) {
+        let plain = request(kind, vision, messages);
+        let context = DynamicContext {
+            now_ms: 1_700_000_000_000 + end as u64 * 1000,
+            tab: Some(("Flights".into(), "https://example.com/".into())),
+        };
+        let mut noted = plain.clone();
+        add_dynamic_context(&mut noted, &context);
+        let full = build(Transport::from_kind(kind), &noted).to_string();
+        (plain, context, full)
     }
 
     /// What a caller of `plan_with` does with a plan (`String`s for its
@@ -626,15 +638,7 @@ mod tests {
                 for end in 1..=all.len() {
                     let mut messages = history.clone();
                     messages.extend(all[..end].iter().cloned());
-                    let plain = request(kind, vision, messages);
-                    // The send-time note changes the last user message every step.
-                    let context = DynamicContext {
-                        now_ms: 1_700_000_000_000 + end as u64 * 1000,
-                        tab: Some(("Flights".into(), "https://example.com/".into())),
-                    };
-                    let mut noted = plain.clone();
-                    add_dynamic_context(&mut noted, &context);
-                    let full = build(Transport::from_kind(kind), &noted).to_string();
+                    let (plain, context, full) = noted_step(kind, vision, messages, end);
                     let plan = cache.plan_with(&plain, Some(&context));
                     let (body, text) = apply(&mut slots, &plan);
                     assert_eq!(body, full, "{kind} vision={vision} end={end}");
@@ -704,14 +708,7 @@ mod tests {
             let mut with = BodyCache::new();
             let mut without = BodyCache::new();
             for end in 1..=all.len() {
-                let mut r = request(kind, false, all[..end].to_vec());
-                let context = DynamicContext {
-                    now_ms: 1_700_000_000_000 + end as u64 * 1000,
-                    tab: None,
-                };
-                let mut noted = r.clone();
-                add_dynamic_context(&mut noted, &context);
-                let full = build(Transport::from_kind(kind), &noted).to_string();
+                let (mut r, context, full) = noted_step(kind, false, all[..end].to_vec(), end);
                 assert_eq!(without.body_with(&r, Some(&context)), full);
                 r.lineage = Some(crate::provider::Lineage { view: 7, len: end });
                 assert_eq!(with.body_with(&r, Some(&context)), full, "{kind} end={end}");
