@@ -552,6 +552,29 @@ fn provider_request(transport: Transport) -> ProviderRequest {
     }
 }
 
+/// `stream_response` for `request` with the test key, its body sent as
+/// the platform sends a body it did not plan.
+async fn stream_request(
+    request: &ProviderRequest,
+    controller: &AbortController,
+    idle_timeout_ms: u64,
+    on_delta: impl FnMut(StreamEvent),
+) -> Result<ProviderResponse, ProviderError> {
+    let http = http_request(request, API_KEY);
+    let body = sw_agent::platform::fetch::request_body(&http.body).unwrap();
+    let transport = Transport::from_kind(&request.profile.kind);
+    stream_response(
+        &http.url,
+        &http.headers,
+        &body,
+        transport,
+        controller,
+        idle_timeout_ms,
+        on_delta,
+    )
+    .await
+}
+
 /// What one `stream_response` call produced.
 struct Streamed {
     result: Result<ProviderResponse, ProviderError>,
@@ -595,15 +618,10 @@ async fn stream_with(
     idle_timeout_ms: u64,
     controller: &AbortController,
 ) -> Streamed {
-    let http = http_request(&provider_request(transport), API_KEY);
     let started = now_ms();
     let mut deltas = Vec::new();
-    let body = sw_agent::platform::fetch::request_body(&http.body).unwrap();
-    let result = stream_response(
-        &http.url,
-        &http.headers,
-        &body,
-        transport,
+    let result = stream_request(
+        &provider_request(transport),
         controller,
         idle_timeout_ms,
         |d| deltas.push((now_ms() - started, d)),
@@ -1046,19 +1064,10 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
                     request,
                     idle_timeout_ms,
                 } => {
-                    let transport = Transport::from_kind(&request.profile.kind);
-                    let http = http_request(&request, API_KEY);
                     let controller = AbortController::new().unwrap();
-                    let body = sw_agent::platform::fetch::request_body(&http.body).unwrap();
-                    let result = stream_response(
-                        &http.url,
-                        &http.headers,
-                        &body,
-                        transport,
-                        &controller,
-                        idle_timeout_ms,
-                        |d| engine.handle_provider_delta(now(), request_id, d),
-                    )
+                    let result = stream_request(&request, &controller, idle_timeout_ms, |d| {
+                        engine.handle_provider_delta(now(), request_id, d)
+                    })
                     .await;
                     engine.handle_provider_done(now(), request_id, result);
                 }
