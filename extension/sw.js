@@ -107,6 +107,7 @@ const instantiated = instantiateModule(init, wasmUrl, build).then(({ from, copy 
 // starts: the start waits for them (one record each), else their results
 // would wait behind the whole start on this thread.
 const cacheReads = new Set();
+const CACHE_READ_MAX_MS = 1000;
 
 // Settles once the engine runs (or startup failed and was logged once).
 const ready = Promise.all([prefetched, instantiated])
@@ -207,7 +208,12 @@ function answerFromCache(port, msg) {
       serve(cache.recent, thread);
       return null;
     }
-    const read = readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread));
+    // Bounded: a read that never settled would hold the port (and the
+    // start) for ever; after a second the engine answers instead.
+    const read = Promise.race([
+      readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread)),
+      new Promise((resolve) => setTimeout(resolve, CACHE_READ_MAX_MS)),
+    ]);
     if (engine === null) {
       cacheReads.add(read);
       read.then(() => cacheReads.delete(read));
