@@ -344,13 +344,13 @@ impl Sim {
     /// The simulated user answers a question or an approval shown live or
     /// re-presented in a snapshot (sent by the engine or from the cache).
     fn auto_respond(&mut self, conn: ConnId, event: &Event) {
-        let question = match event {
-            Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
-            Event::Initialized { snapshot } => snapshot
-                .thread
-                .as_ref()
-                .and_then(|t| t.pending_interaction.clone()),
+        let shown = match event {
+            Event::Initialized { snapshot } => snapshot.thread.as_ref(),
             _ => None,
+        };
+        let question = match event {
+            Event::InteractionRequest { interaction, .. } => Some(interaction),
+            _ => shown.and_then(|t| t.pending_interaction.as_ref()),
         };
         if let (Some(question), Some(answer)) = (question, self.auto_answer.clone()) {
             let op = Op::InteractionResponse {
@@ -364,23 +364,17 @@ impl Sim {
             };
             self.inputs.push_back((0, Input::Op { conn, op }));
         }
-        // The simulated user answers a question shown live or re-presented in a snapshot.
         let asked = match event {
-            Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
-            Event::Initialized { snapshot } => snapshot
-                .thread
-                .as_ref()
-                .and_then(|t| t.pending_approval.clone()),
-            _ => None,
+            Event::ApprovalRequest { approval, .. } => Some(approval),
+            _ => shown.and_then(|t| t.pending_approval.as_ref()),
         };
         if let (Some(approval), Some(decision)) = (asked, self.auto_approve) {
-            let thread_id = &approval.thread_id;
             let op = Op::ApprovalResponse {
                 submission: Submission {
                     client_id: "sim-user".into(),
                     submission_id: format!("approve-{}", approval.id),
                 },
-                thread_id: thread_id.clone(),
+                thread_id: approval.thread_id.clone(),
                 approval_id: approval.id.clone(),
                 decision,
             };

@@ -12,8 +12,9 @@
 //! store (`CachedSnapshot`, stamped with the build). The worker script reads
 //! the cache's keys and the most recent thread's record with the start
 //! image (`extension/store-prefetch.js`), any other record when a panel
-//! asks for its thread, and answers an extension page's first `initialize` for such a thread itself
-//! (`extension/sw.js`: `seq` 0 under the epoch it hands the engine), before
+//! asks for its thread, and answers an extension page's first `initialize`
+//! for such a thread itself (`extension/sw.js`: `seq` 0 under the epoch it
+//! hands the engine), before
 //! the engine runs or, once it runs, when [`Engine::start_snapshot_for`]
 //! says the copy it read is still current. The engine adopts the
 //! subscription without sending a second snapshot
@@ -178,9 +179,14 @@ impl Engine {
     /// At rest with something new to cache: write it `CACHE_WRITE_DELAY_MS`
     /// from now, unless a unit is issued before (`handle_timeout`).
     pub(super) fn cache_arm(&mut self, now: u64) {
-        if self.cache.dirty && !self.config.build.is_empty() && self.at_rest() {
+        if self.cache_writable() {
             self.cache.due.get_or_insert(now + CACHE_WRITE_DELAY_MS);
         }
+    }
+
+    /// Something new to cache, a build to stamp it with, and at rest.
+    fn cache_writable(&self) -> bool {
+        self.cache.dirty && !self.config.build.is_empty() && self.at_rest()
     }
 
     /// When the cache write is due (`Engine::poll_timeout`).
@@ -204,7 +210,7 @@ impl Engine {
     /// JSON exceeds `MAX_CACHED_BYTES` is not cached (the worker script
     /// reads the most recent thread's record at each start).
     pub(super) fn cache_maybe_write(&mut self) {
-        if !self.cache.dirty || self.config.build.is_empty() || !self.at_rest() {
+        if !self.cache_writable() {
             return;
         }
         let recent = self.most_recent_thread();

@@ -29,7 +29,6 @@ pub async fn stream_response(
     idle_timeout_ms: u64,
     mut on_delta: impl FnMut(StreamEvent),
 ) -> Result<ProviderResponse, ProviderError> {
-    let url = url.to_string();
     let aborted = || ProviderError::new(ErrorKind::Network, "The request was aborted.", false);
     let unreachable = |e: JsError| {
         if e.is_abort() {
@@ -74,7 +73,7 @@ pub async fn stream_response(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let response = fetch::post_json(&url, &headers, body, controller).fuse();
+    let response = fetch::post_json(url, &headers, body, controller).fuse();
     futures::pin_mut!(response);
     let mut response = futures::select! {
         r = response => r.map_err(unreachable)?,

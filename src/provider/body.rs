@@ -225,7 +225,7 @@ impl BodyCache {
         context: Option<&DynamicContext>,
     ) -> BodyPlan {
         self.prepare(request, context);
-        let prepared = self.last.clone().expect("prepared above");
+        let prepared = self.last.as_ref().expect("prepared above");
         let n = self.groups.len();
         let old: Vec<(usize, Slot)> = self
             .slots

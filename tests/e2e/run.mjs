@@ -379,6 +379,16 @@ async function cachedSnapshots(panel) {
   return db['sw-agent']?.snapshots ?? [];
 }
 
+/**
+ * The messages the panel received on the first port it connected after its
+ * port log held `from` entries (its reconnect after a kill), in order.
+ */
+async function receivedOnReconnect(panel, from) {
+  const log = (await portLog(panel)).slice(from);
+  const connection = log.find((entry) => entry.dir === 'connect')?.connection;
+  return log.filter((entry) => entry.dir === 'in' && entry.connection === connection).map((entry) => JSON.parse(entry.json));
+}
+
 /** Empties the engine's snapshot cache behind its back (its next unit deletes missing keys, harmlessly). */
 function clearCachedSnapshots(panel) {
   return panel.evaluate(
@@ -422,10 +432,7 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
   await killServiceWorker(context, extensionId, { page: panel });
   await reconnectedToANewEngine(panel, settled.epoch);
   assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1, 'sw.js answered from the cache');
-  const after = (await portLog(panel)).slice(logBefore);
-  const connection = after.find((entry) => entry.dir === 'connect')?.connection;
-  const received = after.filter((entry) => entry.dir === 'in' && entry.connection === connection).map((entry) => JSON.parse(entry.json));
-  const first = received[0];
+  const first = (await receivedOnReconnect(panel, logBefore))[0];
   assert.equal(first.type, 'initialized');
   assert.equal(first.seq, 0, 'sent by sw.js before the engine (seq 0)');
   assert.deepEqual(first.snapshot, cached.value.snapshot, 'the cached snapshot, as the engine wrote it');
@@ -442,7 +449,7 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
   await answerApprovalInPanel(panel, 'acceptOnce');
   const next = await waitForSettledTurn(panel, { previousTurnId: settled.turnId });
   assert.equal(next.state, 'completed', describeState(next));
-  const later = (await portLog(panel)).slice(logBefore).filter((entry) => entry.dir === 'in' && entry.connection === connection).map((entry) => JSON.parse(entry.json));
+  const later = await receivedOnReconnect(panel, logBefore);
   assert.equal(later.filter((m) => m.type === 'initialized').length, 1, 'one snapshot on the reconnected port');
   assert.ok(later.some((m) => m.type === 'turn.start' && m.seq > 0 && m.epoch === first.epoch));
   // The second turn's first checkpoint deleted the cached snapshot; the rest after it cached the new state.
@@ -486,9 +493,7 @@ isolatedTest('snapshot_cache_answers_the_reconnect_before_the_engine_starts', {}
   await killServiceWorker(context, extensionId, { page: panel });
   await reconnectedToANewEngine(panel, backOnFirst.epoch);
   assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1, 'sw.js answered from the record it read');
-  const secondKill = (await portLog(panel)).slice(logAtSecondKill);
-  const secondConnection = secondKill.find((entry) => entry.dir === 'connect')?.connection;
-  const firstOnReconnect = secondKill.filter((entry) => entry.dir === 'in' && entry.connection === secondConnection).map((entry) => JSON.parse(entry.json))[0];
+  const firstOnReconnect = (await receivedOnReconnect(panel, logAtSecondKill))[0];
   assert.equal(firstOnReconnect.type, 'initialized');
   assert.equal(firstOnReconnect.seq, 0, 'sent by sw.js before the engine (seq 0)');
   assert.deepEqual(firstOnReconnect.snapshot, firstAgain.value.snapshot, "the first thread's cached snapshot");
@@ -1143,9 +1148,7 @@ isolatedTest('approval_pending_across_sw_kill_answered_after_restart', {}, async
     { timeout: 60000, message: 'the approval card shown from the cached snapshot' },
   );
   assert.equal(await inEngineWorker(session, () => globalThis.__swAgent.servedFromCache), 1, 'sw.js answered from the cache');
-  const secondLog = (await portLog(panel)).slice(logAtSecondKill);
-  const secondConnection = secondLog.find((entry) => entry.dir === 'connect')?.connection;
-  const firstMessage = JSON.parse(secondLog.find((entry) => entry.dir === 'in' && entry.connection === secondConnection).json);
+  const firstMessage = (await receivedOnReconnect(panel, logAtSecondKill))[0];
   assert.equal(firstMessage.seq, 0, 'sent by sw.js before the engine (seq 0)');
   assert.deepEqual(firstMessage.snapshot, recached.value.snapshot);
   assert.equal(again.card.approvalId, before.approvalId, 'the same question from the cache');

@@ -7,6 +7,7 @@
 use super::support::*;
 use sw_agent::protocol::{Event, Op};
 use sw_agent::sim::Sim;
+use sw_agent::store::CachedSnapshot;
 
 const DAY: u64 = 24 * 60 * 60 * 1000;
 
@@ -30,6 +31,19 @@ fn saw_a_turn(sim: &Sim, conn: u64, tid: &str) -> bool {
         && events
             .iter()
             .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if thread_id == tid))
+}
+
+/// The port adopted with `cached` got that snapshot and no other; the next
+/// turn's events reach it.
+fn adopted_with(sim: &mut Sim, conn: u64, tid: &str, cached: &CachedSnapshot) {
+    assert_eq!(
+        snapshots_sent(sim, conn),
+        vec![serde_json::to_string(&cached.snapshot).unwrap()],
+        "adopted: no second snapshot"
+    );
+    sim.send(conn, submit("s2", Some(tid), "Again"));
+    sim.run(2000);
+    assert!(saw_a_turn(sim, conn, tid));
 }
 
 fn snapshots_sent(sim: &Sim, conn: u64) -> Vec<String> {
@@ -116,18 +130,12 @@ fn snapshot_cache_adopted_by_a_restarted_engine_sends_no_second_snapshot() {
     let conn = sim.connect();
     assert!(sim.initialize_from_cache(conn, Some(&tid)));
     sim.run(200);
-    // The client has the cached snapshot (seq 0) and nothing more.
-    assert_eq!(
-        snapshots_sent(&sim, conn),
-        vec![serde_json::to_string(&cached.snapshot).unwrap()]
-    );
+    // The client got the cached snapshot first (seq 0) and nothing more;
+    // the port is subscribed: the next turn's events reach it.
     let first = sim.events.iter().find(|(c, _)| *c == conn).unwrap();
     assert_eq!(first.1.seq, 0);
     assert_eq!(first.1.epoch, sim.engine.epoch());
-    // The port is subscribed: the next turn's events reach it.
-    sim.send(conn, submit("s2", Some(&tid), "Again"));
-    sim.run(2000);
-    assert!(saw_a_turn(&sim, conn, &tid));
+    adopted_with(&mut sim, conn, &tid, &cached);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
@@ -359,14 +367,7 @@ fn snapshot_cache_answers_a_fresh_panel_with_the_most_recent_thread() {
     let conn = sim.connect();
     assert!(sim.initialize_from_cache(conn, None));
     sim.run(200);
-    assert_eq!(
-        snapshots_sent(&sim, conn),
-        vec![serde_json::to_string(&cached.snapshot).unwrap()],
-        "adopted: no second snapshot"
-    );
-    sim.send(conn, submit("s2", Some(&tid), "Again"));
-    sim.run(2000);
-    assert!(saw_a_turn(&sim, conn, &tid));
+    adopted_with(&mut sim, conn, &tid, &cached);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
