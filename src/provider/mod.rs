@@ -321,20 +321,10 @@ pub struct HttpRequest {
 }
 
 /// Build the wire request. The API key goes into a header and nowhere else.
+/// (The driver builds bodies through a kept `body::BodyCache` and sends
+/// them with [`http_target`]'s url and headers.)
 pub fn http_request(request: &ProviderRequest, api_key: &str) -> HttpRequest {
-    http_request_with(request, api_key, &mut body::BodyCache::new(), None)
-}
-
-/// [`http_request`] reusing the encoded messages of earlier requests, with
-/// the send-time context added as [`add_dynamic_context`] would (without
-/// copying the request).
-pub fn http_request_with(
-    request: &ProviderRequest,
-    api_key: &str,
-    cache: &mut body::BodyCache,
-    context: Option<&DynamicContext>,
-) -> HttpRequest {
-    let body = cache.body_with(request, context);
+    let body = body::BodyCache::new().body(request);
     let (url, headers) = http_target(request, api_key);
     HttpRequest { url, headers, body }
 }
