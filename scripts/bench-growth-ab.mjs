@@ -1,8 +1,10 @@
 // Per-step overhead on a short and a long thread, this build against another
 // one, side by side in one browser.
 //
-// Usage: node scripts/bench-growth-ab.mjs --baseline DIR [--reps N] [--steps N] [--nodes N]
+// Usage: node scripts/bench-growth-ab.mjs --baseline DIR [--reps N] [--steps N] [--nodes N] [--keep-bodies]
 //   DIR  a built extension to compare with (see bench-cold-ab.mjs)
+//   --keep-bodies  the mock LLM keeps every request body, as tests need (the
+//                  benchmarks do not: BENCHMARKS.md item 26)
 //
 // Both builds are loaded into one headless Chromium with the mock LLM and the
 // shop page; the same ~10-node and --nodes-node (default 10,000) threads are
@@ -10,7 +12,7 @@
 // steps on both threads in both builds (the order alternates), so the
 // machine's load moves all four alike. Prints, per build and thread, the
 // medians of engine + commit time per step (the per-step overhead of issue
-// 9), provider time per step and wall time per step, and each build's growth
+// 9) and its two parts, provider time per step and wall time per step, and each build's growth
 // (long / short thread, median of the per-repetition pairs). The first
 // repetition warms up and is not counted. Measures only; exits non-zero only
 // when something is broken.
@@ -30,11 +32,11 @@ const reps = Number(option('--reps', 6));
 const steps = Number(option('--steps', 10));
 const longNodes = Number(option('--nodes', 10000));
 if (!baselinePath || !(reps > 0) || !(steps > 0) || !(longNodes > 10)) {
-  process.stderr.write('usage: node scripts/bench-growth-ab.mjs --baseline DIR [--reps N] [--steps N] [--nodes N]\n');
+  process.stderr.write('usage: node scripts/bench-growth-ab.mjs --baseline DIR [--reps N] [--steps N] [--nodes N] [--keep-bodies]\n');
   process.exit(2);
 }
 
-const mock = await startMockLlm({ quiet: true });
+const mock = await startMockLlm({ quiet: true, keepBodies: process.argv.includes('--keep-bodies') });
 const pages = await startStaticServer();
 const b = await launchBench({ extensionPath: DEFAULT_EXTENSION_PATH, baselinePath });
 try {
@@ -67,12 +69,18 @@ try {
         if (turn.stopReason !== 'end') throw new Error(`${name}, ${t.length} nodes: the turn ended with ${turn.stopReason}`);
         const metrics = await handle.evaluate(swMetrics);
         const step = perStepOf(metrics, turn.wallMs);
-        perStep[t.length] = { overhead: step.engineAndCommit, provider: step.provider, wall: step.wallPerStep };
+        perStep[t.length] = {
+          overhead: step.engineAndCommit,
+          engine: metrics.engine.totalMs / step.steps,
+          commit: metrics.commits.totalMs / step.steps,
+          provider: step.provider,
+          wall: step.wallPerStep,
+        };
       }
       if (rep === 0) continue;
       const side = (rows[name] ??= { growth: [] });
       for (const [length, figures] of Object.entries(perStep)) {
-        const row = (side[length] ??= { overhead: [], provider: [], wall: [] });
+        const row = (side[length] ??= { overhead: [], engine: [], commit: [], provider: [], wall: [] });
         for (const [key, value] of Object.entries(figures)) row[key].push(value);
       }
       side.growth.push(perStep[longNodes].overhead / perStep[10].overhead);
@@ -83,7 +91,7 @@ try {
   for (const name of Object.keys(sides)) {
     for (const t of threads) {
       const row = rows[name][t.length];
-      console.log(`  ${name.padEnd(8)} ~${String(t.length).padEnd(6)} nodes: engine + commit ${f(median(row.overhead))}  provider ${f(median(row.provider))}  wall ${f(median(row.wall))}`);
+      console.log(`  ${name.padEnd(8)} ~${String(t.length).padEnd(6)} nodes: engine + commit ${f(median(row.overhead))} (engine ${f(median(row.engine))}, commit ${f(median(row.commit))})  provider ${f(median(row.provider))}  wall ${f(median(row.wall))}`);
     }
     const growth = rows[name].growth;
     console.log(`  ${name.padEnd(8)} growth (long / short, per repetition): median ${f(median(growth))}, range ${f(Math.min(...growth))} … ${f(Math.max(...growth))}`);

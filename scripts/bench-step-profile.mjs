@@ -27,7 +27,7 @@ if (!(longNodes > 10) || !(steps > 0) || !(top > 0)) {
   process.exit(2);
 }
 
-const mock = await startMockLlm({ quiet: true });
+const mock = await startMockLlm({ quiet: true, keepBodies: false });
 const pages = await startStaticServer();
 const b = await launchBench({ extensionPath: DEFAULT_EXTENSION_PATH });
 try {

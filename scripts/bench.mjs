@@ -176,7 +176,7 @@ function sizes() {
 // ------------------------------------------------------------- browser
 
 async function browser() {
-  const mock = await startMockLlm({ quiet: true });
+  const mock = await startMockLlm({ quiet: true, keepBodies: false });
   const pages = await startStaticServer();
   let b;
   try {
@@ -220,7 +220,7 @@ async function browser() {
       const turn = await realPage.evaluate(pageRunTurn, { key: 'main', threadId, text: `Take ${steps} page outlines.` });
       const metrics = await real.evaluate(swMetrics);
       const requests = mock.requests().length;
-      const bodyBytes = JSON.stringify(mock.requests().at(-1)?.body ?? null).length;
+      const bodyBytes = mock.requests().at(-1)?.bodyBytes ?? 0;
       const okTools = turn.toolResults.filter((s) => s === 'ok').length;
       if (turn.stopReason !== 'end' || requests !== steps + 1 || okTools !== steps) {
         problem(`${label}: expected ${steps} ok tool steps and ${steps + 1} provider requests ending with "end"; got ${okTools} ok of ${turn.toolResults.length} (${[...new Set(turn.toolResults)].join(',')}), ${requests} requests, stop ${turn.stopReason} ${turn.error ? JSON.stringify(turn.error) : ''}${turn.sequence ? `; events: ${turn.sequence.join(' ')}` : ''}`);

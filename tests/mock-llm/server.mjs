@@ -585,10 +585,19 @@ function anthropicWire({ id, model, promptTokens }) {
 
 /**
  * Starts the mock server.
- * @param {{ port?: number, quiet?: boolean }} [options]
+ *
+ * `keepBodies` (default true): whether the request log keeps each request's
+ * parsed body once it is answered, for tests to inspect. Benchmarks pass
+ * false. A long thread's requests are ~1.3 MB each, and a 200-step turn
+ * sends ~200 of them: kept, they are tens of MB of JS objects in this
+ * process whose garbage collection competes for the machine's two cores
+ * with the browser the benchmark measures (BENCHMARKS.md item 26). Every
+ * log entry has `bodyBytes` either way.
+ * @param {{ port?: number, quiet?: boolean, keepBodies?: boolean }} [options]
  */
 export async function startMockLlm(options = {}) {
   const port = options.port ?? 0;
+  const keepBodies = options.keepBodies ?? true;
   let queue = [];
   let defaultChunkDelayMs = 0;
   let requestLog = [];
@@ -847,6 +856,7 @@ export async function startMockLlm(options = {}) {
       format,
       headers: { ...req.headers },
       body,
+      bodyBytes: Buffer.byteLength(raw),
     };
     const problem = format === 'anthropic' ? anthropicRequestProblem(req, body) : null;
     if (problem) {
@@ -941,6 +951,7 @@ export async function startMockLlm(options = {}) {
         }
       }
     } finally {
+      if (!keepBodies) entry.body = null;
       inFlight -= 1;
       notifyWaiters();
     }
