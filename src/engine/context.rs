@@ -295,8 +295,10 @@ pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
 /// new checkpoint, another branch) rebuilds it.
 #[derive(Debug, Clone, Default)]
 pub struct OutboundView {
-    /// The node the view starts at (the latest checkpoint, or the root).
+    /// The node the view starts at (the latest checkpoint, or the root),
+    /// and its index in the path.
     start: Option<String>,
+    start_index: usize,
     /// How many nodes of the path are folded in, and the last one's id
     /// (a path is determined by its last node, so this pins the prefix).
     covered: usize,
@@ -317,21 +319,29 @@ static NEXT_VIEW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 impl OutboundView {
     /// The messages for `path`, updated incrementally when possible.
     pub fn update(&mut self, path: &[Node]) -> std::rc::Rc<Vec<ChatMessage>> {
-        let start = path
-            .iter()
-            .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }))
-            .unwrap_or(0);
-        let start_id = path.get(start).map(|n| n.id.clone());
-        let extends = self.start == start_id
-            && self.covered >= start
-            && self.covered <= path.len()
+        let compaction = |n: &Node| matches!(n.body, NodeBody::Compaction { .. });
+        // The folded nodes are still the path's first ones: only the new
+        // nodes can hold a later checkpoint, so a step looks at those alone
+        // (O(new nodes), not O(path)).
+        let prefix_kept = self.covered <= path.len()
             && match self.covered.checked_sub(1) {
                 Some(last) => self.last.as_deref() == Some(path[last].id.as_str()),
                 None => self.last.is_none(),
             };
+        let start = if prefix_kept {
+            path[self.covered..]
+                .iter()
+                .rposition(compaction)
+                .map_or(self.start_index, |i| self.covered + i)
+        } else {
+            path.iter().rposition(compaction).unwrap_or(0)
+        };
+        let start_id = path.get(start).map(|n| n.id.clone());
+        let extends = prefix_kept && self.start == start_id && self.covered >= start;
         if !extends {
             *self = OutboundView {
                 start: start_id,
+                start_index: start,
                 covered: start,
                 last: None,
                 messages: std::rc::Rc::new(Vec::with_capacity(path.len() - start)),
@@ -664,6 +674,23 @@ mod view_tests {
             view.lineage().view,
             before.view,
             "a shorter path: a new lineage"
+        );
+        // Many nodes at once, the checkpoint among them (not last): a step
+        // looks only at the new nodes, and finds it there.
+        let before = view.lineage();
+        assert_eq!(*view.update(&path), outbound_messages(&path));
+        assert_ne!(view.lineage().view, before.view, "past a checkpoint");
+        let before = view.lineage();
+        let longer: Vec<Node> = path
+            .iter()
+            .cloned()
+            .chain([node("u9", path.last().map(|n| n.id.as_str()), user("more"))])
+            .collect();
+        assert_eq!(*view.update(&longer), outbound_messages(&longer));
+        assert_eq!(
+            view.lineage().view,
+            before.view,
+            "extended: the same lineage"
         );
     }
 }

@@ -34,6 +34,8 @@ pub struct BodyCache {
     /// What the cached texts depend on besides the messages themselves.
     key: Option<(Transport, bool)>,
     groups: Vec<(Vec<ChatMessage>, String)>,
+    /// Where each group ends in the last request's messages (exclusive).
+    ends: Vec<usize>,
     /// Of the last request's groups: which were the same as the group at
     /// the same position in the request before it.
     same: Vec<bool>,
@@ -52,6 +54,9 @@ pub struct BodyCache {
     pub reused: u64,
     pub encoded: u64,
     pub compared: u64,
+    /// Groups a request's preparation walked (the leading ones its lineage
+    /// vouches for stay in place, unread).
+    pub walked: u64,
 }
 
 /// Text after a kept slot that stays in the body rather than making a
@@ -337,6 +342,7 @@ impl BodyCache {
         let key = (transport, request.profile.vision);
         if self.key != Some(key) {
             self.groups.clear();
+            self.ends.clear();
             self.key = Some(key);
         }
         // Everything but the conversation: model, system, tools, options.
@@ -355,8 +361,6 @@ impl BodyCache {
         };
         body["messages"] = Value::String(PLACEHOLDER.to_string());
 
-        let mut previous = std::mem::take(&mut self.groups).into_iter();
-        self.same.clear();
         let previously_noted = self.noted.take();
         // Messages this request shares with the last one by lineage: taken
         // as equal without reading them (a long thread's history).
@@ -367,8 +371,25 @@ impl BodyCache {
             _ => 0,
         };
         self.lineage = request.lineage;
+        // The leading groups made only of trusted messages stay where they
+        // are, unread: their messages, and the role of the message after
+        // each (which ends it), are the same. Not the group with the note,
+        // now or before, nor any after it (they are walked below, which
+        // costs the turn's length, not the thread's).
+        let mut keep = self.ends.partition_point(|end| *end <= trusted);
+        if let Some(before) = previously_noted {
+            keep = keep.min(before);
+        }
+        if let Some((at, _)) = &noted {
+            keep = keep.min(self.ends.partition_point(|end| end <= at));
+        }
+        let mut previous = self.groups.split_off(keep).into_iter();
+        self.ends.truncate(keep);
+        self.same.clear();
+        self.same.resize(keep, true);
+        self.reused += keep as u64;
         let messages = &request.messages;
-        let mut start = 0;
+        let mut start = self.ends.last().copied().unwrap_or(0);
         while start < messages.len() {
             let role = wire_role(transport, &messages[start]);
             let end = messages[start..]
@@ -383,6 +404,7 @@ impl BodyCache {
                 }
             }
             let index = self.groups.len();
+            self.walked += 1;
             let cached = previous.next().filter(|(old, _)| {
                 let as_before = end <= trusted
                     && old.len() == end - start
@@ -408,6 +430,7 @@ impl BodyCache {
                 }
             };
             self.groups.push((group, text));
+            self.ends.push(end);
             start = end;
         }
 
@@ -728,6 +751,89 @@ mod tests {
             let before = with.compared;
             with.body(&r);
             assert!(with.compared > before);
+        }
+    }
+
+    #[test]
+    fn lineage_keeps_the_history_before_the_noted_group_in_place_unread() {
+        for kind in ["openai", "anthropic"] {
+            // A long history, then a turn: its user message (the noted one)
+            // and steps of an assistant message and its tool result.
+            let history = conversation();
+            let mut all = Vec::new();
+            for _ in 0..20 {
+                all.extend(history.iter().cloned());
+            }
+            let turn_start = all.len();
+            all.push(ChatMessage::User {
+                text: "Now check the page again.".into(),
+            });
+            for step in 0..8 {
+                let id = format!("t{step}");
+                all.push(ChatMessage::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![OutboundToolCall {
+                        id: id.clone(),
+                        name: "page_snapshot".into(),
+                        arguments: json!({}),
+                    }],
+                    private: None,
+                });
+                all.push(ChatMessage::ToolResult {
+                    call_id: id,
+                    content: format!("step {step}").into(),
+                    is_error: false,
+                    images: Vec::new(),
+                });
+            }
+            let mut cache = BodyCache::new();
+            let mut slots = Vec::new();
+            for end in turn_start + 1..=all.len() {
+                let (mut r, context, full) = noted_step(kind, false, all[..end].to_vec(), end);
+                r.lineage = Some(crate::provider::Lineage { view: 3, len: end });
+                let before = cache.walked;
+                let plan = cache.plan_with(&r, Some(&context));
+                assert_eq!(apply(&mut slots, &plan).0, full, "{kind} end={end}");
+                if end > turn_start + 1 {
+                    // The noted group and the turn's steps after it: never
+                    // the hundreds of groups before.
+                    let walked = cache.walked - before;
+                    assert!(
+                        walked <= (end - turn_start) as u64 + 1,
+                        "{kind} end={end}: walked {walked} groups"
+                    );
+                }
+            }
+            // A step without the note, then one with it: the noted group
+            // is written again although the lineage vouches for it.
+            let mut r = request(kind, false, all.clone());
+            r.lineage = Some(crate::provider::Lineage {
+                view: 3,
+                len: all.len(),
+            });
+            cache.body(&r);
+            let (mut r, context, full) = noted_step(kind, false, all.clone(), all.len());
+            r.lineage = Some(crate::provider::Lineage {
+                view: 3,
+                len: all.len(),
+            });
+            assert_eq!(
+                cache.body_with(&r, Some(&context)),
+                full,
+                "{kind}: noted again"
+            );
+            // Another view: every group is walked (and compared) again.
+            let (mut r, context, full) = noted_step(kind, false, all.clone(), all.len());
+            r.lineage = Some(crate::provider::Lineage {
+                view: 4,
+                len: all.len(),
+            });
+            let before = cache.walked;
+            assert_eq!(cache.body_with(&r, Some(&context)), full);
+            assert!(
+                cache.walked - before > 100,
+                "{kind}: another view walks all"
+            );
         }
     }
 
