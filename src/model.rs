@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::protocol::ErrorInfo;
 
+mod records;
+pub use records::FromRecord;
+
 /// Store schema version; bump with a migration when a record shape changes.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -409,7 +412,7 @@ pub struct CatalogEntry {
 /// What a started run must find again to resume: the full system prompt,
 /// the provider transport and credential reference shape (never the secret),
 /// and the tool catalog with digests.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentSnapshot {
     pub version: u32,

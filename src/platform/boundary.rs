@@ -30,6 +30,12 @@ pub fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, String> {
     serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())
 }
 
+/// A stored record's JSON data, for its hand-written decoder
+/// (`model::FromRecord`); an error if it is not JSON data.
+pub fn json_of(value: JsValue) -> Result<Value, String> {
+    serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())
+}
+
 /// Read a value from outside the engine (a panel's or a content script's
 /// message, the settings) as JSON data, for the typed decode that names what
 /// is wrong (`Op::from_value`, serde_json); anything that is not JSON data (a

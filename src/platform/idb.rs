@@ -22,13 +22,12 @@
 
 use futures::future::join_all;
 use rexie::{Direction, Index, KeyRange, ObjectStore, Rexie, TransactionMode};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use wasm_bindgen::JsValue;
 
 use crate::model::{
-    ApprovalRecord, EnvironmentRecord, InteractionRecord, Node, PendingSteer, QueueItem, Receipt,
-    Run, RunState, SiteRule, Thread,
+    ApprovalRecord, EnvironmentRecord, FromRecord, InteractionRecord, Node, PendingSteer,
+    QueueItem, Receipt, Run, RunState, SiteRule, Thread,
 };
 use crate::store::{
     stores, threads_to_load, CachedKey, Record, StoreError, StoreImage, UnitOfWork,
@@ -120,15 +119,38 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, StoreError> {
 }
 
 /// Decode every record, skipping (and reporting) the ones that do not decode:
-/// one damaged record must not make the whole database unreadable.
-fn decode_all<T: DeserializeOwned>(
+/// one damaged record must not make the whole database unreadable. Records
+/// but nodes are decoded by hand from their JSON data (`model::FromRecord`).
+fn decode_all<T: FromRecord>(
     values: Vec<JsValue>,
     store: &str,
     skipped: &mut Vec<String>,
 ) -> Vec<T> {
+    decode_each(values, store, skipped, |v| {
+        T::from_record(super::boundary::json_of(v)?)
+    })
+}
+
+/// Nodes, the most numerous records, decode straight from the JS objects
+/// (`model::node_de`): a cold start's tail of a thread is its largest read.
+fn decode_node_values(values: Vec<JsValue>, skipped: &mut Vec<String>) -> Vec<Node> {
+    decode_each(
+        values,
+        stores::NODES,
+        skipped,
+        super::boundary::from_js::<Node>,
+    )
+}
+
+fn decode_each<T>(
+    values: Vec<JsValue>,
+    store: &str,
+    skipped: &mut Vec<String>,
+    decode: impl Fn(JsValue) -> Result<T, String>,
+) -> Vec<T> {
     values
         .into_iter()
-        .filter_map(|v| match super::boundary::from_js::<T>(v) {
+        .filter_map(|v| match decode(v) {
             Ok(x) => Some(x),
             Err(e) => {
                 skipped.push(format!("{store}: {e}"));
@@ -144,7 +166,8 @@ fn decode_all<T: DeserializeOwned>(
 fn is_finished_run(value: &JsValue) -> bool {
     js_sys::Reflect::get(value, &JsValue::from_str("state"))
         .ok()
-        .and_then(|state| super::boundary::from_js::<RunState>(state).ok())
+        .and_then(|state| state.as_string())
+        .and_then(|state| serde_json::from_value::<RunState>(state.into()).ok())
         .is_some_and(RunState::is_terminal)
 }
 
@@ -542,7 +565,7 @@ impl IdbStore {
                 self.thread_node_values(thread_id),
                 self.thread_runs(thread_id)
             );
-            nodes.extend(decode_all(values?, stores::NODES, &mut skipped));
+            nodes.extend(decode_node_values(values?, &mut skipped));
             let (thread_runs, not_decoded) = thread_runs?;
             skipped.extend(not_decoded);
             for run in thread_runs {
@@ -750,7 +773,7 @@ impl IdbStore {
     /// and reported, never deleted).
     pub fn decode_nodes(values: Vec<JsValue>) -> (Vec<Node>, Skipped) {
         let mut skipped = Vec::new();
-        let nodes = decode_all(values, stores::NODES, &mut skipped);
+        let nodes = decode_node_values(values, &mut skipped);
         (nodes, skipped)
     }
 
