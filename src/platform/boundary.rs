@@ -11,8 +11,11 @@
 //! serde_json) measured no faster than decoding the objects directly and
 //! made the module larger, and decoding records through a
 //! `serde_json::Value` was slower (a tree built and then taken apart: a cold
-//! start's 196 nodes 9.6 instead of 5.7 ms), so stored records decode
-//! directly; messages, one at a time, come in as a `Value`.
+//! start's 196 nodes 9.6 instead of 5.7 ms), so nodes decode directly;
+//! messages, one at a time, come in as a `Value`, and so do the other
+//! stored records (few per start), which are then decoded by hand
+//! (`model::FromRecord`: a smaller module than a derived visitor per record
+//! type, BENCHMARKS.md item 28).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -25,7 +28,7 @@ pub fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, String> {
     js_sys::JSON::parse(&text).map_err(|_| "the JSON text was not parsed".to_string())
 }
 
-/// Decode a stored record from its JS form.
+/// Decode a stored node from its JS form (`model::node_de`).
 pub fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, String> {
     serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())
 }
