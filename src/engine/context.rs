@@ -285,7 +285,7 @@ pub fn summary_message(summary: &str, verbatim: &str) -> String {
 /// history is never rewritten but the model sees a bounded context.
 pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
     let mut view = OutboundView::default();
-    view.update(path);
+    view.update(path, &mut 0);
     std::rc::Rc::unwrap_or_clone(view.messages)
 }
 
@@ -313,12 +313,11 @@ pub struct OutboundView {
     id: u64,
 }
 
-/// Ids of outbound views (see `OutboundView::lineage`).
-static NEXT_VIEW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
 impl OutboundView {
     /// The messages for `path`, updated incrementally when possible.
-    pub fn update(&mut self, path: &[Node]) -> std::rc::Rc<Vec<ChatMessage>> {
+    /// `last_id` is the last view id the caller gave out (the engine's, so
+    /// the ids of all its threads' views differ); a rebuild takes the next.
+    pub fn update(&mut self, path: &[Node], last_id: &mut u64) -> std::rc::Rc<Vec<ChatMessage>> {
         let compaction = |n: &Node| matches!(n.body, NodeBody::Compaction { .. });
         // The folded nodes are still the path's first ones: only the new
         // nodes can hold a later checkpoint, so a step looks at those alone
@@ -346,7 +345,10 @@ impl OutboundView {
                 last: None,
                 messages: std::rc::Rc::new(Vec::with_capacity(path.len() - start)),
                 assistant_index: Vec::new(),
-                id: NEXT_VIEW.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                id: {
+                    *last_id += 1;
+                    *last_id
+                },
             };
         }
         for node in &path[self.covered..] {
@@ -635,13 +637,14 @@ mod view_tests {
                 .collect(),
         );
         let mut view = OutboundView::default();
+        let mut last_id = 0;
         // The lineage: while the id stays, the messages a request shares
         // with the view's previous one (up to the shorter one's `len - 1`)
         // are the same; a rebuild takes a new id.
         let mut last: Option<(crate::provider::Lineage, Vec<ChatMessage>)> = None;
         let mut ids = Vec::new();
         for end in 0..=path.len() {
-            let messages = view.update(&path[..end]);
+            let messages = view.update(&path[..end], &mut last_id);
             assert_eq!(*messages, outbound_messages(&path[..end]), "end={end}");
             let lineage = view.lineage();
             assert_eq!(lineage.len, messages.len());
@@ -662,14 +665,20 @@ mod view_tests {
         let mut other = path.clone();
         other[3] = node("r0b", Some("c0"), user("changed"));
         let before = view.lineage();
-        assert_eq!(*view.update(&other[..6]), outbound_messages(&other[..6]));
+        assert_eq!(
+            *view.update(&other[..6], &mut last_id),
+            outbound_messages(&other[..6])
+        );
         assert_ne!(
             view.lineage().view,
             before.view,
             "another branch: a new lineage"
         );
         let before = view.lineage();
-        assert_eq!(*view.update(&path[..2]), outbound_messages(&path[..2]));
+        assert_eq!(
+            *view.update(&path[..2], &mut last_id),
+            outbound_messages(&path[..2])
+        );
         assert_ne!(
             view.lineage().view,
             before.view,
@@ -678,7 +687,7 @@ mod view_tests {
         // Many nodes at once, the checkpoint among them (not last): a step
         // looks only at the new nodes, and finds it there.
         let before = view.lineage();
-        assert_eq!(*view.update(&path), outbound_messages(&path));
+        assert_eq!(*view.update(&path, &mut last_id), outbound_messages(&path));
         assert_ne!(view.lineage().view, before.view, "past a checkpoint");
         let before = view.lineage();
         let longer: Vec<Node> = path
@@ -686,7 +695,10 @@ mod view_tests {
             .cloned()
             .chain([node("u9", path.last().map(|n| n.id.as_str()), user("more"))])
             .collect();
-        assert_eq!(*view.update(&longer), outbound_messages(&longer));
+        assert_eq!(
+            *view.update(&longer, &mut last_id),
+            outbound_messages(&longer)
+        );
         assert_eq!(
             view.lineage().view,
             before.view,

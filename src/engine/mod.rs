@@ -787,6 +787,9 @@ pub struct Engine {
     pending: VecMap<u64, Pending>,
     next_steer_seq: u64,
     next_queue_position: u64,
+    /// The last outbound view id given out (`OutboundView::update`): a
+    /// request's lineage names its view, unique among this engine's.
+    last_view_id: u64,
     heartbeat: bool,
     /// Title requests in flight: request id → thread id.
     title_requests: VecMap<u64, String>,
@@ -830,6 +833,7 @@ impl Engine {
             pending: VecMap::new(),
             next_steer_seq: 1,
             next_queue_position: 1,
+            last_view_id: 0,
             heartbeat: false,
             title_requests: VecMap::new(),
             test_requests: VecMap::new(),

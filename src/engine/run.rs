@@ -224,7 +224,7 @@ impl Engine {
         if let Some(exec) = t.exec.as_mut() {
             exec.request = None;
         }
-        let mut messages = t.outbound.update(&t.path);
+        let mut messages = t.outbound.update(&t.path, &mut self.last_view_id);
         let lineage = t.outbound.lineage();
         if run.tools_disabled {
             std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::User {
