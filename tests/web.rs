@@ -178,6 +178,11 @@ async fn idb_undecodable_record_is_skipped_not_fatal() {
     let (image, skipped) = store.load_image().await.unwrap();
     assert_eq!(image.threads.len(), 1);
     assert_eq!(skipped.len(), 1);
+    // Decoded by hand (`model::FromRecord`), the report names the field.
+    assert!(
+        skipped[0].starts_with("threads: field `title`: invalid type"),
+        "{skipped:?}"
+    );
     assert_eq!(
         store.dump(stores::THREADS).await.unwrap().len(),
         2,
