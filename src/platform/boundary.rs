@@ -28,14 +28,10 @@ pub fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, String> {
     js_sys::JSON::parse(&text).map_err(|_| "the JSON text was not parsed".to_string())
 }
 
-/// Decode a stored node from its JS form (`model::node_de`).
+/// Decode a stored value from its JS form: a node (`model::node_de`), or
+/// another record's JSON data as a `Value` for its hand-written decoder
+/// (`model::FromRecord`; an error if it is not JSON data).
 pub fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, String> {
-    serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())
-}
-
-/// A stored record's JSON data, for its hand-written decoder
-/// (`model::FromRecord`); an error if it is not JSON data.
-pub fn json_of(value: JsValue) -> Result<Value, String> {
     serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())
 }
 

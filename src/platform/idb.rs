@@ -127,7 +127,7 @@ fn decode_all<T: FromRecord>(
     skipped: &mut Vec<String>,
 ) -> Vec<T> {
     decode_each(values, store, skipped, |v| {
-        T::from_record(super::boundary::json_of(v)?)
+        T::from_record(super::boundary::from_js(v)?)
     })
 }
 
