@@ -184,7 +184,7 @@ mod native {
                 profile: profile(),
                 system: "You are a browser agent.".into(),
                 messages: outbound_messages(&path).into(),
-                tools: Vec::new(),
+                tools: Default::default(),
             };
             group.bench_with_input(
                 BenchmarkId::new("request_body", len),

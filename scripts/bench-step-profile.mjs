@@ -1,14 +1,15 @@
 // Where a step's worker time goes, on a short and a long thread.
 //
-// Usage: node scripts/bench-step-profile.mjs [--nodes N] [--steps N] [--top N]
+// Usage: node scripts/bench-step-profile.mjs [--nodes N] [--steps N] [--top N] [--callers N]
 //
 // Seeds a ~10-node and an --nodes-node (default 10,000) thread, then runs a
 // turn of --steps (10) page_snapshot steps on each, twice (the first round
 // warms up), under the V8 sampling profiler of the extension's worker, and
 // prints each turn's busy time by category and its --top (40) functions by
-// self time. Run `bash scripts/bench-named-wasm.sh` first for wasm function
-// names (and `bash scripts/build.sh` afterwards for the shipped module).
-// Measures only.
+// self time; with --callers N, under each built-in and glue function the N
+// wasm or worker functions it ran for (its nearest such caller). Run
+// `bash scripts/bench-named-wasm.sh` first for wasm function names (and
+// `bash scripts/build.sh` afterwards for the shipped module). Measures only.
 
 import { startMockLlm } from '../tests/mock-llm/server.mjs';
 import { DEFAULT_EXTENSION_PATH } from '../tests/support/browser.mjs';
@@ -22,8 +23,9 @@ import { option } from './bench/args.mjs';
 const longNodes = Number(option('--nodes', 10000));
 const steps = Number(option('--steps', 10));
 const top = Number(option('--top', 40));
-if (!(longNodes > 10) || !(steps > 0) || !(top > 0)) {
-  process.stderr.write('usage: node scripts/bench-step-profile.mjs [--nodes N] [--steps N] [--top N]\n');
+const callers = Number(option('--callers', 0));
+if (!(longNodes > 10) || !(steps > 0) || !(top > 0) || !(callers >= 0)) {
+  process.stderr.write('usage: node scripts/bench-step-profile.mjs [--nodes N] [--steps N] [--top N] [--callers N]\n');
   process.exit(2);
 }
 
@@ -47,7 +49,7 @@ try {
     const { result, profile } = await profileWorker(
       handle,
       () => page.evaluate(pageRunTurn, { key: 'main', threadId: t.thread.id, text: `Take ${steps} page outlines.` }),
-      { top },
+      { top, callers },
     );
     if (result.stopReason !== 'end') throw new Error(`${t.length} nodes: the turn ended with ${result.stopReason}`);
     const metrics = await handle.evaluate(swMetrics);
@@ -61,7 +63,10 @@ try {
       .map(([cat, ms]) => `${cat} ${ms.toFixed(1)}`)
       .join(', ');
     console.log(`${steps} steps on the ~${t.length}-node thread: busy ${profile.busyMs.toFixed(1)} ms (${categories})`);
-    for (const f of profile.top) console.log(`  ${f.ms.toFixed(2).padStart(8)} ms  ${f.name.slice(0, 160)}`);
+    for (const f of profile.top) {
+      console.log(`  ${f.ms.toFixed(2).padStart(8)} ms  ${f.name.slice(0, 160)}`);
+      for (const c of f.callers ?? []) console.log(`  ${''.padStart(8)}    ${c.ms.toFixed(2).padStart(6)} ms for ${c.name.slice(0, 150)}`);
+    }
   }
 } finally {
   await b.close();

@@ -553,7 +553,8 @@ fn provider_request(transport: Transport) -> ProviderRequest {
             name: "read_page".into(),
             description: "Read the page".into(),
             parameters: serde_json::json!({ "type": "object", "properties": {} }),
-        }],
+        }]
+        .into(),
     }
 }
 

@@ -289,7 +289,7 @@ export async function wasmMemoryBytes(handle, gluePath) {
  * (CDP Profiler on its target) and returns `{ result, profile }`, the
  * profile summarized by where the worker spent its time.
  */
-export async function profileWorker(handle, run, { intervalUs = 100, top = 15 } = {}) {
+export async function profileWorker(handle, run, { intervalUs = 100, top = 15, callers = 0 } = {}) {
   return handle.withWorkerSession(async (call) => {
     await call('Profiler.enable');
     await call('Profiler.setSamplingInterval', { interval: intervalUs });
@@ -302,13 +302,15 @@ export async function profileWorker(handle, run, { intervalUs = 100, top = 15 } 
       ({ profile } = await call('Profiler.stop'));
       await call('Profiler.disable').catch(() => {});
     }
-    return { result, profile: summarizeProfile(profile, { top }) };
+    return { result, profile: summarizeProfile(profile, { top, callers }) };
   });
 }
 
 /** Where a worker's time went: ms per category, and the top functions of the wasm-bindgen glue and of wasm. */
-export function summarizeProfile(profile, { top: count = 15 } = {}) {
+export function summarizeProfile(profile, { top: count = 15, callers: callerCount = 0 } = {}) {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const parentOf = new Map();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parentOf.set(child, node.id);
   const selfUs = new Map();
   for (let i = 0; i < profile.samples.length; i += 1) {
     const dt = profile.timeDeltas[i + 1] ?? 0;
@@ -328,13 +330,33 @@ export function summarizeProfile(profile, { top: count = 15 } = {}) {
   };
   const categories = {};
   const functions = {};
+  const keyOf = (frame) => {
+    const cat = category(frame);
+    return `${cat === 'wasm (engine, serde, rexie)' ? 'wasm' : cat.startsWith('wasm-bindgen') ? 'glue' : cat.startsWith('built-ins') ? 'builtin' : 'other'}: ${frame.functionName || '(anonymous)'}`;
+  };
+  // Who a built-in's or the glue's time is spent for: the nearest caller
+  // that is neither (a wasm function or the worker's own JS).
+  const callers = {};
+  const callerOf = (id) => {
+    for (let at = parentOf.get(id); at !== undefined; at = parentOf.get(at)) {
+      const frame = byId.get(at).callFrame;
+      const cat = category(frame);
+      if (!cat.startsWith('built-ins') && !cat.startsWith('wasm-bindgen') && cat !== 'root') return keyOf(frame);
+    }
+    return '(none)';
+  };
   for (const [id, us] of selfUs) {
     const node = byId.get(id);
     if (!node || us === 0) continue;
     const cat = category(node.callFrame);
     categories[cat] = (categories[cat] ?? 0) + us / 1000;
-    const key = `${cat === 'wasm (engine, serde, rexie)' ? 'wasm' : cat.startsWith('wasm-bindgen') ? 'glue' : cat.startsWith('built-ins') ? 'builtin' : 'other'}: ${node.callFrame.functionName || '(anonymous)'}`;
+    const key = keyOf(node.callFrame);
     functions[key] = (functions[key] ?? 0) + us / 1000;
+    if (callerCount > 0 && !key.startsWith('wasm: ')) {
+      const by = (callers[key] ??= {});
+      const caller = callerOf(id);
+      by[caller] = (by[caller] ?? 0) + us / 1000;
+    }
   }
   const totalMs = (profile.endTime - profile.startTime) / 1000;
   const busyMs = totalMs - (categories.idle ?? 0);
@@ -342,6 +364,17 @@ export function summarizeProfile(profile, { top: count = 15 } = {}) {
     .filter(([name]) => !name.startsWith('other: (idle)'))
     .sort((a, b) => b[1] - a[1])
     .slice(0, count)
-    .map(([name, ms]) => ({ name, ms }));
+    .map(([name, ms]) => ({
+      name,
+      ms,
+      ...(callers[name]
+        ? {
+            callers: Object.entries(callers[name])
+              .sort((a, b) => b[1] - a[1])
+              .slice(0, callerCount)
+              .map(([caller, callerMs]) => ({ name: caller, ms: callerMs })),
+          }
+        : {}),
+    }));
   return { totalMs, busyMs, categories, top };
 }

@@ -494,12 +494,12 @@ impl Engine {
         let request = ProviderRequest {
             lineage: None,
             profile,
-            system: PROVIDER_TEST_PROMPT.to_string(),
+            system: PROVIDER_TEST_PROMPT.into(),
             messages: vec![ChatMessage::User {
                 text: "ping".into(),
             }]
             .into(),
-            tools: Vec::new(),
+            tools: Default::default(),
         };
         let request_id = self.next_handle();
         self.test_requests.insert(request_id, (reply, model, now));

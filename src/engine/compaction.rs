@@ -101,9 +101,9 @@ impl Engine {
         let request = ProviderRequest {
             lineage: None,
             profile: base.profile,
-            system: COMPACTION_PROMPT.to_string(),
+            system: COMPACTION_PROMPT.into(),
             messages: messages.into(),
-            tools: Vec::new(),
+            tools: Default::default(),
         };
         self.set_phase(tid, Phase::Compacting { request_id });
         self.effects.push_back(Effect::CallProvider {
@@ -356,9 +356,9 @@ impl Engine {
         let request = ProviderRequest {
             lineage: None,
             profile,
-            system: TITLE_PROMPT.to_string(),
+            system: TITLE_PROMPT.into(),
             messages: vec![ChatMessage::User { text: first }].into(),
-            tools: Vec::new(),
+            tools: Default::default(),
         };
         let request_id = self.next_handle();
         self.title_requests.insert(request_id, tid.to_string());

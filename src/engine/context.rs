@@ -51,7 +51,7 @@ pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
                 } => id_tenths(call_id) + text_tenths(content) + images.len() as u64 * IMAGE_TENTHS,
             };
     }
-    for tool in &request.tools {
+    for tool in request.tools.iter() {
         tenths += TOOL_TENTHS
             + text_tenths(&tool.name)
             + text_tenths(&tool.description)
@@ -470,7 +470,7 @@ mod tests {
         let request = crate::provider::ProviderRequest {
             lineage: None,
             profile: crate::model::ProviderProfile::default(),
-            system: String::new(),
+            system: Default::default(),
             messages: vec![ChatMessage::ToolResult {
                 call_id: "call_Y2TNfXEJLhPygZNX5DU0Hzch".into(),
                 content: "".into(),
@@ -478,7 +478,7 @@ mod tests {
                 images: vec![],
             }]
             .into(),
-            tools: vec![],
+            tools: Default::default(),
         };
         assert!(estimate_tokens(&request) >= 20);
     }

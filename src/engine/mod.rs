@@ -797,6 +797,11 @@ pub struct Engine {
     test_requests: VecMap<u64, (Reply, String, u64)>,
     /// What is known of the snapshot cache (`snapshot_cache.rs`).
     cache: snapshot_cache::SnapshotCache,
+    /// The system prompt and the tool schemas of a step's request, built
+    /// once (the config does not change) and shared by every request:
+    /// without vision, with vision (`ProviderRequest::tools`).
+    request_system: Rc<str>,
+    request_tools: [std::cell::OnceCell<Rc<[crate::provider::ToolSpec]>>; 2],
 }
 
 impl Engine {
@@ -817,6 +822,7 @@ impl Engine {
             std::mem::take(&mut image.snapshots),
             &config.build,
         );
+        let config_system = config.system_prompt.clone();
         let mut engine = Engine {
             config,
             profile,
@@ -838,6 +844,8 @@ impl Engine {
             title_requests: VecMap::new(),
             test_requests: VecMap::new(),
             cache,
+            request_system: Rc::from(config_system.as_str()),
+            request_tools: Default::default(),
         };
         engine.restore(image, now);
         engine

@@ -7,6 +7,21 @@ use serde_json::{json, Value};
 use super::*;
 
 impl Engine {
+    /// The tool schemas offered to a model with or without vision, built on
+    /// first use and shared by every request after it.
+    fn request_tools(&self, vision: bool) -> Rc<[crate::provider::ToolSpec]> {
+        self.request_tools[usize::from(vision)]
+            .get_or_init(|| {
+                self.config
+                    .registry
+                    .for_model(true, vision)
+                    .into_iter()
+                    .map(|d| d.spec())
+                    .collect()
+            })
+            .clone()
+    }
+
     // -------------------------------------------------------------- the loop
 
     pub(super) fn start_turn(
@@ -245,17 +260,12 @@ pick a different element or tool, or explain the problem to the user.",
         let request = ProviderRequest {
             lineage: Some(lineage),
             profile: run.profile.clone(),
-            system: self.config.system_prompt.clone(),
+            system: self.request_system.clone(),
             messages,
-            tools: if run.tools_disabled {
-                Vec::new()
+            tools: if run.tools_disabled || !run.profile.tool_use {
+                Default::default()
             } else {
-                self.config
-                    .registry
-                    .for_model(run.profile.tool_use, run.profile.vision)
-                    .into_iter()
-                    .map(|d| d.spec())
-                    .collect()
+                self.request_tools(run.profile.vision)
             },
         };
         // The estimate is a pass over the whole request: once per request,

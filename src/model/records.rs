@@ -77,18 +77,14 @@ impl Fields {
         }
     }
 
-    /// The field's value: `Err(())` when absent (a problem unless `optional`).
+    /// The field's value, None when absent (a problem unless `optional`).
     #[inline(never)]
-    fn take(&mut self, key: &'static str, optional: bool) -> Result<Value, ()> {
-        match self.map.remove(key) {
-            Some(value) => Ok(value),
-            None => {
-                if !optional {
-                    self.missing(key);
-                }
-                Err(())
-            }
+    fn take(&mut self, key: &'static str, optional: bool) -> Option<Value> {
+        let value = self.map.remove(key);
+        if value.is_none() && !optional {
+            self.missing(key);
         }
+        value
     }
 
     #[inline(never)]
@@ -117,8 +113,8 @@ impl Fields {
 
     fn string(&mut self, key: &'static str) -> String {
         match self.take(key, false) {
-            Ok(value) => self.string_in(key, value),
-            Err(()) => String::new(),
+            Some(value) => self.string_in(key, value),
+            None => String::new(),
         }
     }
 
@@ -126,8 +122,8 @@ impl Fields {
     #[inline(never)]
     fn opt_string(&mut self, key: &'static str) -> Option<String> {
         match self.take(key, true) {
-            Ok(Value::Null) | Err(()) => None,
-            Ok(value) => Some(self.string_in(key, value)),
+            Some(Value::Null) | None => None,
+            Some(value) => Some(self.string_in(key, value)),
         }
     }
 
@@ -154,19 +150,20 @@ impl Fields {
         }
     }
 
-    /// Required (`Some(default)`: absent is the default, as
-    /// `#[serde(default)]`), or optional (`None`: absent and null are None).
+    /// `default`: what an absent field reads as (`#[serde(default)]`);
+    /// None: the field is required (absent is a problem). None back when
+    /// the field has a problem.
     #[inline(never)]
     fn integer(
         &mut self,
         key: &'static str,
-        absent: Option<i128>,
+        default: Option<i128>,
         min: i64,
         max: u64,
     ) -> Option<i128> {
-        match self.take(key, absent.is_some()) {
-            Ok(value) => self.integer_in(key, value, min, max),
-            Err(()) => absent,
+        match self.take(key, default.is_some()) {
+            Some(value) => self.integer_in(key, value, min, max),
+            None => default,
         }
     }
 
@@ -196,8 +193,8 @@ impl Fields {
     #[inline(never)]
     fn opt_integer(&mut self, key: &'static str, min: i64, max: u64) -> Option<i128> {
         match self.take(key, true) {
-            Ok(Value::Null) | Err(()) => None,
-            Ok(value) => self.integer_in(key, value, min, max),
+            Some(Value::Null) | None => None,
+            Some(value) => self.integer_in(key, value, min, max),
         }
     }
 
@@ -215,16 +212,16 @@ impl Fields {
             .map(|n| n as i64)
     }
 
-    /// `absent`: the value when the field is absent (`None`: required).
+    /// `default`: what an absent field reads as; None: required.
     #[inline(never)]
-    fn bool(&mut self, key: &'static str, absent: Option<bool>) -> bool {
-        match self.take(key, absent.is_some()) {
-            Ok(Value::Bool(b)) => b,
-            Ok(other) => {
+    fn bool(&mut self, key: &'static str, default: Option<bool>) -> bool {
+        match self.take(key, default.is_some()) {
+            Some(Value::Bool(b)) => b,
+            Some(other) => {
                 self.wrong(key, &other, "a boolean");
                 false
             }
-            Err(()) => absent.unwrap_or(false),
+            None => default.unwrap_or(false),
         }
     }
 
@@ -232,31 +229,31 @@ impl Fields {
     #[inline(never)]
     fn strings_or_default(&mut self, key: &'static str) -> Vec<String> {
         match self.take(key, true) {
-            Ok(Value::Array(items)) => items
+            Some(Value::Array(items)) => items
                 .into_iter()
                 .map(|item| self.string_in(key, item))
                 .collect(),
-            Ok(other) => {
+            Some(other) => {
                 self.wrong(key, &other, "a sequence");
                 Vec::new()
             }
-            Err(()) => Vec::new(),
+            None => Vec::new(),
         }
     }
 
     /// A unit enum by its serde name (the derive's own names).
     fn name<T: DeserializeOwned>(&mut self, key: &'static str, fallback: T) -> T {
         match self.take(key, false) {
-            Ok(value) => self.name_in(key, value).unwrap_or(fallback),
-            Err(()) => fallback,
+            Some(value) => self.name_in(key, value).unwrap_or(fallback),
+            None => fallback,
         }
     }
 
     /// Absent and null are both None.
     fn opt_name<T: DeserializeOwned>(&mut self, key: &'static str) -> Option<T> {
         match self.take(key, true) {
-            Ok(Value::Null) | Err(()) => None,
-            Ok(value) => self.name_in(key, value),
+            Some(Value::Null) | None => None,
+            Some(value) => self.name_in(key, value),
         }
     }
 
@@ -270,21 +267,20 @@ impl Fields {
         }
     }
 
-    /// A nested record (`absent`: its value when the field is absent, as
-    /// `#[serde(default)]`; `None`: required).
-    fn rec<T: FromRecord + Default>(&mut self, key: &'static str, absent: Option<T>) -> T {
-        let required = absent.is_none();
-        match self.take(key, !required) {
-            Ok(value) => self.rec_in(key, value).unwrap_or_default(),
-            Err(()) => absent.unwrap_or_default(),
+    /// A nested record (`default`: what an absent field reads as, as
+    /// `#[serde(default)]`; None: required).
+    fn rec<T: FromRecord + Default>(&mut self, key: &'static str, default: Option<T>) -> T {
+        match self.take(key, default.is_some()) {
+            Some(value) => self.rec_in(key, value).unwrap_or_default(),
+            None => default.unwrap_or_default(),
         }
     }
 
     /// Absent and null are both None.
     fn opt_rec<T: FromRecord>(&mut self, key: &'static str) -> Option<T> {
         match self.take(key, true) {
-            Ok(Value::Null) | Err(()) => None,
-            Ok(value) => self.rec_in(key, value),
+            Some(Value::Null) | None => None,
+            Some(value) => self.rec_in(key, value),
         }
     }
 
@@ -301,15 +297,15 @@ impl Fields {
     /// A list of nested records.
     fn recs<T: FromRecord>(&mut self, key: &'static str) -> Vec<T> {
         match self.take(key, false) {
-            Ok(Value::Array(items)) => items
+            Some(Value::Array(items)) => items
                 .into_iter()
                 .filter_map(|item| self.rec_in(key, item))
                 .collect(),
-            Ok(other) => {
+            Some(other) => {
                 self.wrong(key, &other, "a sequence");
                 Vec::new()
             }
-            Err(()) => Vec::new(),
+            None => Vec::new(),
         }
     }
 }

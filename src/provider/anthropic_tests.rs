@@ -184,7 +184,8 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
             name: "read_page".into(),
             description: "d".into(),
             parameters: json!({"type":"object","properties":{}}),
-        }],
+        }]
+        .into(),
     }
 }
 

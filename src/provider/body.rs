@@ -48,6 +48,11 @@ pub struct BodyCache {
     slots: Vec<Slot>,
     /// The last request's body around its groups.
     last: Option<Prepared>,
+    /// What `last`'s head, tail and leading messages were built from: a
+    /// request with the same profile, system prompt and tools reuses them
+    /// (every step of a run: the engine shares one system prompt and one
+    /// tool list, `Engine::request_tools`).
+    around: Option<Around>,
     /// Groups taken from the cache / encoded, over the cache's life, and
     /// of the groups taken, those whose messages were compared (the others
     /// the request's lineage vouched for).
@@ -57,6 +62,27 @@ pub struct BodyCache {
     /// Groups a request's preparation walked (the leading ones its lineage
     /// vouches for stay in place, unread).
     pub walked: u64,
+    /// How many times the body around the messages was built.
+    pub heads: u64,
+}
+
+/// The inputs of a request's body besides its messages.
+#[derive(Debug, Clone)]
+struct Around {
+    profile: crate::model::ProviderProfile,
+    system: std::rc::Rc<str>,
+    tools: std::rc::Rc<[super::ToolSpec]>,
+}
+
+impl Around {
+    /// Whether `request` has these inputs: the same shared values (the
+    /// common case, no reading) or equal ones.
+    fn matches(&self, request: &ProviderRequest) -> bool {
+        use std::rc::Rc;
+        self.profile == request.profile
+            && (Rc::ptr_eq(&self.system, &request.system) || self.system == request.system)
+            && (Rc::ptr_eq(&self.tools, &request.tools) || self.tools == request.tools)
+    }
 }
 
 /// Text after a kept slot that stays in the body rather than making a
@@ -345,21 +371,15 @@ impl BodyCache {
             self.ends.clear();
             self.key = Some(key);
         }
-        // Everything but the conversation: model, system, tools, options.
-        let head = ProviderRequest {
-            lineage: None,
-            profile: request.profile.clone(),
-            system: request.system.clone(),
-            messages: Default::default(),
-            tools: request.tools.clone(),
-        };
-        let mut body = build(transport, &head);
-        let leading: Vec<String> = match body.get_mut("messages").map(Value::take) {
-            // OpenAI carries the system prompt as the first message.
-            Some(Value::Array(leading)) => leading.iter().map(Value::to_string).collect(),
-            _ => Vec::new(),
-        };
-        body["messages"] = Value::String(PLACEHOLDER.to_string());
+        if !(self.last.is_some() && self.around.as_ref().is_some_and(|a| a.matches(request))) {
+            self.last = Some(Self::around_messages(transport, request));
+            self.around = Some(Around {
+                profile: request.profile.clone(),
+                system: request.system.clone(),
+                tools: request.tools.clone(),
+            });
+            self.heads += 1;
+        }
 
         let previously_noted = self.noted.take();
         // Messages this request shares with the last one by lineage: taken
@@ -433,16 +453,34 @@ impl BodyCache {
             self.ends.push(end);
             start = end;
         }
+    }
 
+    /// Everything of `request`'s body but the conversation: model, system,
+    /// tools, options.
+    fn around_messages(transport: Transport, request: &ProviderRequest) -> Prepared {
+        let head = ProviderRequest {
+            lineage: None,
+            profile: request.profile.clone(),
+            system: request.system.clone(),
+            messages: Default::default(),
+            tools: request.tools.clone(),
+        };
+        let mut body = build(transport, &head);
+        let leading: Vec<String> = match body.get_mut("messages").map(Value::take) {
+            // OpenAI carries the system prompt as the first message.
+            Some(Value::Array(leading)) => leading.iter().map(Value::to_string).collect(),
+            _ => Vec::new(),
+        };
+        body["messages"] = Value::String(PLACEHOLDER.to_string());
         let skeleton = body.to_string();
         let at = skeleton
             .find(PLACEHOLDER_JSON)
             .expect("the placeholder is serialized verbatim");
-        self.last = Some(Prepared {
+        Prepared {
             head: format!("{}\"messages\":[", &skeleton[..at]),
             tail: format!("]{}", &skeleton[at + PLACEHOLDER_JSON.len()..]),
             leading,
-        });
+        }
     }
 }
 
@@ -469,9 +507,9 @@ fn encode_group(transport: Transport, request: &ProviderRequest, group: &[ChatMe
     let alone = ProviderRequest {
         lineage: None,
         profile: request.profile.clone(),
-        system: String::new(),
+        system: Default::default(),
         messages: group.to_vec().into(),
-        tools: Vec::new(),
+        tools: Default::default(),
     };
     match build(transport, &alone).get("messages") {
         Some(Value::Array(items)) => items
@@ -568,7 +606,7 @@ mod tests {
                 name: "click".into(),
                 description: "Click an element.".into(),
                 parameters: json!({ "type": "object", "properties": { "ref": { "type": "string" } } }),
-            }],
+            }].into(),
         }
     }
 
@@ -914,6 +952,52 @@ mod tests {
             };
             check(&request(other, true, branch));
             check(&request(kind, false, Vec::new()));
+        }
+    }
+
+    #[test]
+    fn the_body_around_the_messages_is_built_again_only_when_profile_prompt_or_tools_change() {
+        for kind in ["openai", "anthropic"] {
+            let all = conversation();
+            let mut cache = BodyCache::new();
+            let mut check = |r: &ProviderRequest| {
+                let full = build(Transport::from_kind(&r.profile.kind), r).to_string();
+                assert_eq!(cache.body(r), full, "{kind}");
+                cache.heads
+            };
+            // Steps of one run share one prompt and one tool list.
+            let first = request(kind, false, all[..2].to_vec());
+            assert_eq!(check(&first), 1);
+            for end in 3..=all.len() {
+                let step = ProviderRequest {
+                    messages: all[..end].to_vec().into(),
+                    ..first.clone()
+                };
+                assert_eq!(check(&step), 1, "{kind}: step {end} reuses it");
+            }
+            // Equal values that are not the same allocation: reused too.
+            assert_eq!(check(&request(kind, false, all.clone())), 1);
+            // Each input changes it, even with the same messages.
+            let mut prompt = request(kind, false, all.clone());
+            prompt.system = "You drive web pages. Be brief.".into();
+            assert_eq!(check(&prompt), 2, "{kind}: system prompt");
+            let mut tools = prompt.clone();
+            tools.tools = vec![ToolSpec {
+                name: "type_text".into(),
+                description: "Type into a field.".into(),
+                parameters: json!({ "type": "object" }),
+            }]
+            .into();
+            assert_eq!(check(&tools), 3, "{kind}: tools");
+            let mut no_tools = tools.clone();
+            no_tools.tools = Default::default();
+            assert_eq!(check(&no_tools), 4, "{kind}: no tools");
+            let mut model = no_tools.clone();
+            model.profile.model = "another-model".into();
+            assert_eq!(check(&model), 5, "{kind}: model");
+            let mut budget = model.clone();
+            budget.profile.max_output_tokens = Some(77);
+            assert_eq!(check(&budget), 6, "{kind}: output tokens");
         }
     }
 }

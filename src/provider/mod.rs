@@ -65,12 +65,15 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProviderRequest {
     pub profile: ProviderProfile,
-    pub system: String,
+    /// Shared, like `tools`: the engine builds both once, every step's
+    /// request points at them, and the body cache reuses the body's text
+    /// around the messages while they are the same (`provider::body`).
+    pub system: std::rc::Rc<str>,
     /// Shared with the engine's outbound view: a step's request does not
     /// copy the conversation (copy-on-write when a request adds a note).
     pub messages: std::rc::Rc<Vec<ChatMessage>>,
     /// Empty when tools are disabled.
-    pub tools: Vec<ToolSpec>,
+    pub tools: std::rc::Rc<[ToolSpec]>,
     /// Where `messages` come from, if from an outbound view that only
     /// appends (`engine::context::OutboundView`): the body cache keeps one
     /// cache per view and trusts the messages a request shares with the
@@ -529,7 +532,7 @@ mod tests {
         let mut request = ProviderRequest {
             lineage: None,
             profile: Default::default(),
-            system: String::new(),
+            system: Default::default(),
             messages: vec![
                 ChatMessage::User {
                     text: "first".into(),
@@ -545,7 +548,7 @@ mod tests {
                 },
             ]
             .into(),
-            tools: vec![],
+            tools: Default::default(),
         };
         add_dynamic_context(
             &mut request,

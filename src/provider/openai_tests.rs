@@ -188,7 +188,8 @@ fn body_has_stream_usage_tools_and_tool_results() {
             name: "read_page".into(),
             description: "d".into(),
             parameters: json!({"type":"object","properties":{}}),
-        }],
+        }]
+        .into(),
     };
     let body = build_body(&request);
     assert_eq!(body["stream"], json!(true));

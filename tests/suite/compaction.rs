@@ -18,7 +18,7 @@ fn long_task(steps: usize) -> sw_agent::sim::Policy {
     let mut summaries = 0;
     let mut reads = 0;
     Box::new(move |request: &ProviderRequest| {
-        if request.system == COMPACTION_PROMPT {
+        if *request.system == *COMPACTION_PROMPT {
             summaries += 1;
             return Reply::text(&format!(
                 "SUMMARY {summaries}: goal is to read the page {steps} times; {reads} done."
@@ -66,7 +66,7 @@ fn long_task_compacts_at_the_threshold_at_least_twice_and_finishes() {
     for r in sim
         .requests
         .iter()
-        .filter(|r| r.system != COMPACTION_PROMPT)
+        .filter(|r| *r.system != *COMPACTION_PROMPT)
     {
         assert!(
             estimate_tokens(r) <= 8_000,
@@ -79,7 +79,7 @@ fn long_task_compacts_at_the_threshold_at_least_twice_and_finishes() {
         .requests
         .iter()
         .rev()
-        .find(|r| r.system != COMPACTION_PROMPT)
+        .find(|r| *r.system != *COMPACTION_PROMPT)
         .unwrap();
     assert!(matches!(&last.messages[0], ChatMessage::User { text } if text.contains("SUMMARY")));
     // The stored history is never deleted: every tool result is still there.
@@ -222,7 +222,7 @@ fn checkpoint_copies_task_messages_and_queue_verbatim_through_two_compactions() 
     let leads: Vec<&str> = sim
         .requests
         .iter()
-        .filter(|r| r.system != COMPACTION_PROMPT)
+        .filter(|r| *r.system != *COMPACTION_PROMPT)
         .filter_map(|r| match r.messages.first() {
             Some(ChatMessage::User { text }) if text.starts_with("[Summary") => Some(text.as_str()),
             _ => None,
@@ -239,7 +239,7 @@ fn checkpoint_copies_task_messages_and_queue_verbatim_through_two_compactions() 
     let after_second = sim
         .requests
         .iter()
-        .filter(|r| r.system != COMPACTION_PROMPT)
+        .filter(|r| *r.system != *COMPACTION_PROMPT)
         .find(|r| {
             matches!(r.messages.first(), Some(ChatMessage::User { text })
                 if *text == summary_message(&checkpoints[1].0, &checkpoints[1].1))
@@ -254,7 +254,7 @@ fn checkpoint_copies_task_messages_and_queue_verbatim_through_two_compactions() 
     let second_summary_request = sim
         .requests
         .iter()
-        .filter(|r| r.system == COMPACTION_PROMPT)
+        .filter(|r| *r.system == *COMPACTION_PROMPT)
         .nth(1)
         .unwrap();
     assert!(matches!(second_summary_request.messages.first(),

@@ -267,3 +267,34 @@ fn resume_refuses_drift_for_a_run_left_unfinished_by_the_previous_record_shape()
     assert_eq!(resume_with(&mut sim, config), RunState::Failed);
     assert!(drift_message(&sim).contains("click"));
 }
+
+#[test]
+fn steps_of_a_run_share_one_system_prompt_and_one_tool_list() {
+    // The body cache reuses the body around the messages while a request
+    // points at the same prompt and tools (`provider::body`); the engine
+    // builds them once instead of copying every schema at every step.
+    let mut sim = Sim::new(71, agent_policy(), page_tools());
+    sim.keep_request_messages = false;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    let steps: Vec<_> = sim
+        .requests
+        .iter()
+        .filter(|r| !r.tools.is_empty())
+        .cloned()
+        .collect();
+    assert!(steps.len() >= 3, "{} step requests", steps.len());
+    for r in &steps[1..] {
+        assert!(std::rc::Rc::ptr_eq(&r.tools, &steps[0].tools));
+        assert!(std::rc::Rc::ptr_eq(&r.system, &steps[0].system));
+    }
+    // A restarted worker builds its own, equal to the first.
+    sim.send(conn, submit("s2", None, "again"));
+    sim.crash();
+    reconnect(&mut sim);
+    sim.run(10_000);
+    let after = sim.requests.last().unwrap();
+    assert_eq!(after.tools, steps[0].tools);
+    assert_eq!(after.system, steps[0].system);
+}

@@ -56,7 +56,7 @@ fn ops_round_trip() {
 #[test]
 fn provider_test_reports_success_and_typed_errors_and_writes_nothing() {
     let policy: sw_agent::sim::Policy = Box::new(|request| {
-        assert_eq!(request.system, sw_agent::engine::PROVIDER_TEST_PROMPT);
+        assert_eq!(&*request.system, sw_agent::engine::PROVIDER_TEST_PROMPT);
         assert!(request.tools.is_empty());
         assert_eq!(request.profile.max_output_tokens, Some(16));
         match request.profile.model.as_str() {

@@ -161,7 +161,7 @@ fn a_large_backlog_is_deleted_a_bounded_batch_per_start() {
 fn finished_runs_come_with_their_thread_and_keep_working() {
     use sw_agent::engine::TITLE_PROMPT;
     let policy = Box::new(|request: &sw_agent::provider::ProviderRequest| {
-        if request.system == TITLE_PROMPT {
+        if *request.system == *TITLE_PROMPT {
             return Reply::text("Greeting");
         }
         Reply::text("Hi.")
@@ -175,7 +175,7 @@ fn finished_runs_come_with_their_thread_and_keep_working() {
     let titles = |sim: &Sim| {
         sim.requests
             .iter()
-            .filter(|r| r.system == TITLE_PROMPT)
+            .filter(|r| *r.system == *TITLE_PROMPT)
             .count()
     };
     assert_eq!(titles(&sim), 1);

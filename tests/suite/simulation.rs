@@ -50,7 +50,7 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
     let mut rng = Rng(seed);
     let mut inner = agent_policy();
     let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
-        if request.system == sw_agent::engine::TITLE_PROMPT {
+        if *request.system == *sw_agent::engine::TITLE_PROMPT {
             return sw_agent::sim::Reply::text("A model title");
         }
         inner(request)

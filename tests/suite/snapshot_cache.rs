@@ -456,7 +456,7 @@ fn snapshot_cache_follows_a_model_title_written_after_the_turn() {
     let policy: sw_agent::sim::Policy = {
         let mut inner = agent_policy();
         Box::new(move |request: &sw_agent::provider::ProviderRequest| {
-            if request.system == sw_agent::engine::TITLE_PROMPT {
+            if *request.system == *sw_agent::engine::TITLE_PROMPT {
                 return sw_agent::sim::Reply::text("A model title");
             }
             inner(request)

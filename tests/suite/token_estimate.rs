@@ -658,7 +658,7 @@ fn real_tokens(bpe: &CoreBPE, request: &ProviderRequest) -> usize {
             } => n("tool") + n(call_id) + n(content),
         };
     }
-    for tool in &request.tools {
+    for tool in request.tools.iter() {
         total += 3 + n(&tool.name) + n(&tool.description) + n(&tool.parameters.to_string());
     }
     total
@@ -684,7 +684,7 @@ fn bytes_over_four(request: &ProviderRequest) -> usize {
                 ChatMessage::ToolResult { content, .. } => content.len(),
             };
     }
-    for tool in &request.tools {
+    for tool in request.tools.iter() {
         bytes += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
     }
     bytes / 4 + 1

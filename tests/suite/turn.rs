@@ -583,7 +583,7 @@ fn model_title_replaces_the_first_line_title_without_blocking_the_turn() {
     use sw_agent::engine::TITLE_PROMPT;
     let mut inner = agent_policy();
     let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
-        if request.system == TITLE_PROMPT {
+        if *request.system == *TITLE_PROMPT {
             return Reply::text("\"Newsletter signup\"");
         }
         inner(request)
@@ -611,14 +611,14 @@ fn model_title_replaces_the_first_line_title_without_blocking_the_turn() {
     let requests = sim
         .requests
         .iter()
-        .filter(|r| r.system == TITLE_PROMPT)
+        .filter(|r| *r.system == *TITLE_PROMPT)
         .count();
     sim.send(conn, submit("s2", Some(&tid), "again"));
     sim.run(10_000);
     assert_eq!(
         sim.requests
             .iter()
-            .filter(|r| r.system == TITLE_PROMPT)
+            .filter(|r| *r.system == *TITLE_PROMPT)
             .count(),
         requests
     );
@@ -632,7 +632,7 @@ fn failed_title_request_keeps_the_first_line() {
     use sw_agent::engine::TITLE_PROMPT;
     let mut inner = agent_policy();
     let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
-        if request.system == TITLE_PROMPT {
+        if *request.system == *TITLE_PROMPT {
             return Reply::Error {
                 partial: String::new(),
                 error: ProviderError::new(ErrorKind::RateLimited, "429", false),
