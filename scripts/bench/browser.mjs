@@ -334,16 +334,20 @@ export function summarizeProfile(profile, { top: count = 15, callers: callerCoun
     const cat = category(frame);
     return `${cat === 'wasm (engine, serde, rexie)' ? 'wasm' : cat.startsWith('wasm-bindgen') ? 'glue' : cat.startsWith('built-ins') ? 'builtin' : 'other'}: ${frame.functionName || '(anonymous)'}`;
   };
-  // Who a built-in's or the glue's time is spent for: the nearest caller
-  // that is neither (a wasm function or the worker's own JS).
+  // Who a built-in's or the glue's time is spent for: the nearest caller of
+  // the engine's own code (`sw_agent::`), else the nearest that is neither
+  // a built-in nor glue (a wasm function of a library, the worker's JS).
   const callers = {};
   const callerOf = (id) => {
+    let nearest;
     for (let at = parentOf.get(id); at !== undefined; at = parentOf.get(at)) {
       const frame = byId.get(at).callFrame;
       const cat = category(frame);
-      if (!cat.startsWith('built-ins') && !cat.startsWith('wasm-bindgen') && cat !== 'root') return keyOf(frame);
+      if (cat.startsWith('built-ins') || cat.startsWith('wasm-bindgen') || cat === 'root') continue;
+      if (frame.functionName.includes('sw_agent::')) return keyOf(frame);
+      nearest ??= keyOf(frame);
     }
-    return '(none)';
+    return nearest ?? '(none)';
   };
   for (const [id, us] of selfUs) {
     const node = byId.get(id);

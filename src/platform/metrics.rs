@@ -2,7 +2,6 @@
 //! Recording is a few additions per event; nothing here changes behaviour.
 
 use serde::Serialize;
-use wasm_bindgen::JsValue;
 
 #[wasm_bindgen::prelude::wasm_bindgen]
 extern "C" {
@@ -10,13 +9,16 @@ extern "C" {
     /// twice around every engine call, and looking `performance` and `now`
     /// up by name each time (two strings out of wasm memory, two property
     /// reads) cost more than the engine call it timed on a small step.
-    #[wasm_bindgen(catch, js_namespace = performance, js_name = now)]
-    fn performance_now() -> Result<f64, JsValue>;
+    /// Decision: no `catch` wrapper (a try/catch in the glue per call):
+    /// every worker and window global of Chrome and Firefox has
+    /// `performance`, where the module runs.
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    fn performance_now() -> f64;
 }
 
-/// High-resolution time in ms (`performance.now()`), falling back to `Date.now()`.
+/// High-resolution time in ms (`performance.now()`).
 pub fn precise_now() -> f64 {
-    performance_now().unwrap_or_else(|_| js_sys::Date::now())
+    performance_now()
 }
 
 /// A running sum with a count and a maximum (ms).
