@@ -37,11 +37,17 @@ export const ENGINE_STORE = Object.freeze({
  * asks for). Any other cached record is read when asked for
  * (`readCachedSnapshot`): a start never reads more than one, however many
  * threads are cached. Without a build (null), keys only.
+ *
+ * The most recent record is read first, and `onRecent` gets it (or null)
+ * as soon as it is read, before the image's reads: a reconnect it answers
+ * need not wait for the whole start image (a read-only transaction sees
+ * one moment of the database, so it is the record the image's reads see).
  * @param {{ name: string, version: number, image: readonly string[], snapshots: string, snapshotIndexes: { build: string, recent: string } }} [spec]
  * @param {string | null} [build]
+ * @param {(record: any) => void} [onRecent]
  * @returns {Promise<{ db: IDBDatabase, version: number, image: Record<string, unknown[]>, snapshots: { threadId: string, build?: string }[], recent: any } | null>}
  */
-export function prefetchStore(spec = ENGINE_STORE, build = null) {
+export function prefetchStore(spec = ENGINE_STORE, build = null, onRecent = () => {}) {
   return new Promise((resolve) => {
     let request;
     try {
@@ -64,25 +70,31 @@ export function prefetchStore(spec = ENGINE_STORE, build = null) {
       let tx;
       try {
         tx = db.transaction([...spec.image, spec.snapshots], "readonly");
-        for (const name of spec.image) {
-          const read = tx.objectStore(name).getAll();
-          read.onsuccess = () => {
-            image[name] = read.result;
-          };
-        }
+        // Requests of a transaction complete in the order they were made.
         const cache = tx.objectStore(spec.snapshots);
-        const allKeys = cache.getAllKeys();
-        allKeys.onsuccess = () => {
-          keys = allKeys.result;
-        };
         if (typeof build === "string") {
+          const latest = cache.index(spec.snapshotIndexes.recent).get(build);
+          latest.onsuccess = () => {
+            recent = latest.result ?? null;
+            try {
+              onRecent(recent);
+            } catch {
+              // The caller's problem; the prefetch goes on.
+            }
+          };
           const ours = cache.index(spec.snapshotIndexes.build).getAllKeys(build);
           ours.onsuccess = () => {
             current = new Set(ours.result);
           };
-          const latest = cache.index(spec.snapshotIndexes.recent).get(build);
-          latest.onsuccess = () => {
-            recent = latest.result ?? null;
+        }
+        const allKeys = cache.getAllKeys();
+        allKeys.onsuccess = () => {
+          keys = allKeys.result;
+        };
+        for (const name of spec.image) {
+          const read = tx.objectStore(name).getAll();
+          read.onsuccess = () => {
+            image[name] = read.result;
           };
         }
       } catch {

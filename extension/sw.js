@@ -74,8 +74,15 @@ let prefetchAt = 0;
 // registration): every failure becomes "not prefetched".
 // The build id comes first: the prefetch reads this build's cached snapshot.
 const build = buildId(chrome.runtime.getManifest());
-const storePrefetched = prefetchStore(undefined, build).catch(() => null);
+// The most recent thread's cached record, as soon as the prefetch has read
+// it (first, before the start image), or null (none, or no prefetch).
+let resolveRecent = () => {};
+const recentRead = new Promise((resolve) => {
+  resolveRecent = resolve;
+});
+const storePrefetched = prefetchStore(undefined, build, (record) => resolveRecent(record)).catch(() => null);
 storePrefetched.then((store) => {
+  resolveRecent(null);
   if (!store || !Array.isArray(store.snapshots)) return;
   startCache = {
     db: store.db,
@@ -186,7 +193,7 @@ function answerFromCache(port, msg) {
   const asked = msg !== null && typeof msg === "object" && msg.type === "initialize" ? (msg.threadId ?? null) : undefined;
   if (build === null || (asked !== null && typeof asked !== "string") || !ownPage(port)) return answer;
   const serve = (record, thread) => {
-    if (delivered || record?.build !== build || record.threadId !== thread) return;
+    if (delivered || served !== null || record?.build !== build || record.threadId !== thread) return;
     try {
       port.postMessage({ type: "initialized", seq: 0, epoch, snapshot: record.snapshot });
       served = thread;
@@ -227,8 +234,16 @@ function answerFromCache(port, msg) {
   }
   // Before the engine runs, the pending calls are flushed only after
   // Engine.start(), which waits for the prefetch too: waiting for it here
-  // delays nothing.
-  answer.settled = storePrefetched.then(() => (engine === null ? fromCache(asked ?? startCache?.recent?.threadId) : null));
+  // delays nothing. The most recent thread's record comes first: asked for
+  // (or no thread named), it is sent without waiting for the rest of the
+  // start image; it is the record the prefetch hands the engine.
+  answer.settled = recentRead.then((record) => {
+    if (engine === null && record?.build === build && (asked === null || asked === record.threadId)) {
+      serve(record, record.threadId);
+      if (served !== null) return null;
+    }
+    return storePrefetched.then(() => (engine === null ? fromCache(asked ?? startCache?.recent?.threadId) : null));
+  });
   return answer;
 }
 

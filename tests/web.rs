@@ -1517,7 +1517,11 @@ async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
 #[wasm_bindgen(module = "/extension/store-prefetch.js")]
 extern "C" {
     #[wasm_bindgen(js_name = prefetchStore)]
-    fn prefetch_store(spec: &JsValue, build: &JsValue) -> js_sys::Promise;
+    fn prefetch_store(
+        spec: &JsValue,
+        build: &JsValue,
+        on_recent: &js_sys::Function,
+    ) -> js_sys::Promise;
     #[wasm_bindgen(js_name = readCachedSnapshot)]
     fn read_cached_snapshot(db: &JsValue, thread_id: &str) -> js_sys::Promise;
     #[wasm_bindgen(thread_local_v2, js_name = ENGINE_STORE)]
@@ -1530,7 +1534,11 @@ async fn prefetch(name: &str) -> JsValue {
     prefetch_for(name, Some("b1")).await
 }
 
-/// The same by `build` (None: a worker without a build id).
+/// The same by `build` (None: a worker without a build id). Also checks
+/// the early hand-over of the most recent record (sw.js answers a
+/// reconnect from it before the start image is read): with a build, the
+/// callback got exactly the record the prefetch returns, once; without
+/// one, or without a prefetch, it was not called.
 async fn prefetch_for(name: &str, build: Option<&str>) -> JsValue {
     let spec = js_sys::Object::new();
     let set = |key: &str, value: JsValue| js_sys::Reflect::set(&spec, &key.into(), &value).unwrap();
@@ -1551,10 +1559,32 @@ async fn prefetch_for(name: &str, build: Option<&str>) -> JsValue {
     .unwrap();
     js_sys::Reflect::set(&indexes, &"recent".into(), &stores::SNAPSHOTS_RECENT.into()).unwrap();
     set("snapshotIndexes", indexes.into());
-    let build = build.map_or(JsValue::NULL, JsValue::from_str);
-    wasm_bindgen_futures::JsFuture::from(prefetch_store(&spec.into(), &build))
-        .await
-        .unwrap()
+    let early = std::rc::Rc::new(std::cell::RefCell::new(Vec::<JsValue>::new()));
+    let seen = early.clone();
+    let on_recent = Closure::<dyn FnMut(JsValue)>::new(move |record: JsValue| {
+        seen.borrow_mut().push(record);
+    });
+    let built = build.map_or(JsValue::NULL, JsValue::from_str);
+    let result = wasm_bindgen_futures::JsFuture::from(prefetch_store(
+        &spec.into(),
+        &built,
+        on_recent.as_ref().unchecked_ref(),
+    ))
+    .await
+    .unwrap();
+    let early = early.borrow();
+    if result.is_null() || build.is_none() {
+        assert!(
+            early.is_empty(),
+            "no early record without a prefetch or a build"
+        );
+    } else {
+        let recent = js_sys::Reflect::get(&result, &"recent".into()).unwrap();
+        let text = |v: &JsValue| js_sys::JSON::stringify(v).ok().map(String::from);
+        assert_eq!(early.len(), 1, "the most recent record is handed over once");
+        assert_eq!(text(&early[0]), text(&recent));
+    }
+    result
 }
 
 /// Names of the databases this origin has.
