@@ -39,10 +39,13 @@ let servedFromCache = 0;
 // and the one record it read, the most recent thread's (dropped 30 s after
 // the engine runs: the reconnects it serves come right after a start).
 let startCache = null;
-// For `make bench` and the e2e tests (globalThis.__swAgent): when the first
-// port message arrived, when Engine.start() was called and when the first
+// For `make bench` and the e2e tests (globalThis.__swAgent): when this
+// script's body started, when the first port connected and its first
+// message arrived, when Engine.start() was called and when the first
 // snapshot was sent from the cache (ms since the worker started).
 let firstMessageAt = null;
+let firstConnectAt = null;
+const scriptAt = performance.now();
 let startCalledAt = null;
 let servedAt = null;
 // This worker's event epoch (src/protocol.rs EventEnvelope), chosen here so
@@ -138,6 +141,10 @@ const ready = Promise.all([prefetched, instantiated])
       readyAt: performance.now(),
       get servedFromCache() {
         return servedFromCache;
+      },
+      scriptAt,
+      get firstConnectAt() {
+        return firstConnectAt;
       },
       get firstMessageAt() {
         return firstMessageAt;
@@ -248,6 +255,7 @@ function answerFromCache(port, msg) {
 }
 
 chrome.runtime.onConnect.addListener((port) => {
+  firstConnectAt ??= performance.now();
   const id = nextPortId++;
   let first = true;
   // While the first message waits for a cached snapshot, the port's later

@@ -321,6 +321,8 @@ export function swTiming() {
     startImageMs: agent ? agent.engine.metrics().startImageMs : null,
     startSettingsMs: agent ? agent.engine.metrics().startSettingsMs : null,
     servedFromCache: agent?.servedFromCache ?? null,
+    scriptAt: agent?.scriptAt ?? null,
+    firstConnectAt: agent?.firstConnectAt ?? null,
     firstMessageAt: agent?.firstMessageAt ?? null,
     servedAt: agent?.servedAt ?? null,
   };
