@@ -20,6 +20,11 @@
 // stores::START_IMAGE, stores::SNAPSHOTS and its indexes); the wasm tests
 // read it from here and compare.
 
+// Start-image stores that grow with use (finished runs, receipts,
+// answered approvals and questions, kept for the retention period): read
+// last (see prefetchStore).
+const GROWING = new Set(["runs", "receipts", "approvals", "interactions"]);
+
 export const ENGINE_STORE = Object.freeze({
   name: "sw-agent",
   version: 7,
@@ -38,16 +43,30 @@ export const ENGINE_STORE = Object.freeze({
  * (`readCachedSnapshot`): a start never reads more than one, however many
  * threads are cached. Without a build (null), keys only.
  *
- * The most recent record is read first, and `onRecent` gets it (or null)
- * as soon as it is read, before the image's reads: a reconnect it answers
- * need not wait for the whole start image (a read-only transaction sees
- * one moment of the database, so it is the record the image's reads see).
+ * A reconnect need not wait for the whole start image (a read-only
+ * transaction sees one moment of the database, so these are the records
+ * the image's reads see): the most recent record is read first and
+ * `hooks.onRecent` gets it (or null) as soon as it is read; then, if
+ * `hooks.wanted()` names another thread by the time the cache's keys, or
+ * the image's first batch, are read (a panel asked for it meanwhile), that
+ * thread's record is read next and `hooks.onWanted` gets the thread and its
+ * record (or null). Chrome runs the transactions of a database one after
+ * the other, so a read in a transaction of its own would wait for the
+ * whole image. None is called when the database cannot be opened as it is.
  * @param {{ name: string, version: number, image: readonly string[], snapshots: string, snapshotIndexes: { build: string, recent: string } }} [spec]
  * @param {string | null} [build]
- * @param {(record: any) => void} [onRecent]
+ * @param {{ onRecent?: (record: any) => void, wanted?: () => string | null, onWanted?: (threadId: string, record: any) => void }} [hooks]
  * @returns {Promise<{ db: IDBDatabase, version: number, image: Record<string, unknown[]>, snapshots: { threadId: string, build?: string }[], recent: any } | null>}
  */
-export function prefetchStore(spec = ENGINE_STORE, build = null, onRecent = () => {}) {
+export function prefetchStore(spec = ENGINE_STORE, build = null, hooks = {}) {
+  // A hook that throws is the caller's problem; the prefetch goes on.
+  const hook = (name, ...args) => {
+    try {
+      return hooks?.[name]?.(...args);
+    } catch {
+      return undefined;
+    }
+  };
   return new Promise((resolve) => {
     let request;
     try {
@@ -76,27 +95,50 @@ export function prefetchStore(spec = ENGINE_STORE, build = null, onRecent = () =
           const latest = cache.index(spec.snapshotIndexes.recent).get(build);
           latest.onsuccess = () => {
             recent = latest.result ?? null;
-            try {
-              onRecent(recent);
-            } catch {
-              // The caller's problem; the prefetch goes on.
-            }
+            hook("onRecent", recent);
           };
           const ours = cache.index(spec.snapshotIndexes.build).getAllKeys(build);
           ours.onsuccess = () => {
             current = new Set(ours.result);
           };
         }
+        // The thread a panel asked for by now, read next (once).
+        let askedFor = false;
+        const readWanted = () => {
+          const wanted = askedFor || typeof build !== "string" ? null : hook("wanted");
+          if (typeof wanted !== "string") return;
+          askedFor = true;
+          if (wanted === recent?.threadId) return;
+          const one = cache.get(wanted);
+          one.onsuccess = () => hook("onWanted", wanted, one.result ?? null);
+        };
+        // The image in two batches, each issued from the last callback of
+        // what came before (a transaction is active in its requests'
+        // callbacks): the stores of the threads' current state, then
+        // those that grow with use within the retention. A panel's ask
+        // that arrives while the first batch is read is still read before
+        // the second.
+        const batches = [
+          spec.image.filter((name) => !GROWING.has(name)),
+          spec.image.filter((name) => GROWING.has(name)),
+        ].filter((batch) => batch.length > 0);
+        const readBatch = (at) => {
+          readWanted();
+          const batch = batches[at];
+          if (!batch) return;
+          batch.forEach((name, i) => {
+            const read = tx.objectStore(name).getAll();
+            read.onsuccess = () => {
+              image[name] = read.result;
+              if (i === batch.length - 1) readBatch(at + 1);
+            };
+          });
+        };
         const allKeys = cache.getAllKeys();
         allKeys.onsuccess = () => {
           keys = allKeys.result;
+          readBatch(0);
         };
-        for (const name of spec.image) {
-          const read = tx.objectStore(name).getAll();
-          read.onsuccess = () => {
-            image[name] = read.result;
-          };
-        }
       } catch {
         db.close();
         resolve(null);

@@ -77,15 +77,27 @@ let prefetchAt = 0;
 // registration): every failure becomes "not prefetched".
 // The build id comes first: the prefetch reads this build's cached snapshot.
 const build = buildId(chrome.runtime.getManifest());
-// The most recent thread's cached record, as soon as the prefetch has read
-// it (first, before the start image), or null (none, or no prefetch).
+// The most recent thread's cached record as soon as the prefetch read it
+// (first, before the start image), and the record of another thread a panel
+// asked for before the prefetch read the cache's keys (read next, still
+// before the image); null when there is none or no prefetch.
 let resolveRecent = () => {};
 const recentRead = new Promise((resolve) => {
   resolveRecent = resolve;
 });
-const storePrefetched = prefetchStore(undefined, build, (record) => resolveRecent(record)).catch(() => null);
+let wantedThread = null;
+let resolveWanted = () => {};
+const wantedRead = new Promise((resolve) => {
+  resolveWanted = resolve;
+});
+const storePrefetched = prefetchStore(undefined, build, {
+  onRecent: resolveRecent,
+  wanted: () => wantedThread,
+  onWanted: (threadId, record) => resolveWanted({ threadId, record }),
+}).catch(() => null);
 storePrefetched.then((store) => {
   resolveRecent(null);
+  resolveWanted(null);
   if (!store || !Array.isArray(store.snapshots)) return;
   startCache = {
     db: store.db,
@@ -210,22 +222,16 @@ function answerFromCache(port, msg) {
       // The port closed: the engine handles the message as usual.
     }
   };
-  // The record of `thread`: the most recent thread's came with the
-  // prefetch; any other is read on the prefetched connection, and the
-  // port's events wait for it. The read sees every unit the engine issued
-  // before it (units delete cached snapshots); the engine checks again at
-  // delivery that it issued none since its start.
-  const fromCache = (thread) => {
-    const cache = startCache;
-    if (cache === null || typeof thread !== "string" || !cache.ours.has(thread)) return null;
-    if (cache.recent?.threadId === thread) {
-      serve(cache.recent, thread);
-      return null;
-    }
+  // Read `thread`'s record on the prefetched connection and serve it if
+  // this build wrote it; the port's events wait for the read. The read
+  // sees every unit the engine issued before it (units delete cached
+  // snapshots); the engine checks again at delivery that it issued none
+  // since its start.
+  const readAndServe = (db, thread) => {
     // Bounded: a read that never settled would hold the port (and the
     // start) for ever; after a second the engine answers instead.
     const read = Promise.race([
-      readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread)),
+      readCachedSnapshot(db, thread).then((record) => serve(record, thread)),
       new Promise((resolve) => setTimeout(resolve, CACHE_READ_MAX_MS)),
     ]);
     if (engine === null) {
@@ -234,6 +240,17 @@ function answerFromCache(port, msg) {
     }
     return read;
   };
+  // The record of `thread` once the prefetch arrived: the most recent
+  // thread's came with it; any other this build cached is read.
+  const fromCache = (thread) => {
+    const cache = startCache;
+    if (cache === null || typeof thread !== "string" || !cache.ours.has(thread)) return null;
+    if (cache.recent?.threadId === thread) {
+      serve(cache.recent, thread);
+      return null;
+    }
+    return readAndServe(cache.db, thread);
+  };
   if (engine !== null) {
     const thread = engine.start_snapshot_for(asked ?? undefined);
     answer.settled = fromCache(thread);
@@ -241,15 +258,27 @@ function answerFromCache(port, msg) {
   }
   // Before the engine runs, the pending calls are flushed only after
   // Engine.start(), which waits for the prefetch too: waiting for it here
-  // delays nothing. The most recent thread's record comes first: asked for
-  // (or no thread named), it is sent without waiting for the rest of the
-  // start image; it is the record the prefetch hands the engine.
+  // delays nothing. Nor need the answer wait for the start image: the most
+  // recent thread's record comes first (asked for, or no thread named, it
+  // is sent as soon as it is read; it is the record the prefetch hands the
+  // engine), and another thread's is read next if it was asked for by then
+  // (else once the prefetch arrived, as any thread's after a start).
+  if (typeof asked === "string") wantedThread ??= asked;
   answer.settled = recentRead.then((record) => {
-    if (engine === null && record?.build === build && (asked === null || asked === record.threadId)) {
+    if (engine !== null) return null;
+    if (record?.build === build && (asked === null || asked === record.threadId)) {
       serve(record, record.threadId);
-      if (served !== null) return null;
+      return null;
     }
-    return storePrefetched.then(() => (engine === null ? fromCache(asked ?? startCache?.recent?.threadId) : null));
+    if (asked === null) return null;
+    return wantedRead.then((early) => {
+      if (engine !== null) return null;
+      if (early?.threadId === asked) {
+        serve(early.record, asked);
+        return null;
+      }
+      return storePrefetched.then(() => (engine === null ? fromCache(asked) : null));
+    });
   });
   return answer;
 }

@@ -1517,11 +1517,7 @@ async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
 #[wasm_bindgen(module = "/extension/store-prefetch.js")]
 extern "C" {
     #[wasm_bindgen(js_name = prefetchStore)]
-    fn prefetch_store(
-        spec: &JsValue,
-        build: &JsValue,
-        on_recent: &js_sys::Function,
-    ) -> js_sys::Promise;
+    fn prefetch_store(spec: &JsValue, build: &JsValue, hooks: &JsValue) -> js_sys::Promise;
     #[wasm_bindgen(js_name = readCachedSnapshot)]
     fn read_cached_snapshot(db: &JsValue, thread_id: &str) -> js_sys::Promise;
     #[wasm_bindgen(thread_local_v2, js_name = ENGINE_STORE)]
@@ -1535,11 +1531,23 @@ async fn prefetch(name: &str) -> JsValue {
 }
 
 /// The same by `build` (None: a worker without a build id). Also checks
-/// the early hand-over of the most recent record (sw.js answers a
-/// reconnect from it before the start image is read): with a build, the
-/// callback got exactly the record the prefetch returns, once; without
-/// one, or without a prefetch, it was not called.
+/// the early hand-over sw.js answers a reconnect from before the start
+/// image is read: with a build, the most recent record, once, the one the
+/// prefetch returns; without a prefetch or a build, none.
 async fn prefetch_for(name: &str, build: Option<&str>) -> JsValue {
+    let (result, wanted) = prefetch_wanting(name, build, None).await;
+    assert!(wanted.is_empty(), "no thread asked for, none read early");
+    result
+}
+
+/// The same, with `wanted` named by `hooks.wanted()` (a panel that asked
+/// for that thread before the cache's keys were read): also what
+/// `hooks.onWanted` got.
+async fn prefetch_wanting(
+    name: &str,
+    build: Option<&str>,
+    wanted: Option<&str>,
+) -> (JsValue, Vec<(String, JsValue)>) {
     let spec = js_sys::Object::new();
     let set = |key: &str, value: JsValue| js_sys::Reflect::set(&spec, &key.into(), &value).unwrap();
     set("name", name.into());
@@ -1559,32 +1567,47 @@ async fn prefetch_for(name: &str, build: Option<&str>) -> JsValue {
     .unwrap();
     js_sys::Reflect::set(&indexes, &"recent".into(), &stores::SNAPSHOTS_RECENT.into()).unwrap();
     set("snapshotIndexes", indexes.into());
-    let early = std::rc::Rc::new(std::cell::RefCell::new(Vec::<JsValue>::new()));
-    let seen = early.clone();
-    let on_recent = Closure::<dyn FnMut(JsValue)>::new(move |record: JsValue| {
-        seen.borrow_mut().push(record);
-    });
+    let records = std::rc::Rc::new(std::cell::RefCell::new(Vec::<JsValue>::new()));
+    let early = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(String, JsValue)>::new()));
+    let on_recent = {
+        let records = records.clone();
+        Closure::<dyn FnMut(JsValue)>::new(move |record: JsValue| records.borrow_mut().push(record))
+    };
+    let on_wanted = {
+        let early = early.clone();
+        Closure::<dyn FnMut(String, JsValue)>::new(move |thread: String, record: JsValue| {
+            early.borrow_mut().push((thread, record))
+        })
+    };
+    let wanted = wanted.map_or(JsValue::NULL, JsValue::from_str);
+    let asked = Closure::<dyn FnMut() -> JsValue>::new(move || wanted.clone());
+    let hooks = js_sys::Object::new();
+    js_sys::Reflect::set(&hooks, &"onRecent".into(), on_recent.as_ref()).unwrap();
+    js_sys::Reflect::set(&hooks, &"onWanted".into(), on_wanted.as_ref()).unwrap();
+    js_sys::Reflect::set(&hooks, &"wanted".into(), asked.as_ref()).unwrap();
     let built = build.map_or(JsValue::NULL, JsValue::from_str);
-    let result = wasm_bindgen_futures::JsFuture::from(prefetch_store(
-        &spec.into(),
-        &built,
-        on_recent.as_ref().unchecked_ref(),
-    ))
-    .await
-    .unwrap();
-    let early = early.borrow();
+    let result = wasm_bindgen_futures::JsFuture::from(prefetch_store(&spec.into(), &built, &hooks))
+        .await
+        .unwrap();
+    let records = records.borrow();
     if result.is_null() || build.is_none() {
         assert!(
-            early.is_empty(),
+            records.is_empty(),
             "no early record without a prefetch or a build"
         );
+        assert!(early.borrow().is_empty());
     } else {
         let recent = js_sys::Reflect::get(&result, &"recent".into()).unwrap();
         let text = |v: &JsValue| js_sys::JSON::stringify(v).ok().map(String::from);
-        assert_eq!(early.len(), 1, "the most recent record is handed over once");
-        assert_eq!(text(&early[0]), text(&recent));
+        assert_eq!(
+            records.len(),
+            1,
+            "the most recent record is handed over once"
+        );
+        assert_eq!(text(&records[0]), text(&recent));
     }
-    result
+    let early = early.borrow().clone();
+    (result, early)
 }
 
 /// Names of the databases this origin has.
@@ -1728,6 +1751,25 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
         Some(serde_json::to_value(&other).unwrap())
     );
     assert_eq!(read("t9").await, None);
+    // A thread a panel asked for before the cache's keys were read comes
+    // with the prefetch, read before the start image, as stored (whoever's
+    // it is: the worker script serves only its build's); the most recent
+    // thread's is not read twice.
+    for thread_id in ["t2", "t3", "t9", "t1"] {
+        let (again, wanted) = prefetch_wanting(name, Some("b1"), Some(thread_id)).await;
+        let db = got(&again, "db");
+        if thread_id == "t1" {
+            assert!(wanted.is_empty(), "the most recent thread came first");
+        } else {
+            assert_eq!(wanted.len(), 1, "{thread_id}");
+            assert_eq!(wanted[0].0, thread_id);
+            let record: Option<serde_json::Value> =
+                serde_wasm_bindgen::from_value(wanted[0].1.clone()).unwrap();
+            assert_eq!(record, read(thread_id).await, "{thread_id}");
+        }
+        let close: js_sys::Function = got(&db, "close").into();
+        close.call0(&db).unwrap();
+    }
     let (store, values, keys) =
         IdbStore::prefetched(name, &early).expect("the prefetch checks out");
     let (image, skipped) = store.image_from(values, keys).await.unwrap();
