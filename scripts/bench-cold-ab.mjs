@@ -1,6 +1,7 @@
 // Cold start, this build against another one, side by side in one browser.
 //
 // Usage: node scripts/bench-cold-ab.mjs --baseline DIR [--reps N] [--nodes N]
+//          [--history RUNS]
 //   DIR  a built extension to compare with (for example another commit's
 //        dist/extension: `git worktree add /tmp/base REV && (cd /tmp/base &&
 //        bash scripts/build.sh)`, then --baseline /tmp/base/dist/extension)
@@ -9,22 +10,25 @@
 // each repetition kills and cold-connects all three in turn (the order
 // alternates), so the machine's load moves all of them alike. Prints the
 // medians, each build's ratio to the bare worker's first reply, and the
-// median of the per-repetition difference. Measures only; exits non-zero
-// only when something is broken.
+// median of the per-repetition difference. `--history RUNS` adds a
+// long-used profile to both builds' databases (200 threads, RUNS finished
+// runs and three receipts each, a day old, which every start reads).
+// Measures only; exits non-zero only when something is broken.
 
 import { DEFAULT_EXTENSION_PATH } from '../tests/support/browser.mjs';
 import { launchBench, openClientPage } from './bench/browser.mjs';
 import { prepareColdStarts } from './bench/cold.mjs';
-import { installClient, pageBareSeed, pageColdConnect, swMetrics, swTiming, swWaitForEngine } from './bench/inpage.mjs';
-import { seededThread } from './bench/seed.mjs';
+import { installClient, pageBareSeed, pageColdConnect, swMetrics, swSeedHistory, swTiming, swWaitForEngine } from './bench/inpage.mjs';
+import { ENGINE_DB, seededThread } from './bench/seed.mjs';
 import { median } from './bench/stats.mjs';
 import { option } from './bench/args.mjs';
 
 const baselinePath = option('--baseline', null);
 const reps = Number(option('--reps', 15));
 const nodes = Number(option('--nodes', 1000));
-if (!baselinePath || !(reps > 0) || !(nodes > 0)) {
-  process.stderr.write('usage: node scripts/bench-cold-ab.mjs --baseline DIR [--reps N] [--nodes N]\n');
+const historyRuns = Number(option('--history', 0));
+if (!baselinePath || !(reps > 0) || !(nodes > 0) || !(historyRuns >= 0)) {
+  process.stderr.write('usage: node scripts/bench-cold-ab.mjs --baseline DIR [--reps N] [--nodes N] [--history RUNS]\n');
   process.exit(2);
 }
 
@@ -34,7 +38,10 @@ try {
   const seeded = seededThread(`ab-${Date.now().toString(36)}`, nodes);
   const sides = { current: real, baseline };
   const pages = {};
-  for (const [name, handle] of Object.entries(sides)) pages[name] = await prepareColdStarts(context, handle, seeded);
+  for (const [name, handle] of Object.entries(sides)) {
+    pages[name] = await prepareColdStarts(context, handle, seeded);
+    if (historyRuns > 0) await handle.evaluate(swSeedHistory, { dbName: ENGINE_DB, threads: 200, runs: historyRuns, receiptsPerRun: 3, ageDays: 1 });
+  }
   const barePage = await openClientPage(context, bare);
   await barePage.evaluate(installClient);
   await barePage.evaluate(pageBareSeed, { nodes: seeded.nodes });
@@ -77,7 +84,8 @@ try {
   }
   const f = (x) => (x === null || Number.isNaN(x) ? '-' : x.toFixed(1));
   const m = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, median(v)]));
-  console.log(`cold start, ${nodes}-node thread, ${reps} repetitions (medians, ms)`);
+  const history = historyRuns > 0 ? `, a long-used profile (200 threads, ${historyRuns} runs, ${historyRuns * 3} receipts)` : '';
+  console.log(`cold start, ${nodes}-node thread${history}, ${reps} repetitions (medians, ms)`);
   console.log(`  current  ${f(m.current)}  (${f(m.current / m.bare)}× bare first reply)`);
   console.log(`  baseline ${f(m.baseline)}  (${f(m.baseline / m.bare)}× bare first reply)`);
   console.log(`  bare JS first reply ${f(m.bare)}`);
