@@ -2,6 +2,7 @@
 // creation and the `initialized` snapshot.
 //
 // Usage: node scripts/bench-cold-profile.mjs [--reps N] [--nodes N] [--top N] [--out FILE]
+//          [--history RUNS]
 //
 // Loads dist/extension, seeds a thread, then per
 // repetition kills the worker (CDP) and cold-connects while V8's sampling
@@ -14,14 +15,16 @@
 // data. Function names need a module with a name section (build.sh strips
 // it; see BENCHMARKS.md "Cold-start profile" for a named copy). Measures
 // only; `--out` writes the last trace (JSON, for chrome://tracing or DevTools).
+// `--history RUNS` adds a long-used profile (200 threads, RUNS finished
+// runs and three receipts each, a day old, which every start reads).
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { DEFAULT_EXTENSION_PATH, browserCdp } from '../tests/support/browser.mjs';
 import { launchBench } from './bench/browser.mjs';
 import { prepareColdStarts } from './bench/cold.mjs';
-import { pageColdConnect } from './bench/inpage.mjs';
-import { seededThread } from './bench/seed.mjs';
+import { pageColdConnect, swSeedHistory } from './bench/inpage.mjs';
+import { ENGINE_DB, seededThread } from './bench/seed.mjs';
 import { parseWasm } from './bench/wasm-size.mjs';
 import { option } from './bench/args.mjs';
 
@@ -29,6 +32,7 @@ const reps = Number(option('--reps', 10));
 const nodes = Number(option('--nodes', 1000));
 const top = Number(option('--top', 40));
 const out = option('--out', null);
+const historyRuns = Number(option('--history', 0));
 
 
 /** Body size (by V8's function index: imports first) and name of every function of a .wasm. */
@@ -44,6 +48,7 @@ try {
   const { context, real } = b;
   const seeded = seededThread(`prof-${Date.now().toString(36)}`, nodes);
   const page = await prepareColdStarts(context, real, seeded);
+  if (historyRuns > 0) await real.evaluate(swSeedHistory, { dbName: ENGINE_DB, threads: 200, runs: historyRuns, receiptsPerRun: 3, ageDays: 1 });
 
   const cdp = await browserCdp(context);
   // Browser-wide tracing with V8's sampling profiler: it covers a worker

@@ -193,6 +193,66 @@ async fn idb_undecodable_record_is_skipped_not_fatal() {
 }
 
 #[wasm_bindgen_test]
+async fn idb_many_records_decode_through_one_json_text_as_one_by_one() {
+    let name = "sw-agent-test-bulk-decode";
+    let store = fresh_store(name).await;
+    let mut unit = UnitOfWork::new();
+    let mut good: Vec<Thread> = (0..40).map(|i| thread(&format!("t{i:02}"))).collect();
+    good[7].title = "Ünïcødé \u{1F600} \"quoted\"\n".into();
+    good[9].parent_thread_id = Some("t01".into());
+    for t in &good {
+        unit.put(Record::Thread(t.clone()));
+    }
+    store.commit(&unit).await.unwrap();
+    store
+        .put_raw_for_tests(stores::THREADS, r#"{"id":"t50-bad","title":42}"#)
+        .await
+        .unwrap();
+    // More than `BULK_DECODE_MIN` records: one JSON text; the same records
+    // as one by one, and the damaged one skipped with its field named.
+    let (image, skipped) = store.load_image().await.unwrap();
+    assert_eq!(image.threads, good);
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(
+        skipped[0].starts_with("threads: field `title`: invalid type"),
+        "{skipped:?}"
+    );
+    // A record JSON cannot carry (a BigInt makes `JSON.stringify` throw):
+    // every record is then decoded on its own, with the same result for
+    // the others.
+    let odd = js_sys::JSON::parse(
+        r#"{"id":"t60-odd","title":"t","createdAt":1,"updatedAt":2,"revision":1}"#,
+    )
+    .unwrap();
+    js_sys::Reflect::set(&odd, &"revision".into(), &js_sys::BigInt::from(1u32).into()).unwrap();
+    store
+        .put_value_for_tests(stores::THREADS, &odd)
+        .await
+        .unwrap();
+    let (image, skipped) = store.load_image().await.unwrap();
+    let ids: Vec<&str> = image.threads.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(&image.threads[..40], &good[..], "{ids:?}");
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.starts_with("threads: field `title`")),
+        "{skipped:?}"
+    );
+    assert_eq!(
+        image.threads.len() + skipped.len(),
+        42,
+        "{ids:?} {skipped:?}"
+    );
+    assert_eq!(
+        store.dump(stores::THREADS).await.unwrap().len(),
+        42,
+        "nothing was deleted"
+    );
+    store.close();
+    IdbStore::delete(name).await.unwrap();
+}
+
+#[wasm_bindgen_test]
 fn boundary_encodes_plain_json_objects_that_decode_back_to_the_same_record() {
     use sw_agent::platform::boundary::{from_js, to_js};
     let mut record = run("r-1", "t-1", RunState::ExecutingTools, 7);

@@ -13,9 +13,13 @@
 //! `serde_json::Value` was slower (a tree built and then taken apart: a cold
 //! start's 196 nodes 9.6 instead of 5.7 ms), so nodes decode directly;
 //! messages, one at a time, come in as a `Value`, and so do the other
-//! stored records (few per start), which are then decoded by hand
-//! (`model::FromRecord`: a smaller module than a derived visitor per record
-//! type, BENCHMARKS.md item 28).
+//! stored records, which are then decoded by hand (`model::FromRecord`: a
+//! smaller module than a derived visitor per record type, BENCHMARKS.md
+//! item 28). Exception: a store read of many such records (a long-used
+//! profile's thousands of receipts at start) comes in as one JSON text,
+//! `JSON.stringify` of them all parsed once by serde_json, because there
+//! the boundary calls per field were the cost (`platform::idb::decode_all`,
+//! item 31).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

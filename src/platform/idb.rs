@@ -23,6 +23,7 @@
 use futures::future::join_all;
 use rexie::{Direction, Index, KeyRange, ObjectStore, Rexie, TransactionMode};
 use serde::Serialize;
+use serde_json::Value;
 use wasm_bindgen::JsValue;
 
 use crate::model::{
@@ -121,14 +122,44 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, StoreError> {
 /// Decode every record, skipping (and reporting) the ones that do not decode:
 /// one damaged record must not make the whole database unreadable. Records
 /// but nodes are decoded by hand from their JSON data (`model::FromRecord`).
+///
+/// Many records (a long-used profile's thousands of receipts) cross the
+/// boundary as one JSON text: one `JSON.stringify` of them all and one parse
+/// in wasm, instead of walking every object field by field (BENCHMARKS.md
+/// item 31). The engine writes records as JSON data (`boundary::to_js`), so
+/// both ways read the same values; if the text cannot be made or parsed
+/// (a record holding something that is not JSON data), each record is
+/// decoded on its own, as with a few.
 fn decode_all<T: FromRecord>(
     values: Vec<JsValue>,
     store: &str,
     skipped: &mut Vec<String>,
 ) -> Vec<T> {
-    decode_each(values, store, skipped, |v| {
-        T::from_record(super::boundary::from_js(v)?)
-    })
+    decode_each(json_data(values), store, skipped, |v| T::from_record(v?))
+}
+
+/// From how many records [`decode_all`] reads them as one JSON text.
+const BULK_DECODE_MIN: usize = 32;
+
+/// Each record's JSON data (not generic: one copy in the module).
+fn json_data(values: Vec<JsValue>) -> Vec<Result<Value, String>> {
+    if values.len() >= BULK_DECODE_MIN {
+        if let Some(all) = json_text_values(&values) {
+            return all.into_iter().map(Ok).collect();
+        }
+    }
+    values
+        .into_iter()
+        .map(super::boundary::from_js::<Value>)
+        .collect()
+}
+
+/// `values` as JSON data through one JSON text, if every one of them is.
+fn json_text_values(values: &[JsValue]) -> Option<Vec<Value>> {
+    let array: js_sys::Array = values.iter().collect();
+    let text = js_sys::JSON::stringify(&array).ok()?.as_string()?;
+    let parsed: Vec<Value> = serde_json::from_str(&text).ok()?;
+    (parsed.len() == values.len()).then_some(parsed)
 }
 
 /// Nodes, the most numerous records, decode straight from the JS objects
@@ -142,11 +173,11 @@ fn decode_node_values(values: Vec<JsValue>, skipped: &mut Vec<String>) -> Vec<No
     )
 }
 
-fn decode_each<T>(
-    values: Vec<JsValue>,
+fn decode_each<V, T>(
+    values: Vec<V>,
     store: &str,
     skipped: &mut Vec<String>,
-    decode: impl Fn(JsValue) -> Result<T, String>,
+    decode: impl Fn(V) -> Result<T, String>,
 ) -> Vec<T> {
     values
         .into_iter()
@@ -794,6 +825,16 @@ impl IdbStore {
     pub async fn put_raw_for_tests(&self, store: &str, json: &str) -> Result<(), StoreError> {
         let value =
             js_sys::JSON::parse(json).map_err(|e| store_error(super::error::js_to_error(e)))?;
+        self.put_value_for_tests(store, &value).await
+    }
+
+    /// Put any JS value as a record of `store` (tests: values that are not
+    /// JSON data).
+    pub async fn put_value_for_tests(
+        &self,
+        store: &str,
+        value: &JsValue,
+    ) -> Result<(), StoreError> {
         let tx = self
             .rexie()
             .await?
@@ -801,7 +842,7 @@ impl IdbStore {
             .map_err(store_error)?;
         tx.store(store)
             .map_err(store_error)?
-            .put(&value, None)
+            .put(value, None)
             .await
             .map_err(store_error)?;
         tx.done().await.map_err(store_error)?;
