@@ -6,8 +6,9 @@
 // although neither needs it. This module does only that IO, with no
 // decisions: it opens the engine's database at exactly the engine's version,
 // reads every store of the start image, and the snapshot cache's keys and
-// at most one of its records, in one read-only transaction and hands the connection and the raw records to
-// `Engine.start()`, which checks them and decodes them (src/platform/idb.rs
+// at most two of its records (the most recent thread's, and one a panel
+// asked for meanwhile), in one read-only transaction, and hands the
+// connection and the raw records to `Engine.start()`, which checks them and decodes them (src/platform/idb.rs
 // `IdbStore::prefetched`). sw.js may send the cached snapshot read with
 // it (src/engine/snapshot_cache.rs): one transaction, so the cache and the
 // image are the same moment of the database. Creating
@@ -20,11 +21,6 @@
 // stores::START_IMAGE, stores::SNAPSHOTS and its indexes); the wasm tests
 // read it from here and compare.
 
-// Start-image stores that grow with use (finished runs, receipts,
-// answered approvals and questions, kept for the retention period): read
-// last (see prefetchStore).
-const GROWING = new Set(["runs", "receipts", "approvals", "interactions"]);
-
 export const ENGINE_STORE = Object.freeze({
   name: "sw-agent",
   version: 7,
@@ -34,14 +30,20 @@ export const ENGINE_STORE = Object.freeze({
   snapshotIndexes: Object.freeze({ build: "build", recent: "recentOf" }),
 });
 
+// Start-image stores that grow with use (finished runs, receipts,
+// answered approvals and questions, kept for the retention period): read
+// last (see prefetchStore).
+const GROWING = new Set(["runs", "receipts", "approvals", "interactions"]);
+
 /**
  * Open `spec.name` at `spec.version` (never creating or upgrading it) and
  * read every store in `spec.image` whole. Of the snapshot cache, read its
  * keys, which of them `build` wrote, and one record: `build`'s most recent
  * thread's (what a fresh panel opens, and usually what a reconnecting one
- * asks for). Any other cached record is read when asked for
- * (`readCachedSnapshot`): a start never reads more than one, however many
- * threads are cached. Without a build (null), keys only.
+ * asks for). Another cached record is read only when a panel asks for it
+ * (`hooks.wanted` below, or `readCachedSnapshot` later): a start reads at
+ * most two, however many threads are cached. Without a build (null), keys
+ * only.
  *
  * A reconnect need not wait for the whole start image (a read-only
  * transaction sees one moment of the database, so these are the records

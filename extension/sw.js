@@ -222,26 +222,12 @@ function answerFromCache(port, msg) {
       // The port closed: the engine handles the message as usual.
     }
   };
-  // Read `thread`'s record on the prefetched connection and serve it if
-  // this build wrote it; the port's events wait for the read. The read
+  // The record of `thread` once the prefetch arrived: the most recent
+  // thread's came with it; any other this build cached is read on the
+  // prefetched connection, and the port's events wait for it. The read
   // sees every unit the engine issued before it (units delete cached
   // snapshots); the engine checks again at delivery that it issued none
   // since its start.
-  const readAndServe = (db, thread) => {
-    // Bounded: a read that never settled would hold the port (and the
-    // start) for ever; after a second the engine answers instead.
-    const read = Promise.race([
-      readCachedSnapshot(db, thread).then((record) => serve(record, thread)),
-      new Promise((resolve) => setTimeout(resolve, CACHE_READ_MAX_MS)),
-    ]);
-    if (engine === null) {
-      cacheReads.add(read);
-      read.then(() => cacheReads.delete(read));
-    }
-    return read;
-  };
-  // The record of `thread` once the prefetch arrived: the most recent
-  // thread's came with it; any other this build cached is read.
   const fromCache = (thread) => {
     const cache = startCache;
     if (cache === null || typeof thread !== "string" || !cache.ours.has(thread)) return null;
@@ -249,7 +235,17 @@ function answerFromCache(port, msg) {
       serve(cache.recent, thread);
       return null;
     }
-    return readAndServe(cache.db, thread);
+    // Bounded: a read that never settled would hold the port (and the
+    // start) for ever; after a second the engine answers instead.
+    const read = Promise.race([
+      readCachedSnapshot(cache.db, thread).then((record) => serve(record, thread)),
+      new Promise((resolve) => setTimeout(resolve, CACHE_READ_MAX_MS)),
+    ]);
+    if (engine === null) {
+      cacheReads.add(read);
+      read.then(() => cacheReads.delete(read));
+    }
+    return read;
   };
   if (engine !== null) {
     const thread = engine.start_snapshot_for(asked ?? undefined);

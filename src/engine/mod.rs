@@ -822,7 +822,7 @@ impl Engine {
             std::mem::take(&mut image.snapshots),
             &config.build,
         );
-        let config_system = config.system_prompt.clone();
+        let request_system = Rc::from(config.system_prompt.as_str());
         let mut engine = Engine {
             config,
             profile,
@@ -844,7 +844,7 @@ impl Engine {
             title_requests: VecMap::new(),
             test_requests: VecMap::new(),
             cache,
-            request_system: Rc::from(config_system.as_str()),
+            request_system,
             request_tools: Default::default(),
         };
         engine.restore(image, now);

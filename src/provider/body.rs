@@ -48,11 +48,6 @@ pub struct BodyCache {
     slots: Vec<Slot>,
     /// The last request's body around its groups.
     last: Option<Prepared>,
-    /// What `last`'s head, tail and leading messages were built from: a
-    /// request with the same profile, system prompt and tools reuses them
-    /// (every step of a run: the engine shares one system prompt and one
-    /// tool list, `Engine::request_tools`).
-    around: Option<Around>,
     /// Groups taken from the cache / encoded, over the cache's life, and
     /// of the groups taken, those whose messages were compared (the others
     /// the request's lineage vouched for).
@@ -147,6 +142,10 @@ struct Prepared {
     tail: String,
     /// Messages outside the groups that come first (OpenAI's system message).
     leading: Vec<String>,
+    /// What the three were built from: a request with the same profile,
+    /// system prompt and tools reuses them (every step of a run: the engine
+    /// shares one system prompt and one tool list, `Engine::request_tools`).
+    from: Around,
 }
 
 /// Pieces joined the way the message array joins its elements: a comma
@@ -371,13 +370,8 @@ impl BodyCache {
             self.ends.clear();
             self.key = Some(key);
         }
-        if !(self.last.is_some() && self.around.as_ref().is_some_and(|a| a.matches(request))) {
+        if !self.last.as_ref().is_some_and(|p| p.from.matches(request)) {
             self.last = Some(Self::around_messages(transport, request));
-            self.around = Some(Around {
-                profile: request.profile.clone(),
-                system: request.system.clone(),
-                tools: request.tools.clone(),
-            });
             self.heads += 1;
         }
 
@@ -480,6 +474,11 @@ impl BodyCache {
             head: format!("{}\"messages\":[", &skeleton[..at]),
             tail: format!("]{}", &skeleton[at + PLACEHOLDER_JSON.len()..]),
             leading,
+            from: Around {
+                profile: request.profile.clone(),
+                system: request.system.clone(),
+                tools: request.tools.clone(),
+            },
         }
     }
 }
