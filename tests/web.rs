@@ -248,6 +248,25 @@ async fn idb_many_records_decode_through_one_json_text_as_one_by_one() {
         42,
         "nothing was deleted"
     );
+    // receipt_replay_or_reject: a long-used profile's receipts, read at
+    // start through the same one JSON text, come back exactly as written
+    // (the engine replays a repeated command's outcome from them).
+    let mut unit = UnitOfWork::new();
+    let receipts: Vec<sw_agent::model::Receipt> = (0..40u64)
+        .map(|i| sw_agent::model::Receipt {
+            key: format!("client\u{1f}s{i:02}"),
+            op_type: "turn.submit".into(),
+            fingerprint: format!("{i:064x}"),
+            result: serde_json::json!({ "threadId": "t01", "turnId": format!("r{i}"), "n": i }),
+            created_at: 1_700_000_000_000 + i,
+        })
+        .collect();
+    for r in &receipts {
+        unit.put(Record::Receipt(r.clone()));
+    }
+    store.commit(&unit).await.unwrap();
+    let (image, _) = store.load_image().await.unwrap();
+    assert_eq!(image.receipts, receipts);
     store.close();
     IdbStore::delete(name).await.unwrap();
 }
