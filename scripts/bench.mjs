@@ -426,7 +426,11 @@ async function browser() {
       const floor = await measureFloor();
       mock.reset();
       mock.setScript([{ stallMs: 60000, text: 'Thinking' }]);
+      await real.evaluate(swResetMetrics);
       const result = await realPage.evaluate(pageSteerAcks, { key: 'main', threadId: null, count: CONFIG.steerCount });
+      const metrics = await real.evaluate(swMetrics);
+      result.commitMs = metrics.commits.count ? metrics.commits.totalMs / metrics.commits.count : null;
+      result.engineMs = metrics.engine.totalMs / CONFIG.steerCount;
       mock.reset();
       if (result.rejected || result.downgraded) problem(`steer: ${result.rejected} rejected, ${result.downgraded} downgraded of ${CONFIG.steerCount}`);
       steer.push({ ...result, floor });
@@ -611,6 +615,10 @@ function browserFigures(m) {
   const steerLatencies = m.steer.flatMap((r) => r.latencies);
   figure(steerGroup, 'steer.ack_ms', 'steer ACK latency', 'ms', steerLatencies);
   figure(steerGroup, 'steer.ratio_strict', 'steer ACK / (strict commit + Port round trip)', 'ratio', m.steer.map((r) => median(r.latencies) / (r.floor.strict + r.floor.rtt)));
+  figure(steerGroup, 'steer.commit_ms', 'engine commit per checkpoint during those steers (the submit, each steer, the interrupt)', 'ms', m.steer.map((r) => r.commitMs).filter((v) => v !== null && v !== undefined));
+  figure(steerGroup, 'steer.engine_ms', 'engine time per steer (no IO; the submit and interrupt included)', 'ms', m.steer.map((r) => r.engineMs).filter((v) => v !== null && v !== undefined));
+  figure(steerGroup, 'steer.floor_strict_ms', 'the floor of each repetition: strict commit', 'ms', m.steer.map((r) => r.floor.strict));
+  figure(steerGroup, 'steer.floor_rtt_ms', 'the floor of each repetition: Port round trip', 'ms', m.steer.map((r) => r.floor.rtt));
   figure(steerGroup, 'steer.ratio_relaxed', 'steer ACK / (relaxed commit + Port round trip)', 'ratio', m.steer.map((r) => median(r.latencies) / (r.floor.relaxed + r.floor.rtt)));
 
   for (const [kind, runs] of Object.entries(m.streams)) {
