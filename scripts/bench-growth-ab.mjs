@@ -74,13 +74,14 @@ try {
           engine: metrics.engine.totalMs / step.steps,
           commit: metrics.commits.totalMs / step.steps,
           provider: step.provider,
+          tool: metrics.tools.count ? metrics.tools.totalMs / metrics.tools.count : 0,
           wall: step.wallPerStep,
         };
       }
       if (rep === 0) continue;
       const side = (rows[name] ??= { growth: [] });
       for (const [length, figures] of Object.entries(perStep)) {
-        const row = (side[length] ??= { overhead: [], engine: [], commit: [], provider: [], wall: [] });
+        const row = (side[length] ??= { overhead: [], engine: [], commit: [], provider: [], tool: [], wall: [] });
         for (const [key, value] of Object.entries(figures)) row[key].push(value);
       }
       side.growth.push(perStep[longNodes].overhead / perStep[10].overhead);
@@ -91,7 +92,7 @@ try {
   for (const name of Object.keys(sides)) {
     for (const t of threads) {
       const row = rows[name][t.length];
-      console.log(`  ${name.padEnd(8)} ~${String(t.length).padEnd(6)} nodes: engine + commit ${f(median(row.overhead))} (engine ${f(median(row.engine))}, commit ${f(median(row.commit))})  provider ${f(median(row.provider))}  wall ${f(median(row.wall))}`);
+      console.log(`  ${name.padEnd(8)} ~${String(t.length).padEnd(6)} nodes: engine + commit ${f(median(row.overhead))} (engine ${f(median(row.engine))}, commit ${f(median(row.commit))})  provider ${f(median(row.provider))}  tool ${f(median(row.tool))} per call  wall ${f(median(row.wall))}`);
     }
     const growth = rows[name].growth;
     console.log(`  ${name.padEnd(8)} growth (long / short, per repetition): median ${f(median(growth))}, range ${f(Math.min(...growth))} … ${f(Math.max(...growth))}`);

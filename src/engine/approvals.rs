@@ -416,6 +416,7 @@ impl Engine {
                     let dispatch_id = self.next_handle();
                     running.push((dispatch_id, index));
                     self.effects.push_back(Effect::DispatchTool {
+                        retry_safe: call.recovery == Recovery::RetrySafe,
                         dispatch_id,
                         thread_id: tid.clone(),
                         call_id: call.call_id,

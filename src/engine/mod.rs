@@ -256,6 +256,10 @@ pub enum Effect {
         target: Option<TargetInfo>,
         /// How to execute it (content script, tabs API, browser-wide).
         binding: crate::tools::Binding,
+        /// Running it twice is harmless (`Recovery::RetrySafe`): the driver
+        /// may send it to a content script already in the page and, if none
+        /// answers, inject one and send it again.
+        retry_safe: bool,
     },
     /// Abort a running tool; its late result will be ignored.
     AbortTool { dispatch_id: u64 },

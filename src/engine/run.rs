@@ -623,6 +623,7 @@ pick a different element or tool, or explain the problem to the user.",
             .unwrap_or(crate::tools::Binding::Page);
         self.effects.push_back(Effect::DispatchTool {
             binding,
+            retry_safe: call.recovery == Recovery::RetrySafe,
             dispatch_id,
             thread_id: tid.to_string(),
             call_id: call.call_id,

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub provider: Timing,
     /// Tool executions, from dispatch to result.
     pub tools: Timing,
+    /// Content-script injections page tools made (`Driver::frame_call`:
+    /// a read reuses the script already in the frame).
+    pub injections: u64,
     /// Messages posted to clients, and how many were deltas.
     pub events_sent: u64,
     pub deltas_sent: u64,

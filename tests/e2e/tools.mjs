@@ -28,6 +28,7 @@ import {
   dumpIndexedDb,
   REPO_ROOT,
   waitForApprovalCard,
+  waitForExtensionServiceWorker,
 } from '../support/browser.mjs';
 import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts, isolatedTest as sharedIsolatedTest } from '../support/session.mjs';
 
@@ -259,6 +260,39 @@ isolatedTest('page_tools_snapshot_type_select_scroll_wait_for_and_tab_tools', { 
     ['go_back', 'accepted_once'],
   ]);
   assert.equal((await readApprovalCard(panel)).visible, false);
+  assertNoOrphans(session);
+});
+
+isolatedTest('page_reads_reuse_the_content_script_and_inject_it_again_into_a_new_document', { page: FORM_PAGE }, async (session) => {
+  const { panel, shop: form, mock, pages, context, extensionId } = session;
+  const worker = await waitForExtensionServiceWorker(context, { extensionId });
+  const injections = () => worker.evaluate(() => globalThis.__swAgent.engine.metrics().injections);
+  const before = await injections();
+
+  // Two reads of the same document: the script is injected for the first only.
+  await scriptModel(mock, [call('page_snapshot', {}, 'Looking.'), call('page_snapshot', {}, 'Again.'), { text: 'Seen twice.' }]);
+  const first = await runTurn(session, 'Look at the page twice');
+  assert.deepEqual(toolCards(first.final).map((c) => [c.toolName, c.status]), [['page_snapshot', 'ok'], ['page_snapshot', 'ok']], describeState(first.final));
+  assert.equal(await injections(), before + 1, 'the second read used the content script already in the page');
+  const [one, two] = toolExchanges(mock.requests().at(-1)).map((e) => pageContent(e.content, pages.origin));
+  assert.match(one, /^ {2}form "Contact form"$/m);
+  assert.equal(two, one, 'the same document, the same outline and refs');
+
+  // A new document has no content script: the read finds nobody, injects, and succeeds.
+  await form.reload();
+  await scriptModel(mock, [call('page_snapshot', {}, 'Looking at the reloaded page.'), { text: 'Seen.' }]);
+  const second = await runTurn(session, 'Look at it again', { previousTurnId: first.final.turnId });
+  assert.deepEqual(toolCards(second.final).map((c) => [c.toolName, c.status]).at(-1), ['page_snapshot', 'ok'], describeState(second.final));
+  assert.equal(await injections(), before + 2, 'injected into the new document');
+  const [reloaded] = toolExchanges(mock.requests().at(-1)).slice(-1).map((e) => pageContent(e.content, pages.origin));
+  assert.match(reloaded, /^ {2}form "Contact form"$/m);
+
+  // A write is never sent on the chance that a script is there: it injects first.
+  const nameRef = refOf(reloaded, /textbox "Full name"/);
+  await scriptModel(mock, [call('type', { ref: nameRef, text: 'Ada' }, 'Typing.'), { text: 'Typed.' }]);
+  await runTurn(session, 'Type Ada', { approvals: ['type'], previousTurnId: second.final.turnId });
+  assert.equal(await form.inputValue('#name'), 'Ada');
+  assert.equal(await injections(), before + 3, 'the write injected (idempotent on the page side)');
   assertNoOrphans(session);
 });
 
