@@ -531,6 +531,7 @@ impl Driver {
         fetch::request_body(&cache.last_body())
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_tool(
         &self,
         dispatch_id: u64,
