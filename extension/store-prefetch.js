@@ -24,16 +24,18 @@
 export const ENGINE_STORE = Object.freeze({
   name: "sw-agent",
   version: 7,
-  image: Object.freeze(["threads", "runs", "steers", "queue", "receipts", "approvals", "site_rules", "interactions"]),
+  // Not the command receipts: the engine reads them right after it starts
+  // (only a command needs them; a long-used profile holds thousands).
+  image: Object.freeze(["threads", "runs", "steers", "queue", "approvals", "site_rules", "interactions"]),
   snapshots: "snapshots",
   // Indexes of `snapshots` (stores::SNAPSHOTS_BY_BUILD, SNAPSHOTS_RECENT).
   snapshotIndexes: Object.freeze({ build: "build", recent: "recentOf" }),
 });
 
-// Start-image stores that grow with use (finished runs, receipts,
+// Start-image stores that grow with use (finished runs,
 // answered approvals and questions, kept for the retention period): read
 // last (see prefetchStore).
-const GROWING = new Set(["runs", "receipts", "approvals", "interactions"]);
+const GROWING = new Set(["runs", "approvals", "interactions"]);
 
 /**
  * Open `spec.name` at `spec.version` (never creating or upgrading it) and

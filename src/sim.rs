@@ -154,6 +154,18 @@ pub struct Sim {
     pub realistic_usage: bool,
     /// When set, persists are parked in `held` instead of committed (a slow disk).
     pub hold_persists: bool,
+    /// Start the engine without receipts and deliver them as an input after
+    /// whatever was already queued, as the browser's start does (true).
+    pub defer_receipts: bool,
+    /// Receipts read for the engine and not delivered yet: each step
+    /// delivers them unless the next input is a command and a coin says
+    /// the command goes first (then it waits for them in the engine).
+    parked_receipts: Option<Vec<crate::model::Receipt>>,
+    coin: u64,
+    /// Keep read receipts parked (not delivered) while set.
+    pub receipts_on_hold: bool,
+    /// Fail this many receipt reads (retryable store errors).
+    pub fail_receipt_reads: u32,
     pub held: Vec<(u64, crate::store::UnitOfWork)>,
     /// Threads read whole (`Effect::LoadThread`), in order.
     pub loads: Vec<String>,
@@ -216,6 +228,11 @@ impl Sim {
             auto_answer: Some("yes".into()),
             realistic_usage: false,
             hold_persists: false,
+            defer_receipts: true,
+            parked_receipts: None,
+            coin: seed,
+            receipts_on_hold: false,
+            fail_receipt_reads: 0,
             held: Vec::new(),
             loads: Vec::new(),
             tail_loads: Vec::new(),
@@ -228,11 +245,16 @@ impl Sim {
     /// Rebuild the engine with `self.config` (changed after `new`), from
     /// the store as it is, with the simulation's seed.
     pub fn reconfigure(&mut self) {
+        let mut image = self.store.image();
+        if self.defer_receipts {
+            image.receipts.clear();
+            image.receipts_deferred = true;
+        }
         self.engine = Engine::new(
             self.config.clone(),
             self.profile.clone(),
             self.seed,
-            self.store.image(),
+            image,
             self.now,
         );
     }
@@ -276,6 +298,7 @@ impl Sim {
     pub fn crash(&mut self) {
         self.crashes += 1;
         self.inputs.clear();
+        self.parked_receipts = None;
         self.seed = self
             .seed
             .wrapping_mul(6364136223846793005)
@@ -287,7 +310,9 @@ impl Sim {
 
     /// Whether nothing is left to do.
     pub fn is_idle(&self) -> bool {
-        self.inputs.is_empty() && self.engine.poll_timeout().is_none()
+        self.inputs.is_empty()
+            && (self.parked_receipts.is_none() || self.receipts_on_hold)
+            && self.engine.poll_timeout().is_none()
     }
 
     /// Execute one pending effect (or deliver one input). Returns false when idle.
@@ -306,6 +331,18 @@ impl Sim {
         if let Some(effect) = self.engine.poll_effect() {
             self.execute(effect, crash);
             return true;
+        }
+        if self.parked_receipts.is_some() && !self.receipts_on_hold {
+            self.coin = self
+                .coin
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let command_next = matches!(self.inputs.front(), Some((_, Input::Op { .. })));
+            if !command_next || self.coin >> 63 == 0 {
+                let receipts = self.parked_receipts.take().unwrap_or_default();
+                self.engine.handle_receipts_loaded(self.now, Ok(receipts));
+                return true;
+            }
         }
         if let Some((_, input)) = self.inputs.pop_front() {
             self.deliver(input);
@@ -543,6 +580,20 @@ impl Sim {
                 let runs = self.store.thread_runs(&thread_id);
                 self.engine
                     .handle_thread_loaded(self.now, &thread_id, nodes, runs);
+            }
+            // Read now, delivered after what is already queued: commands
+            // that arrive meanwhile wait for it.
+            Effect::LoadReceipts => {
+                if self.fail_receipt_reads > 0 {
+                    self.fail_receipt_reads -= 1;
+                    let error = StoreError {
+                        message: "injected read failure".into(),
+                        retryable: true,
+                    };
+                    self.engine.handle_receipts_loaded(self.now, Err(error));
+                    return;
+                }
+                self.parked_receipts = Some(self.store.receipts.values().cloned().collect());
             }
             Effect::LoadThreadTail { thread_id, nodes } => {
                 let (tail, complete) = self.store.thread_tail(&thread_id, nodes);

@@ -58,12 +58,14 @@ pub mod stores {
     /// per thread) and the environments (read per unfinished run). In this
     /// order in `extension/store-prefetch.js`, which reads them while the
     /// wasm module compiles (a test compares the two lists).
-    pub const START_IMAGE: [&str; 8] = [
+    /// What a start reads before the engine runs. Receipts are read right
+    /// after (`Effect::LoadReceipts`): only a command needs them, and a
+    /// long-used profile holds thousands.
+    pub const START_IMAGE: [&str; 7] = [
         THREADS,
         RUNS,
         STEERS,
         QUEUE,
-        RECEIPTS,
         APPROVALS,
         SITE_RULES,
         INTERACTIONS,
@@ -223,8 +225,8 @@ impl UnitOfWork {
     }
 }
 
-/// What the engine reads at start: every thread, steer, queue item and
-/// receipt, the unfinished runs, and the nodes and every run of the threads
+/// What the engine reads at start: every thread, steer and queue item
+/// (receipts too, unless `receipts_deferred`), the unfinished runs, and the nodes and every run of the threads
 /// that have an unfinished run or a queued turn (`loaded_threads`). Other
 /// threads' finished runs come with the thread when it loads
 /// (`Engine::handle_thread_loaded`): a start decodes no finished run.
@@ -246,6 +248,9 @@ pub struct StoreImage {
     pub loaded_threads: Vec<String>,
     /// The snapshot cache's records (keys, and builds when known).
     pub snapshots: Vec<CachedKey>,
+    /// `receipts` is empty because they were not read: the engine reads
+    /// them right after it starts (`Effect::LoadReceipts`).
+    pub receipts_deferred: bool,
 }
 
 /// A store failure, typed. `retryable` tells whether trying again may help.
@@ -397,6 +402,7 @@ impl MemoryStore {
             .cloned()
             .collect();
         StoreImage {
+            receipts_deferred: false,
             threads: self.threads.values().cloned().collect(),
             runs,
             steers: self.steers.values().cloned().collect(),

@@ -248,9 +248,10 @@ async fn idb_many_records_decode_through_one_json_text_as_one_by_one() {
         42,
         "nothing was deleted"
     );
-    // receipt_replay_or_reject: a long-used profile's receipts, read at
-    // start through the same one JSON text, come back exactly as written
-    // (the engine replays a repeated command's outcome from them).
+    // receipt_replay_or_reject: a long-used profile's receipts, read right
+    // after a start (not in its image) through the same one JSON text, come
+    // back exactly as written (the engine replays a repeated command's
+    // outcome from them).
     let mut unit = UnitOfWork::new();
     let receipts: Vec<sw_agent::model::Receipt> = (0..40u64)
         .map(|i| sw_agent::model::Receipt {
@@ -266,7 +267,10 @@ async fn idb_many_records_decode_through_one_json_text_as_one_by_one() {
     }
     store.commit(&unit).await.unwrap();
     let (image, _) = store.load_image().await.unwrap();
-    assert_eq!(image.receipts, receipts);
+    assert!(image.receipts.is_empty() && image.receipts_deferred);
+    let (read, skipped) = store.receipts().await.unwrap();
+    assert_eq!(read, receipts);
+    assert!(skipped.is_empty(), "{skipped:?}");
     store.close();
     IdbStore::delete(name).await.unwrap();
 }
@@ -383,6 +387,10 @@ async fn drive(
                     images: vec![],
                 },
             ),
+            Effect::LoadReceipts => {
+                let read = store.receipts().await.map(|(receipts, _)| receipts);
+                engine.handle_receipts_loaded(now, read);
+            }
             Effect::LoadThread { thread_id } => {
                 let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
                 let (nodes, _) = store.thread_nodes(&thread_id).await.unwrap();
@@ -1131,6 +1139,10 @@ async fn drive_live(engine: &mut Engine, store: &IdbStore, events: &mut Vec<Even
                 Effect::Persist { token, unit } => {
                     store.commit(&unit).await.unwrap();
                     engine.handle_store_ack(now(), token);
+                }
+                Effect::LoadReceipts => {
+                    let read = store.receipts().await.map(|(receipts, _)| receipts);
+                    engine.handle_receipts_loaded(now(), read);
                 }
                 Effect::LoadThread { thread_id } => {
                     let (runs, _) = store.thread_runs(&thread_id).await.unwrap();
@@ -2013,7 +2025,7 @@ async fn idb_prefetch_never_creates_or_upgrades_and_a_stale_one_is_refused() {
     assert!(IdbStore::prefetched("another-name", &early).is_none());
     let early = prefetch(name).await;
     let image = js_sys::Reflect::get(&early, &"image".into()).unwrap();
-    js_sys::Reflect::delete_property(&image.into(), &"receipts".into()).unwrap();
+    js_sys::Reflect::delete_property(&image.into(), &"interactions".into()).unwrap();
     assert!(
         IdbStore::prefetched(name, &early).is_none(),
         "a store missing from the image"

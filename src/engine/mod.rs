@@ -137,10 +137,11 @@ pub struct EngineConfig {
     pub snapshot_nodes: usize,
     /// How long (ms) command receipts, finished runs that a newer run of
     /// their thread has replaced, and answered approvals and questions of
-    /// finished runs are kept. A starting engine reads every receipt,
-    /// approval and question, so without a bound its start grows with every
-    /// command ever sent (BENCHMARKS.md: ~+100 ms for 1,000 runs and 3,000
-    /// receipts, when runs were read at start too). Older receipts,
+    /// finished runs are kept. A starting engine reads every receipt
+    /// (right after it starts), approval and question, so without a bound
+    /// its start grows with every command ever sent (BENCHMARKS.md: ~+100
+    /// ms for 1,000 runs and 3,000 receipts, when runs were read at start
+    /// too). Older receipts,
     /// approvals and questions are deleted at start, older superseded runs
     /// when their thread loads (with its runs: a start decodes only
     /// unfinished runs), at most `PRUNE_PER_START` at a time.
@@ -207,6 +208,20 @@ impl Default for EngineConfig {
     }
 }
 
+/// Where the stored command receipts are (`Engine::receipts`).
+#[derive(Debug, Clone, PartialEq)]
+enum Receipts {
+    /// In memory, every one of them.
+    Loaded,
+    /// Being read (`Effect::LoadReceipts`, read number `attempts`).
+    Loading { attempts: u32 },
+    /// Could not be read: commands are refused with this message.
+    Failed(String),
+}
+
+/// How many times a start reads the receipts before it gives up.
+const RECEIPT_READS: u32 = 3;
+
 /// A connected client (a Port, or a direct in-process transport).
 pub type ConnId = u64;
 
@@ -224,6 +239,9 @@ pub enum Effect {
     /// the boundary included) and every run of it for a cold `initialize`;
     /// answer with `Engine::handle_thread_tail_loaded`.
     LoadThreadTail { thread_id: String, nodes: usize },
+    /// Read every command receipt and call `Engine::handle_receipts_loaded`
+    /// (a start whose image left them out, `StoreImage::receipts_deferred`).
+    LoadReceipts,
     /// Start a streaming request; feed `handle_provider_delta` / `handle_provider_done`.
     /// A stream silent for `idle_timeout_ms` is aborted and reported as a
     /// retryable network error.
@@ -784,6 +802,10 @@ pub struct Engine {
     conns: VecMap<ConnId, Conn>,
     threads: HashMap<String, ThreadState>,
     receipts: HashMap<String, Receipt>,
+    /// Whether `receipts` holds every stored receipt yet (see `Receipts`).
+    receipts_state: Receipts,
+    /// Commands that arrived while the receipts were read, in arrival order.
+    held: Vec<(ConnId, Op)>,
     /// Persisted site rules, by origin.
     site_rules: HashMap<String, SiteRule>,
     /// Receipts whose transaction is in flight: key → (fingerprint, duplicate waiters).
@@ -838,6 +860,8 @@ impl Engine {
             conns: VecMap::new(),
             threads: HashMap::new(),
             receipts: HashMap::new(),
+            receipts_state: Receipts::Loaded,
+            held: Vec::new(),
             site_rules: HashMap::new(),
             inflight_receipts: VecMap::new(),
             pending: VecMap::new(),
@@ -869,6 +893,7 @@ impl Engine {
             nodes,
             loaded_threads,
             snapshots: _,
+            receipts_deferred,
         } = image;
         for thread in threads {
             let loaded = loaded_threads.contains(&thread.id);
@@ -954,12 +979,14 @@ impl Engine {
             crate::sorting::sort_by_key(&mut t.steers, |s| s.admission_seq);
             crate::sorting::sort_by_key(&mut t.queue, |q| q.position);
         }
-        for receipt in receipts {
-            let expired = receipt.created_at < cutoff;
-            if !prune_expired(&mut prune, expired, stores::RECEIPTS, &receipt.key) {
-                self.receipts.insert(receipt.key.clone(), receipt);
-            }
+        if receipts_deferred {
+            // Read after the start, off the path of the first `initialize`:
+            // 3,000 receipts cost a long-used profile's cold start ~77 ms
+            // (BENCHMARKS.md item 33). Commands wait for them (handle_op).
+            self.receipts_state = Receipts::Loading { attempts: 1 };
+            self.effects.push_back(Effect::LoadReceipts);
         }
+        self.adopt_receipts(receipts, cutoff, &mut prune);
         // A run that is still going keeps every approval and question of its own.
         let unfinished: HashSet<String> = self
             .threads
@@ -1126,8 +1153,24 @@ impl Engine {
             );
             return;
         }
-        if !matches!(op, Op::Initialize { .. }) && self.replay_receipt(&reply) {
-            return;
+        if !matches!(op, Op::Initialize { .. }) {
+            // receipt_replay_or_reject needs every stored receipt: a command
+            // waits for them, or fails closed when they cannot be read.
+            match &self.receipts_state {
+                Receipts::Loaded => {}
+                Receipts::Loading { .. } => {
+                    self.held.push((conn, op));
+                    return;
+                }
+                Receipts::Failed(message) => {
+                    let message = message.clone();
+                    self.reject(&reply, ErrorKind::Storage, &message);
+                    return;
+                }
+            }
+            if self.replay_receipt(&reply) {
+                return;
+            }
         }
         // Ops that need the thread's nodes in memory wait for them.
         if let Some(tid) = self.thread_needing_load(&op) {
@@ -1313,6 +1356,58 @@ impl Engine {
             }
         }
         self.release_deferred(now, thread_id);
+    }
+
+    /// The stored receipts (`Effect::LoadReceipts`): kept, expired ones
+    /// deleted, then the commands that waited run in arrival order. A
+    /// failed read is tried again (three reads in all); after that every
+    /// command is rejected until the worker starts again, since one sent
+    /// twice could otherwise run twice.
+    pub fn handle_receipts_loaded(&mut self, now: u64, read: Result<Vec<Receipt>, StoreError>) {
+        let Receipts::Loading { attempts } = self.receipts_state else {
+            return;
+        };
+        match read {
+            Ok(receipts) => {
+                let cutoff = now.saturating_sub(self.config.retention_ms);
+                let mut prune = UnitOfWork::new();
+                self.adopt_receipts(receipts, cutoff, &mut prune);
+                if !prune.deletes.is_empty() {
+                    self.persist("", prune, Then::Upgraded);
+                }
+                self.receipts_state = Receipts::Loaded;
+                for (conn, op) in std::mem::take(&mut self.held) {
+                    self.handle_op(now, conn, op);
+                }
+            }
+            Err(error) if error.retryable && attempts < RECEIPT_READS => {
+                self.receipts_state = Receipts::Loading {
+                    attempts: attempts + 1,
+                };
+                self.effects.push_back(Effect::LoadReceipts);
+            }
+            Err(error) => {
+                let message = format!(
+                    "Could not read the command receipts from storage ({error}); commands are refused until the extension restarts, so none runs twice."
+                );
+                self.receipts_state = Receipts::Failed(message);
+                for (conn, op) in std::mem::take(&mut self.held) {
+                    self.handle_op(now, conn, op);
+                }
+            }
+        }
+        self.cache_arm(now);
+    }
+
+    /// Keep `receipts` in memory (a receipt already there, written by this
+    /// instance, wins) and queue the expired ones' deletes in `prune`.
+    fn adopt_receipts(&mut self, receipts: Vec<Receipt>, cutoff: u64, prune: &mut UnitOfWork) {
+        for receipt in receipts {
+            let expired = receipt.created_at < cutoff;
+            if !prune_expired(prune, expired, stores::RECEIPTS, &receipt.key) {
+                self.receipts.entry(receipt.key.clone()).or_insert(receipt);
+            }
+        }
     }
 
     /// Loading a thread failed: reject what waited for it.

@@ -141,6 +141,7 @@ impl Engine {
     /// a unit, moves it, and a restarted engine re-presents it as it was.
     fn at_rest(&self) -> bool {
         self.pending.is_empty()
+            && self.held.is_empty()
             && self.title_requests.is_empty()
             && self.test_requests.is_empty()
             && self.threads.values().all(|t| {

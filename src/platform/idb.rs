@@ -543,12 +543,10 @@ impl IdbStore {
         snapshots: Vec<CachedKey>,
     ) -> Result<(StoreImage, Skipped), StoreError> {
         let mut skipped = Vec::new();
-        let [threads, runs, steers, queue, receipts, approvals, site_rules, interactions]: [Vec<
-            JsValue,
-        >;
-            8] = values
-            .try_into()
-            .map_err(|_| store_error("the start image lacks a store"))?;
+        let [threads, runs, steers, queue, approvals, site_rules, interactions]: [Vec<JsValue>; 7] =
+            values
+                .try_into()
+                .map_err(|_| store_error("the start image lacks a store"))?;
         let threads: Vec<Thread> = decode_all(threads, stores::THREADS, &mut skipped);
         // A start decodes unfinished runs only (their `state` tells); the
         // threads loaded at start get all their runs below, the others when
@@ -557,7 +555,6 @@ impl IdbStore {
         let mut runs: Vec<Run> = decode_all(unfinished_values, stores::RUNS, &mut skipped);
         let steers: Vec<PendingSteer> = decode_all(steers, stores::STEERS, &mut skipped);
         let queue: Vec<QueueItem> = decode_all(queue, stores::QUEUE, &mut skipped);
-        let receipts: Vec<Receipt> = decode_all(receipts, stores::RECEIPTS, &mut skipped);
         let approvals: Vec<ApprovalRecord> = decode_all(approvals, stores::APPROVALS, &mut skipped);
         let site_rules: Vec<SiteRule> = decode_all(site_rules, stores::SITE_RULES, &mut skipped);
         let interactions: Vec<InteractionRecord> =
@@ -610,7 +607,7 @@ impl IdbStore {
             runs,
             steers,
             queue,
-            receipts,
+            receipts: Vec::new(),
             approvals,
             site_rules,
             interactions,
@@ -618,6 +615,7 @@ impl IdbStore {
             nodes,
             loaded_threads,
             snapshots,
+            receipts_deferred: true,
         };
         Ok((image, skipped))
     }
@@ -631,6 +629,26 @@ impl IdbStore {
             .and_then(|tx| tx.object_store(store))
             .and_then(|s| s.index(index))
             .map_err(js_store_error)
+    }
+
+    /// Every stored command receipt (one request on the commit connection),
+    /// and the records that could not be decoded.
+    pub async fn receipts(&self) -> Result<(Vec<Receipt>, Skipped), StoreError> {
+        let request = self
+            .raw()
+            .await?
+            .transaction_with_str(stores::RECEIPTS)
+            .and_then(|tx| tx.object_store(stores::RECEIPTS))
+            .and_then(|store| store.get_all())
+            .map_err(js_store_error)?;
+        let values = request_result(&request, "could not read the command receipts").await?;
+        let mut skipped = Vec::new();
+        let receipts = decode_all(
+            js_sys::Array::from(&values).to_vec(),
+            stores::RECEIPTS,
+            &mut skipped,
+        );
+        Ok((receipts, skipped))
     }
 
     /// Every stored run of one thread (the `threadId` index, one request on

@@ -241,6 +241,18 @@ impl Driver {
 
     fn execute(&self, effect: Effect) {
         match effect {
+            Effect::LoadReceipts => {
+                let d = self.rc();
+                spawn_local(async move {
+                    let read = d.store.receipts().await.map(|(receipts, skipped)| {
+                        for s in skipped {
+                            warn(&format!("skipped an undecodable record: {s}"));
+                        }
+                        receipts
+                    });
+                    d.input(|e, now| e.handle_receipts_loaded(now, read));
+                });
+            }
             Effect::Persist { token, unit } => {
                 let d = self.rc();
                 spawn_local(async move { d.persist(token, unit).await });

@@ -312,3 +312,125 @@ fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() 
     ))));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
+
+/// What one client was told about `submission`: Ok(ack result) or Err(reject kind).
+fn answer(sim: &Sim, conn: u64, submission: &str) -> Option<Result<serde_json::Value, String>> {
+    sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::CommandAck {
+            submission_id,
+            result,
+            ..
+        } if submission_id == submission => Some(Ok(result.clone())),
+        Event::CommandReject {
+            submission_id,
+            error,
+            ..
+        } if submission_id == submission => Some(Err(format!("{:?}", error.kind))),
+        _ => None,
+    })
+}
+
+#[test]
+fn receipt_replay_or_reject_when_commands_arrive_before_the_receipts_are_read() {
+    // A start reads the receipts after its image (they are not needed to
+    // answer `initialize`); commands that arrive first wait for them.
+    let mut sim = answering();
+    let conn = sim.connect();
+    let t1 = turn(&mut sim, conn, "a1", None);
+    let runs = sim.store.runs.len();
+    sim.receipts_on_hold = true;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&t1)));
+    sim.send(conn, submit("a1", None, "Hello"));
+    sim.send(conn, submit("a1", None, "Something else"));
+    sim.send(conn, submit("c1", Some(&t1), "A new turn"));
+    sim.run(10_000);
+    assert!(
+        sim.events_for(conn)
+            .iter()
+            .any(|e| matches!(e, Event::Initialized { .. })),
+        "initialize is answered without the receipts"
+    );
+    for id in ["a1", "c1"] {
+        assert_eq!(answer(&sim, conn, id), None, "{id} waits for the receipts");
+    }
+    assert_eq!(sim.store.runs.len(), runs, "nothing ran yet");
+
+    sim.receipts_on_hold = false;
+    sim.run(10_000);
+    let events = sim.events_for(conn);
+    let acks: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CommandAck { submission_id, .. }
+            | Event::CommandReject { submission_id, .. } => Some(submission_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acks, ["a1", "a1", "c1"], "answered in arrival order");
+    let first = events.iter().find_map(|e| match e {
+        Event::CommandAck {
+            submission_id,
+            result,
+            ..
+        } if submission_id == "a1" => Some(result.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        first.unwrap()["threadId"].as_str(),
+        Some(t1.as_str()),
+        "a1 replayed"
+    );
+    let conflict = events.iter().find_map(|e| match e {
+        Event::CommandReject {
+            submission_id,
+            error,
+            ..
+        } if submission_id == "a1" => Some(error.clone()),
+        _ => None,
+    });
+    assert!(
+        conflict.is_some(),
+        "the same id with another payload is rejected"
+    );
+    assert!(matches!(answer(&sim, conn, "c1"), Some(Ok(_))));
+    assert_eq!(sim.store.runs.len(), runs + 1, "only c1 started a run");
+}
+
+#[test]
+fn commands_are_refused_when_the_receipts_cannot_be_read() {
+    let mut sim = answering();
+    let conn = sim.connect();
+    let t1 = turn(&mut sim, conn, "a1", None);
+    let runs = sim.store.runs.len();
+
+    // Two failed reads: the third succeeds and the command runs once.
+    sim.fail_receipt_reads = 2;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("a1", None, "Hello"));
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "a1"), Some(Ok(_))));
+    assert_eq!(sim.store.runs.len(), runs, "replayed, not run again");
+
+    // Three failed reads: every command is refused (one sent twice could
+    // otherwise run twice); reading a thread still works.
+    sim.fail_receipt_reads = 3;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("a1", None, "Hello"));
+    sim.send(conn, submit("c1", Some(&t1), "A new turn"));
+    sim.run(10_000);
+    sim.send(conn, submit("c2", Some(&t1), "Later"));
+    sim.send(conn, initialize("i1", Some(&t1)));
+    sim.run(10_000);
+    for id in ["a1", "c1", "c2"] {
+        assert_eq!(answer(&sim, conn, id), Some(Err("Storage".into())), "{id}");
+    }
+    assert!(sim
+        .events_for(conn)
+        .iter()
+        .any(|e| matches!(e, Event::Initialized { .. })));
+    assert_eq!(sim.store.runs.len(), runs, "nothing ran");
+}
