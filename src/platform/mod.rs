@@ -244,6 +244,12 @@ impl Driver {
             Effect::LoadReceipts => {
                 let d = self.rc();
                 spawn_local(async move {
+                    // After a macrotask: the `initialize`s sw.js queued
+                    // during the start are delivered, and their threads'
+                    // reads issued, first. Issued before them, the receipts
+                    // of a long-used profile (3,000) held a thread's read
+                    // back by ~60 ms (BENCHMARKS.md item 33).
+                    TimeoutFuture::new(0).await;
                     let read = d.store.receipts().await.map(|(receipts, skipped)| {
                         for s in skipped {
                             warn(&format!("skipped an undecodable record: {s}"));
