@@ -215,8 +215,9 @@ enum Receipts {
     Loaded,
     /// Being read (`Effect::LoadReceipts`, read number `attempts`).
     Loading { attempts: u32 },
-    /// Could not be read: commands are refused with this message.
-    Failed(String),
+    /// The last reads failed: the commands that waited were refused, and
+    /// the next command reads them again.
+    Failed,
 }
 
 /// How many times a start reads the receipts before it gives up.
@@ -1155,16 +1156,17 @@ impl Engine {
         }
         if !matches!(op, Op::Initialize { .. }) {
             // receipt_replay_or_reject needs every stored receipt: a command
-            // waits for them, or fails closed when they cannot be read.
-            match &self.receipts_state {
+            // waits for them (and is refused if they cannot be read).
+            match self.receipts_state {
                 Receipts::Loaded => {}
                 Receipts::Loading { .. } => {
                     self.held.push((conn, op));
                     return;
                 }
-                Receipts::Failed(message) => {
-                    let message = message.clone();
-                    self.reject(&reply, ErrorKind::Storage, &message);
+                Receipts::Failed => {
+                    self.receipts_state = Receipts::Loading { attempts: 1 };
+                    self.effects.push_back(Effect::LoadReceipts);
+                    self.held.push((conn, op));
                     return;
                 }
             }
@@ -1360,9 +1362,9 @@ impl Engine {
 
     /// The stored receipts (`Effect::LoadReceipts`): kept, expired ones
     /// deleted, then the commands that waited run in arrival order. A
-    /// failed read is tried again (three reads in all); after that every
-    /// command is rejected until the worker starts again, since one sent
-    /// twice could otherwise run twice.
+    /// failed read is tried again (three reads in all); after that the
+    /// commands that waited are refused (fail closed: one sent twice could
+    /// otherwise run twice), and the next command starts the reads again.
     pub fn handle_receipts_loaded(&mut self, now: u64, read: Result<Vec<Receipt>, StoreError>) {
         let Receipts::Loading { attempts } = self.receipts_state else {
             return;
@@ -1388,11 +1390,17 @@ impl Engine {
             }
             Err(error) => {
                 let message = format!(
-                    "Could not read the command receipts from storage ({error}); commands are refused until the extension restarts, so none runs twice."
+                    "Could not read the command receipts from storage ({error}), so this command was not run (it might have run before). Send it again to retry."
                 );
-                self.receipts_state = Receipts::Failed(message);
+                self.receipts_state = Receipts::Failed;
                 for (conn, op) in std::mem::take(&mut self.held) {
-                    self.handle_op(now, conn, op);
+                    let reply = Reply {
+                        conn,
+                        submission: op.submission().clone(),
+                        op_type: op.op_type(),
+                        fingerprint: String::new(),
+                    };
+                    self.reject(&reply, ErrorKind::Storage, &message);
                 }
             }
         }
