@@ -1317,3 +1317,56 @@ isolatedTest(
     assert.equal(spoken, '', 'nothing left for screen readers either');
   },
 );
+
+isolatedTest('receipt_replay_or_reject_right_after_a_sw_kill', { script: [{ text: 'Hello once.' }] }, async (session) => {
+  const { panel, mock, context, extensionId } = session;
+  // A Port of our own from the panel page (a trusted client); `replies`
+  // sends `ops` the moment it connects and collects their answers.
+  const replies = (ops) =>
+    panel.evaluate(
+      (ops) =>
+        new Promise((resolve, reject) => {
+          const received = [];
+          const port = chrome.runtime.connect({ name: 'panel' });
+          port.onMessage.addListener((message) => {
+            if (message.type !== 'command.ack' && message.type !== 'command.reject') return;
+            received.push(message);
+            if (received.length === ops.length) {
+              port.disconnect();
+              resolve(received);
+            }
+          });
+          port.onDisconnect.addListener(() => reject(new Error('the engine closed the Port')));
+          for (const op of ops) port.postMessage(op);
+          setTimeout(() => resolve(received), 60000);
+        }),
+      ops,
+    );
+  const storedRuns = async () => ((await dumpIndexedDb(panel))['sw-agent']?.runs ?? []).map((entry) => entry.value);
+  const submit = (text) => ({ type: 'turn.submit', clientId: 'e2e-wire-client', submissionId: 'k-1', threadId: null, input: { text } });
+  const [first] = await replies([submit('Say hello once')]);
+  assert.equal(first.type, 'command.ack', JSON.stringify(first));
+  await waitFor(async () => (await storedRuns()).some((r) => r.id === first.result.turnId && r.state === 'completed'), {
+    timeout: 60000,
+    message: 'the turn to complete',
+  });
+  const requests = mock.requests().length;
+
+  // The worker is killed; the same submission (and a conflicting one) is the
+  // first thing a fresh worker hears, before it has read its receipts.
+  await killServiceWorker(context, extensionId, { page: panel });
+  const again = await replies([submit('Say hello once'), submit('Something else')]);
+  assert.deepEqual(
+    again.map((m) => [m.type, m.submissionId]),
+    [
+      ['command.ack', 'k-1'],
+      ['command.reject', 'k-1'],
+    ],
+    JSON.stringify(again),
+  );
+  assert.deepEqual(again[0].result, first.result, 'the stored outcome, replayed');
+  assert.equal(again[1].error.kind, 'invalid_command', 'the same id with another payload');
+  const runs = await storedRuns();
+  assert.equal(runs.filter((r) => r.threadId === first.result.threadId).length, 1, 'no second run');
+  assert.equal(mock.requests().length, requests, 'no new provider request');
+});
