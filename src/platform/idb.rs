@@ -130,6 +130,19 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, StoreError> {
 /// both ways read the same values; if the text cannot be made or parsed
 /// (a record holding something that is not JSON data), each record is
 /// decoded on its own, as with a few.
+/// The records a `getAll` request of `store` returns, decoded, and the
+/// ones that could not be (`otherwise`: the error text if it fails).
+async fn records_of<T: FromRecord>(
+    request: &web_sys::IdbRequest,
+    store: &str,
+    otherwise: &str,
+) -> Result<(Vec<T>, Skipped), StoreError> {
+    let values = request_result(request, otherwise).await?;
+    let mut skipped = Vec::new();
+    let records = decode_all(js_sys::Array::from(&values).to_vec(), store, &mut skipped);
+    Ok((records, skipped))
+}
+
 fn decode_all<T: FromRecord>(
     values: Vec<JsValue>,
     store: &str,
@@ -641,14 +654,12 @@ impl IdbStore {
             .and_then(|tx| tx.object_store(stores::RECEIPTS))
             .and_then(|store| store.get_all())
             .map_err(js_store_error)?;
-        let values = request_result(&request, "could not read the command receipts").await?;
-        let mut skipped = Vec::new();
-        let receipts = decode_all(
-            js_sys::Array::from(&values).to_vec(),
+        records_of(
+            &request,
             stores::RECEIPTS,
-            &mut skipped,
-        );
-        Ok((receipts, skipped))
+            "could not read the command receipts",
+        )
+        .await
     }
 
     /// Every stored run of one thread (the `threadId` index, one request on
@@ -659,14 +670,7 @@ impl IdbStore {
             .await?
             .get_all_with_key(&JsValue::from_str(thread_id))
             .map_err(js_store_error)?;
-        let values = request_result(&request, "could not read the thread's runs").await?;
-        let mut skipped = Vec::new();
-        let runs = decode_all(
-            js_sys::Array::from(&values).to_vec(),
-            stores::RUNS,
-            &mut skipped,
-        );
-        Ok((runs, skipped))
+        records_of(&request, stores::RUNS, "could not read the thread's runs").await
     }
 
     /// All nodes of one thread, and the records that could not be decoded.
