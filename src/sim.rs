@@ -634,14 +634,14 @@ impl Sim {
                     _ => true,
                 });
             }
-            Effect::DispatchTool {
+            Effect::DispatchTool(crate::engine::ToolDispatch {
                 dispatch_id,
                 call_id,
                 name,
                 params,
                 target,
                 ..
-            } => {
+            }) => {
                 let outcome = (self.tool)(&name, &params);
                 self.dispatches.push(Dispatch {
                     call_id,

@@ -377,9 +377,9 @@ async fn drive(
             Effect::ResolveTarget { resolve_id, .. } => {
                 engine.handle_target_resolved(now, resolve_id, Ok(test_target()))
             }
-            Effect::DispatchTool { dispatch_id, .. } => engine.handle_tool_result(
+            Effect::DispatchTool(call) => engine.handle_tool_result(
                 now,
-                dispatch_id,
+                call.dispatch_id,
                 ToolOutcome {
                     ok: true,
                     content: "PAGE".into(),

@@ -415,7 +415,7 @@ impl Engine {
                 Verdict::Allow => {
                     let dispatch_id = self.next_handle();
                     running.push((dispatch_id, index));
-                    self.effects.push_back(Effect::DispatchTool {
+                    self.effects.push_back(Effect::DispatchTool(ToolDispatch {
                         retry_safe: call.recovery == Recovery::RetrySafe,
                         dispatch_id,
                         thread_id: tid.clone(),
@@ -426,7 +426,7 @@ impl Engine {
                         binding: descriptor
                             .map(|d| d.binding)
                             .unwrap_or(crate::tools::Binding::Page),
-                    });
+                    }));
                 }
                 Verdict::Deny(reason) => {
                     results.push(ResultParts::new(index, ToolStatus::Denied, reason, None))

@@ -266,26 +266,30 @@ pub enum Effect {
     },
     /// Execute a tool; feed `handle_tool_progress` / `handle_tool_result`.
     /// Page tools act on `target` only (and fail if its origin changed).
-    DispatchTool {
-        dispatch_id: u64,
-        thread_id: String,
-        call_id: String,
-        name: String,
-        params: Value,
-        target: Option<TargetInfo>,
-        /// How to execute it (content script, tabs API, browser-wide).
-        binding: crate::tools::Binding,
-        /// Running it twice is harmless (`Recovery::RetrySafe`): the driver
-        /// may send it to a content script already in the page and, if none
-        /// answers, inject one and send it again.
-        retry_safe: bool,
-    },
+    DispatchTool(ToolDispatch),
     /// Abort a running tool; its late result will be ignored.
     AbortTool { dispatch_id: u64 },
     /// Deliver an event to one client.
     Send { conn: ConnId, event: EventEnvelope },
     /// Keep (or stop keeping) a wake-up alarm so a killed worker resumes active runs.
     SetHeartbeat { active: bool },
+}
+
+/// One tool call for the driver to execute (`Effect::DispatchTool`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDispatch {
+    pub dispatch_id: u64,
+    pub thread_id: String,
+    pub call_id: String,
+    pub name: String,
+    pub params: Value,
+    pub target: Option<TargetInfo>,
+    /// How to execute it (content script, tabs API, browser-wide).
+    pub binding: crate::tools::Binding,
+    /// Running it twice is harmless (`Recovery::RetrySafe`): the driver
+    /// may send it to a content script already in the page and, if none
+    /// answers, inject one and send it again.
+    pub retry_safe: bool,
 }
 
 /// What a tool returned.
@@ -984,8 +988,7 @@ impl Engine {
             // Read after the start, off the path of the first `initialize`:
             // 3,000 receipts cost a long-used profile's cold start ~77 ms
             // (BENCHMARKS.md item 33). Commands wait for them (handle_op).
-            self.receipts_state = Receipts::Loading { attempts: 1 };
-            self.effects.push_back(Effect::LoadReceipts);
+            self.read_receipts(1);
         }
         self.adopt_receipts(receipts, cutoff, &mut prune);
         // A run that is still going keeps every approval and question of its own.
@@ -1164,8 +1167,7 @@ impl Engine {
                     return;
                 }
                 Receipts::Failed => {
-                    self.receipts_state = Receipts::Loading { attempts: 1 };
-                    self.effects.push_back(Effect::LoadReceipts);
+                    self.read_receipts(1);
                     self.held.push((conn, op));
                     return;
                 }
@@ -1383,25 +1385,15 @@ impl Engine {
                 }
             }
             Err(error) if error.retryable && attempts < RECEIPT_READS => {
-                self.receipts_state = Receipts::Loading {
-                    attempts: attempts + 1,
-                };
-                self.effects.push_back(Effect::LoadReceipts);
+                self.read_receipts(attempts + 1);
             }
             Err(error) => {
                 let message = format!(
                     "Could not read the command receipts from storage ({error}), so this command was not run (it might have run before). Send it again to retry."
                 );
                 self.receipts_state = Receipts::Failed;
-                for (conn, op) in std::mem::take(&mut self.held) {
-                    let reply = Reply {
-                        conn,
-                        submission: op.submission().clone(),
-                        op_type: op.op_type(),
-                        fingerprint: String::new(),
-                    };
-                    self.reject(&reply, ErrorKind::Storage, &message);
-                }
+                let held = std::mem::take(&mut self.held);
+                self.reject_waiting(held, &message);
             }
         }
         self.cache_arm(now);
@@ -1425,19 +1417,27 @@ impl Engine {
         };
         t.loading = false;
         let deferred = std::mem::take(&mut t.deferred);
-        for (conn, op) in deferred {
+        let message = format!("Could not read the thread from storage: {error}");
+        self.reject_waiting(deferred, &message);
+    }
+
+    /// Refuse ops that waited for a read which failed (a storage error).
+    fn reject_waiting(&mut self, waiting: Vec<(ConnId, Op)>, message: &str) {
+        for (conn, op) in waiting {
             let reply = Reply {
                 conn,
                 submission: op.submission().clone(),
                 op_type: op.op_type(),
                 fingerprint: String::new(),
             };
-            self.reject(
-                &reply,
-                ErrorKind::Storage,
-                &format!("Could not read the thread from storage: {error}"),
-            );
+            self.reject(&reply, ErrorKind::Storage, message);
         }
+    }
+
+    /// Ask for the stored receipts (read number `attempts`); commands wait.
+    fn read_receipts(&mut self, attempts: u32) {
+        self.receipts_state = Receipts::Loading { attempts };
+        self.effects.push_back(Effect::LoadReceipts);
     }
 
     /// A checkpoint committed.

@@ -621,7 +621,7 @@ pick a different element or tool, or explain the problem to the user.",
             .get(&call.name)
             .map(|d| d.binding.clone())
             .unwrap_or(crate::tools::Binding::Page);
-        self.effects.push_back(Effect::DispatchTool {
+        self.effects.push_back(Effect::DispatchTool(ToolDispatch {
             binding,
             retry_safe: call.recovery == Recovery::RetrySafe,
             dispatch_id,
@@ -630,7 +630,7 @@ pick a different element or tool, or explain the problem to the user.",
             name: call.name,
             params,
             target,
-        });
+        }));
     }
 
     pub(super) fn persist_tool_result(

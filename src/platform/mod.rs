@@ -32,7 +32,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::AbortController;
 
-use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolDispatch, ToolOutcome};
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
 use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
@@ -289,29 +289,9 @@ impl Driver {
                     d.input(|e, now| e.handle_target_resolved(now, resolve_id, target));
                 });
             }
-            Effect::DispatchTool {
-                dispatch_id,
-                call_id,
-                name,
-                params,
-                target,
-                binding,
-                retry_safe,
-                ..
-            } => {
+            Effect::DispatchTool(call) => {
                 let d = self.rc();
-                spawn_local(async move {
-                    d.run_tool(
-                        dispatch_id,
-                        call_id,
-                        name,
-                        params,
-                        target,
-                        binding,
-                        retry_safe,
-                    )
-                    .await
-                });
+                spawn_local(async move { d.run_tool(call).await });
             }
             Effect::AbortTool { dispatch_id } => self.close_page_port(dispatch_id),
             Effect::Send { conn, event } => {
@@ -549,17 +529,17 @@ impl Driver {
         fetch::request_body(&cache.last_body())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn run_tool(
-        &self,
-        dispatch_id: u64,
-        call_id: String,
-        name: String,
-        params: Value,
-        target: Option<TargetInfo>,
-        binding: Binding,
-        retry_safe: bool,
-    ) {
+    async fn run_tool(&self, call: ToolDispatch) {
+        let ToolDispatch {
+            dispatch_id,
+            call_id,
+            name,
+            params,
+            target,
+            binding,
+            retry_safe,
+            ..
+        } = call;
         let work = async {
             match (binding, &target) {
                 (Binding::Page, _) => {
@@ -909,6 +889,7 @@ impl Driver {
         }
         result
     }
+
     #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,

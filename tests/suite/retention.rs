@@ -313,21 +313,35 @@ fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() 
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
-/// What one client was told about `submission`: Ok(ack result) or Err(reject kind).
+/// Every command answer one client got, in order: the submission id, and
+/// Ok(ack result) or Err(reject kind).
+type Answer = (String, Result<serde_json::Value, String>);
+
+fn answers(sim: &Sim, conn: u64) -> Vec<Answer> {
+    sim.events_for(conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CommandAck {
+                submission_id,
+                result,
+                ..
+            } => Some((submission_id.clone(), Ok(result.clone()))),
+            Event::CommandReject {
+                submission_id,
+                error,
+                ..
+            } => Some((submission_id.clone(), Err(format!("{:?}", error.kind)))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first answer to `submission`.
 fn answer(sim: &Sim, conn: u64, submission: &str) -> Option<Result<serde_json::Value, String>> {
-    sim.events_for(conn).into_iter().find_map(|e| match e {
-        Event::CommandAck {
-            submission_id,
-            result,
-            ..
-        } if submission_id == submission => Some(Ok(result.clone())),
-        Event::CommandReject {
-            submission_id,
-            error,
-            ..
-        } if submission_id == submission => Some(Err(format!("{:?}", error.kind))),
-        _ => None,
-    })
+    answers(sim, conn)
+        .into_iter()
+        .find(|(id, _)| id == submission)
+        .map(|(_, answer)| answer)
 }
 
 #[test]
@@ -359,39 +373,17 @@ fn receipt_replay_or_reject_when_commands_arrive_before_the_receipts_are_read() 
 
     sim.receipts_on_hold = false;
     sim.run(10_000);
-    let events = sim.events_for(conn);
-    let acks: Vec<String> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::CommandAck { submission_id, .. }
-            | Event::CommandReject { submission_id, .. } => Some(submission_id.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(acks, ["a1", "a1", "c1"], "answered in arrival order");
-    let first = events.iter().find_map(|e| match e {
-        Event::CommandAck {
-            submission_id,
-            result,
-            ..
-        } if submission_id == "a1" => Some(result.clone()),
-        _ => None,
-    });
+    let answered = answers(&sim, conn);
+    let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["a1", "a1", "c1"], "answered in arrival order");
+    let replay = answered[0].1.as_ref().expect("a1 replayed");
     assert_eq!(
-        first.unwrap()["threadId"].as_str(),
+        replay["threadId"].as_str(),
         Some(t1.as_str()),
         "a1 replayed"
     );
-    let conflict = events.iter().find_map(|e| match e {
-        Event::CommandReject {
-            submission_id,
-            error,
-            ..
-        } if submission_id == "a1" => Some(error.clone()),
-        _ => None,
-    });
     assert!(
-        conflict.is_some(),
+        answered[1].1.is_err(),
         "the same id with another payload is rejected"
     );
     assert!(matches!(answer(&sim, conn, "c1"), Some(Ok(_))));
