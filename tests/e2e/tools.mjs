@@ -29,6 +29,8 @@ import {
   REPO_ROOT,
   waitForApprovalCard,
   waitForExtensionServiceWorker,
+  openPanel,
+  updateExtension,
 } from '../support/browser.mjs';
 import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts, isolatedTest as sharedIsolatedTest } from '../support/session.mjs';
 
@@ -295,6 +297,49 @@ isolatedTest('page_reads_reuse_the_content_script_and_inject_it_again_into_a_new
   assert.equal(await injections(), before + 3, 'the write injected (idempotent on the page side)');
   assertNoOrphans(session);
 });
+
+// An extension update stops the worker mid-turn and orphans the content
+// script it injected (its runtime is gone, its page stays). The new version
+// resumes the run from IndexedDB, and its first read of the same tab finds
+// no listener (the orphan cannot answer; the new script would run in a fresh
+// isolated world anyway), injects and reads.
+isolatedTest(
+  'page_tools_work_after_an_extension_update_mid_turn',
+  { page: FORM_PAGE, launch: { extraArgs: ['--enable-unsafe-extension-debugging'] } },
+  async (session) => {
+    const { panel, shop: form, mock, pages, context, extensionId } = session;
+    await scriptModel(mock, [
+      call('page_snapshot', {}, 'Looking.'),
+      { stallMs: 600000, text: 'Let me think', tickMs: 250, tickText: '.' },
+      call('page_snapshot', {}, 'Looking again.'),
+      { text: 'Seen it before and after the update.' },
+    ]);
+    await submitTask(panel, 'Look at the page');
+    await mock.waitForRequests(2, { timeout: 60000 });
+    await waitFor(() => mock.requests()[1].outcome === 'stalled', { timeout: 30000, message: 'the second request to stall' });
+    const oldWorker = await waitForExtensionServiceWorker(context, { extensionId });
+    assert.equal(await oldWorker.evaluate(() => globalThis.__swAgent.engine.metrics().injections), 1);
+
+    const worker = await updateExtension(context, extensionId);
+    await waitFor(() => mock.requests()[1].outcome === 'aborted', { timeout: 30000, message: 'the old worker to drop its request' });
+    // The panel of the old version closed with it; open the new version's.
+    session.panel = await openPanel(context, extensionId);
+    await form.bringToFront();
+    const final = await waitForSettledTurn(session.panel);
+    assert.equal(final.state, 'completed', describeState(final));
+    assert.deepEqual(toolCards(final).map((c) => [c.toolName, c.status]), [['page_snapshot', 'ok'], ['page_snapshot', 'ok']], describeState(final));
+    assert.match(topLevelNodes(final).at(-1).text, /Seen it before and after the update\./);
+    assert.equal(topLevelNodes(final).filter((n) => n.kind === 'user_message').length, 1, 'the user message is kept once');
+    assert.equal(await worker.evaluate(() => globalThis.__swAgent.engine.metrics().injections), 1, 'the new version injected its own script once');
+
+    const requests = mock.requests();
+    assert.equal(requests.length, 4, 'two reads, the stalled request, its resumed request and the answer');
+    const reads = toolExchanges(requests[3]).map((e) => pageContent(e.content, pages.origin));
+    assert.equal(reads.length, 2);
+    assert.match(reads[1], /^ {2}form "Contact form"$/m, 'the read after the update saw the page');
+    assertNoOrphans(session);
+  },
+);
 
 isolatedTest('wait_for_interrupted_by_navigation_is_a_clear_tool_error', { page: FORM_PAGE }, async (session) => {
   const { panel, shop: form, mock, pages } = session;

@@ -369,6 +369,26 @@ export async function killServiceWorker(context, extensionId, { page, timeout = 
   return { killedTargetIds };
 }
 
+/**
+ * Updates the extension in place, as Chrome does when a new version arrives:
+ * CDP `Extensions.loadUnpacked` of the same directory keeps the extension id
+ * and its IndexedDB, stops the old worker (its fetches end, its pages close,
+ * the content scripts it injected are orphaned in their pages) and starts
+ * the new one. Needs a browser launched with
+ * `--enable-unsafe-extension-debugging`. Resolves to the new worker.
+ */
+export async function updateExtension(context, extensionId, { extensionPath = DEFAULT_EXTENSION_PATH, timeout = 60000 } = {}) {
+  const prefix = `chrome-extension://${extensionId}/`;
+  const before = new Set(context.serviceWorkers().filter((w) => w.url().startsWith(prefix)));
+  const cdp = await browserCdp(context);
+  const { id } = await cdp.send('Extensions.loadUnpacked', { path: path.resolve(extensionPath) });
+  if (id !== extensionId) throw new Error(`Extensions.loadUnpacked loaded ${id}, not ${extensionId}`);
+  return waitFor(
+    () => context.serviceWorkers().find((w) => w.url().startsWith(prefix) && !before.has(w)) ?? null,
+    { timeout, message: 'the updated extension to start a new service worker' },
+  );
+}
+
 /** Running-status history of the extension's worker seen by killServiceWorker's watcher on `page`. */
 export async function serviceWorkerStatusLog(page, extensionId) {
   const watcher = await serviceWorkerWatcher(page);

@@ -31,8 +31,9 @@ export const SETTLED_STATES = ['completed', 'failed', 'interrupted', 'budget_pau
  * Starts everything and returns handles. The shop page is the active tab when
  * this resolves (the panel tab stays open in the background and is driven
  * from there), so "the active tab" the engine acts on is the test page.
+ * `launch` goes to launchWithExtension (e.g. `{ extraArgs }`).
  */
-export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html' } = {}) {
+export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html', launch = {} } = {}) {
   const closers = [];
   const session = { closers };
   try {
@@ -41,7 +42,7 @@ export async function startSession({ script = null, apiKey = TEST_API_KEY, model
     if (script) session.mock.setScript(script);
     session.pages = await startStaticServer();
     closers.push(() => session.pages.close());
-    session.browser = await launchWithExtension();
+    session.browser = await launchWithExtension(launch);
     closers.push(() => session.browser.close());
     session.context = session.browser.context;
     session.extensionId = session.browser.extensionId;
