@@ -103,23 +103,7 @@ fn provider_test_reports_success_and_typed_errors_and_writes_nothing() {
         ),
     );
     sim.run(1000);
-    let mut outcomes: Vec<(String, Result<serde_json::Value, ErrorInfo>)> = sim
-        .events_for(conn)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::CommandAck {
-                submission_id,
-                result,
-                ..
-            } => Some((submission_id.clone(), Ok(result.clone()))),
-            Event::CommandReject {
-                submission_id,
-                error,
-                ..
-            } => Some((submission_id.clone(), Err(error.clone()))),
-            _ => None,
-        })
-        .collect();
+    let mut outcomes = answers(&sim, conn);
     sw_agent::sorting::sort_by(&mut outcomes, |a, b| a.0.cmp(&b.0));
     assert_eq!(outcomes.len(), 4, "{outcomes:?}");
     let ok = outcomes[0].1.as_ref().unwrap();

@@ -8,7 +8,7 @@
 
 use sw_agent::engine::PRUNE_PER_START;
 use sw_agent::model::Receipt;
-use sw_agent::protocol::{Event, Op};
+use sw_agent::protocol::{ErrorKind, Event, Op};
 use sw_agent::sim::{Reply, Sim};
 
 use super::support::*;
@@ -313,37 +313,6 @@ fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() 
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
-/// Every command answer one client got, in order: the submission id, and
-/// Ok(ack result) or Err(reject kind).
-type Answer = (String, Result<serde_json::Value, String>);
-
-fn answers(sim: &Sim, conn: u64) -> Vec<Answer> {
-    sim.events_for(conn)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::CommandAck {
-                submission_id,
-                result,
-                ..
-            } => Some((submission_id.clone(), Ok(result.clone()))),
-            Event::CommandReject {
-                submission_id,
-                error,
-                ..
-            } => Some((submission_id.clone(), Err(format!("{:?}", error.kind)))),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The first answer to `submission`.
-fn answer(sim: &Sim, conn: u64, submission: &str) -> Option<Result<serde_json::Value, String>> {
-    answers(sim, conn)
-        .into_iter()
-        .find(|(id, _)| id == submission)
-        .map(|(_, answer)| answer)
-}
-
 #[test]
 fn receipt_replay_or_reject_when_commands_arrive_before_the_receipts_are_read() {
     // A start reads the receipts after its image (they are not needed to
@@ -416,7 +385,11 @@ fn commands_are_refused_while_the_receipts_cannot_be_read_and_the_next_one_reads
     sim.send(conn, initialize("i1", Some(&t1)));
     sim.run(10_000);
     for id in ["a1", "c1"] {
-        assert_eq!(answer(&sim, conn, id), Some(Err("Storage".into())), "{id}");
+        assert_eq!(
+            answer(&sim, conn, id).and_then(Result::err).map(|e| e.kind),
+            Some(ErrorKind::Storage),
+            "{id}"
+        );
     }
     assert!(sim
         .events_for(conn)

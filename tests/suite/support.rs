@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{json, Value};
 use sw_agent::engine::ToolOutcome;
 use sw_agent::model::{path_to_leaf, Node, NodeBody, StopReason};
-use sw_agent::protocol::{Event, Op, Submission, UncertainChoice, UserInput};
+use sw_agent::protocol::{ErrorInfo, Event, Op, Submission, UncertainChoice, UserInput};
 use sw_agent::provider::{ChatMessage, ProviderRequest};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
 
@@ -477,6 +477,38 @@ pub fn check_request(request: &ProviderRequest) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// One command answer: the submission id, and the ACK's result or the
+/// reject's error.
+pub type Answer = (String, Result<Value, ErrorInfo>);
+
+/// Every command answer one client got, in the order it got them.
+pub fn answers(sim: &Sim, conn: u64) -> Vec<Answer> {
+    sim.events_for(conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CommandAck {
+                submission_id,
+                result,
+                ..
+            } => Some((submission_id.clone(), Ok(result.clone()))),
+            Event::CommandReject {
+                submission_id,
+                error,
+                ..
+            } => Some((submission_id.clone(), Err(error.clone()))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first answer to `submission`.
+pub fn answer(sim: &Sim, conn: u64, submission: &str) -> Option<Result<Value, ErrorInfo>> {
+    answers(sim, conn)
+        .into_iter()
+        .find(|(id, _)| id == submission)
+        .map(|(_, answer)| answer)
 }
 
 /// The message of the `command.reject` that answered `submission_id` on `conn`.
