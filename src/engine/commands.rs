@@ -228,6 +228,15 @@ impl Engine {
                 "This thread has a running turn; stop it before deleting the thread.",
             );
         }
+        // A commit of this thread still in flight (a queued turn, a title)
+        // would write its records again after the delete.
+        if t.queue_inflight > 0 || self.pending.values().any(|p| p.thread_id == thread_id) {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This thread is still saving a change; delete it again in a moment.",
+            );
+        }
         let mut unit = UnitOfWork::new();
         unit.delete(stores::THREADS, thread_id);
         for node in t.all_nodes() {
@@ -245,6 +254,9 @@ impl Engine {
         }
         let result = json!({ "threadId": thread_id });
         self.command(0, thread_id, unit, reply, result, Follow::ThreadDeleted);
+        if let Some(t) = self.threads.get_mut(thread_id) {
+            t.deleting = true;
+        }
     }
 
     #[inline(never)]

@@ -389,7 +389,8 @@ impl Engine {
             .chars()
             .take(80)
             .collect();
-        let Some(t) = self.threads.get(tid) else {
+        // Nothing of a thread being deleted is written again.
+        let Some(t) = self.threads.get(tid).filter(|t| !t.deleting) else {
             return;
         };
         if title.is_empty() || title == t.thread.title {

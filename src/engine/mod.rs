@@ -505,6 +505,10 @@ struct ThreadState {
     thread: Thread,
     loaded: bool,
     loading: bool,
+    /// Its `thread.delete` is committing: every other op about it is
+    /// refused, and nothing of it is written meanwhile, so no record of a
+    /// deleted thread is written after its delete.
+    deleting: bool,
     /// The active path, root first.
     path: Vec<Node>,
     /// Every other node of the thread (other branches), in no order.
@@ -555,6 +559,7 @@ impl ThreadState {
             thread,
             loaded,
             loading: false,
+            deleting: false,
             path: Vec::new(),
             off_path: Vec::new(),
             outbound: context::OutboundView::default(),
@@ -1176,6 +1181,11 @@ impl Engine {
                 return;
             }
         }
+        let deleting = support::op_thread(&op)
+            .is_some_and(|tid| self.threads.get(tid).is_some_and(|t| t.deleting));
+        if deleting && !matches!(op, Op::Initialize { .. }) {
+            return self.reject(&reply, ErrorKind::NotFound, "This thread is being deleted.");
+        }
         // Ops that need the thread's nodes in memory wait for them.
         if let Some(tid) = self.thread_needing_load(&op) {
             let t = self
@@ -1517,6 +1527,13 @@ impl Engine {
             } => {
                 if let Some(t) = self.threads.get_mut(&tid) {
                     t.queue_inflight = t.queue_inflight.saturating_sub(1);
+                }
+            }
+            Then::Command {
+                follow: Follow::ThreadDeleted,
+            } => {
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.deleting = false;
                 }
             }
             Then::Command { .. } => {}

@@ -1130,7 +1130,10 @@ pick a different element or tool, or explain the problem to the user.",
     }
 
     pub(super) fn maybe_start_queued(&mut self, now: u64, tid: &str) {
-        let t = &self.threads[tid];
+        // The thread may have been deleted while the queue item's commit was in flight.
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
         if t.exec.is_some() || !t.loaded {
             return;
         }

@@ -466,21 +466,7 @@ impl Engine {
             Op::Initialize { thread_id, .. } => {
                 thread_id.clone().or_else(|| self.most_recent_thread())
             }
-            Op::ThreadDelete { thread_id, .. }
-            | Op::ThreadFork { thread_id, .. }
-            | Op::ApprovalResponse { thread_id, .. }
-            | Op::InteractionResponse { thread_id, .. }
-            | Op::RunResolveUncertain { thread_id, .. }
-            | Op::TurnInterrupt { thread_id, .. }
-            | Op::QueueRemove { thread_id, .. }
-            | Op::QueueEdit { thread_id, .. }
-            | Op::ThreadSelectBranch { thread_id, .. }
-            | Op::ThreadHistory { thread_id, .. }
-            | Op::TurnSteer { thread_id, .. }
-            | Op::TurnEnqueue { thread_id, .. }
-            | Op::RunResume { thread_id, .. } => Some(thread_id.clone()),
-            Op::TurnSubmit { thread_id, .. } => thread_id.clone(),
-            _ => None,
+            _ => op_thread(op).map(str::to_string),
         }?;
         let t = self.threads.get(&tid)?;
         // A snapshot can be drawn from a tail read earlier.
@@ -661,6 +647,28 @@ impl Engine {
                 _ => {}
             }
         }
+    }
+}
+
+/// The thread an op names, if any (an `initialize` or `turn.submit` without
+/// one names none).
+pub(super) fn op_thread(op: &Op) -> Option<&str> {
+    match op {
+        Op::Initialize { thread_id, .. } | Op::TurnSubmit { thread_id, .. } => thread_id.as_deref(),
+        Op::ThreadDelete { thread_id, .. }
+        | Op::ThreadFork { thread_id, .. }
+        | Op::ApprovalResponse { thread_id, .. }
+        | Op::InteractionResponse { thread_id, .. }
+        | Op::RunResolveUncertain { thread_id, .. }
+        | Op::TurnInterrupt { thread_id, .. }
+        | Op::QueueRemove { thread_id, .. }
+        | Op::QueueEdit { thread_id, .. }
+        | Op::ThreadSelectBranch { thread_id, .. }
+        | Op::ThreadHistory { thread_id, .. }
+        | Op::TurnSteer { thread_id, .. }
+        | Op::TurnEnqueue { thread_id, .. }
+        | Op::RunResume { thread_id, .. } => Some(thread_id),
+        Op::ThreadCreate { .. } | Op::ProviderTest { .. } => None,
     }
 }
 

@@ -3,6 +3,7 @@
 use serde_json::json;
 use sw_agent::model::{Node, NodeBody, RunState, StopReason, ToolStatus};
 use sw_agent::protocol::*;
+use sw_agent::sim::Sim;
 
 use super::support::*;
 
@@ -332,4 +333,255 @@ fn page_messages_round_trip_and_cannot_carry_ops() {
     assert_eq!(v["type"], json!("tool.execute"));
     assert_eq!(v["frameId"], json!(7));
     assert_eq!(serde_json::from_value::<PageRequest>(v).unwrap(), r);
+}
+
+/// A small deterministic generator (xorshift64*), so a failing case can be
+/// replayed from its seed.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// A value of some JSON type, often not the one a field expects.
+    fn value(&mut self) -> serde_json::Value {
+        match self.below(12) {
+            0 => json!(null),
+            1 => json!(true),
+            2 => json!(-1),
+            3 => json!(u64::MAX),
+            4 => json!(1.5e300),
+            5 => json!(""),
+            6 => json!("x".repeat(70_000)),
+            7 => json!("ü\u{0}\u{202e}<script>"),
+            8 => json!([]),
+            9 => json!({}),
+            10 => json!([{ "text": 1 }]),
+            _ => json!({ "text": null, "type": "turn.submit" }),
+        }
+    }
+
+    /// One structural change somewhere in `value`: a field dropped, a value
+    /// replaced by one of another type, an unknown field added, or the op's
+    /// type renamed.
+    fn mutate(&mut self, value: &mut serde_json::Value, depth: usize) {
+        match value {
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                let keys: Vec<String> = map.keys().cloned().collect();
+                let key = keys[self.below(keys.len())].clone();
+                match self.below(if depth < 2 { 5 } else { 4 }) {
+                    0 => {
+                        map.remove(&key);
+                    }
+                    1 => {
+                        map.insert(key, self.value());
+                    }
+                    2 => {
+                        map.insert(format!("unexpected{}", self.below(3)), self.value());
+                    }
+                    3 if depth == 0 => {
+                        let names = [
+                            "turn.explode",
+                            "",
+                            "INITIALIZE",
+                            "turn.submit",
+                            "thread.delete",
+                        ];
+                        map.insert("type".into(), json!(names[self.below(names.len())]));
+                    }
+                    _ => {
+                        let inner = map.get_mut(&key).expect("a key of the map");
+                        self.mutate(inner, depth + 1);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) if !items.is_empty() => {
+                let i = self.below(items.len());
+                self.mutate(&mut items[i], depth + 1);
+            }
+            other => *other = self.value(),
+        }
+    }
+}
+
+/// One of each op, well formed, about the thread `t`, its turn `r` and a node `n`.
+fn every_op(id: &str, t: &str, r: &str, n: &str) -> Vec<serde_json::Value> {
+    let s = |op: &str| json!({ "type": op, "clientId": "fuzz", "submissionId": id });
+    let with = |op: &str, fields: serde_json::Value| {
+        let mut value = s(op);
+        for (k, v) in fields.as_object().expect("fields").iter() {
+            value[k] = v.clone();
+        }
+        value
+    };
+    let input = json!({ "text": "Hello" });
+    vec![
+        with("initialize", json!({ "threadId": t })),
+        s("thread.create"),
+        with("thread.fork", json!({ "threadId": t, "nodeId": n })),
+        with("thread.selectBranch", json!({ "threadId": t, "nodeId": n })),
+        with("thread.delete", json!({ "threadId": t })),
+        with("turn.submit", json!({ "threadId": t, "input": input })),
+        with(
+            "turn.steer",
+            json!({ "threadId": t, "expectedTurnId": r, "input": input }),
+        ),
+        with("turn.enqueue", json!({ "threadId": t, "input": input })),
+        with("queue.remove", json!({ "threadId": t, "itemId": "q1" })),
+        with(
+            "queue.edit",
+            json!({ "threadId": t, "itemId": "q1", "input": input }),
+        ),
+        with("turn.interrupt", json!({ "threadId": t })),
+        with("run.resume", json!({ "threadId": t, "input": input })),
+        with(
+            "approval.response",
+            json!({ "threadId": t, "approvalId": "a1", "decision": "acceptOnce" }),
+        ),
+        with(
+            "interaction.response",
+            json!({ "threadId": t, "interactionId": "i1", "answer": "yes" }),
+        ),
+        with(
+            "thread.history",
+            json!({ "threadId": t, "beforeNodeId": n, "limit": 5 }),
+        ),
+        with(
+            "provider.test",
+            json!({ "profile": { "kind": "openai", "baseUrl": "http://127.0.0.1:1", "model": "m" } }),
+        ),
+        with(
+            "run.resolveUncertain",
+            json!({ "threadId": t, "choice": "markDone" }),
+        ),
+    ]
+}
+
+#[test]
+fn every_mutated_op_gets_one_typed_answer_and_the_engine_keeps_going() {
+    for seed in 1..=12u64 {
+        let mut gen = Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let policy: sw_agent::sim::Policy =
+            Box::new(|request: &sw_agent::provider::ProviderRequest| {
+                if *request.system == *sw_agent::engine::TITLE_PROMPT {
+                    sw_agent::sim::Reply::text("A model title")
+                } else {
+                    sw_agent::sim::Reply::text("Hi.")
+                }
+            });
+        let mut sim = Sim::new(seed, policy, page_tools());
+        // Titles arrive in the background, between the ops.
+        sim.config.model_titles = true;
+        sim.reconfigure();
+        let conn = sim.connect();
+        sim.send(conn, submit("setup", None, "Start"));
+        sim.run(10_000);
+        let (thread, turn) = current_ids(&sim);
+        let (thread, turn) = (thread.expect("a thread"), turn.expect("a turn"));
+        let node = paths(&sim)[0][0].id.clone();
+
+        // Every op, mutated once or twice, under a submission id of its own.
+        let mut sent: Vec<(String, serde_json::Value)> = Vec::new();
+        for round in 0..40 {
+            for (k, mut op) in every_op("", &thread, &turn, &node).into_iter().enumerate() {
+                let id = format!("f{round}-{k}");
+                op["submissionId"] = json!(id);
+                for _ in 0..1 + gen.below(2) {
+                    gen.mutate(&mut op, 0);
+                }
+                sim.send_raw(conn, op.clone());
+                sent.push((id, op));
+            }
+            sim.run(10_000);
+        }
+        sim.run(100_000);
+        assert!(
+            sim.violations.is_empty(),
+            "seed {seed}: {:?}",
+            sim.violations
+        );
+        // Nothing of a deleted thread was written again after its delete.
+        let store = &sim.store;
+        let owners = store
+            .nodes
+            .values()
+            .map(|n| &n.thread_id)
+            .chain(store.runs.values().map(|r| &r.thread_id))
+            .chain(store.queue.values().map(|q| &q.thread_id))
+            .chain(store.steers.values().map(|s| &s.thread_id))
+            .chain(store.snapshots.values().map(|s| &s.thread_id));
+        for owner in owners {
+            assert!(
+                store.threads.contains_key(owner),
+                "seed {seed}: a record of the deleted thread {owner}"
+            );
+        }
+        for thread in store.threads.values() {
+            if let Some(leaf) = &thread.leaf_id {
+                assert!(
+                    store.nodes.contains_key(leaf),
+                    "seed {seed}: {} lost its leaf",
+                    thread.id
+                );
+            }
+        }
+
+        let answered = answers(&sim, conn);
+        for (id, op) in &sent {
+            // Only messages that still carry their own submission id can be matched to an answer.
+            if op.get("submissionId") != Some(&json!(id))
+                || op.get("type") == Some(&json!("initialize"))
+            {
+                continue;
+            }
+            let mine: Vec<&Answer> = answered.iter().filter(|(a, _)| a == id).collect();
+            assert_eq!(
+                mine.len(),
+                1,
+                "seed {seed}: one answer to {op}, got {mine:?}"
+            );
+            if let Err(message) = Op::from_value(op.clone()) {
+                let error = mine[0]
+                    .1
+                    .as_ref()
+                    .expect_err("an undecodable op is refused");
+                assert_eq!(error.kind, ErrorKind::InvalidOp, "seed {seed}: {op}");
+                assert!(
+                    error.message.contains(&message),
+                    "seed {seed}: the reject says why: {} / {message}",
+                    error.message
+                );
+            }
+        }
+
+        // The engine still works: a well-formed turn on a new thread completes.
+        let conn = sim.connect();
+        sim.send(conn, submit("after", None, "One more"));
+        sim.run(100_000);
+        let ack = answer(&sim, conn, "after").expect("answered");
+        assert!(ack.is_ok(), "seed {seed}: {ack:?}");
+        assert!(
+            sim.events_for(conn).iter().any(|e| matches!(
+                e,
+                Event::TurnComplete {
+                    stop_reason: StopReason::End,
+                    ..
+                }
+            )),
+            "seed {seed}: the last turn completed"
+        );
+        assert!(
+            sim.violations.is_empty(),
+            "seed {seed}: {:?}",
+            sim.violations
+        );
+    }
 }

@@ -729,3 +729,77 @@ fn thread_written_before_path_lengths_is_read_whole_and_shows_the_same() {
         paths(&sim)[0].len()
     );
 }
+
+fn delete(id: &str, thread: &str) -> Op {
+    Op::ThreadDelete {
+        submission: submission(id),
+        thread_id: thread.into(),
+    }
+}
+
+#[test]
+fn a_thread_being_deleted_takes_no_new_turn_and_is_not_written_again() {
+    let mut sim = Sim::new(133, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Hello"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, interrupt("x1", &tid));
+    sim.run(10_000);
+
+    // The delete is committing (a slow disk) when a new turn, a queued
+    // turn and a fork of the same thread arrive: each is refused.
+    sim.hold_persists = true;
+    sim.send(conn, delete("d1", &tid));
+    sim.run(1000);
+    sim.send(conn, submit("s2", Some(&tid), "One more"));
+    sim.send(conn, enqueue("q1", &tid, "Later"));
+    sim.send(conn, fork("f1", &tid, None));
+    sim.run(1000);
+    for id in ["s2", "q1", "f1"] {
+        let refused = answer(&sim, conn, id).and_then(Result::err);
+        assert_eq!(refused.map(|e| e.kind), Some(ErrorKind::NotFound), "{id}");
+    }
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    assert!(sim.store.threads.is_empty(), "{:?}", sim.store.threads);
+    assert!(sim.store.nodes.is_empty(), "{:?}", sim.store.nodes.keys());
+    assert!(sim.store.runs.is_empty() && sim.store.queue.is_empty());
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_thread_is_not_deleted_while_a_change_of_it_is_still_saving() {
+    let (mut sim, conn, tid) = waiting_for_approval(134);
+    sim.send(conn, interrupt("x1", &tid));
+    sim.run(10_000);
+    // A queued turn's commit is in flight (no run yet): the delete is
+    // refused, so that commit cannot write the thread again after it.
+    sim.hold_persists = true;
+    sim.send(conn, enqueue("q1", &tid, "Next"));
+    sim.run(1000);
+    sim.send(conn, delete("d1", &tid));
+    sim.run(1000);
+    let refused = answer(&sim, conn, "d1")
+        .and_then(Result::err)
+        .expect("refused");
+    assert_eq!(refused.kind, ErrorKind::InvalidCommand);
+    assert!(
+        refused.message.contains("still saving"),
+        "{}",
+        refused.message
+    );
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(sim.store.threads.contains_key(&tid));
+
+    // Once nothing of it is in flight, the same delete goes through.
+    sim.send(conn, interrupt("x2", &tid));
+    sim.run(10_000);
+    sim.send(conn, delete("d2", &tid));
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d2"), Some(Ok(_))));
+    assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
+    check_invariants(&sim, &[]).unwrap();
+}
