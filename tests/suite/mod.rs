@@ -1,4 +1,5 @@
 mod approvals;
+mod bad_input;
 mod compaction;
 mod details;
 mod environment;
