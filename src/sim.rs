@@ -303,6 +303,16 @@ impl Sim {
             .seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
+        // Transactions held in flight die with the worker: the browser
+        // commits them in order, so some first ones may have committed
+        // (unacknowledged), the rest never will. None lands after the next
+        // worker read the store.
+        let held = std::mem::take(&mut self.held);
+        let committed = (self.seed >> 33) as usize % (held.len() + 1);
+        for (token, unit) in held.into_iter().take(committed) {
+            self.apply(&unit);
+            self.commit_log.push(token);
+        }
         self.start_snapshots = self.store.snapshots.values().cloned().collect();
         self.reconfigure();
         self.next_conn += 1000; // old connections are gone

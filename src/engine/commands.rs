@@ -97,9 +97,19 @@ impl Engine {
         let fork_id = self.ids.next_id("t");
         let mut unit = UnitOfWork::new();
         let mut parent: Option<String> = None;
+        // A copied tool call belongs to the copy of its assistant message:
+        // the provider view groups calls under it, and a call left pointing
+        // into the source thread would leave its result without a call.
+        let mut copied: HashMap<String, String> = HashMap::new();
         for node in prefix {
             let mut copy = node;
-            copy.id = self.ids.next_id("n");
+            let id = self.ids.next_id("n");
+            copied.insert(std::mem::replace(&mut copy.id, id), copy.id.clone());
+            if let NodeBody::ToolCall { assistant_id, .. } = &mut copy.body {
+                if let Some(id) = copied.get(assistant_id.as_str()) {
+                    *assistant_id = id.clone();
+                }
+            }
             copy.thread_id = fork_id.clone();
             copy.parent_id = parent.clone();
             parent = Some(copy.id.clone());
@@ -251,6 +261,12 @@ impl Engine {
         }
         for item in &t.queue {
             unit.delete(stores::QUEUE, item.id.clone());
+        }
+        for approval in &t.approvals {
+            unit.delete(stores::APPROVALS, approval.id.clone());
+        }
+        for interaction in &t.interactions {
+            unit.delete(stores::INTERACTIONS, interaction.id.clone());
         }
         let result = json!({ "threadId": thread_id });
         self.command(0, thread_id, unit, reply, result, Follow::ThreadDeleted);

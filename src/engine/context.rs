@@ -395,11 +395,15 @@ impl OutboundView {
                 arguments,
                 ..
             } => {
+                // A call follows its assistant message on the path. Forks
+                // made before 2026-12-01 copied calls still naming the source
+                // thread's message: those go to the message they follow.
                 let slot = self
                     .assistant_index
                     .iter()
                     .rev()
                     .find(|(id, _)| id == assistant_id)
+                    .or(self.assistant_index.last())
                     .map(|(_, i)| *i);
                 if let Some(ChatMessage::Assistant { tool_calls, .. }) =
                     slot.and_then(|i| messages.get_mut(i))

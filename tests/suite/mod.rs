@@ -1,9 +1,10 @@
 mod approvals;
-mod bad_input;
+pub mod bad_input;
 mod compaction;
 mod details;
 mod environment;
 mod interactions;
+mod op_races;
 mod parallel;
 mod protocol;
 #[cfg(not(target_arch = "wasm32"))]

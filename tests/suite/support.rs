@@ -240,40 +240,51 @@ pub fn kinds(path: &[Node]) -> Vec<&'static str> {
 /// `steer_texts` are the steers in the order they were sent; `acked` the
 /// submission ids the engine ACKed.
 pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String> {
+    check_invariants_except(sim, steer_texts, &HashSet::new())
+}
+
+/// [`check_invariants`], where the acked steers in `deleted` went with
+/// their thread (a `thread.delete` after they landed).
+pub fn check_invariants_except(
+    sim: &Sim,
+    steer_texts: &[String],
+    deleted: &HashSet<String>,
+) -> Result<(), String> {
     if let Some(v) = sim.violations.first() {
         return Err(v.clone());
     }
-    let acked_steers: HashSet<String> = acked_steer_texts(sim);
+    let mut acked_steers: HashSet<String> = acked_steer_texts(sim);
+    acked_steers.retain(|t| !deleted.contains(t));
     let all_paths = paths(sim);
     check_path_lengths(sim, &all_paths)?;
     let runs_terminal = sim.store.runs.values().all(|r| r.state.is_terminal());
     for path in &all_paths {
         check_path_shape(path, runs_terminal)?;
     }
-    // steer_exactly_once_in_order
+    // steer_exactly_once_in_order: once per thread (a fork copies its
+    // thread's path, steers included, into a thread of its own).
     let mut steered: Vec<String> = Vec::new();
     for path in &all_paths {
+        let mut seen: HashSet<&str> = HashSet::new();
         for node in path {
             if let NodeBody::UserMessage {
                 text,
                 steered: true,
             } = &node.body
             {
-                steered.push(text.clone());
+                if !seen.insert(text) {
+                    return Err(format!(
+                        "steer_exactly_once_in_order: steer {text:?} appears twice in thread {}",
+                        node.thread_id
+                    ));
+                }
+                if !steered.contains(text) {
+                    steered.push(text.clone());
+                }
             }
         }
     }
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for s in &steered {
-        *counts.entry(s.as_str()).or_default() += 1;
-    }
-    for (text, n) in &counts {
-        if *n > 1 {
-            return Err(format!(
-                "steer_exactly_once_in_order: steer {text:?} appears {n} times"
-            ));
-        }
-    }
+    let counts: HashSet<&str> = steered.iter().map(String::as_str).collect();
     if runs_terminal {
         for text in &acked_steers {
             // The simulation may reuse a steer's id with other text ("<text>
@@ -285,8 +296,14 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
                 .steers
                 .values()
                 .any(|s| &s.text == text || s.text == conflict);
-            let landed =
-                counts.contains_key(text.as_str()) || counts.contains_key(conflict.as_str());
+            // Landed on any branch (an edit or a branch switch may have
+            // moved the active path away from it since).
+            let landed = counts.contains(text.as_str())
+                || counts.contains(conflict.as_str())
+                || sim.store.nodes.values().any(|n| {
+                    matches!(&n.body, NodeBody::UserMessage { text: t, steered: true }
+                        if t == text || *t == conflict)
+                });
             if !landed && !durable_pending {
                 return Err(format!(
                     "steer_exactly_once_in_order: acked steer {text:?} was lost"
@@ -303,14 +320,27 @@ pub fn check_invariants(sim: &Sim, steer_texts: &[String]) -> Result<(), String>
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
-    let positions: Vec<usize> = steered
-        .iter()
-        .filter_map(|t| order.get(t.as_str()).copied())
-        .collect();
-    if positions.windows(2).any(|w| w[0] > w[1]) {
-        return Err(format!(
-            "steer_exactly_once_in_order: steers out of admission order: {steered:?}"
-        ));
+    // In admission order within each thread.
+    for path in &all_paths {
+        let in_path: Vec<&str> = path
+            .iter()
+            .filter_map(|n| match &n.body {
+                NodeBody::UserMessage {
+                    text,
+                    steered: true,
+                } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let positions: Vec<usize> = in_path
+            .iter()
+            .filter_map(|t| order.get(t).copied())
+            .collect();
+        if positions.windows(2).any(|w| w[0] > w[1]) {
+            return Err(format!(
+                "steer_exactly_once_in_order: steers out of admission order: {in_path:?}"
+            ));
+        }
     }
     // one_cutoff_per_request and no_orphan_tool_calls, per request.
     for (i, request) in sim.requests.iter().enumerate() {

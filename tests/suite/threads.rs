@@ -1,6 +1,6 @@
 //! Thread operations: fork at a message.
 
-use sw_agent::model::{NodeBody, RunState};
+use sw_agent::model::{Node, NodeBody, RunState};
 use sw_agent::protocol::{ErrorKind, Event, Op};
 use sw_agent::sim::Sim;
 
@@ -802,4 +802,100 @@ fn a_thread_is_not_deleted_while_a_change_of_it_is_still_saving() {
     assert!(matches!(answer(&sim, conn, "d2"), Some(Ok(_))));
     assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
     check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_fork_of_a_thread_with_tool_steps_takes_its_calls_along_under_the_copied_messages() {
+    let mut sim = Sim::new(135, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, fork("f1", &tid, None));
+    sim.run(10_000);
+    let fork_id = answer(&sim, conn, "f1")
+        .and_then(Result::ok)
+        .expect("forked")["threadId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Every copied call names the copy of its assistant message.
+    let copies: Vec<&Node> = sim
+        .store
+        .nodes
+        .values()
+        .filter(|n| n.thread_id == fork_id)
+        .collect();
+    let calls: Vec<&str> = copies
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::ToolCall { assistant_id, .. } => Some(assistant_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 3, "two reads and the click");
+    for assistant in calls {
+        assert!(
+            copies.iter().any(|n| n.id == assistant),
+            "{assistant} is not in the fork"
+        );
+    }
+    // A turn in the fork sends every call with its result.
+    let before = sim.requests.len();
+    sim.send(conn, submit("s2", Some(&fork_id), "Once more"));
+    sim.run(10_000);
+    assert!(sim.requests.len() > before);
+    for request in &sim.requests[before..] {
+        check_request(request).unwrap();
+    }
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_fork_stored_with_calls_naming_the_source_messages_still_sends_every_call_with_its_result() {
+    // What forks made before the fix stored: copied calls whose assistant
+    // id is the source thread's message.
+    let mut sim = Sim::new(136, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, fork("f1", &tid, None));
+    sim.run(10_000);
+    let fork_id = answer(&sim, conn, "f1")
+        .and_then(Result::ok)
+        .expect("forked")["threadId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let source_owner = sim
+        .store
+        .nodes
+        .values()
+        .find_map(|n| match &n.body {
+            NodeBody::ToolCall { assistant_id, .. } if n.thread_id == tid => {
+                Some(assistant_id.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    for node in sim
+        .store
+        .nodes
+        .values_mut()
+        .filter(|n| n.thread_id == fork_id)
+    {
+        if let NodeBody::ToolCall { assistant_id, .. } = &mut node.body {
+            *assistant_id = source_owner.clone();
+        }
+    }
+    sim.crash();
+    let conn = sim.connect();
+    let before = sim.requests.len();
+    sim.send(conn, submit("s2", Some(&fork_id), "Once more"));
+    sim.run(10_000);
+    assert!(sim.requests.len() > before);
+    for request in &sim.requests[before..] {
+        check_request(request).unwrap();
+    }
 }

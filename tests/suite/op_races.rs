@@ -1,0 +1,307 @@
+//! Valid ops racing each other: two panels send every kind of op about the
+//! threads, turns, nodes, queue items and approvals that exist at that
+//! moment, while commits are slow (held, then released) and the worker
+//! sometimes dies. Whatever the interleaving: every op is answered once (or,
+//! when the worker died before answering, not at all), no record outlives
+//! its thread, and every invariant holds. Seeds are fixed; `RACE_SEEDS=N`
+//! runs more.
+
+use std::collections::{HashMap, HashSet};
+
+use sw_agent::model::{ApprovalStatus, InteractionStatus, NodeBody};
+use sw_agent::protocol::{ApprovalDecision, Op, UncertainChoice, UserInput};
+use sw_agent::provider::{ChatMessage, ProviderRequest};
+use sw_agent::sim::{Reply, Sim};
+
+use super::bad_input::Gen;
+use super::support::*;
+
+fn input(text: &str) -> UserInput {
+    UserInput { text: text.into() }
+}
+
+/// A valid op about what the store holds now (any thread, its latest turn,
+/// one of its nodes, queue items, approvals, questions), or a new thread.
+fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
+    let s = || submission(id);
+    let threads: Vec<&String> = sim.store.threads.keys().collect();
+    if threads.is_empty() {
+        return submit(id, None, &format!("task {id}"));
+    }
+    let tid = threads[gen.below(threads.len())].clone();
+    let turn = sim
+        .store
+        .runs
+        .values()
+        .filter(|r| r.thread_id == tid)
+        .max_by_key(|r| (r.created_at, r.id.clone()))
+        .map(|r| r.id.clone())
+        .unwrap_or_default();
+    let nodes: Vec<&sw_agent::model::Node> = sim
+        .store
+        .nodes
+        .values()
+        .filter(|n| n.thread_id == tid)
+        .collect();
+    let node = (!nodes.is_empty()).then(|| nodes[gen.below(nodes.len())].id.clone());
+    let user_node = nodes
+        .iter()
+        .filter(|n| matches!(n.body, NodeBody::UserMessage { steered: false, .. }))
+        .map(|n| n.id.clone())
+        .next();
+    let item = sim
+        .store
+        .queue
+        .values()
+        .find(|q| q.thread_id == tid)
+        .map(|q| q.id.clone())
+        .unwrap_or_else(|| "q-none".into());
+    let approval = sim
+        .store
+        .approvals
+        .values()
+        .find(|a| a.thread_id == tid && a.status == ApprovalStatus::Pending)
+        .map(|a| a.id.clone())
+        .unwrap_or_else(|| "a-none".into());
+    let interaction = sim
+        .store
+        .interactions
+        .values()
+        .find(|i| i.thread_id == tid && i.status == InteractionStatus::Pending)
+        .map(|i| i.id.clone())
+        .unwrap_or_else(|| "i-none".into());
+    let text = if gen.below(4) == 0 {
+        format!("ask {id}")
+    } else {
+        format!("text {id}")
+    };
+    match gen.below(18) {
+        0 => submit(id, None, &text),
+        1 | 2 => submit(id, Some(&tid), &text),
+        3 => Op::TurnSubmit {
+            submission: s(),
+            thread_id: Some(tid),
+            input: input(&text),
+            replaces: user_node.or(node),
+        },
+        // Steer ids name their text (`steer-<text>`), as check_invariants expects.
+        4 | 5 => steer(&format!("steer-{text}"), &tid, &turn, &text),
+        6 => enqueue(id, &tid, &text),
+        7 => Op::QueueRemove {
+            submission: s(),
+            thread_id: tid,
+            item_id: item,
+        },
+        8 => Op::QueueEdit {
+            submission: s(),
+            thread_id: tid,
+            item_id: item,
+            input: input(&text),
+        },
+        9 => interrupt(id, &tid),
+        10 => resume(id, &tid),
+        11 => resolve(
+            id,
+            &tid,
+            [
+                UncertainChoice::Retry,
+                UncertainChoice::MarkDone,
+                UncertainChoice::Fail,
+            ][gen.below(3)],
+        ),
+        12 => Op::ApprovalResponse {
+            submission: s(),
+            thread_id: tid,
+            approval_id: approval,
+            decision: [
+                ApprovalDecision::AcceptOnce,
+                ApprovalDecision::AcceptForSite,
+                ApprovalDecision::Decline,
+            ][gen.below(3)],
+        },
+        13 => Op::InteractionResponse {
+            submission: s(),
+            thread_id: tid,
+            interaction_id: interaction,
+            answer: "yes".into(),
+        },
+        14 => Op::ThreadFork {
+            submission: s(),
+            thread_id: tid,
+            node_id: node,
+        },
+        15 => Op::ThreadSelectBranch {
+            submission: s(),
+            thread_id: tid,
+            node_id: node.unwrap_or_default(),
+        },
+        16 => Op::ThreadDelete {
+            submission: s(),
+            thread_id: tid,
+        },
+        _ => match node {
+            Some(node) => Op::ThreadHistory {
+                submission: s(),
+                thread_id: tid,
+                before_node_id: node,
+                limit: Some(3),
+            },
+            None => initialize(id, Some(&tid)),
+        },
+    }
+}
+
+/// Runs one schedule; returns how many ops of each type were ACKed.
+fn race(seed: u64) -> HashMap<&'static str, usize> {
+    let mut gen = Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    // The agent reads and clicks; a task that starts with "ask" makes it
+    // ask the user first; titles come in the background on some seeds.
+    let mut agent = agent_policy();
+    let policy: sw_agent::sim::Policy = Box::new(move |request: &ProviderRequest| {
+        if *request.system == *sw_agent::engine::TITLE_PROMPT {
+            return Reply::text("A model title");
+        }
+        match request.messages.last() {
+            Some(ChatMessage::User { text }) if text.starts_with("ask") => {
+                Reply::call("", "ask_user", r#"{"question":"Which plan?"}"#)
+            }
+            _ => agent(request),
+        }
+    });
+    let mut sim = Sim::new(seed, policy, page_tools());
+    if seed % 3 == 0 {
+        sim.config.model_titles = true;
+        sim.reconfigure();
+    }
+    // Approvals and questions are answered by the panels' ops, or not at all.
+    sim.auto_approve = None;
+    sim.auto_answer = None;
+    let mut panels = [sim.connect(), sim.connect()];
+    // submission id → the panel it went to, the op type, and whether the
+    // worker lived until the batch it was in settled.
+    let mut sent: HashMap<String, (u64, &'static str, bool)> = HashMap::new();
+    let mut steer_texts = Vec::new();
+    let mut steer_threads: HashMap<String, String> = HashMap::new();
+    for batch in 0..30 {
+        sim.hold_persists = gen.below(3) == 0;
+        let mut this_batch = Vec::new();
+        for k in 0..1 + gen.below(6) {
+            let id = format!("b{batch}-{k}");
+            let op = some_op(&mut gen, &sim, &id);
+            let panel = panels[gen.below(2)];
+            let id = op.submission().submission_id.clone();
+            if let Op::TurnSteer {
+                input, thread_id, ..
+            } = &op
+            {
+                steer_texts.push(input.text.clone());
+                steer_threads.insert(input.text.clone(), thread_id.clone());
+            }
+            sent.insert(id.clone(), (panel, op.op_type(), true));
+            this_batch.push(id.clone());
+            sim.send(panel, op);
+            for _ in 0..gen.below(8) {
+                sim.step();
+            }
+        }
+        if gen.below(8) == 0 {
+            // The worker dies with whatever was in flight; the panels reconnect.
+            for id in &this_batch {
+                sent.get_mut(id).expect("sent").2 = false;
+            }
+            sim.crash();
+            panels = [sim.connect(), sim.connect()];
+        }
+        sim.release_persists();
+        sim.run(50_000);
+    }
+    sim.run(200_000);
+
+    let answered: HashMap<u64, Vec<Answer>> = panels_of(&sent)
+        .into_iter()
+        .map(|p| (p, answers(&sim, p)))
+        .collect();
+    for (id, (panel, op_type, lived)) in &sent {
+        if *op_type == "initialize" {
+            continue;
+        }
+        let n = answered[panel].iter().filter(|(a, _)| a == id).count();
+        let expected = if *lived { 1..=1 } else { 0..=1 };
+        assert!(
+            expected.contains(&n),
+            "seed {seed}: {op_type} {id} answered {n} times"
+        );
+    }
+    let store = &sim.store;
+    let owners = store
+        .nodes
+        .values()
+        .map(|n| &n.thread_id)
+        .chain(store.runs.values().map(|r| &r.thread_id))
+        .chain(store.queue.values().map(|q| &q.thread_id))
+        .chain(store.steers.values().map(|s| &s.thread_id))
+        .chain(store.approvals.values().map(|a| &a.thread_id))
+        .chain(store.snapshots.values().map(|s| &s.thread_id));
+    for owner in owners {
+        assert!(
+            store.threads.contains_key(owner),
+            "seed {seed}: a record of the deleted thread {owner}"
+        );
+    }
+    let deleted: HashSet<String> = steer_threads
+        .into_iter()
+        .filter(|(_, thread)| !sim.store.threads.contains_key(thread))
+        .map(|(text, _)| text)
+        .collect();
+    check_invariants_except(&sim, &steer_texts, &deleted)
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let mut acked: HashMap<&'static str, usize> = HashMap::new();
+    for (id, (panel, op_type, _)) in &sent {
+        if answered[panel].iter().any(|(a, r)| a == id && r.is_ok()) {
+            *acked.entry(op_type).or_default() += 1;
+        }
+    }
+    acked
+}
+
+fn panels_of(sent: &HashMap<String, (u64, &'static str, bool)>) -> Vec<u64> {
+    let mut panels: Vec<u64> = sent.values().map(|(p, _, _)| *p).collect();
+    sw_agent::sorting::sort(&mut panels);
+    panels.dedup();
+    panels
+}
+
+#[test]
+fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant() {
+    let seeds: u64 = std::env::var("RACE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let mut acked: HashMap<&'static str, usize> = HashMap::new();
+    for seed in 1..=seeds {
+        for (op_type, n) in race(seed) {
+            *acked.entry(op_type).or_default() += n;
+        }
+    }
+    // Every kind of op got through somewhere, not only refusals.
+    for op_type in [
+        "turn.submit",
+        "turn.steer",
+        "turn.enqueue",
+        "queue.remove",
+        "queue.edit",
+        "turn.interrupt",
+        "run.resume",
+        "approval.response",
+        "interaction.response",
+        "thread.fork",
+        "thread.selectBranch",
+        "thread.delete",
+        "thread.history",
+    ] {
+        assert!(
+            acked.get(op_type).copied().unwrap_or(0) > 0,
+            "no {op_type} was ACKed: {acked:?}"
+        );
+    }
+}
