@@ -16,6 +16,10 @@ use sw_agent::sim::{Reply, Sim};
 use super::bad_input::Gen;
 use super::support::*;
 
+/// Tokens: the system prompt and tools take most of it, so threads of a
+/// few turns compact (about one seed in two of those that set it).
+const COMPACTING_WINDOW: u64 = 2_500;
+
 fn input(text: &str) -> UserInput {
     UserInput { text: text.into() }
 }
@@ -151,8 +155,9 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
     }
 }
 
-/// Runs one schedule; returns how many ops of each type were ACKed.
-fn race(seed: u64) -> HashMap<&'static str, usize> {
+/// Runs one schedule; returns how many ops of each type were ACKed, and
+/// how many compactions the threads hold.
+fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
     let mut gen = Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     // The agent reads and clicks; a task that starts with "ask" makes it
     // ask the user first; titles come in the background on some seeds.
@@ -160,6 +165,9 @@ fn race(seed: u64) -> HashMap<&'static str, usize> {
     let policy: sw_agent::sim::Policy = Box::new(move |request: &ProviderRequest| {
         if *request.system == *sw_agent::engine::TITLE_PROMPT {
             return Reply::text("A model title");
+        }
+        if *request.system == *sw_agent::engine::COMPACTION_PROMPT {
+            return Reply::text("Summary: the user asked for tasks on the shop page.");
         }
         match request.messages.last() {
             Some(ChatMessage::User { text }) if text.starts_with("ask") => {
@@ -172,6 +180,12 @@ fn race(seed: u64) -> HashMap<&'static str, usize> {
     if seed % 3 == 0 {
         sim.config.model_titles = true;
         sim.reconfigure();
+    }
+    if seed % 4 == 1 {
+        // A small context window: long threads compact while ops race.
+        sim.realistic_usage = true;
+        sim.profile.context_window = Some(COMPACTING_WINDOW);
+        sim.engine.handle_settings(sim.profile.clone());
     }
     // Approvals and questions are answered by the panels' ops, or not at all.
     sim.auto_approve = None;
@@ -255,13 +269,19 @@ fn race(seed: u64) -> HashMap<&'static str, usize> {
         .collect();
     check_invariants_except(&sim, &steer_texts, &deleted)
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let compactions = sim
+        .store
+        .nodes
+        .values()
+        .filter(|n| matches!(n.body, NodeBody::Compaction { .. }))
+        .count();
     let mut acked: HashMap<&'static str, usize> = HashMap::new();
     for (id, (panel, op_type, _)) in &sent {
         if answered[panel].iter().any(|(a, r)| a == id && r.is_ok()) {
             *acked.entry(op_type).or_default() += 1;
         }
     }
-    acked
+    (acked, compactions)
 }
 
 fn panels_of(sent: &HashMap<String, (u64, &'static str, bool)>) -> Vec<u64> {
@@ -278,11 +298,15 @@ fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
     let mut acked: HashMap<&'static str, usize> = HashMap::new();
+    let mut compactions = 0;
     for seed in 1..=seeds {
-        for (op_type, n) in race(seed) {
+        let (of_seed, compacted) = race(seed);
+        for (op_type, n) in of_seed {
             *acked.entry(op_type).or_default() += n;
         }
+        compactions += compacted;
     }
+    assert!(compactions > 0, "no thread compacted");
     // Every kind of op got through somewhere, not only refusals.
     for op_type in [
         "turn.submit",
