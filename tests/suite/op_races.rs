@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use sw_agent::model::{ApprovalStatus, InteractionStatus, NodeBody};
 use sw_agent::protocol::{ApprovalDecision, Op, UncertainChoice, UserInput};
 use sw_agent::provider::{ChatMessage, ProviderRequest};
-use sw_agent::sim::{Reply, Sim};
+use sw_agent::sim::{CrashPoint, Reply, Sim};
 
 use super::bad_input::Gen;
 use super::support::*;
@@ -216,6 +216,21 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             sim.send(panel, op);
             for _ in 0..gen.below(8) {
                 sim.step();
+            }
+            if gen.below(40) == 0 {
+                // The worker dies at its next commit: before it lands, or
+                // after it landed but before the engine heard of it.
+                let point = [CrashPoint::BeforeCommit, CrashPoint::AfterCommit][gen.below(2)];
+                let crashes = sim.crashes;
+                while sim.crashes == crashes {
+                    if !sim.step_with(Some(point)) {
+                        sim.crash();
+                    }
+                }
+                for id in &this_batch {
+                    sent.get_mut(id).expect("sent").2 = false;
+                }
+                panels = [sim.connect(), sim.connect()];
             }
         }
         if gen.below(8) == 0 {
