@@ -79,7 +79,7 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
     } else {
         format!("text {id}")
     };
-    match gen.below(18) {
+    match gen.below(19) {
         0 => submit(id, None, &text),
         1 | 2 => submit(id, Some(&tid), &text),
         3 => Op::TurnSubmit {
@@ -143,6 +143,7 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
             submission: s(),
             thread_id: tid,
         },
+        17 => initialize(id, [Some(tid.as_str()), None][gen.below(2)]),
         _ => match node {
             Some(node) => Op::ThreadHistory {
                 submission: s(),
@@ -240,6 +241,17 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             }
             sim.crash();
             panels = [sim.connect(), sim.connect()];
+            // A panel that reconnects is answered from the snapshot cache
+            // first when the store held one (the sim checks it against the
+            // engine's own snapshot).
+            for panel in panels {
+                if gen.below(2) == 0 {
+                    let threads: Vec<String> = sim.store.threads.keys().cloned().collect();
+                    let asked = (!threads.is_empty() && gen.below(3) > 0)
+                        .then(|| threads[gen.below(threads.len())].clone());
+                    sim.initialize_from_cache(panel, asked.as_deref());
+                }
+            }
         }
         sim.release_persists();
         sim.run(50_000);
