@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sw_agent::model::{ApprovalStatus, InteractionStatus, NodeBody};
+use sw_agent::model::{ApprovalStatus, InteractionStatus, NodeBody, RunState};
 use sw_agent::protocol::{ApprovalDecision, Op, UncertainChoice, UserInput};
 use sw_agent::provider::{ChatMessage, ProviderRequest};
 use sw_agent::sim::{CrashPoint, Reply, Sim};
@@ -195,6 +195,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
     // submission id → the panel it went to, the op type, and whether the
     // worker lived until the batch it was in settled.
     let mut sent: HashMap<String, (u64, &'static str, bool)> = HashMap::new();
+    let mut ops: HashMap<String, Op> = HashMap::new();
     let mut steer_texts = Vec::new();
     let mut steer_threads: HashMap<String, String> = HashMap::new();
     for batch in 0..30 {
@@ -213,6 +214,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
                 steer_threads.insert(input.text.clone(), thread_id.clone());
             }
             sent.insert(id.clone(), (panel, op.op_type(), true));
+            ops.insert(id.clone(), op.clone());
             this_batch.push(id.clone());
             sim.send(panel, op);
             for _ in 0..gen.below(8) {
@@ -273,7 +275,115 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             "seed {seed}: {op_type} {id} answered {n} times"
         );
     }
+    // No acknowledged user message is lost: an ACKed turn's text is in its
+    // thread (any branch), or still queued, unless the thread was deleted
+    // or the user removed or rewrote that queued turn.
+    let acked_results: HashMap<&str, &serde_json::Value> = answered
+        .values()
+        .flatten()
+        .filter_map(|(id, r)| r.as_ref().ok().map(|v| (id.as_str(), v)))
+        .collect();
+    // A removal or an edit counts unless it was refused: one whose ACK was
+    // lost with the worker may still have been saved.
+    let refused: HashSet<&str> = answered
+        .values()
+        .flatten()
+        .filter(|(_, r)| r.is_err())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let changed_items: HashSet<&str> = ops
+        .iter()
+        .filter(|(id, _)| !refused.contains(id.as_str()))
+        .filter_map(|(_, op)| match op {
+            Op::QueueRemove { item_id, .. } | Op::QueueEdit { item_id, .. } => {
+                Some(item_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    for (id, op) in &ops {
+        let (Op::TurnSubmit { input, .. } | Op::TurnEnqueue { input, .. }) = op else {
+            continue;
+        };
+        let Some(result) = acked_results.get(id.as_str()) else {
+            continue;
+        };
+        let thread = result["threadId"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| match op {
+                Op::TurnEnqueue { thread_id, .. } => Some(thread_id.clone()),
+                _ => None,
+            });
+        if thread
+            .as_ref()
+            .is_some_and(|t| !sim.store.threads.contains_key(t))
+        {
+            continue;
+        }
+        if result["queueItemId"]
+            .as_str()
+            .is_some_and(|item| changed_items.contains(item))
+        {
+            continue;
+        }
+        let in_thread =
+            sim.store.nodes.values().any(
+                |n| matches!(&n.body, NodeBody::UserMessage { text, .. } if *text == input.text),
+            );
+        let queued = sim.store.queue.values().any(|q| q.text == input.text);
+        assert!(
+            in_thread || queued,
+            "seed {seed}: the ACKed {} {id} ({:?}) was lost: {result}",
+            op.op_type(),
+            input.text
+        );
+    }
+
     let store = &sim.store;
+    // Nothing is left running with nothing in flight: a run is over or
+    // waits for the user.
+    for run in store.runs.values() {
+        assert!(
+            run.state.is_terminal()
+                || matches!(
+                    run.state,
+                    RunState::WaitingApproval
+                        | RunState::WaitingInteraction
+                        | RunState::PausedUncertain
+                ),
+            "seed {seed}: run {} of {} left {:?}",
+            run.id,
+            run.thread_id,
+            run.state
+        );
+    }
+    for thread in store.threads.values() {
+        // A queued turn waits only behind a turn that did not complete.
+        let latest = store
+            .runs
+            .values()
+            .filter(|r| r.thread_id == thread.id)
+            .max_by_key(|r| (r.created_at, r.id.clone()));
+        let queued = store
+            .queue
+            .values()
+            .filter(|q| q.thread_id == thread.id)
+            .count();
+        assert!(
+            queued == 0 || latest.is_some_and(|r| r.state != RunState::Completed),
+            "seed {seed}: {} has {queued} queued turns behind a completed one",
+            thread.id
+        );
+        if let Some(leaf) = &thread.leaf_id {
+            let node = store.nodes.get(leaf);
+            assert!(
+                node.is_some_and(|n| n.thread_id == thread.id),
+                "seed {seed}: {} has no leaf {leaf}",
+                thread.id
+            );
+        }
+    }
     let owners = store
         .nodes
         .values()
