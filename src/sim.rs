@@ -376,6 +376,31 @@ impl Sim {
         }
     }
 
+    /// Commit and acknowledge every parked persist in an order the browser
+    /// may use: IndexedDB completes a readwrite transaction after every
+    /// earlier one whose stores overlap its own, and in any order relative
+    /// to the others (here coin-chosen).
+    pub fn release_persists_in_any_order(&mut self) {
+        self.hold_persists = false;
+        let mut held = std::mem::take(&mut self.held);
+        while !held.is_empty() {
+            let scopes: Vec<Vec<&'static str>> =
+                held.iter().map(|(_, unit)| unit.store_names()).collect();
+            let ready: Vec<usize> = (0..held.len())
+                .filter(|&i| (0..i).all(|j| !scopes[j].iter().any(|s| scopes[i].contains(s))))
+                .collect();
+            self.coin = self
+                .coin
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let pick = ready[(self.coin >> 33) as usize % ready.len()];
+            let (token, unit) = held.remove(pick);
+            self.apply(&unit);
+            self.commit_log.push(token);
+            self.engine.handle_store_ack(self.now, token);
+        }
+    }
+
     /// Commit and acknowledge the oldest parked persist only; later ones stay parked.
     pub fn release_one(&mut self) -> bool {
         if self.held.is_empty() {

@@ -255,7 +255,11 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
                 }
             }
         }
-        sim.release_persists();
+        if gen.below(2) == 0 {
+            sim.release_persists();
+        } else {
+            sim.release_persists_in_any_order();
+        }
         sim.run(50_000);
     }
     sim.run(200_000);
