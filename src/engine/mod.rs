@@ -352,7 +352,9 @@ impl ResultParts {
             index,
             status,
             content,
-            details,
+            // A `null` reads back from the store as no details at all: the
+            // node in memory must be the node a reload gives.
+            details: details.filter(|d| !d.is_null()),
             images: Vec::new(),
         }
     }
@@ -366,7 +368,7 @@ impl ResultParts {
                 ToolStatus::Error
             },
             content: outcome.content,
-            details: outcome.details,
+            details: outcome.details.filter(|d| !d.is_null()),
             images: outcome.images,
         }
     }

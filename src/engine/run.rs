@@ -1539,7 +1539,14 @@ fn with_diff<'a>(
     earlier: impl DoubleEndedIterator<Item = &'a Node>,
 ) -> Option<Value> {
     let mut details = details?;
-    let url = details.get("url").and_then(Value::as_str)?.to_string();
+    // Without the page's address there is nothing to compare with.
+    let Some(url) = details
+        .get("url")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Some(details);
+    };
     let previous = earlier
         .rev()
         .take(DIFF_LOOKBACK_NODES)

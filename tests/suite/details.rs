@@ -195,3 +195,51 @@ fn a_screenshot_within_the_bound_is_kept_and_a_larger_one_is_dropped_with_a_note
         stored.len()
     );
 }
+
+/// page_snapshot results with these details, in order.
+fn snapshots_with(details: Vec<Option<Value>>) -> sw_agent::sim::ToolFn {
+    let details = Rc::new(RefCell::new(details.into_iter()));
+    Box::new(move |_: &str, _: &Value| ToolOutcome {
+        ok: true,
+        content: "Outline: [e1] button \"Subscribe\"".into(),
+        details: details.borrow_mut().next().expect("scripted"),
+        images: vec![],
+    })
+}
+
+#[test]
+fn details_without_a_page_address_are_kept_and_null_ones_are_no_details() {
+    // An embedder's tool may say nothing of the page it read (no `url`: no
+    // diff, but its details stay) or answer `null` (read back from the
+    // store as no details, so it is none in memory too).
+    let mut sim = Sim::new(
+        141,
+        snapshot_policy(2),
+        snapshots_with(vec![Some(json!({ "rows": 3 })), Some(Value::Null)]),
+    );
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Look twice"));
+    sim.run(10_000);
+    let results = snapshot_results(&sim);
+    assert_eq!(results[0].2, Some(json!({ "rows": 3 })));
+    assert_eq!(results[1].2, None);
+    // The snapshot a panel gets now is the one it gets after a restart.
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    let snapshot_of = |sim: &mut Sim| {
+        let conn = sim.connect();
+        sim.send(conn, initialize("i", Some(&tid)));
+        sim.run(10_000);
+        sim.events_for(conn)
+            .iter()
+            .find_map(|e| match e {
+                sw_agent::protocol::Event::Initialized { snapshot } => {
+                    Some(serde_json::to_string(&snapshot.thread).unwrap())
+                }
+                _ => None,
+            })
+            .expect("initialized")
+    };
+    let before = snapshot_of(&mut sim);
+    sim.crash();
+    assert_eq!(snapshot_of(&mut sim), before);
+}
