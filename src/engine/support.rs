@@ -112,20 +112,43 @@ impl Engine {
             // Ancestors never change: a node at index i of the committed
             // active path has i + 1 nodes from the root, whatever the leaf.
             if let Some(i) = t.path.iter().rposition(|n| n.id == cursor) {
+                // A cold start reads only the newest nodes when the length
+                // is known. Other versions of a message (an edit) older
+                // than that read would go unseen, and with them the version
+                // switcher: then the thread is read whole instead.
+                let leaving = t.path[i + 1..].iter().map(|n| n.created_at);
+                let oldest_other = t.off_path.iter().map(|n| n.created_at).chain(leaving).min();
+                if let Some(since) = oldest_other {
+                    let newer = t.all_nodes().filter(|n| n.created_at >= since).count();
+                    if newer + parents.len() > tail_window(self.config.snapshot_nodes) {
+                        return None;
+                    }
+                }
                 return Some(above + i as u64 + 1);
             }
             // On another branch (a branch switch): walk the whole tree.
             let by_id: HashMap<&str, &Node> = t.all_nodes().map(|n| (n.id.as_str(), n)).collect();
             let mut node = by_id.get(cursor.as_str())?;
-            let mut depth: u64 = 1;
+            let mut on_path: HashSet<&str> = HashSet::from([node.id.as_str()]);
             while let Some(parent) = node.parent_id.as_deref() {
                 node = by_id.get(parent)?;
-                depth += 1;
-                if depth as usize > by_id.len() {
+                if !on_path.insert(node.id.as_str()) {
+                    return None; // a cycle
+                }
+            }
+            // As above: the versions left behind must be within a tail read.
+            let oldest_other = t
+                .all_nodes()
+                .filter(|n| !on_path.contains(n.id.as_str()))
+                .map(|n| n.created_at)
+                .min();
+            if let Some(since) = oldest_other {
+                let newer = t.all_nodes().filter(|n| n.created_at >= since).count();
+                if newer + parents.len() > tail_window(self.config.snapshot_nodes) {
                     return None;
                 }
             }
-            return Some(above + depth);
+            return Some(above + on_path.len() as u64);
         }
         // Not in memory: the leaf did not move, so the stored length holds.
         state

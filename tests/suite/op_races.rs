@@ -454,6 +454,18 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         .collect();
     check_invariants_except(&sim, &steer_texts, &deleted)
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    // What a panel is shown now is what it is shown after a restart: memory
+    // holds exactly what the store gives back.
+    let threads: Vec<String> = sim.store.threads.keys().cloned().collect();
+    let before = snapshots_of(&mut sim, &threads);
+    sim.crash();
+    let after = snapshots_of(&mut sim, &threads);
+    for ((thread, before), after) in threads.iter().zip(&before).zip(&after) {
+        assert_eq!(
+            before, after,
+            "seed {seed}: {thread} reads back differently"
+        );
+    }
     let compactions = sim
         .store
         .nodes
@@ -467,6 +479,27 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         }
     }
     (acked, compactions)
+}
+
+/// The thread view each of `threads` is initialized with, as JSON text.
+fn snapshots_of(sim: &mut Sim, threads: &[String]) -> Vec<String> {
+    threads
+        .iter()
+        .map(|thread| {
+            let conn = sim.connect();
+            sim.send(conn, initialize(&format!("look-{thread}"), Some(thread)));
+            sim.run(10_000);
+            sim.events_for(conn)
+                .iter()
+                .find_map(|e| match e {
+                    sw_agent::protocol::Event::Initialized { snapshot } => {
+                        Some(serde_json::to_string(&snapshot.thread).expect("encodes"))
+                    }
+                    _ => None,
+                })
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 fn panels_of(sent: &HashMap<String, (u64, &'static str, bool)>) -> Vec<u64> {

@@ -899,3 +899,53 @@ fn a_fork_stored_with_calls_naming_the_source_messages_still_sends_every_call_wi
         check_request(request).unwrap();
     }
 }
+
+#[test]
+fn an_old_edit_keeps_its_version_switcher_after_a_restart() {
+    // The edited message's other version is older than what a cold start
+    // reads of a thread's newest nodes: the thread is read whole instead.
+    let mut sim = Sim::new(181, agent_policy(), page_tools());
+    sim.config.snapshot_nodes = 12;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("s0", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    for i in 1..30 {
+        sim.send(conn, submit(&format!("s{i}"), Some(&tid), "Again"));
+        sim.run(10_000);
+    }
+    // Back to the first message: the new version's path is short, the old
+    // one's ~200 nodes are all newer than the message itself.
+    let first = user_node(&sim, "Subscribe me");
+    sim.send(conn, edit("e1", &tid, &first, "Subscribe me, edited"));
+    sim.run(10_000);
+    let view_of = |sim: &mut Sim, id: &str| {
+        let conn = sim.connect();
+        sim.send(conn, initialize(id, Some(&tid)));
+        sim.run(10_000);
+        let view = last_view(sim, conn);
+        // The first page and the switchers in it, then every older page's.
+        let mut switchers = view.branches.clone();
+        let mut before = view.nodes[0].id.clone();
+        let mut older = view.older_nodes;
+        let mut n = 0;
+        while older > 0 {
+            n += 1;
+            let result = history(sim, conn, &tid, &before, 12, &format!("{id}-h{n}"));
+            let branches: Vec<sw_agent::protocol::BranchPoint> =
+                serde_json::from_value(result["branches"].clone()).unwrap();
+            let page: Vec<sw_agent::model::Node> =
+                serde_json::from_value(result["nodes"].clone()).unwrap();
+            switchers.extend(branches);
+            before = page[0].id.clone();
+            older = result["olderNodes"].as_u64().unwrap();
+        }
+        switchers
+    };
+    let before = view_of(&mut sim, "i1");
+    assert_eq!(before.len(), 1, "the edit's switcher: {before:?}");
+    sim.crash();
+    assert_eq!(view_of(&mut sim, "i2"), before, "the same after a restart");
+    check_invariants(&sim, &[]).unwrap();
+}
