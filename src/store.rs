@@ -286,47 +286,59 @@ pub struct MemoryStore {
     pub commits: u64,
 }
 
+/// `record` as the worker reads it back from its stored JSON data.
+fn read_back<T: Serialize + crate::model::FromRecord>(record: &T) -> T {
+    let value = serde_json::to_value(record).expect("a record encodes");
+    T::from_record(value).unwrap_or_else(|e| panic!("a stored record reads back: {e}"))
+}
+
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Apply a unit of work atomically (nothing here can fail half-way).
+    /// Every record is kept as the worker reads it back: encoded to its
+    /// JSON data and decoded by the worker's own decoders, so what the
+    /// encoding does not carry (a `null` that reads back as absent, …) is
+    /// not carried here either.
     pub fn apply(&mut self, unit: &UnitOfWork) {
         for record in &unit.puts {
             match record {
                 Record::Thread(t) => {
-                    self.threads.insert(t.id.clone(), t.clone());
+                    self.threads.insert(t.id.clone(), read_back(t));
                 }
                 Record::Node(n) => {
-                    self.nodes.insert(n.id.clone(), n.clone());
+                    let value = serde_json::to_value(n).expect("a node encodes");
+                    let n: Node = serde_json::from_value(value).expect("a node reads back");
+                    self.nodes.insert(n.id.clone(), n);
                 }
                 Record::Run(r) => {
                     // As IndexedDB stores it: the environment lives in its own record.
                     let mut r = r.clone();
                     r.environment = None;
-                    self.runs.insert(r.id.clone(), r);
+                    self.runs.insert(r.id.clone(), read_back(&r));
                 }
                 Record::Steer(s) => {
-                    self.steers.insert(s.id.clone(), s.clone());
+                    self.steers.insert(s.id.clone(), read_back(s));
                 }
                 Record::QueueItem(q) => {
-                    self.queue.insert(q.id.clone(), q.clone());
+                    self.queue.insert(q.id.clone(), read_back(q));
                 }
                 Record::Receipt(r) => {
-                    self.receipts.insert(r.key.clone(), r.clone());
+                    self.receipts.insert(r.key.clone(), read_back(r));
                 }
                 Record::Approval(a) => {
-                    self.approvals.insert(a.id.clone(), a.clone());
+                    self.approvals.insert(a.id.clone(), read_back(a));
                 }
                 Record::SiteRule(r) => {
-                    self.site_rules.insert(r.origin.clone(), r.clone());
+                    self.site_rules.insert(r.origin.clone(), read_back(r));
                 }
                 Record::Interaction(i) => {
-                    self.interactions.insert(i.id.clone(), i.clone());
+                    self.interactions.insert(i.id.clone(), read_back(i));
                 }
                 Record::Environment(e) => {
-                    self.environments.insert(e.run_id.clone(), e.clone());
+                    self.environments.insert(e.run_id.clone(), read_back(e));
                 }
                 Record::Snapshot(r) => {
                     // As IndexedDB stores it: the parsed JSON text.
