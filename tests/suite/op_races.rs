@@ -481,7 +481,8 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
     (acked, compactions)
 }
 
-/// The thread view each of `threads` is initialized with, as JSON text.
+/// The snapshot (thread list and thread view) each of `threads` is
+/// initialized with, as JSON text.
 fn snapshots_of(sim: &mut Sim, threads: &[String]) -> Vec<String> {
     threads
         .iter()
@@ -493,7 +494,7 @@ fn snapshots_of(sim: &mut Sim, threads: &[String]) -> Vec<String> {
                 .iter()
                 .find_map(|e| match e {
                     sw_agent::protocol::Event::Initialized { snapshot } => {
-                        Some(serde_json::to_string(&snapshot.thread).expect("encodes"))
+                        Some(serde_json::to_string(&**snapshot).expect("encodes"))
                     }
                     _ => None,
                 })
