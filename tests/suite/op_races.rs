@@ -454,6 +454,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         .collect();
     check_invariants_except(&sim, &steer_texts, &deleted)
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+
     // What a panel is shown now is what it is shown after a restart: memory
     // holds exactly what the store gives back.
     let threads: Vec<String> = sim.store.threads.keys().cloned().collect();

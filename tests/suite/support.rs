@@ -345,6 +345,7 @@ pub fn check_invariants_except(
     // one_cutoff_per_request and no_orphan_tool_calls, per request.
     for (i, request) in sim.requests.iter().enumerate() {
         check_request(request).map_err(|e| format!("request {i}: {e}"))?;
+        check_wire_bodies(request).map_err(|e| format!("request {i}: {e}"))?;
         let in_request: Vec<usize> = request
             .messages
             .iter()
@@ -563,4 +564,114 @@ pub fn last_stop(sim: &Sim) -> Option<StopReason> {
         Event::TurnComplete { stop_reason, .. } => Some(*stop_reason),
         _ => None,
     })
+}
+
+/// What the providers' APIs refuse with a 400, checked on the bodies the
+/// engine would send for `request` in both formats: OpenAI, every tool
+/// call answered by tool messages right after its assistant message and
+/// nothing else answered; Anthropic, a user message first, roles
+/// alternating, no empty text, every tool_use answered by a tool_result in
+/// the very next (user) message, tool results first in it and for nothing else.
+pub fn check_wire_bodies(request: &ProviderRequest) -> Result<(), String> {
+    let openai = sw_agent::provider::openai::build_body(request);
+    let messages = openai["messages"].as_array().ok_or("openai: no messages")?;
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or_default();
+        if role == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap_or_default();
+            if !open.iter().any(|c| c == id) {
+                return Err(format!(
+                    "openai: message {i} answers {id}, which is not open"
+                ));
+            }
+            open.retain(|c| c != id);
+            continue;
+        }
+        if !open.is_empty() {
+            return Err(format!(
+                "openai: message {i} ({role}) before the results of {open:?}"
+            ));
+        }
+        if role == "assistant" {
+            let calls = m["tool_calls"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if calls.is_empty() && !m["content"].is_string() {
+                return Err(format!(
+                    "openai: assistant message {i} with neither text nor calls"
+                ));
+            }
+            open = calls
+                .iter()
+                .filter_map(|c| c["id"].as_str().map(str::to_string))
+                .collect();
+        }
+    }
+    if !open.is_empty() {
+        return Err(format!("openai: {open:?} unanswered at the end"));
+    }
+
+    let anthropic = sw_agent::provider::anthropic::build_body(request);
+    let messages = anthropic["messages"]
+        .as_array()
+        .ok_or("anthropic: no messages")?;
+    let mut previous_uses: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or_default();
+        let expected = if i % 2 == 0 { "user" } else { "assistant" };
+        if role != expected {
+            return Err(format!(
+                "anthropic: message {i} is {role}, {expected} expected"
+            ));
+        }
+        let blocks = m["content"]
+            .as_array()
+            .ok_or(format!("anthropic: message {i} has no blocks"))?;
+        if blocks.is_empty() {
+            return Err(format!("anthropic: message {i} is empty"));
+        }
+        let mut results_done = false;
+        let mut answered: Vec<String> = Vec::new();
+        let mut uses: Vec<String> = Vec::new();
+        for block in blocks {
+            match block["type"].as_str().unwrap_or_default() {
+                "text" if block["text"].as_str().unwrap_or_default().is_empty() => {
+                    return Err(format!("anthropic: an empty text block in message {i}"));
+                }
+                "tool_result" => {
+                    if results_done {
+                        return Err(format!(
+                            "anthropic: a tool_result after text in message {i}"
+                        ));
+                    }
+                    let id = block["tool_use_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    if !previous_uses.contains(&id) {
+                        return Err(format!(
+                            "anthropic: message {i} answers {id}, not used just before"
+                        ));
+                    }
+                    answered.push(id);
+                }
+                "tool_use" => uses.push(block["id"].as_str().unwrap_or_default().to_string()),
+                _ => results_done = true,
+            }
+        }
+        if let Some(missing) = previous_uses.iter().find(|u| !answered.contains(u)) {
+            return Err(format!(
+                "anthropic: tool_use {missing} has no result in message {i}"
+            ));
+        }
+        previous_uses = uses;
+    }
+    if !previous_uses.is_empty() {
+        return Err(format!(
+            "anthropic: {previous_uses:?} unanswered at the end"
+        ));
+    }
+    Ok(())
 }
