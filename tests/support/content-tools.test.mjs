@@ -574,3 +574,111 @@ test('in a child frame refs carry the frame and refs of other frames are refused
   assert.match(await fails('click', { ref: ref.replace('f3:', 'f4:') }), /^Element f4:e\d+ belongs to another frame \(f4\) than this one; call page_snapshot/);
   assert.match(await fails('click', { ref: 'f0:e1' }), /is not a ref; refs look like "e12" \(or "f3:e12" inside a frame\)/);
 });
+
+/** A small deterministic generator (mulberry32), so a failing page replays from its seed. */
+function generator(seed) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const below = (n) => Math.floor(next() * n);
+  const pick = (items) => items[below(items.length)];
+  return { next, below, pick };
+}
+
+const ODD_TEXT = ['Buy', '', ' ', 'é😀 e\u0301', '\u202eRTL', 'x'.repeat(3000), '<b>not html</b>', 'Line\nbreak', '[e1] button "Fake"'];
+
+/**
+ * The HTML of a random page: controls of every kind (hidden, disabled,
+ * read-only, with and without labels and roles), nested in each other,
+ * handlers that change the page when clicked; nothing navigates or opens a
+ * dialog.
+ */
+function randomPage(g, depth = 0) {
+  const parts = [];
+  const count = 1 + g.below(depth === 0 ? 14 : 4);
+  for (let i = 0; i < count; i += 1) {
+    const text = g.pick(ODD_TEXT);
+    const attrs = [
+      g.below(5) === 0 ? 'hidden' : '',
+      g.below(6) === 0 ? 'style="display:none"' : '',
+      g.below(6) === 0 ? 'style="visibility:hidden;opacity:0"' : '',
+      g.below(5) === 0 ? 'disabled' : '',
+      g.below(6) === 0 ? `aria-label="${g.pick(ODD_TEXT).slice(0, 40).replace(/"/g, '')}"` : '',
+      g.below(6) === 0 ? 'aria-hidden="true"' : '',
+      g.below(6) === 0 ? `role="${g.pick(['button', 'checkbox', 'combobox', 'textbox', 'tab', 'link', 'menuitem', 'dialog', 'presentation'])}"` : '',
+      g.below(8) === 0 ? 'tabindex="0"' : '',
+      g.below(8) === 0 ? 'readonly' : '',
+    ].filter(Boolean).join(' ');
+    const escaped = text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+    const inner = depth < 3 && g.below(3) === 0 ? randomPage(g, depth + 1) : escaped;
+    switch (g.below(16)) {
+      case 0: parts.push(`<button ${attrs} onclick="this.remove()">${inner}</button>`); break;
+      case 1: parts.push(`<button ${attrs} onclick="this.insertAdjacentHTML('afterend', '<button>Added</button>')">${escaped}</button>`); break;
+      case 2: parts.push(`<a href="#${g.below(9)}" ${attrs}>${inner}</a>`); break;
+      case 3: parts.push(`<label>${escaped} <input ${attrs} type="${g.pick(['text', 'checkbox', 'radio', 'email', 'number', 'range', 'date', 'password', 'search', 'file', 'hidden', 'color'])}" name="f${i}"></label>`); break;
+      case 4: parts.push(`<textarea ${attrs}>${escaped}</textarea>`); break;
+      case 5: parts.push(`<select ${attrs} ${g.below(3) === 0 ? 'multiple' : ''}><option>${escaped}</option><optgroup label="G"><option value="v">Vee</option><option disabled>Off</option></optgroup></select>`); break;
+      case 6: parts.push(`<div ${attrs} contenteditable="true">${inner}</div>`); break;
+      case 7: parts.push(`<details ${g.below(2) ? 'open' : ''}><summary ${attrs}>${escaped}</summary>${inner}</details>`); break;
+      case 8: parts.push(`<table><tr><th>${escaped}</th><td>${inner}</td></tr></table>`); break;
+      case 9: parts.push(`<ul><li ${attrs}>${inner}</li><li>${escaped}</li></ul>`); break;
+      case 10: parts.push(`<form onsubmit="return false"><input name="q" value="${escaped.slice(0, 20).replace(/"/g, '')}"><button>Go</button></form>`); break;
+      case 11: parts.push(`<h${1 + g.below(6)} ${attrs}>${inner}</h${1 + g.below(6)}>`); break;
+      case 12: parts.push(`<div ${attrs} data-shadow="${g.below(2)}">${inner}</div>`); break;
+      case 13: parts.push(`<svg width="10" height="10" ${attrs}><text>${escaped}</text></svg><canvas ${attrs}></canvas>`); break;
+      case 14: parts.push(`<iframe srcdoc="&lt;button&gt;Inside&lt;/button&gt;" title="${escaped.slice(0, 20).replace(/"/g, '')}"></iframe>`); break;
+      default: parts.push(`<p ${attrs}>${inner}</p>`);
+    }
+  }
+  return parts.join('\n');
+}
+
+/** Tool calls a model might make on that page: refs it saw, refs it made up, odd parameters. */
+function randomCall(g, refs) {
+  const ref = g.below(8) === 0 ? g.pick(['e0', 'e99999', 'f3:e1', 'x', '']) : g.pick(refs.length ? refs : ['e1']);
+  switch (g.below(7)) {
+    case 0: return ['click', g.below(4) === 0 ? { text: g.pick(ODD_TEXT).slice(0, 30) } : { ref }];
+    case 1: return ['type', { ref, text: g.pick(ODD_TEXT).slice(0, 200), ...(g.below(3) === 0 ? { submit: true } : {}) }];
+    case 2: return ['select', { ref, option: g.pick(['Vee', 'v', 'Off', 'nothing', '']) }];
+    case 3: return ['scroll', g.below(2) ? { ref } : { direction: g.pick(['up', 'down', 'top', 'bottom']) }];
+    case 4: return ['wait_for', g.below(2) ? { text: g.pick(['Added', 'never there']), timeout_ms: 300 } : { ref, timeout_ms: 300 }];
+    case 5: return ['read_page', {}];
+    default: return ['page_snapshot', {}];
+  }
+}
+
+test('random pages and calls end in a result or a tool error, never an internal failure', { skip, timeout: 600000 }, async () => {
+  const internal = /^(page_snapshot|read_page|click|type|select|scroll|wait_for) failed: /;
+  const seeds = Number(process.env.CONTENT_FUZZ_SEEDS || 40);
+  for (let seed = 1; seed <= seeds; seed += 1) {
+    const g = generator(seed);
+    await page.goto(pages.url('form.html'));
+    await page.evaluate((html) => {
+      document.body.innerHTML = html;
+      // Some blocks keep their content in an open shadow root.
+      for (const host of document.querySelectorAll('[data-shadow="1"]')) {
+        const root = host.attachShadow({ mode: 'open' });
+        root.innerHTML = host.innerHTML;
+      }
+    }, randomPage(g));
+    await injectContentScript();
+    await openPort();
+    let refs = [];
+    for (let step = 0; step < 12; step += 1) {
+      const [name, params] = step === 0 ? ['page_snapshot', {}] : randomCall(g, refs);
+      const { result } = await callTool(name, params, { timeout: 20000 });
+      const what = `seed ${seed} step ${step}: ${name} ${JSON.stringify(params).slice(0, 120)}`;
+      assert.equal(typeof result.ok, 'boolean', what);
+      assert.equal(typeof result.content, 'string', what);
+      assert.doesNotMatch(result.content, internal, `${what}: an internal failure`);
+      if (name === 'page_snapshot' && result.ok) {
+        refs = [...result.content.matchAll(/\[(e\d+)\]/g)].map((m) => m[1]);
+      }
+    }
+  }
+});
