@@ -401,6 +401,21 @@ impl Sim {
         }
     }
 
+    /// Fail every parked persist (a full disk): nothing of them is written.
+    pub fn fail_held_persists(&mut self, retryable: bool) {
+        self.hold_persists = false;
+        for (token, _) in std::mem::take(&mut self.held) {
+            self.engine.handle_store_error(
+                self.now,
+                token,
+                StoreError {
+                    message: "QuotaExceededError".into(),
+                    retryable,
+                },
+            );
+        }
+    }
+
     /// Commit and acknowledge the oldest parked persist only; later ones stay parked.
     pub fn release_one(&mut self) -> bool {
         if self.held.is_empty() {
@@ -821,14 +836,14 @@ impl Sim {
             Event::CommandAck {
                 submission_id,
                 op_type,
-                result,
+                ..
             } => {
-                // Reads: no receipt, nothing written.
+                // Reads: no receipt, nothing written. Every other ACK,
+                // even one that changed nothing, has its receipt.
                 let nothing_written = matches!(
                     op_type.as_str(),
                     "initialize" | "thread.history" | "provider.test"
-                ) || (op_type == "turn.interrupt"
-                    && result.get("turnId") == Some(&Value::Null));
+                );
                 let suffix = format!("\u{1f}{submission_id}");
                 if !nothing_written && !self.store.receipts.keys().any(|k| k.ends_with(&suffix)) {
                     self.violations

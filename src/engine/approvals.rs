@@ -176,9 +176,15 @@ impl Engine {
             // Already decided: the same answer is acknowledged again, a
             // different one is refused; neither changes the first outcome.
             return if approval.status == decision.status() {
-                self.ack(
-                    &reply,
-                    json!({ "approvalId": approval.id, "status": approval.status }),
+                // With a receipt of its own, like every other ACK.
+                let result = json!({ "approvalId": approval.id, "status": approval.status });
+                self.command(
+                    now,
+                    thread_id,
+                    UnitOfWork::new(),
+                    reply,
+                    result,
+                    Follow::AckOnly,
                 )
             } else {
                 let message = match approval.status {

@@ -594,8 +594,18 @@ impl Engine {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         };
         let Some(exec) = t.exec.as_mut() else {
-            // Always allowed: nothing runs, so there is nothing to stop.
-            return self.ack(&reply, json!({ "turnId": Value::Null }));
+            // Always allowed: nothing runs, so there is nothing to stop. Its
+            // receipt is kept all the same: sent again later, while a turn
+            // runs, it must replay this answer, not stop that turn.
+            let result = json!({ "turnId": Value::Null });
+            return self.command(
+                now,
+                thread_id,
+                UnitOfWork::new(),
+                reply,
+                result,
+                Follow::AckOnly,
+            );
         };
         exec.interrupts.push(reply);
         let phase = exec.phase.clone();

@@ -150,9 +150,16 @@ impl Engine {
         if interaction.status != InteractionStatus::Pending {
             // Claimed once: the same answer is acknowledged again, another is refused.
             return if interaction.answer.as_deref() == Some(answer.as_str()) {
-                self.ack(
-                    &reply,
-                    json!({ "interactionId": interaction.id, "status": interaction.status }),
+                // With a receipt of its own, like every other ACK.
+                let result =
+                    json!({ "interactionId": interaction.id, "status": interaction.status });
+                self.command(
+                    now,
+                    thread_id,
+                    UnitOfWork::new(),
+                    reply,
+                    result,
+                    Follow::AckOnly,
                 )
             } else {
                 let message = match interaction.status {

@@ -1513,9 +1513,16 @@ impl Engine {
         self.cache_unit_failed(&pending.unit);
         let message = format!("Saving failed: {error}");
         if let Some((reply, _)) = &pending.reply {
-            self.inflight_receipts
-                .remove(&receipt_key(&reply.submission));
-            self.reject(reply, ErrorKind::Storage, &message);
+            // The same submission sent again meanwhile waited for this
+            // commit: it is refused with it (and may be sent once more).
+            let waiters = self
+                .inflight_receipts
+                .remove(&receipt_key(&reply.submission))
+                .map(|(_, w)| w)
+                .unwrap_or_default();
+            for r in std::iter::once(reply).chain(waiters.iter()) {
+                self.reject(r, ErrorKind::Storage, &message);
+            }
         }
         match pending.then {
             Then::SteerAdmitted { seq } => {

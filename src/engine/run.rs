@@ -1376,14 +1376,17 @@ pick a different element or tool, or explain the problem to the user.",
                     };
                     self.broadcast(&tid, event);
                 }
-                for (i, reply) in interrupts.iter().enumerate() {
-                    // An interrupt that arrived after the terminal state was decided changed nothing.
-                    let result = if i < decided {
-                        json!({ "turnId": turn_id })
+                for (i, reply) in interrupts.into_iter().enumerate() {
+                    if i < decided {
+                        // Its receipt was in the terminal checkpoint.
+                        self.ack(&reply, json!({ "turnId": turn_id }));
                     } else {
-                        json!({ "turnId": Value::Null })
-                    };
-                    self.ack(reply, result);
+                        // It arrived after the terminal state was decided and
+                        // changed nothing; its receipt keeps it that way when
+                        // it is sent again while another turn runs.
+                        let result = json!({ "turnId": Value::Null });
+                        self.command(now, &tid, UnitOfWork::new(), reply, result, Follow::AckOnly);
+                    }
                 }
                 // complete_after_writes: the terminal checkpoint has committed.
                 self.broadcast(

@@ -242,9 +242,30 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
     let mut ops: HashMap<String, Op> = HashMap::new();
     let mut steer_texts = Vec::new();
     let mut steer_threads: HashMap<String, String> = HashMap::new();
+    // A panel that sends again what it sent before (a retry after a lost
+    // ACK): submission id → (its connection, whether the worker lived).
+    let mut resender = sim.connect();
+    let mut resends: Vec<(String, u64, bool)> = Vec::new();
     for batch in 0..30 {
         sim.hold_persists = gen.below(3) == 0;
         let mut this_batch = Vec::new();
+        // Not on the seeds where days pass: a receipt past the retention is
+        // gone, and the same submission is then a new command.
+        if batch > 0 && seed % 7 != 3 && gen.below(3) == 0 {
+            let mut earlier: Vec<&String> = ops.keys().collect();
+            sw_agent::sorting::sort(&mut earlier);
+            let id = earlier[gen.below(earlier.len())].clone();
+            if !resends.iter().any(|(r, _, _)| *r == id) {
+                if std::env::var("RACE_DEBUG").is_ok() {
+                    eprintln!(
+                        "RESEND {id} batch {batch} {}",
+                        serde_json::to_string(&ops[&id]).unwrap()
+                    );
+                }
+                sim.send(resender, ops[&id].clone());
+                resends.push((id, resender, true));
+            }
+        }
         for k in 0..1 + gen.below(6) {
             let id = format!("b{batch}-{k}");
             let op = some_op(&mut gen, &sim, &id);
@@ -277,15 +298,28 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
                 for id in &this_batch {
                     sent.get_mut(id).expect("sent").2 = false;
                 }
+                if let Some(last) = resends.last_mut() {
+                    last.2 = false;
+                }
+                resender = sim.connect();
                 panels = [sim.connect(), sim.connect()];
             }
+        }
+        if seed % 7 == 3 && gen.below(4) == 0 {
+            // Days pass: a restart after them deletes what the retention
+            // lets go (receipts, finished runs' answered questions, …).
+            sim.now += 8 * 24 * 60 * 60 * 1000;
         }
         if gen.below(8) == 0 {
             // The worker dies with whatever was in flight; the panels reconnect.
             for id in &this_batch {
                 sent.get_mut(id).expect("sent").2 = false;
             }
+            if let Some(last) = resends.last_mut() {
+                last.2 = false;
+            }
             sim.crash();
+            resender = sim.connect();
             panels = [sim.connect(), sim.connect()];
             // A panel that reconnects is answered from the snapshot cache
             // first when the store held one (the sim checks it against the
@@ -323,6 +357,37 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             "seed {seed}: {op_type} {id} answered {n} times"
         );
     }
+    // receipt_replay_or_reject: sent again, an ACKed command replays its
+    // ACK (nothing runs twice).
+    {
+        for (id, conn, lived) in &resends {
+            let (panel, op_type, _) = &sent[id];
+            // Reads keep no receipt: sent again, they read again.
+            if ["initialize", "thread.history", "provider.test"].contains(op_type) {
+                continue;
+            }
+            let first = answered[panel].iter().find(|(a, _)| a == id);
+            let again: Vec<Answer> = answers(&sim, *conn)
+                .into_iter()
+                .filter(|(a, _)| a == id)
+                .collect();
+            if *lived {
+                assert_eq!(
+                    again.len(),
+                    1,
+                    "seed {seed}: {op_type} {id} sent again: {again:?}"
+                );
+            }
+            if let (Some((_, Ok(result))), Some((_, replay))) = (first, again.first()) {
+                assert_eq!(
+                    replay.as_ref().ok(),
+                    Some(result),
+                    "seed {seed}: {op_type} {id} replayed differently"
+                );
+            }
+        }
+    }
+
     // No acknowledged user message is lost: an ACKed turn's text is in its
     // thread (any branch), or still queued, unless the thread was deleted
     // or the user removed or rewrote that queued turn.
@@ -451,6 +516,24 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         .into_iter()
         .filter(|(_, thread)| !sim.store.threads.contains_key(thread))
         .map(|(text, _)| text)
+        .collect();
+    // A steer whose first sending went unanswered (the worker died) and was
+    // sent again took its place in the admission order when it landed:
+    // either sending may have been the one.
+    let unanswered_resent: HashSet<&str> = resends
+        .iter()
+        .filter(|(id, _, _)| {
+            let (panel, _, _) = &sent[id];
+            !answered[panel].iter().any(|(a, _)| a == id)
+        })
+        .filter_map(|(id, _, _)| match &ops[id] {
+            Op::TurnSteer { input, .. } => Some(input.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let steer_texts: Vec<String> = steer_texts
+        .into_iter()
+        .filter(|t| !unanswered_resent.contains(t.as_str()))
         .collect();
     check_invariants_except(&sim, &steer_texts, &deleted)
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));

@@ -333,3 +333,82 @@ fn page_messages_round_trip_and_cannot_carry_ops() {
     assert_eq!(v["frameId"], json!(7));
     assert_eq!(serde_json::from_value::<PageRequest>(v).unwrap(), r);
 }
+
+#[test]
+fn receipt_replay_or_reject_a_submission_sent_again_while_its_commit_fails_is_refused_with_it() {
+    let mut sim = sw_agent::sim::Sim::new(31, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Hello"));
+    sim.run(10_000);
+    let (thread, _) = current_ids(&sim);
+    let thread = thread.expect("a thread");
+    // A queued turn is saving when the panel, unsure, sends it again; then
+    // the disk refuses the write. Both sendings get the refusal.
+    sim.hold_persists = true;
+    sim.send(conn, enqueue("q1", &thread, "Later"));
+    sim.run(1000);
+    sim.send(conn, enqueue("q1", &thread, "Later"));
+    sim.run(1000);
+    assert!(
+        answers(&sim, conn).iter().all(|(id, _)| id != "q1"),
+        "both wait"
+    );
+    sim.fail_held_persists(false);
+    sim.run(10_000);
+    let refused: Vec<ErrorKind> = answers(&sim, conn)
+        .into_iter()
+        .filter(|(id, _)| id == "q1")
+        .map(|(_, answer)| answer.expect_err("refused").kind)
+        .collect();
+    assert_eq!(refused, [ErrorKind::Storage, ErrorKind::Storage]);
+    // Sent once more, it is a new attempt and goes through.
+    sim.send(conn, enqueue("q1", &thread, "Later"));
+    sim.run(10_000);
+    assert!(
+        matches!(answer(&sim, conn, "q1"), Some(Err(_))),
+        "the first answer stays the first"
+    );
+    let last = answers(&sim, conn)
+        .into_iter()
+        .rev()
+        .find(|(id, _)| id == "q1");
+    assert!(matches!(last, Some((_, Ok(_)))), "{last:?}");
+}
+
+#[test]
+fn receipt_replay_or_reject_an_interrupt_that_stopped_nothing_does_not_stop_a_later_turn() {
+    let mut sim = sw_agent::sim::Sim::new(32, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Hello"));
+    sim.run(10_000);
+    let (thread, _) = current_ids(&sim);
+    let thread = thread.expect("a thread");
+    sim.send(conn, interrupt("x1", &thread));
+    sim.run(10_000);
+    // Stop pressed with nothing running: "nothing to stop".
+    sim.send(conn, interrupt("x2", &thread));
+    sim.run(10_000);
+    assert_eq!(
+        answer(&sim, conn, "x2").and_then(Result::ok),
+        Some(serde_json::json!({ "turnId": null }))
+    );
+    // A new turn waits for an approval when the panel, unsure the Stop
+    // was heard, sends it again: the answer replays, the turn goes on.
+    sim.send(conn, submit("s2", Some(&thread), "Again"));
+    sim.run(10_000);
+    let panel = sim.connect();
+    sim.send(panel, interrupt("x2", &thread));
+    sim.run(10_000);
+    assert_eq!(
+        answer(&sim, panel, "x2").and_then(Result::ok),
+        Some(serde_json::json!({ "turnId": null }))
+    );
+    let latest = sim
+        .store
+        .runs
+        .values()
+        .max_by_key(|r| r.created_at)
+        .unwrap();
+    assert_eq!(latest.state, sw_agent::model::RunState::WaitingApproval);
+}
