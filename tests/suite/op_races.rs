@@ -256,12 +256,6 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             sw_agent::sorting::sort(&mut earlier);
             let id = earlier[gen.below(earlier.len())].clone();
             if !resends.iter().any(|(r, _, _)| *r == id) {
-                if std::env::var("RACE_DEBUG").is_ok() {
-                    eprintln!(
-                        "RESEND {id} batch {batch} {}",
-                        serde_json::to_string(&ops[&id]).unwrap()
-                    );
-                }
                 sim.send(resender, ops[&id].clone());
                 resends.push((id, resender, true));
             }
