@@ -511,6 +511,11 @@ struct ThreadState {
     /// refused, and nothing of it is written meanwhile, so no record of a
     /// deleted thread is written after its delete.
     deleting: bool,
+    /// A checkpoint of its run could not be saved, so this worker stopped
+    /// driving the run; the next worker resumes it from the last saved
+    /// step. Until then nothing is added on top of that step (a new turn
+    /// there would sit between a tool call and its result).
+    stalled: bool,
     /// The active path, root first.
     path: Vec<Node>,
     /// Every other node of the thread (other branches), in no order.
@@ -562,6 +567,7 @@ impl ThreadState {
             loaded,
             loading: false,
             deleting: false,
+            stalled: false,
             path: Vec::new(),
             off_path: Vec::new(),
             outbound: context::OutboundView::default(),
@@ -1188,6 +1194,22 @@ impl Engine {
         if deleting && !matches!(op, Op::Initialize { .. }) {
             return self.reject(&reply, ErrorKind::NotFound, "This thread is being deleted.");
         }
+        let stalled = support::op_thread(&op)
+            .is_some_and(|tid| self.threads.get(tid).is_some_and(|t| t.stalled));
+        let reads_or_leaves = matches!(
+            op,
+            Op::Initialize { .. }
+                | Op::ThreadHistory { .. }
+                | Op::ThreadFork { .. }
+                | Op::ThreadDelete { .. }
+        );
+        if stalled && !reads_or_leaves {
+            return self.reject(
+                &reply,
+                ErrorKind::Storage,
+                "Saving this conversation failed, so it is paused. It continues from its last saved step when the extension restarts.",
+            );
+        }
         // Ops that need the thread's nodes in memory wait for them.
         if let Some(tid) = self.thread_needing_load(&op) {
             let t = self
@@ -1457,6 +1479,7 @@ impl Engine {
         let Some(pending) = self.pending.remove(&token) else {
             return;
         };
+        self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
         // A moved leaf (branch switch, edited message): clients redraw from a
         // snapshot before any event of this commit refers to the new path.
@@ -1510,19 +1533,9 @@ impl Engine {
             self.effects.push_back(Effect::Persist { token, unit });
             return;
         }
-        self.cache_unit_failed(&pending.unit);
         let message = format!("Saving failed: {error}");
         if let Some((reply, _)) = &pending.reply {
-            // The same submission sent again meanwhile waited for this
-            // commit: it is refused with it (and may be sent once more).
-            let waiters = self
-                .inflight_receipts
-                .remove(&receipt_key(&reply.submission))
-                .map(|(_, w)| w)
-                .unwrap_or_default();
-            for r in std::iter::once(reply).chain(waiters.iter()) {
-                self.reject(r, ErrorKind::Storage, &message);
-            }
+            self.refuse_unsaved(reply, &message);
         }
         match pending.then {
             Then::SteerAdmitted { seq } => {
@@ -1546,13 +1559,16 @@ impl Engine {
                 }
             }
             Then::Command { .. } => {}
-            Then::RunStarted => self.drop_exec_if_unstarted(&tid),
+            Then::RunStarted => self.drop_exec_if_unstarted(now, &tid),
             // Not a run checkpoint: the run keeps going; the next start tries again.
             Then::Upgraded => {}
             Then::SnapshotsCached { .. } => self.cache_write_failed(),
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.stalled = true;
+                }
                 let turn_id = self
                     .threads
                     .get(&tid)
@@ -1565,7 +1581,7 @@ impl Engine {
                     .map(|e| e.interrupts)
                     .unwrap_or_default();
                 for reply in interrupts {
-                    self.reject(&reply, ErrorKind::Storage, &message);
+                    self.refuse_unsaved(&reply, &message);
                 }
                 if let Some(turn_id) = turn_id {
                     self.broadcast(
@@ -1583,6 +1599,20 @@ impl Engine {
                 }
                 self.update_heartbeat();
             }
+        }
+    }
+
+    /// A command whose receipt could not be saved is refused, and so is the
+    /// same submission sent again meanwhile, which waited for that commit
+    /// (either may be sent once more).
+    fn refuse_unsaved(&mut self, reply: &Reply, message: &str) {
+        let waiters = self
+            .inflight_receipts
+            .remove(&receipt_key(&reply.submission))
+            .map(|(_, w)| w)
+            .unwrap_or_default();
+        for r in std::iter::once(reply).chain(waiters.iter()) {
+            self.reject(r, ErrorKind::Storage, message);
         }
     }
 

@@ -1134,7 +1134,7 @@ pick a different element or tool, or explain the problem to the user.",
         let Some(t) = self.threads.get(tid) else {
             return;
         };
-        if t.exec.is_some() || !t.loaded {
+        if t.exec.is_some() || !t.loaded || t.stalled {
             return;
         }
         if let Some(item) = t.queue.first().cloned() {
@@ -1490,7 +1490,7 @@ pick a different element or tool, or explain the problem to the user.",
         }
     }
 
-    pub(super) fn drop_exec_if_unstarted(&mut self, tid: &str) {
+    pub(super) fn drop_exec_if_unstarted(&mut self, now: u64, tid: &str) {
         let Some(t) = self.threads.get_mut(tid) else {
             return;
         };
@@ -1499,12 +1499,19 @@ pick a different element or tool, or explain the problem to the user.",
             .as_ref()
             .is_some_and(|e| matches!(e.phase, Phase::Persisting(_)))
             && t.latest_run.as_ref().is_none_or(|r| r.state.is_terminal());
+        let mut interrupts = Vec::new();
         if unstarted {
-            t.exec = None;
+            interrupts = t.exec.take().map(|e| e.interrupts).unwrap_or_default();
         }
         if t.thread.revision == 0 {
             // A thread created with this turn was never written.
             self.threads.remove(tid);
+        }
+        // A Stop pressed while the turn was being saved stopped nothing:
+        // the turn never started.
+        for reply in interrupts {
+            let result = json!({ "turnId": Value::Null });
+            self.command(now, tid, UnitOfWork::new(), reply, result, Follow::AckOnly);
         }
         self.update_heartbeat();
     }

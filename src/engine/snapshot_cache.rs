@@ -55,8 +55,11 @@ const MAX_WANTED: usize = 8;
 /// What the engine knows of the `snapshots` store.
 #[derive(Debug, Default)]
 pub(super) struct SnapshotCache {
-    /// Threads whose cached snapshot may be in the store: the next unit
-    /// deletes them (a superset: deleting a missing key is harmless).
+    /// Threads whose cached snapshot may be in the store: every unit deletes
+    /// them until one of those units commits (a superset: deleting a missing
+    /// key is harmless). Only the first unit deleting them once let a unit
+    /// issued beside it commit while that first one failed, leaving a stale
+    /// snapshot a restarted worker would have shown as current.
     present: Vec<String>,
     /// Threads whose cached snapshot is in the store, written by this build,
     /// with no unit issued since (not written again while so).
@@ -106,19 +109,19 @@ impl Engine {
         cache.at_start.clear();
         cache.due = None;
         cache.dirty = true;
-        for thread_id in cache.present.drain(..) {
-            unit.delete(stores::SNAPSHOTS, thread_id);
+        for thread_id in &cache.present {
+            unit.delete(stores::SNAPSHOTS, thread_id.clone());
         }
     }
 
-    /// A unit failed for good: the cached snapshots it was to delete may
-    /// still be there, so the next unit deletes them.
-    pub(super) fn cache_unit_failed(&mut self, unit: &UnitOfWork) {
-        for key in unit.deletes.iter().filter(|k| k.store == stores::SNAPSHOTS) {
-            if !self.cache.present.contains(&key.key) {
-                self.cache.present.push(key.key.clone());
-            }
-        }
+    /// A unit committed: the cached snapshots it deleted are gone.
+    pub(super) fn cache_deleted(&mut self, unit: &UnitOfWork) {
+        let gone = |t: &String| {
+            unit.deletes
+                .iter()
+                .any(|k| k.store == stores::SNAPSHOTS && k.key == *t)
+        };
+        self.cache.present.retain(|t| !gone(t));
     }
 
     /// A client opened a thread: cache its snapshot at the next rest.

@@ -245,6 +245,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
     // A panel that sends again what it sent before (a retry after a lost
     // ACK): submission id → (its connection, whether the worker lived).
     let mut resender = sim.connect();
+    let mut failures = 0;
     let mut resends: Vec<(String, u64, bool)> = Vec::new();
     for batch in 0..30 {
         sim.hold_persists = gen.below(3) == 0;
@@ -327,12 +328,25 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
                 }
             }
         }
-        if gen.below(2) == 0 {
+        if seed % 6 == 5 && !sim.held.is_empty() && gen.below(4) == 0 {
+            // The disk refuses what was in flight (full, or a passing error
+            // the engine tries again).
+            failures += 1;
+            sim.fail_held_persists(gen.below(2) == 0);
+        } else if gen.below(2) == 0 {
             sim.release_persists();
         } else {
             sim.release_persists_in_any_order();
         }
         sim.run(50_000);
+    }
+    if failures > 0 {
+        // A run whose checkpoint could not be saved is left to the next
+        // worker, which resumes it from its last saved step.
+        sim.crash();
+        panels = [sim.connect(), sim.connect()];
+        let _ = panels;
+        sim.run(200_000);
     }
     sim.run(200_000);
 
@@ -390,13 +404,23 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         .flatten()
         .filter_map(|(id, r)| r.as_ref().ok().map(|v| (id.as_str(), v)))
         .collect();
-    // A removal or an edit counts unless it was refused: one whose ACK was
-    // lost with the worker may still have been saved.
-    let refused: HashSet<&str> = answered
-        .values()
-        .flatten()
+    // A removal or an edit counts unless it was refused every time it was
+    // sent: one whose ACK was lost with the worker may still have been
+    // saved, and one refused may have gone through when sent again.
+    let resent_answers: Vec<Answer> = resends
+        .iter()
+        .flat_map(|(id, conn, _)| {
+            answers(&sim, *conn)
+                .into_iter()
+                .filter(move |(a, _)| a == id)
+        })
+        .collect();
+    let all_answers: Vec<&Answer> = answered.values().flatten().chain(&resent_answers).collect();
+    let refused: HashSet<&str> = all_answers
+        .iter()
         .filter(|(_, r)| r.is_err())
         .map(|(id, _)| id.as_str())
+        .filter(|id| !all_answers.iter().any(|(a, r)| a == id && r.is_ok()))
         .collect();
     let changed_items: HashSet<&str> = ops
         .iter()
@@ -511,14 +535,14 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         .filter(|(_, thread)| !sim.store.threads.contains_key(thread))
         .map(|(text, _)| text)
         .collect();
-    // A steer whose first sending went unanswered (the worker died) and was
-    // sent again took its place in the admission order when it landed:
-    // either sending may have been the one.
+    // A steer whose first sending was not ACKed (the worker died, or saving
+    // failed) and was sent again took its place in the admission order
+    // when it landed: either sending may have been the one.
     let unanswered_resent: HashSet<&str> = resends
         .iter()
         .filter(|(id, _, _)| {
             let (panel, _, _) = &sent[id];
-            !answered[panel].iter().any(|(a, _)| a == id)
+            !answered[panel].iter().any(|(a, r)| a == id && r.is_ok())
         })
         .filter_map(|(id, _, _)| match &ops[id] {
             Op::TurnSteer { input, .. } => Some(input.text.as_str()),
