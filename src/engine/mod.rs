@@ -615,9 +615,10 @@ impl ThreadState {
         }
         for run in stored {
             let expired = run.state.is_terminal() && run.updated_at < cutoff;
-            if !prune_expired(prune, expired, stores::RUNS, &run.id) {
-                self.run_ids.push(run.id);
-            }
+            prune_expired(prune, expired, stores::RUNS, &run.id);
+            // Known even when its deletion is on its way: if that unit
+            // fails, a later `thread.delete` must still delete the record.
+            self.run_ids.push(run.id);
         }
     }
 

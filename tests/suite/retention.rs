@@ -412,3 +412,36 @@ fn commands_are_refused_while_the_receipts_cannot_be_read_and_the_next_one_reads
     assert!(matches!(answer(&sim, conn, "c1"), Some(Ok(_))));
     assert_eq!(sim.store.runs.len(), runs + 1, "only c1 ran");
 }
+
+#[test]
+fn a_thread_deleted_after_its_old_runs_could_not_be_pruned_leaves_none_behind() {
+    let mut sim = answering();
+    let conn = sim.connect();
+    let tid = turn(&mut sim, conn, "a1", None);
+    turn(&mut sim, conn, "a2", Some(&tid));
+    turn(&mut sim, conn, "a3", Some(&tid));
+    assert_eq!(sim.store.runs.len(), 3);
+    // Days later the thread loads: its superseded runs expired, and the
+    // unit deleting them fails (the disk is full).
+    sim.now += 10 * DAY;
+    sim.crash();
+    let conn = sim.connect();
+    sim.hold_persists = true;
+    sim.send(conn, initialize("i1", Some(&tid)));
+    sim.run(10_000);
+    assert!(!sim.held.is_empty(), "the prune is in flight");
+    sim.fail_held_persists(false);
+    sim.run(10_000);
+    assert_eq!(sim.store.runs.len(), 3, "nothing was deleted");
+    // Deleting the thread still deletes every run of it.
+    sim.send(
+        conn,
+        Op::ThreadDelete {
+            submission: submission("d1"),
+            thread_id: tid.clone(),
+        },
+    );
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    assert!(sim.store.runs.is_empty(), "{:?}", sim.store.runs.keys());
+}
