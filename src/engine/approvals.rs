@@ -178,14 +178,7 @@ impl Engine {
             return if approval.status == decision.status() {
                 // With a receipt of its own, like every other ACK.
                 let result = json!({ "approvalId": approval.id, "status": approval.status });
-                self.command(
-                    now,
-                    thread_id,
-                    UnitOfWork::new(),
-                    reply,
-                    result,
-                    Follow::AckOnly,
-                )
+                self.ack_with_receipt(now, thread_id, reply, result)
             } else {
                 let message = match approval.status {
                     ApprovalStatus::AcceptedOnce => {

@@ -598,14 +598,7 @@ impl Engine {
             // receipt is kept all the same: sent again later, while a turn
             // runs, it must replay this answer, not stop that turn.
             let result = json!({ "turnId": Value::Null });
-            return self.command(
-                now,
-                thread_id,
-                UnitOfWork::new(),
-                reply,
-                result,
-                Follow::AckOnly,
-            );
+            return self.ack_with_receipt(now, thread_id, reply, result);
         };
         exec.interrupts.push(reply);
         let phase = exec.phase.clone();

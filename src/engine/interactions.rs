@@ -153,14 +153,7 @@ impl Engine {
                 // With a receipt of its own, like every other ACK.
                 let result =
                     json!({ "interactionId": interaction.id, "status": interaction.status });
-                self.command(
-                    now,
-                    thread_id,
-                    UnitOfWork::new(),
-                    reply,
-                    result,
-                    Follow::AckOnly,
-                )
+                self.ack_with_receipt(now, thread_id, reply, result)
             } else {
                 let message = match interaction.status {
                     InteractionStatus::Cancelled => {

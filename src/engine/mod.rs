@@ -1607,11 +1607,7 @@ impl Engine {
     /// same submission sent again meanwhile, which waited for that commit
     /// (either may be sent once more).
     fn refuse_unsaved(&mut self, reply: &Reply, message: &str) {
-        let waiters = self
-            .inflight_receipts
-            .remove(&receipt_key(&reply.submission))
-            .map(|(_, w)| w)
-            .unwrap_or_default();
+        let waiters = self.take_waiters(reply);
         for r in std::iter::once(reply).chain(waiters.iter()) {
             self.reject(r, ErrorKind::Storage, message);
         }

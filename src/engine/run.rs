@@ -1385,7 +1385,7 @@ pick a different element or tool, or explain the problem to the user.",
                         // changed nothing; its receipt keeps it that way when
                         // it is sent again while another turn runs.
                         let result = json!({ "turnId": Value::Null });
-                        self.command(now, &tid, UnitOfWork::new(), reply, result, Follow::AckOnly);
+                        self.ack_with_receipt(now, &tid, reply, result);
                     }
                 }
                 // complete_after_writes: the terminal checkpoint has committed.
@@ -1511,7 +1511,7 @@ pick a different element or tool, or explain the problem to the user.",
         // the turn never started.
         for reply in interrupts {
             let result = json!({ "turnId": Value::Null });
-            self.command(now, tid, UnitOfWork::new(), reply, result, Follow::AckOnly);
+            self.ack_with_receipt(now, tid, reply, result);
         }
         self.update_heartbeat();
     }

@@ -180,6 +180,12 @@ impl Engine {
         self.persist_command(now, tid, unit, Then::Command { follow }, reply, result);
     }
 
+    /// ACK a command that changes nothing, after its receipt commits: sent
+    /// again, it replays this answer instead of acting on what is then.
+    pub(super) fn ack_with_receipt(&mut self, now: u64, tid: &str, reply: Reply, result: Value) {
+        self.command(now, tid, UnitOfWork::new(), reply, result, Follow::AckOnly);
+    }
+
     pub(super) fn add_receipt(
         &mut self,
         now: u64,
@@ -231,12 +237,17 @@ impl Engine {
         false
     }
 
-    pub(super) fn ack(&mut self, reply: &Reply, result: Value) {
-        let waiters = self
-            .inflight_receipts
+    /// The same submission sent again while its commit was in flight: it is
+    /// answered with it.
+    pub(super) fn take_waiters(&mut self, reply: &Reply) -> Vec<Reply> {
+        self.inflight_receipts
             .remove(&receipt_key(&reply.submission))
             .map(|(_, w)| w)
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    pub(super) fn ack(&mut self, reply: &Reply, result: Value) {
+        let waiters = self.take_waiters(reply);
         for r in std::iter::once(reply).chain(waiters.iter()) {
             self.send(
                 r.conn,

@@ -186,30 +186,7 @@ fn every_mutated_op_gets_one_typed_answer_and_the_engine_keeps_going() {
             sim.violations
         );
         // Nothing of a deleted thread was written again after its delete.
-        let store = &sim.store;
-        let owners = store
-            .nodes
-            .values()
-            .map(|n| &n.thread_id)
-            .chain(store.runs.values().map(|r| &r.thread_id))
-            .chain(store.queue.values().map(|q| &q.thread_id))
-            .chain(store.steers.values().map(|s| &s.thread_id))
-            .chain(store.snapshots.values().map(|s| &s.thread_id));
-        for owner in owners {
-            assert!(
-                store.threads.contains_key(owner),
-                "seed {seed}: a record of the deleted thread {owner}"
-            );
-        }
-        for thread in store.threads.values() {
-            if let Some(leaf) = &thread.leaf_id {
-                assert!(
-                    store.nodes.contains_key(leaf),
-                    "seed {seed}: {} lost its leaf",
-                    thread.id
-                );
-            }
-        }
+        check_store_belongs_to_threads(&sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
 
         let answered = answers(&sim, conn);
         for (id, op) in &sent {

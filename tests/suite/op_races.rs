@@ -506,30 +506,8 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             "seed {seed}: {} has {queued} queued turns behind a completed one",
             thread.id
         );
-        if let Some(leaf) = &thread.leaf_id {
-            let node = store.nodes.get(leaf);
-            assert!(
-                node.is_some_and(|n| n.thread_id == thread.id),
-                "seed {seed}: {} has no leaf {leaf}",
-                thread.id
-            );
-        }
     }
-    let owners = store
-        .nodes
-        .values()
-        .map(|n| &n.thread_id)
-        .chain(store.runs.values().map(|r| &r.thread_id))
-        .chain(store.queue.values().map(|q| &q.thread_id))
-        .chain(store.steers.values().map(|s| &s.thread_id))
-        .chain(store.approvals.values().map(|a| &a.thread_id))
-        .chain(store.snapshots.values().map(|s| &s.thread_id));
-    for owner in owners {
-        assert!(
-            store.threads.contains_key(owner),
-            "seed {seed}: a record of the deleted thread {owner}"
-        );
-    }
+    check_store_belongs_to_threads(&sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let deleted: HashSet<String> = steer_threads
         .into_iter()
         .filter(|(_, thread)| !sim.store.threads.contains_key(thread))

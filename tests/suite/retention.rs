@@ -118,13 +118,7 @@ fn receipt_replay_or_reject_holds_within_retention_and_start_deletes_only_what_e
     assert_eq!(sim.store.runs.len(), runs_before + 1, "a1 is new again");
 
     // Deleting a thread still deletes every run it has left.
-    sim.send(
-        conn,
-        Op::ThreadDelete {
-            submission: submission("d1"),
-            thread_id: t1.clone(),
-        },
-    );
+    sim.send(conn, delete("d1", &t1));
     sim.run(10_000);
     assert!(sim.store.runs.values().all(|r| r.thread_id != t1));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
@@ -207,13 +201,7 @@ fn finished_runs_come_with_their_thread_and_keep_working() {
     // A delete after another restart reaches both runs.
     sim.crash();
     let conn = sim.connect();
-    sim.send(
-        conn,
-        Op::ThreadDelete {
-            submission: submission("d1"),
-            thread_id: tid.clone(),
-        },
-    );
+    sim.send(conn, delete("d1", &tid));
     sim.run(10_000);
     assert!(sim.store.runs.is_empty());
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
@@ -434,13 +422,7 @@ fn a_thread_deleted_after_its_old_runs_could_not_be_pruned_leaves_none_behind() 
     sim.run(10_000);
     assert_eq!(sim.store.runs.len(), 3, "nothing was deleted");
     // Deleting the thread still deletes every run of it.
-    sim.send(
-        conn,
-        Op::ThreadDelete {
-            submission: submission("d1"),
-            thread_id: tid.clone(),
-        },
-    );
+    sim.send(conn, delete("d1", &tid));
     sim.run(10_000);
     assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
     assert!(sim.store.runs.is_empty(), "{:?}", sim.store.runs.keys());

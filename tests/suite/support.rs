@@ -675,3 +675,45 @@ pub fn check_wire_bodies(request: &ProviderRequest) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The store holds no record of a deleted thread (nothing was written again
+/// after its delete, nothing was left behind by it), and every thread's leaf
+/// is a node of that thread.
+pub fn check_store_belongs_to_threads(sim: &Sim) -> Result<(), String> {
+    let store = &sim.store;
+    let owners = store
+        .nodes
+        .values()
+        .map(|n| &n.thread_id)
+        .chain(store.runs.values().map(|r| &r.thread_id))
+        .chain(store.queue.values().map(|q| &q.thread_id))
+        .chain(store.steers.values().map(|s| &s.thread_id))
+        .chain(store.approvals.values().map(|a| &a.thread_id))
+        .chain(store.interactions.values().map(|i| &i.thread_id))
+        .chain(store.snapshots.values().map(|s| &s.thread_id));
+    for owner in owners {
+        if !store.threads.contains_key(owner) {
+            return Err(format!("a record of the deleted thread {owner}"));
+        }
+    }
+    for thread in store.threads.values() {
+        if let Some(leaf) = &thread.leaf_id {
+            if store
+                .nodes
+                .get(leaf)
+                .is_none_or(|n| n.thread_id != thread.id)
+            {
+                return Err(format!("{} has no leaf {leaf}", thread.id));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `thread.delete` of `thread`.
+pub fn delete(id: &str, thread: &str) -> Op {
+    Op::ThreadDelete {
+        submission: submission(id),
+        thread_id: thread.into(),
+    }
+}

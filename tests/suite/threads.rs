@@ -730,13 +730,6 @@ fn thread_written_before_path_lengths_is_read_whole_and_shows_the_same() {
     );
 }
 
-fn delete(id: &str, thread: &str) -> Op {
-    Op::ThreadDelete {
-        submission: submission(id),
-        thread_id: thread.into(),
-    }
-}
-
 #[test]
 fn a_thread_being_deleted_takes_no_new_turn_and_is_not_written_again() {
     let mut sim = Sim::new(133, agent_policy(), page_tools());
@@ -804,9 +797,10 @@ fn a_thread_is_not_deleted_while_a_change_of_it_is_still_saving() {
     check_invariants(&sim, &[]).unwrap();
 }
 
-#[test]
-fn a_fork_of_a_thread_with_tool_steps_takes_its_calls_along_under_the_copied_messages() {
-    let mut sim = Sim::new(135, agent_policy(), page_tools());
+/// A turn that reads and clicks, then a fork of its whole thread:
+/// (sim, conn, the thread, the fork).
+fn forked_after_a_tool_turn(seed: u64) -> (Sim, u64, String, String) {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "Subscribe me"));
     sim.run(10_000);
@@ -819,6 +813,12 @@ fn a_fork_of_a_thread_with_tool_steps_takes_its_calls_along_under_the_copied_mes
         .as_str()
         .unwrap()
         .to_string();
+    (sim, conn, tid, fork_id)
+}
+
+#[test]
+fn a_fork_of_a_thread_with_tool_steps_takes_its_calls_along_under_the_copied_messages() {
+    let (mut sim, conn, _, fork_id) = forked_after_a_tool_turn(135);
     // Every copied call names the copy of its assistant message.
     let copies: Vec<&Node> = sim
         .store
@@ -855,19 +855,7 @@ fn a_fork_of_a_thread_with_tool_steps_takes_its_calls_along_under_the_copied_mes
 fn a_fork_stored_with_calls_naming_the_source_messages_still_sends_every_call_with_its_result() {
     // What forks made before the fix stored: copied calls whose assistant
     // id is the source thread's message.
-    let mut sim = Sim::new(136, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
-    let tid = sim.store.threads.keys().next().unwrap().clone();
-    sim.send(conn, fork("f1", &tid, None));
-    sim.run(10_000);
-    let fork_id = answer(&sim, conn, "f1")
-        .and_then(Result::ok)
-        .expect("forked")["threadId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (mut sim, _, tid, fork_id) = forked_after_a_tool_turn(136);
     let source_owner = sim
         .store
         .nodes
