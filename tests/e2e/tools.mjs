@@ -311,7 +311,10 @@ isolatedTest(
     await scriptModel(mock, [
       call('page_snapshot', {}, 'Looking.'),
       { stallMs: 600000, text: 'Let me think', tickMs: 250, tickText: '.' },
-      call('page_snapshot', {}, 'Looking again.'),
+      // The resumed request waits while the test puts the page back in
+      // front (the old version's panel tab closed; the tab the page tool
+      // acts on is the active one).
+      { stallMs: 12000, stallAt: 'headers', then: call('page_snapshot', {}, 'Looking again.') },
       { text: 'Seen it before and after the update.' },
     ]);
     await submitTask(panel, 'Look at the page');
@@ -322,6 +325,7 @@ isolatedTest(
 
     const worker = await updateExtension(context, extensionId);
     await waitFor(() => mock.requests()[1].outcome === 'aborted', { timeout: 30000, message: 'the old worker to drop its request' });
+    await mock.waitForRequests(3, { timeout: 60000 });
     // The panel of the old version closed with it; open the new version's.
     session.panel = await openPanel(context, extensionId);
     await form.bringToFront();
