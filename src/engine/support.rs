@@ -497,9 +497,13 @@ impl Engine {
 
     pub(super) fn thread_needing_load(&self, op: &Op) -> Option<String> {
         let tid = match op {
-            Op::Initialize { thread_id, .. } => {
-                thread_id.clone().or_else(|| self.most_recent_thread())
-            }
+            // As `op_initialize` resolves it: a thread that no longer exists
+            // (deleted meanwhile) opens the most recent one, which must be
+            // read first like any other.
+            Op::Initialize { thread_id, .. } => thread_id
+                .clone()
+                .filter(|id| self.threads.contains_key(id))
+                .or_else(|| self.most_recent_thread()),
             _ => op_thread(op).map(str::to_string),
         }?;
         let t = self.threads.get(&tid)?;

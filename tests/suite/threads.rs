@@ -937,3 +937,30 @@ fn an_old_edit_keeps_its_version_switcher_after_a_restart() {
     assert_eq!(view_of(&mut sim, "i2"), before, "the same after a restart");
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn initialize_of_a_deleted_thread_after_a_restart_shows_the_most_recent_one_whole() {
+    // A panel that held a thread another panel deleted asks for it after a
+    // restart: it gets the most recent thread, read first (it was sent an
+    // empty conversation).
+    let mut sim = Sim::new(137, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let kept = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, submit("s2", None, "Another thread"));
+    sim.run(10_000);
+    let gone = answer(&sim, conn, "s2").and_then(Result::ok).unwrap()["threadId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sim.send(conn, delete("d1", &gone));
+    sim.run(10_000);
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&gone)));
+    sim.run(10_000);
+    let view = last_view(&sim, conn);
+    assert_eq!(view.id, kept);
+    assert!(!view.nodes.is_empty(), "the conversation, not an empty one");
+}
