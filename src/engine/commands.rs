@@ -268,6 +268,9 @@ impl Engine {
         for interaction in &t.interactions {
             unit.delete(stores::INTERACTIONS, interaction.id.clone());
         }
+        for (store, key) in &t.pruned {
+            unit.delete(store, key.clone());
+        }
         let result = json!({ "threadId": thread_id });
         self.command(0, thread_id, unit, reply, result, Follow::ThreadDeleted);
         if let Some(t) = self.threads.get_mut(thread_id) {

@@ -536,6 +536,10 @@ struct ThreadState {
     approvals: Vec<ApprovalRecord>,
     /// Questions of this thread's runs.
     interactions: Vec<InteractionRecord>,
+    /// Approvals and questions (store, key) whose deletion went into a
+    /// start's prune: if that unit fails, a `thread.delete` must still
+    /// delete them.
+    pruned: Vec<(&'static str, String)>,
     /// A model-written title not yet carried by a committed thread record.
     pending_title: Option<String>,
     latest_run: Option<Run>,
@@ -561,6 +565,26 @@ struct PartialView {
 }
 
 impl ThreadState {
+    /// Why this thread takes no `op` now, if it takes none: it is being
+    /// deleted (everything but `initialize`), or it is paused after a failed
+    /// checkpoint (everything but reads, forks and the delete).
+    fn refusal(&self, op: &Op) -> Option<(ErrorKind, &'static str)> {
+        if self.deleting && !matches!(op, Op::Initialize { .. }) {
+            return Some((ErrorKind::NotFound, "This thread is being deleted."));
+        }
+        let reads_or_leaves = matches!(
+            op,
+            Op::Initialize { .. }
+                | Op::ThreadHistory { .. }
+                | Op::ThreadFork { .. }
+                | Op::ThreadDelete { .. }
+        );
+        (self.stalled && !reads_or_leaves).then_some((
+            ErrorKind::Storage,
+            "Saving this conversation failed, so it is paused. It continues from its last saved step when the extension restarts.",
+        ))
+    }
+
     fn new(thread: Thread, loaded: bool) -> Self {
         ThreadState {
             thread,
@@ -579,6 +603,7 @@ impl ThreadState {
             announced_state: None,
             approvals: Vec::new(),
             interactions: Vec::new(),
+            pruned: Vec::new(),
             pending_title: None,
             latest_run: None,
             run_ids: Vec::new(),
@@ -1022,22 +1047,26 @@ impl Engine {
             let at = approval.decided_at.unwrap_or(approval.created_at);
             let pending = approval.status == ApprovalStatus::Pending;
             let gone = expired(pending, at, &approval.run_id);
-            if prune_expired(&mut prune, gone, stores::APPROVALS, &approval.id) {
-                continue;
-            }
+            let pruned = prune_expired(&mut prune, gone, stores::APPROVALS, &approval.id);
             if let Some(t) = self.threads.get_mut(&approval.thread_id) {
-                t.approvals.push(approval);
+                if pruned {
+                    t.pruned.push((stores::APPROVALS, approval.id));
+                } else {
+                    t.approvals.push(approval);
+                }
             }
         }
         for interaction in interactions {
             let at = interaction.answered_at.unwrap_or(interaction.created_at);
             let pending = interaction.status == InteractionStatus::Pending;
             let gone = expired(pending, at, &interaction.run_id);
-            if prune_expired(&mut prune, gone, stores::INTERACTIONS, &interaction.id) {
-                continue;
-            }
+            let pruned = prune_expired(&mut prune, gone, stores::INTERACTIONS, &interaction.id);
             if let Some(t) = self.threads.get_mut(&interaction.thread_id) {
-                t.interactions.push(interaction);
+                if pruned {
+                    t.pruned.push((stores::INTERACTIONS, interaction.id));
+                } else {
+                    t.interactions.push(interaction);
+                }
             }
         }
         if !prune.deletes.is_empty() {
@@ -1190,26 +1219,11 @@ impl Engine {
                 return;
             }
         }
-        let deleting = support::op_thread(&op)
-            .is_some_and(|tid| self.threads.get(tid).is_some_and(|t| t.deleting));
-        if deleting && !matches!(op, Op::Initialize { .. }) {
-            return self.reject(&reply, ErrorKind::NotFound, "This thread is being deleted.");
-        }
-        let stalled = support::op_thread(&op)
-            .is_some_and(|tid| self.threads.get(tid).is_some_and(|t| t.stalled));
-        let reads_or_leaves = matches!(
-            op,
-            Op::Initialize { .. }
-                | Op::ThreadHistory { .. }
-                | Op::ThreadFork { .. }
-                | Op::ThreadDelete { .. }
-        );
-        if stalled && !reads_or_leaves {
-            return self.reject(
-                &reply,
-                ErrorKind::Storage,
-                "Saving this conversation failed, so it is paused. It continues from its last saved step when the extension restarts.",
-            );
+        let refusal = support::op_thread(&op)
+            .and_then(|tid| self.threads.get(tid))
+            .and_then(|t| t.refusal(&op));
+        if let Some((kind, message)) = refusal {
+            return self.reject(&reply, kind, message);
         }
         // Ops that need the thread's nodes in memory wait for them.
         if let Some(tid) = self.thread_needing_load(&op) {

@@ -85,6 +85,21 @@ impl Engine {
         }
     }
 
+    /// Whether a cold start's tail read, which takes the newest nodes, would
+    /// reach back to `oldest_other` (the oldest node off the path to be
+    /// stamped) once the unit's `unit_nodes` new nodes are in.
+    fn within_tail_read(
+        &self,
+        t: &ThreadState,
+        oldest_other: Option<u64>,
+        unit_nodes: usize,
+    ) -> bool {
+        oldest_other.is_none_or(|since| {
+            let newer = t.all_nodes().filter(|n| n.created_at >= since).count();
+            newer + unit_nodes <= tail_window(self.config.snapshot_nodes)
+        })
+    }
+
     fn path_len_of(
         &self,
         thread: &Thread,
@@ -118,13 +133,9 @@ impl Engine {
                 // switcher: then the thread is read whole instead.
                 let leaving = t.path[i + 1..].iter().map(|n| n.created_at);
                 let oldest_other = t.off_path.iter().map(|n| n.created_at).chain(leaving).min();
-                if let Some(since) = oldest_other {
-                    let newer = t.all_nodes().filter(|n| n.created_at >= since).count();
-                    if newer + parents.len() > tail_window(self.config.snapshot_nodes) {
-                        return None;
-                    }
-                }
-                return Some(above + i as u64 + 1);
+                return self
+                    .within_tail_read(t, oldest_other, parents.len())
+                    .then_some(above + i as u64 + 1);
             }
             // On another branch (a branch switch): walk the whole tree.
             let by_id: HashMap<&str, &Node> = t.all_nodes().map(|n| (n.id.as_str(), n)).collect();
@@ -142,13 +153,9 @@ impl Engine {
                 .filter(|n| !on_path.contains(n.id.as_str()))
                 .map(|n| n.created_at)
                 .min();
-            if let Some(since) = oldest_other {
-                let newer = t.all_nodes().filter(|n| n.created_at >= since).count();
-                if newer + parents.len() > tail_window(self.config.snapshot_nodes) {
-                    return None;
-                }
-            }
-            return Some(above + on_path.len() as u64);
+            return self
+                .within_tail_read(t, oldest_other, parents.len())
+                .then_some(above + on_path.len() as u64);
         }
         // Not in memory: the leaf did not move, so the stored length holds.
         state

@@ -427,3 +427,56 @@ fn a_thread_deleted_after_its_old_runs_could_not_be_pruned_leaves_none_behind() 
     assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
     assert!(sim.store.runs.is_empty(), "{:?}", sim.store.runs.keys());
 }
+
+#[test]
+fn a_thread_deleted_after_its_old_approvals_and_questions_could_not_be_pruned_leaves_none_behind() {
+    use sw_agent::model::{ApprovalStatus, InteractionRecord, InteractionStatus};
+    let mut sim = Sim::new(9, agent_policy(), page_tools());
+    sim.now = 30 * DAY;
+    let conn = sim.connect();
+    let tid = turn(&mut sim, conn, "a1", None);
+    let run_id = sim.store.runs.values().next().unwrap().id.clone();
+    assert!(sim
+        .store
+        .approvals
+        .values()
+        .any(|a| a.thread_id == tid && a.status == ApprovalStatus::AcceptedOnce));
+    sim.store.interactions.insert(
+        "q1".into(),
+        InteractionRecord {
+            id: "q1".into(),
+            thread_id: tid.clone(),
+            run_id,
+            call_id: "c9".into(),
+            question: "Which size?".into(),
+            options: vec![],
+            status: InteractionStatus::Answered,
+            answer: Some("M".into()),
+            created_at: 30 * DAY,
+            answered_at: Some(30 * DAY),
+        },
+    );
+    // Days later a start finds them expired, and the unit deleting them
+    // fails (the disk is full).
+    sim.now += 8 * DAY;
+    sim.crash();
+    sim.hold_persists = true;
+    sim.run(10_000);
+    assert!(!sim.held.is_empty(), "the prune is in flight");
+    sim.fail_held_persists(false);
+    sim.run(10_000);
+    assert!(!sim.store.approvals.is_empty(), "nothing was deleted");
+    assert!(!sim.store.interactions.is_empty(), "nothing was deleted");
+    // Deleting the thread still deletes them.
+    let conn = sim.connect();
+    sim.send(conn, delete("d1", &tid));
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    assert!(sim.store.approvals.is_empty(), "{:?}", sim.store.approvals);
+    assert!(
+        sim.store.interactions.is_empty(),
+        "{:?}",
+        sim.store.interactions
+    );
+    check_store_belongs_to_threads(&sim).unwrap();
+}
