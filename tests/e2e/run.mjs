@@ -33,6 +33,7 @@ import {
   answerApprovalInPanel,
   approvalHistory,
   openPanel,
+  APPROVAL_BUTTONS,
 } from '../support/browser.mjs';
 import {
   TEST_API_KEY,
@@ -1369,4 +1370,139 @@ isolatedTest('receipt_replay_or_reject_right_after_a_sw_kill', { script: [{ text
   const runs = await storedRuns();
   assert.equal(runs.filter((r) => r.threadId === first.result.threadId).length, 1, 'no second run');
   assert.equal(mock.requests().length, requests, 'no new provider request');
+});
+
+// ------------------------------------- random kills through a long turn ---
+
+const CHAOS_STEPS = 8;
+const CHAOS_CLICK_AT = 4;
+const CHAOS_MAX_KILLS = 6;
+
+/**
+ * The model of the chaos test: reads the page CHAOS_STEPS times, clicking
+ * Subscribe at step CHAOS_CLICK_AT, streaming each step slowly enough for a
+ * kill to land mid-stream. It answers from the conversation alone, so a
+ * request repeated by a restarted worker gets the same answer.
+ */
+function chaosPolicy(body) {
+  const done = (body.messages ?? []).filter((m) => m.role === 'tool').length;
+  if (done >= CHAOS_STEPS) return { text: `All ${CHAOS_STEPS} steps done.`, chunkDelayMs: 10 };
+  const call = done === CHAOS_CLICK_AT ? { name: 'click', arguments: { text: 'Subscribe' } } : { name: 'read_page', arguments: {} };
+  return {
+    text: `Step ${done + 1} of ${CHAOS_STEPS}: ${'looking at the page with care, '.repeat(5)}`,
+    toolCalls: [call],
+    chunkDelayMs: 10,
+  };
+}
+
+/** xorshift32: the chaos test's schedule from one seed. */
+function chaosRandom(seed) {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 2 ** 32;
+  };
+}
+
+// The worker is killed at random moments (mid-stream, mid-tool, while an
+// approval waits, during a restart) while the user steers; seeded by
+// E2E_CHAOS_SEED (printed), so a failure replays.
+isolatedTest('random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repeat_no_click', {}, async (session) => {
+  const { panel, shop, mock, context, extensionId } = session;
+  const seed = Number(process.env.E2E_CHAOS_SEED ?? 7);
+  process.stderr.write(`chaos: E2E_CHAOS_SEED=${seed}\n`);
+  const random = chaosRandom(seed);
+  mock.setPolicy(chaosPolicy);
+  await watchConnection(panel);
+  await submitTask(panel, TASK);
+
+  const ENDED = ['completed', 'failed', 'interrupted', 'budget_paused'];
+  const steers = [];
+  let kills = 0;
+  let uncertainResolved = false;
+  let nextKillAt = Date.now() + 400 + random() * 1600;
+  let nextSteerAt = Date.now() + 800 + random() * 3000;
+  let settledSince = 0;
+  const deadline = Date.now() + 200000;
+  for (;;) {
+    assert.ok(Date.now() < deadline, `the turn settles (kills ${kills}, steers ${steers.length})`);
+    const state = await readPanel(panel);
+    const card = await readApprovalCard(panel);
+    if (card?.visible && card.buttons.length > 0 && card.buttons.every((b) => !b.disabled)) {
+      await panel.click(APPROVAL_BUTTONS.acceptOnce).catch(() => {});
+    }
+    if (state.state === 'paused_uncertain' && state.connected === 'true') {
+      // A kill landed while the click was out: the user says it was done.
+      const visible = await panel.evaluate(() => {
+        const uncertain = document.getElementById('uncertain-card');
+        return Boolean(uncertain && !uncertain.hidden && uncertain.getClientRects().length > 0);
+      });
+      if (visible) {
+        await panel.click('#uncertain-done').catch(() => {});
+        uncertainResolved = true;
+      }
+    }
+    const settled = ENDED.includes(state.state) && state.connected === 'true';
+    if (settled) {
+      // Settled and still settled a moment later (no steer turned into a new turn).
+      settledSince ||= Date.now();
+      if (Date.now() - settledSince > 1500) break;
+    } else {
+      settledSince = 0;
+    }
+    const running = Boolean(state.turnId) && !ENDED.includes(state.state);
+    if (!settled && running && kills < CHAOS_MAX_KILLS && Date.now() >= nextKillAt) {
+      await killServiceWorker(context, extensionId, { page: panel });
+      kills += 1;
+      nextKillAt = Date.now() + 300 + random() * 1700;
+    }
+    const readsDone = toolCards(state).length;
+    if (!settled && running && steers.length < 2 && readsDone < CHAOS_STEPS - 2 && Date.now() >= nextSteerAt) {
+      const text = `Also keep a note [chaos-steer-${steers.length + 1}]`;
+      await submitTask(panel, text);
+      steers.push(text);
+      nextSteerAt = Date.now() + 1000 + random() * 3000;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 30 + random() * 120));
+  }
+  assert.ok(kills >= 2, `the worker was killed during the turn (${kills} kills)`);
+
+  const final = await readPanel(panel);
+  assert.equal(final.state, 'completed', describeState(final));
+  // never_retry_at_most_once: the click happened once, or (when the user
+  // marked an uncertain click done) at most once.
+  const clicks = await subscribeClicks(shop);
+  if (uncertainResolved) assert.ok(clicks <= 1, `at most one click (${clicks})`);
+  else assert.equal(clicks, 1, 'exactly one click');
+  assertNoOrphans(session);
+  assertEveryCardResolved(final);
+
+  // What is durable: the task once, every ACKed steer exactly once, an
+  // unacknowledged one at most once, and every step's result.
+  const dump = await dumpIndexedDb(panel);
+  const nodes = (dump['sw-agent']?.nodes ?? []).map((entry) => entry.value);
+  const users = nodes.filter((n) => n.kind === 'user_message');
+  assert.equal(users.filter((n) => n.text.includes(TASK)).length, 1, 'the task is stored once');
+  const acks = (await portMessages(panel, 'in')).filter((e) => e.message.type === 'command.ack');
+  const sentOps = await portMessages(panel, 'out');
+  for (const text of steers) {
+    const ids = new Set(sentOps.filter((e) => e.message.input?.text === text).map((e) => e.message.submissionId));
+    const acked = acks.some((e) => ids.has(e.message.submissionId));
+    const stored = users.filter((n) => n.text.includes(text)).length;
+    if (acked) assert.equal(stored, 1, `the ACKed steer "${text}" is stored exactly once`);
+    else assert.ok(stored <= 1, `the unacknowledged "${text}" is stored at most once (${stored})`);
+  }
+  process.stderr.write(
+    `chaos: ${kills} kills, ${steers.length} steers (${steers.filter((t) => users.some((n) => n.text.includes(t))).length} stored), ` +
+      `${mock.requests().length} provider requests, clicks ${clicks}${uncertainResolved ? ', an uncertain click marked done' : ''}\n`,
+  );
+  const results = nodes.filter((n) => n.kind === 'tool_result');
+  assert.equal(results.length, CHAOS_STEPS, `one result per step: ${results.map((n) => n.name).join(', ')}`);
+  assert.match(topLevelNodes(final).at(-1).text, new RegExp(`All ${CHAOS_STEPS} steps done`));
+  const statuses = (await serviceWorkerStatusLog(panel, extensionId)).map((e) => e.runningStatus);
+  assert.equal(statuses.filter((s) => s === 'stopped').length >= kills, true, `the worker stopped ${kills} times: ${statuses}`);
 });

@@ -19,7 +19,10 @@
 //       prints `MOCK_LLM_URL=http://127.0.0.1:<port>/v1` as its first stdout
 //       line and serves until killed.
 // In-process: `startMockLlm({ port })` → { url, origin, close, setScript,
-//       requests, reset, waitForRequests }.
+//       setPolicy, requests, reset, waitForRequests }. `setPolicy(fn)`
+//       replaces the default policy with `fn(openAiBody) → Step` (null
+//       restores it): a policy that reads only the conversation answers a
+//       request repeated after a worker restart the same way.
 //
 // Control API (same port):
 //   POST /__control/script   { steps: Step[], chunkDelayMs? }  replace the queue
@@ -600,6 +603,7 @@ export async function startMockLlm(options = {}) {
   const keepBodies = options.keepBodies ?? true;
   let queue = [];
   let defaultChunkDelayMs = 0;
+  let policy = options.policy ?? defaultPolicy;
   let requestLog = [];
   // Background title requests, kept apart from the log tests count.
   let titleLog = [];
@@ -883,7 +887,7 @@ export async function startMockLlm(options = {}) {
       ? { text: 'Mock title' }
       : isCompaction
         ? { text: `Summary ${compactionLog.length + 1}: the user asked to look at the page many times; keep going.` }
-        : !scripted || scripted.auto ? { ...defaultPolicy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
+        : !scripted || scripted.auto ? { ...policy(policyBody), ...(scripted ? { chunkDelayMs: scripted.chunkDelayMs } : {}) } : scripted;
     const entry = {
       ...base,
       source: isTitle ? 'title' : isCompaction ? 'compaction' : scripted && !scripted.auto ? 'script' : 'policy',
@@ -1061,6 +1065,10 @@ export async function startMockLlm(options = {}) {
       queue = [...steps];
       if (typeof chunkDelayMs === 'number') defaultChunkDelayMs = chunkDelayMs;
     },
+    /** Replaces the policy that answers when no scripted step is queued (null: the default one). */
+    setPolicy(fn) {
+      policy = fn ?? defaultPolicy;
+    },
     /** Every provider request received so far (live entries; copy before mutating). */
     requests() {
       return requestLog;
@@ -1078,6 +1086,7 @@ export async function startMockLlm(options = {}) {
       titleLog = [];
       compactionLog = [];
       defaultChunkDelayMs = 0;
+      policy = options.policy ?? defaultPolicy;
     },
     /** Resolves once at least `count` provider requests were received. */
     waitForRequests(count, { timeout = 60000 } = {}) {

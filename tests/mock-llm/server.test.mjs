@@ -421,6 +421,19 @@ test('an { auto: true } step uses the default policy for that request', async ()
   assert.equal(mock.pendingSteps(), 1);
 });
 
+test('setPolicy answers unscripted requests from the conversation until reset', async () => {
+  mock.setPolicy((body) => ({ text: `seen ${body.messages.length} messages` }));
+  const text = async () =>
+    parseChunks((await readSse(await completionRequest({ stream: true }))).events)
+      .map((c) => c.choices[0]?.delta?.content ?? '')
+      .join('');
+  assert.equal(await text(), 'seen 1 messages');
+  mock.setScript([{ text: 'scripted first' }]);
+  assert.equal(await text(), 'scripted first', 'a scripted step still goes first');
+  mock.reset();
+  assert.doesNotMatch(await text(), /^seen/, 'reset restores the default policy');
+});
+
 test('CLI: --port 0 prints MOCK_LLM_URL on the first stdout line and serves', async () => {
   const child = spawn(process.execPath, [path.join(here, 'server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
   try {
