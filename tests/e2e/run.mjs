@@ -1411,10 +1411,13 @@ function chaosRandom(seed) {
 // The worker is killed at random moments (mid-stream, mid-tool, while an
 // approval waits, during a restart) while the user steers; seeded by
 // E2E_CHAOS_SEED (printed), so a failure replays.
-isolatedTest('random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repeat_no_click', {}, async (session) => {
+// Once per wire format: the OpenAI run is the one the other tests use; the
+// Anthropic run is the only one through the whole extension in that format.
+for (const [provider, defaultSeed] of [['openai', 7], ['anthropic', 11]]) {
+isolatedTest(`random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repeat_no_click_${provider}`, { provider }, async (session) => {
   const { panel, shop, mock, context, extensionId } = session;
-  const seed = Number(process.env.E2E_CHAOS_SEED ?? 7);
-  process.stderr.write(`chaos: E2E_CHAOS_SEED=${seed}\n`);
+  const seed = Number(process.env.E2E_CHAOS_SEED ?? defaultSeed);
+  process.stderr.write(`chaos (${provider}): E2E_CHAOS_SEED=${seed}\n`);
   const random = chaosRandom(seed);
   mock.setPolicy(chaosPolicy);
   await watchConnection(panel);
@@ -1505,4 +1508,7 @@ isolatedTest('random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repe
   assert.match(topLevelNodes(final).at(-1).text, new RegExp(`All ${CHAOS_STEPS} steps done`));
   const statuses = (await serviceWorkerStatusLog(panel, extensionId)).map((e) => e.runningStatus);
   assert.equal(statuses.filter((s) => s === 'stopped').length >= kills, true, `the worker stopped ${kills} times: ${statuses}`);
+  const formats = new Set(mock.requests().map((r) => r.format));
+  assert.deepEqual([...formats], [provider], 'every request in the chosen wire format');
 });
+}

@@ -33,7 +33,7 @@ export const SETTLED_STATES = ['completed', 'failed', 'interrupted', 'budget_pau
  * from there), so "the active tab" the engine acts on is the test page.
  * `launch` goes to launchWithExtension (e.g. `{ extraArgs }`).
  */
-export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html', launch = {} } = {}) {
+export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html', launch = {}, provider = 'openai' } = {}) {
   const closers = [];
   const session = { closers };
   try {
@@ -50,7 +50,7 @@ export async function startSession({ script = null, apiKey = TEST_API_KEY, model
     session.shop = session.context.pages()[0] ?? (await session.context.newPage());
     await session.shop.goto(session.pages.url(page));
     session.panel = await openPanel(session.context, session.extensionId);
-    await configureProvider(session.panel, { provider: 'openai', baseUrl: session.mock.url, model, apiKey });
+    await configureProvider(session.panel, { provider, baseUrl: session.mock.url, model, apiKey });
     // The panel opened as a tab is the active tab now; the task is about the page.
     await session.shop.bringToFront();
   } catch (error) {
@@ -140,6 +140,10 @@ export function orphanToolCallProblems(requests) {
   const problems = [];
   for (const request of requests) {
     const messages = Array.isArray(request.body?.messages) ? request.body.messages : [];
+    if (request.format === 'anthropic') {
+      problems.push(...anthropicOrphans(request.index, messages));
+      continue;
+    }
     const seenIds = new Set();
     for (let i = 0; i < messages.length; i += 1) {
       const message = messages[i];
@@ -151,6 +155,36 @@ export function orphanToolCallProblems(requests) {
         if (results.length !== 1) {
           problems.push(`request #${request.index}: tool call ${call.id} (${call.function?.name}) has ${results.length} results`);
         }
+      }
+    }
+  }
+  return problems;
+}
+
+/**
+ * The same rule in the Messages format: every `tool_use` block of an
+ * assistant message is answered by exactly one `tool_result` block in the
+ * user message right after it (the API refuses anything else), and no
+ * result answers a call that is not there.
+ */
+function anthropicOrphans(index, messages) {
+  const problems = [];
+  const blocks = (message, type) => (Array.isArray(message?.content) ? message.content.filter((b) => b?.type === type) : []);
+  const seenIds = new Set();
+  for (let i = 0; i < messages.length; i += 1) {
+    const calls = messages[i].role === 'assistant' ? blocks(messages[i], 'tool_use') : [];
+    const next = messages[i + 1];
+    const results = next?.role === 'user' ? blocks(next, 'tool_result') : [];
+    for (const call of calls) {
+      if (seenIds.has(call.id)) problems.push(`request #${index}: tool_use id ${call.id} appears twice`);
+      seenIds.add(call.id);
+      const answers = results.filter((r) => r.tool_use_id === call.id).length;
+      if (answers !== 1) problems.push(`request #${index}: tool_use ${call.id} (${call.name}) has ${answers} results in the next message`);
+    }
+    if (messages[i].role === 'user') {
+      const before = i > 0 && messages[i - 1].role === 'assistant' ? blocks(messages[i - 1], 'tool_use').map((c) => c.id) : [];
+      for (const result of blocks(messages[i], 'tool_result')) {
+        if (!before.includes(result.tool_use_id)) problems.push(`request #${index}: tool_result ${result.tool_use_id} answers no call just made`);
       }
     }
   }
