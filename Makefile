@@ -32,6 +32,7 @@ test-e2e:
 	node tests/e2e/tools.mjs
 	node tests/e2e/long.mjs
 	node tests/e2e/panel.mjs
+	node tests/e2e/monkey.mjs
 
 lint: typecheck
 	cargo fmt --check

@@ -1,0 +1,246 @@
+// A user who does anything, in any order: the built extension's side panel
+// driven by random actions (every visible, enabled button, text box and
+// list of the panel, outside the settings form), while the service worker is
+// killed and the panel reloaded at random. The model answers from the
+// conversation alone (reads the page, clicks Subscribe after an approval,
+// asks the user, or just answers), slowly enough for actions to land
+// mid-stream.
+//
+// What must hold whatever was done:
+// - the panel throws no uncaught error;
+// - every op the panel sent since its last reload is answered (ACK or
+//   reject): none is left hanging;
+// - once nothing runs, what the panel shows is what it shows after a reload
+//   (rendered state = durable state);
+// - no provider request carries a tool call without its result;
+// - Subscribe is clicked at most as often as a click was allowed.
+//
+// Seeded: MONKEY_SEED=N (printed on stderr), MONKEY_ACTIONS=N (default 70).
+// Run:  node tests/e2e/monkey.mjs            (after `make build`)
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  exitUnlessExtensionBuilt,
+  readPanel,
+  killServiceWorker,
+  portLog,
+  waitFor,
+} from '../support/browser.mjs';
+import { subscribeClicks, topLevelNodes, orphanToolCallProblems, isolatedTest } from '../support/session.mjs';
+
+exitUnlessExtensionBuilt('e2e');
+
+const ACTIONS = Number(process.env.MONKEY_ACTIONS ?? 70);
+const TEXTS = ['read the page', 'click Subscribe', 'ask me which plan', 'just say hello', ''];
+
+function contentText(content) {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
+  return '';
+}
+
+/** The monkey's model: a function of the conversation only. */
+function monkeyPolicy(body) {
+  const messages = body.messages ?? [];
+  let last = -1;
+  for (let i = messages.length - 1; i >= 0; i -= 1) {
+    if (messages[i].role === 'user') {
+      last = i;
+      break;
+    }
+  }
+  const task = last >= 0 ? contentText(messages[last].content) : '';
+  const tools = messages.slice(last + 1).filter((m) => m.role === 'tool').length;
+  const slow = { chunkDelayMs: 8 };
+  const filler = 'taking a careful look, '.repeat(6);
+  if (!(body.tools?.length > 0) || tools >= 2 || /hello/.test(task)) {
+    return { text: `Finished "${task.slice(0, 30)}". ${filler}`, ...slow };
+  }
+  if (tools === 0 && /ask me/.test(task)) {
+    return { text: `One question first. ${filler}`, toolCalls: [{ name: 'ask_user', arguments: { question: 'Which plan?', options: ['Basic', 'Pro'] } }], ...slow };
+  }
+  if (tools === 0 && /click/.test(task)) {
+    return { text: `Clicking. ${filler}`, toolCalls: [{ name: 'click', arguments: { text: 'Subscribe' } }], ...slow };
+  }
+  return { text: `Reading. ${filler}`, toolCalls: [{ name: 'read_page', arguments: {} }], ...slow };
+}
+
+/** xorshift32 */
+function randomFrom(seed) {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 2 ** 32;
+  };
+}
+
+/**
+ * Marks every control a user could use now with `data-monkey` and returns
+ * them: visible, enabled, outside the settings form (a wrong base URL would
+ * only test the network).
+ */
+async function controls(panel) {
+  return panel.evaluate(() => {
+    const found = [];
+    let n = 0;
+    for (const old of document.querySelectorAll('[data-monkey]')) delete old.dataset.monkey;
+    for (const element of document.querySelectorAll('button, textarea, input, select')) {
+      if (element.disabled || element.closest('#settings-section') || element.getClientRects().length === 0) continue;
+      if (['settings-toggle', 'error-settings'].includes(element.id)) continue;
+      if (element.closest('[hidden]')) continue;
+      n += 1;
+      element.dataset.monkey = String(n);
+      found.push({ key: String(n), tag: element.tagName, type: element.type ?? '', label: (element.id || element.dataset.action || element.textContent || '').trim().slice(0, 40) });
+    }
+    return found;
+  });
+}
+
+/** Every op the panel sent (since its last load) without an answer. */
+async function unanswered(panel) {
+  const log = (await portLog(panel)) ?? [];
+  const answered = new Set();
+  const sent = new Map();
+  for (const entry of log) {
+    if (!entry.json) continue;
+    const message = JSON.parse(entry.json);
+    if (entry.dir === 'in' && (message.type === 'command.ack' || message.type === 'command.reject')) answered.add(message.submissionId);
+    if (entry.dir === 'out' && message.type !== 'initialize' && message.submissionId) sent.set(message.submissionId, message.type);
+  }
+  return [...sent].filter(([id]) => !answered.has(id));
+}
+
+/** What the panel shows of its thread: the thread, the nodes, the version switchers. */
+async function shown(panel) {
+  const state = await readPanel(panel);
+  const extra = await panel.evaluate(() => ({
+    thread: document.getElementById('thread-list')?.value ?? '',
+    switchers: [...document.querySelectorAll('.branch-position')].map((e) => e.textContent),
+    queue: [...document.querySelectorAll('#queue-list .queue-text')].map((e) => e.textContent),
+  }));
+  return {
+    ...extra,
+    state: state.state,
+    nodes: topLevelNodes(state).map((n) => `${n.kind}|${n.status ?? ''}|${n.text.replace(/\s+/g, ' ').slice(0, 200)}`),
+  };
+}
+
+const RUNNING = ['queued', 'streaming_model', 'executing_tools'];
+
+const seed = Number(process.env.MONKEY_SEED ?? 3);
+isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_show_what_is_stored (seed ${seed})`, {}, async (session) => {
+  const { panel, shop, mock, context, extensionId } = session;
+  process.stderr.write(`monkey: MONKEY_SEED=${seed}\n`);
+  const random = randomFrom(seed);
+  const pick = (items) => items[Math.floor(random() * items.length)];
+  mock.setPolicy(monkeyPolicy);
+  const errors = [];
+  panel.on('pageerror', (error) => errors.push(`pageerror: ${error.message}`));
+  panel.on('dialog', (dialog) => dialog.accept().catch(() => {}));
+  const counts = { kill: 0, reload: 0, click: 0, type: 0, select: 0, key: 0, retry: 0, none: 0, missed: 0 };
+
+  for (let step = 0; step < ACTIONS; step += 1) {
+    const roll = random();
+    if (roll < 0.04) {
+      await killServiceWorker(context, extensionId, { page: panel }).catch(() => {});
+      counts.kill += 1;
+    } else if (roll < 0.06) {
+      // Ops sent before a reload are the page's; a fresh page starts over.
+      await panel.reload();
+      await waitFor(() => panel.evaluate(() => document.body?.dataset.ready === 'true'), { timeout: 30000, message: 'the reloaded panel ready' });
+      counts.reload += 1;
+    } else if (roll < 0.1) {
+      await panel.keyboard.press(pick(['Escape', 'Shift+Alt+Enter', 'Tab'])).catch(() => {});
+      counts.key += 1;
+    } else {
+      const found = await controls(panel);
+      // Half the time the composer, if it is there: most of what a user does.
+      const composer = found.find((c) => c.label === 'task-input');
+      if (found.length === 0) counts.none += 1;
+      if (found.length > 0) {
+        const control = composer && random() < 0.4 ? composer : pick(found);
+        const locator = panel.locator(`[data-monkey="${control.key}"]`);
+        try {
+          if (control.tag === 'SELECT') {
+            const values = await locator.evaluate((e) => [...e.options].map((o) => o.value));
+            if (values.length) await locator.selectOption(pick(values), { timeout: 1000, force: true });
+            counts.select += 1;
+          } else if (control.tag === 'TEXTAREA' || (control.tag === 'INPUT' && ['text', 'search', ''].includes(control.type))) {
+            await locator.fill(`${pick(TEXTS)} ${step}`.trim(), { timeout: 1000, force: true });
+            if (random() < 0.8) await locator.press(pick(['Enter', 'Enter', 'Shift+Alt+Enter']), { timeout: 1000 });
+            counts.type += 1;
+          } else {
+            if (control.label === 'uncertain-retry') counts.retry += 1;
+            // The panel is a background tab (the page is in front, for the page
+            // tools): animation frames are throttled there, so Playwright's
+            // stability wait would time out; a user's click needs none.
+            await locator.click({ timeout: 1000, force: true });
+            counts.click += 1;
+          }
+        } catch (error) {
+          // The control went away under the monkey's hand (a snapshot re-rendered it): a no-op.
+          counts.missed += 1;
+          if (process.env.MONKEY_DEBUG) process.stderr.write(`missed ${control.tag} ${control.label}: ${String(error.message).split('\n').slice(0, 6).join(' | ')}\n`);
+        }
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, 40 + random() * 400));
+  }
+
+  // Let it come to rest: connected, nothing streaming or running a tool,
+  // the same for two seconds.
+  let previous = '';
+  let sameSince = Date.now();
+  await waitFor(
+    async () => {
+      const state = await readPanel(panel);
+      const now = JSON.stringify(await shown(panel));
+      if (now !== previous) {
+        previous = now;
+        sameSince = Date.now();
+      }
+      return state.connected === 'true' && !RUNNING.includes(state.state) && Date.now() - sameSince > 2000;
+    },
+    { timeout: 120000, interval: 250, message: 'the panel to come to rest' },
+  );
+  // An editor the monkey left open (a queued message, an edit) is the
+  // page's own state, gone after a reload: close them first (Esc cancels).
+  for (const editor of await panel.locator('.queue-editor input, .message-editor textarea').all()) {
+    await editor.press('Escape').catch(() => {});
+  }
+  const left = await unanswered(panel);
+  assert.deepEqual(left, [], 'every op sent since the last load was answered');
+  const before = await shown(panel);
+  if (process.env.MONKEY_DEBUG) {
+    const { writeFileSync } = await import('node:fs');
+    const queueHtml = await panel.evaluate(() => document.getElementById('queue-list')?.outerHTML ?? '');
+    writeFileSync('target/e2e/monkey-before.json', JSON.stringify({ before, queueHtml, log: await portLog(panel) }, null, 1));
+  }
+  await panel.reload();
+  await waitFor(() => panel.evaluate(() => document.body?.dataset.ready === 'true'), { timeout: 30000, message: 'the reloaded panel ready' });
+  // The reloaded panel may open another thread; show the same one.
+  if ((await shown(panel)).thread !== before.thread && before.thread) {
+    await panel.selectOption('#thread-list', before.thread);
+  }
+  const after = await waitFor(
+    async () => {
+      const now = await shown(panel);
+      return now.thread === before.thread && now.nodes.length === before.nodes.length ? now : null;
+    },
+    { timeout: 30000, message: `the reloaded panel to show thread ${before.thread} again` },
+  ).catch(() => shown(panel));
+  assert.deepEqual(after, before, 'what the panel showed is what it shows after a reload');
+  assert.deepEqual(orphanToolCallProblems(mock.requests()), [], 'no_orphan_tool_calls');
+  // never_retry_at_most_once: each click call the model made is dispatched
+  // at most once; only the user's Retry on an uncertain click sends one again.
+  const clickCalls = mock.requests().filter((r) => r.outcome === 'completed' && r.step?.toolCalls?.some((c) => c.name === 'click')).length;
+  const clicks = await subscribeClicks(shop);
+  assert.ok(clicks <= clickCalls + counts.retry, `Subscribe clicked ${clicks} times for ${clickCalls} click calls and ${counts.retry} retries`);
+  assert.deepEqual(errors, [], 'the panel threw no uncaught error');
+  process.stderr.write(`monkey: ${JSON.stringify(counts)}, ${mock.requests().length} provider requests, ${before.nodes.length} nodes shown, clicks ${clicks} of ${clickCalls} calls\n`);
+}, { timeout: 400000 });
