@@ -144,7 +144,12 @@ fn every_op(id: &str, t: &str, r: &str, n: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn every_mutated_op_gets_one_typed_answer_and_the_engine_keeps_going() {
-    for seed in 1..=12u64 {
+    // `BAD_OP_SEEDS=N` runs more schedules.
+    let seeds: u64 = std::env::var("BAD_OP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(12);
+    for seed in 1..=seeds {
         let mut gen = Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let policy: sw_agent::sim::Policy =
             Box::new(|request: &sw_agent::provider::ProviderRequest| {
