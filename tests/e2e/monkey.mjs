@@ -13,6 +13,7 @@
 // - once nothing runs, what the panel shows is what it shows after a reload
 //   (rendered state = durable state);
 // - no provider request carries a tool call without its result;
+// - no stored record outlives its thread, and every leaf is a node;
 // - Subscribe is clicked at most as often as a click was allowed.
 //
 // Seeded: MONKEY_SEED=N (printed on stderr), MONKEY_ACTIONS=N (default 70).
@@ -22,6 +23,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   exitUnlessExtensionBuilt,
+  dumpIndexedDb,
   readPanel,
   killServiceWorker,
   portLog,
@@ -115,6 +117,27 @@ async function unanswered(panel) {
   return [...sent].filter(([id]) => !answered.has(id));
 }
 
+/**
+ * Records of threads that are gone (written after, or left behind by, a
+ * `thread.delete`), and threads whose leaf is not one of their nodes.
+ */
+async function strayRecords(panel) {
+  const db = (await dumpIndexedDb(panel))['sw-agent'] ?? {};
+  const values = (store) => (db[store] ?? []).map((entry) => entry.value);
+  const threads = new Set(values('threads').map((t) => t.id));
+  const problems = [];
+  for (const store of ['nodes', 'runs', 'queue', 'steers', 'approvals', 'interactions', 'snapshots']) {
+    for (const record of values(store)) {
+      if (!threads.has(record.threadId)) problems.push(`${store} record of the deleted thread ${record.threadId}`);
+    }
+  }
+  const nodes = new Map(values('nodes').map((n) => [n.id, n]));
+  for (const thread of values('threads')) {
+    if (thread.leafId && nodes.get(thread.leafId)?.threadId !== thread.id) problems.push(`thread ${thread.id} has no leaf ${thread.leafId}`);
+  }
+  return problems;
+}
+
 /** What the panel shows of its thread: the thread, the nodes, the version switchers. */
 async function shown(panel) {
   const state = await readPanel(panel);
@@ -133,9 +156,11 @@ async function shown(panel) {
 const RUNNING = ['queued', 'streaming_model', 'executing_tools'];
 
 const seed = Number(process.env.MONKEY_SEED ?? 3);
-isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_show_what_is_stored (seed ${seed})`, {}, async (session) => {
+// Odd seeds speak Anthropic's Messages format, even ones OpenAI's.
+const provider = seed % 2 === 1 ? 'anthropic' : 'openai';
+isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_show_what_is_stored (seed ${seed}, ${provider})`, { provider }, async (session) => {
   const { panel, shop, mock, context, extensionId } = session;
-  process.stderr.write(`monkey: MONKEY_SEED=${seed}\n`);
+  process.stderr.write(`monkey: MONKEY_SEED=${seed} (${provider})\n`);
   const random = randomFrom(seed);
   const pick = (items) => items[Math.floor(random() * items.length)];
   mock.setPolicy(monkeyPolicy);
@@ -236,6 +261,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   ).catch(() => shown(panel));
   assert.deepEqual(after, before, 'what the panel showed is what it shows after a reload');
   assert.deepEqual(orphanToolCallProblems(mock.requests()), [], 'no_orphan_tool_calls');
+  assert.deepEqual(await strayRecords(panel), [], 'no record outlives its thread');
   // never_retry_at_most_once: each click call the model made is dispatched
   // at most once; only the user's Retry on an uncertain click sends one again.
   const clickCalls = mock.requests().filter((r) => r.outcome === 'completed' && r.step?.toolCalls?.some((c) => c.name === 'click')).length;
