@@ -29,7 +29,7 @@ import {
   portLog,
   waitFor,
 } from '../support/browser.mjs';
-import { subscribeClicks, topLevelNodes, orphanToolCallProblems, isolatedTest } from '../support/session.mjs';
+import { subscribeClicks, topLevelNodes, orphanToolCallProblems, isolatedTest, seededRandom } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
@@ -66,19 +66,6 @@ function monkeyPolicy(body) {
     return { text: `Clicking. ${filler}`, toolCalls: [{ name: 'click', arguments: { text: 'Subscribe' } }], ...slow };
   }
   return { text: `Reading. ${filler}`, toolCalls: [{ name: 'read_page', arguments: {} }], ...slow };
-}
-
-/** xorshift32 */
-function randomFrom(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
 }
 
 /**
@@ -161,7 +148,7 @@ const provider = seed % 2 === 1 ? 'anthropic' : 'openai';
 isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_show_what_is_stored (seed ${seed}, ${provider})`, { provider }, async (session) => {
   const { panel, shop, mock, context, extensionId } = session;
   process.stderr.write(`monkey: MONKEY_SEED=${seed} (${provider})\n`);
-  const random = randomFrom(seed);
+  const random = seededRandom(seed);
   const pick = (items) => items[Math.floor(random() * items.length)];
   mock.setPolicy(monkeyPolicy);
   const errors = [];

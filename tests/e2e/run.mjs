@@ -44,6 +44,7 @@ import {
   toolCards,
   orphanToolCallProblems,
   saveArtifacts,
+  seededRandom,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -1395,19 +1396,6 @@ function chaosPolicy(body) {
   };
 }
 
-/** xorshift32: the chaos test's schedule from one seed. */
-function chaosRandom(seed) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
-}
-
 // The worker is killed at random moments (mid-stream, mid-tool, while an
 // approval waits, during a restart) while the user steers; seeded by
 // E2E_CHAOS_SEED (printed), so a failure replays.
@@ -1418,7 +1406,7 @@ isolatedTest(`random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repe
   const { panel, shop, mock, context, extensionId } = session;
   const seed = Number(process.env.E2E_CHAOS_SEED ?? defaultSeed);
   process.stderr.write(`chaos (${provider}): E2E_CHAOS_SEED=${seed}\n`);
-  const random = chaosRandom(seed);
+  const random = seededRandom(seed);
   mock.setPolicy(chaosPolicy);
   await watchConnection(panel);
   await submitTask(panel, TASK);

@@ -39,6 +39,26 @@ fn turn(sim: &mut Sim, conn: u64, id: &str, thread: Option<&str>) -> String {
     acked_thread(sim, conn, id).expect("the turn was acknowledged")
 }
 
+/// Stores question `q1` of `run_id`, answered on day 30.
+fn answered_question(sim: &mut Sim, thread_id: &str, run_id: String) {
+    use sw_agent::model::{InteractionRecord, InteractionStatus};
+    sim.store.interactions.insert(
+        "q1".into(),
+        InteractionRecord {
+            id: "q1".into(),
+            thread_id: thread_id.to_string(),
+            run_id,
+            call_id: "c9".into(),
+            question: "Which size?".into(),
+            options: vec![],
+            status: InteractionStatus::Answered,
+            answer: Some("M".into()),
+            created_at: 30 * DAY,
+            answered_at: Some(30 * DAY),
+        },
+    );
+}
+
 #[test]
 fn receipt_replay_or_reject_holds_within_retention_and_start_deletes_only_what_expired() {
     let mut sim = answering();
@@ -209,9 +229,7 @@ fn finished_runs_come_with_their_thread_and_keep_working() {
 
 #[test]
 fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() {
-    use sw_agent::model::{
-        ApprovalStatus, InteractionRecord, InteractionStatus, NodeBody, RunState,
-    };
+    use sw_agent::model::{ApprovalStatus, NodeBody, RunState};
     use sw_agent::protocol::ApprovalDecision;
     // One thread whose click was approved (the run finished), one whose run
     // still waits for its approval.
@@ -239,21 +257,7 @@ fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() 
         .unwrap()
         .id
         .clone();
-    sim.store.interactions.insert(
-        "q1".into(),
-        InteractionRecord {
-            id: "q1".into(),
-            thread_id: done.clone(),
-            run_id: finished_run,
-            call_id: "c9".into(),
-            question: "Which size?".into(),
-            options: vec![],
-            status: InteractionStatus::Answered,
-            answer: Some("M".into()),
-            created_at: 30 * DAY,
-            answered_at: Some(30 * DAY),
-        },
-    );
+    answered_question(&mut sim, &done, finished_run);
 
     sim.now += 8 * DAY;
     sim.crash();
@@ -430,7 +434,7 @@ fn a_thread_deleted_after_its_old_runs_could_not_be_pruned_leaves_none_behind() 
 
 #[test]
 fn a_thread_deleted_after_its_old_approvals_and_questions_could_not_be_pruned_leaves_none_behind() {
-    use sw_agent::model::{ApprovalStatus, InteractionRecord, InteractionStatus};
+    use sw_agent::model::ApprovalStatus;
     let mut sim = Sim::new(9, agent_policy(), page_tools());
     sim.now = 30 * DAY;
     let conn = sim.connect();
@@ -441,21 +445,7 @@ fn a_thread_deleted_after_its_old_approvals_and_questions_could_not_be_pruned_le
         .approvals
         .values()
         .any(|a| a.thread_id == tid && a.status == ApprovalStatus::AcceptedOnce));
-    sim.store.interactions.insert(
-        "q1".into(),
-        InteractionRecord {
-            id: "q1".into(),
-            thread_id: tid.clone(),
-            run_id,
-            call_id: "c9".into(),
-            question: "Which size?".into(),
-            options: vec![],
-            status: InteractionStatus::Answered,
-            answer: Some("M".into()),
-            created_at: 30 * DAY,
-            answered_at: Some(30 * DAY),
-        },
-    );
+    answered_question(&mut sim, &tid, run_id);
     // Days later a start finds them expired, and the unit deleting them
     // fails (the disk is full).
     sim.now += 8 * DAY;

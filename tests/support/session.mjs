@@ -115,6 +115,22 @@ export async function waitForSettledTurn(panel, { previousTurnId = '', timeout =
   );
 }
 
+/**
+ * A seeded schedule for the randomized e2e tests (xorshift32): a function
+ * returning numbers in [0, 1), the same sequence for the same seed.
+ */
+export function seededRandom(seed) {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 2 ** 32;
+  };
+}
+
 /** Top-level (not nested) rendered nodes. */
 export function topLevelNodes(panelState) {
   return panelState.nodes.filter((node) => !node.parentNodeId);
