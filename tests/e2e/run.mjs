@@ -1500,3 +1500,84 @@ isolatedTest(`random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repe
   assert.deepEqual([...formats], [provider], 'every request in the chosen wire format');
 });
 }
+
+// ------------------------------------------- the disk refuses a checkpoint ---
+
+/** Reads the page READS times, slowly, then answers; from the conversation alone. */
+const READS = 4;
+function readingPolicy(body) {
+  const done = (body.messages ?? []).filter((m) => m.role === 'tool').length;
+  if (done >= READS) return { text: `Read the page ${READS} times.`, chunkDelayMs: 10 };
+  return { text: `Read ${done + 1}: ${'looking closely, '.repeat(8)}`, toolCalls: [{ name: 'read_page', arguments: {} }], chunkDelayMs: 10 };
+}
+
+isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_from_the_last_saved_step', {}, async (session) => {
+  const { panel, mock, context, extensionId } = session;
+  mock.setPolicy(readingPolicy);
+  await submitTask(panel, 'Read the page a few times');
+  await waitFor(async () => toolCards(await readPanel(panel)).filter((c) => c.status === 'ok').length >= 1, {
+    timeout: 60000,
+    message: 'the first read to finish',
+  });
+  // The disk fills up: while `__diskFull` is set, every readwrite
+  // transaction of this worker aborts (as a full disk's QuotaExceededError
+  // does) after its requests were issued. A new worker starts without it.
+  const prefix = `chrome-extension://${extensionId}/`;
+  const worker = context.serviceWorkers().filter((w) => w.url().startsWith(prefix)).at(-1);
+  await worker.evaluate(() => {
+    const transaction = IDBDatabase.prototype.transaction;
+    self.__diskFull = true;
+    IDBDatabase.prototype.transaction = function (names, mode, options) {
+      const tx = transaction.call(this, names, mode, options);
+      if (mode === 'readwrite' && self.__diskFull) queueMicrotask(() => tx.abort());
+      return tx;
+    };
+  });
+  const paused = await waitFor(
+    async () => {
+      const state = await readPanel(panel);
+      return /saving failed/i.test(state.error) ? state : null;
+    },
+    { timeout: 60000, message: 'the panel to say that saving failed' },
+  );
+  assert.match(paused.error, /resume/i, `the user is told how it goes on: ${paused.error}`);
+  const savedResults = async () =>
+    ((await dumpIndexedDb(panel))['sw-agent']?.nodes ?? []).map((e) => e.value).filter((n) => n.kind === 'tool_result').length;
+  const resultsAtPause = await savedResults();
+  // Space is freed, but this worker stopped driving the run: a message sent
+  // now would land between a saved step and the next; it is refused in
+  // plain words and not stored.
+  await worker.evaluate(() => {
+    self.__diskFull = false;
+  });
+  await submitTask(panel, 'Also count the buttons [while paused]');
+  const refused = await waitFor(
+    async () => (await portMessages(panel, 'in')).find((e) => e.message.type === 'command.reject'),
+    { timeout: 30000, message: 'the message sent while paused to be refused' },
+  );
+  assert.equal(refused.message.error.kind, 'storage', refused.json);
+  assert.match(refused.message.error.message, /paused/, refused.json);
+  const requestsAtPause = mock.requests().length;
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  assert.equal(mock.requests().length, requestsAtPause, 'the paused worker sends no request');
+
+  // The extension restarts (here: the worker is killed, the panel reconnects).
+  await killServiceWorker(context, extensionId, { page: panel });
+  // The paused worker told the panel the turn ended in an error; the new
+  // worker's snapshot shows the saved run going on, until it ends.
+  const final = await waitFor(
+    async () => {
+      const state = await readPanel(panel);
+      return state.epoch !== paused.epoch && state.connected === 'true' && ['completed', 'failed', 'interrupted'].includes(state.state) ? state : null;
+    },
+    { timeout: 120000, interval: 200, message: 'the new worker to finish the run' },
+  );
+  assert.equal(final.state, 'completed', describeState(final));
+  assert.match(topLevelNodes(final).at(-1).text, new RegExp(`Read the page ${READS} times`));
+  assertNoOrphans(session);
+  assertEveryCardResolved(final);
+  const nodes = ((await dumpIndexedDb(panel))['sw-agent']?.nodes ?? []).map((e) => e.value);
+  assert.equal(nodes.filter((n) => n.kind === 'tool_result').length, READS, 'one saved result per read');
+  assert.ok(resultsAtPause < READS, 'the pause came before the last read');
+  assert.equal(nodes.filter((n) => n.kind === 'user_message' && n.text.includes('[while paused]')).length, 0, 'the refused message is not stored');
+});
