@@ -514,8 +514,9 @@ struct ThreadState {
     /// A checkpoint of its run could not be saved, so this worker stopped
     /// driving the run; the next worker resumes it from the last saved
     /// step. Until then nothing is added on top of that step (a new turn
-    /// there would sit between a tool call and its result).
-    stalled: bool,
+    /// there would sit between a tool call and its result), and a snapshot
+    /// shows the run ended with this error, as the panel was told.
+    stalled: Option<ErrorInfo>,
     /// The active path, root first.
     path: Vec<Node>,
     /// Every other node of the thread (other branches), in no order.
@@ -579,7 +580,7 @@ impl ThreadState {
                 | Op::ThreadFork { .. }
                 | Op::ThreadDelete { .. }
         );
-        (self.stalled && !reads_or_leaves).then_some((
+        (self.stalled.is_some() && !reads_or_leaves).then_some((
             ErrorKind::Storage,
             "Saving this conversation failed, so it is paused. It continues from its last saved step when the extension restarts.",
         ))
@@ -591,7 +592,7 @@ impl ThreadState {
             loaded,
             loading: false,
             deleting: false,
-            stalled: false,
+            stalled: None,
             path: Vec::new(),
             off_path: Vec::new(),
             outbound: context::OutboundView::default(),
@@ -1581,8 +1582,12 @@ impl Engine {
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.
+                let error = ErrorInfo::new(
+                    ErrorKind::Storage,
+                    format!("{message}. The run will resume from its last saved step when the extension restarts."),
+                );
                 if let Some(t) = self.threads.get_mut(&tid) {
-                    t.stalled = true;
+                    t.stalled = Some(error.clone());
                 }
                 let turn_id = self
                     .threads
@@ -1605,10 +1610,7 @@ impl Engine {
                             thread_id: tid.clone(),
                             turn_id,
                             stop_reason: StopReason::Error,
-                            error: Some(ErrorInfo::new(
-                                ErrorKind::Storage,
-                                format!("{message}. The run will resume from its last saved step when the extension restarts."),
-                            )),
+                            error: Some(error),
                         },
                     );
                 }

@@ -1134,7 +1134,7 @@ pick a different element or tool, or explain the problem to the user.",
         let Some(t) = self.threads.get(tid) else {
             return;
         };
-        if t.exec.is_some() || !t.loaded || t.stalled {
+        if t.exec.is_some() || !t.loaded || t.stalled.is_some() {
             return;
         }
         if let Some(item) = t.queue.first().cloned() {

@@ -563,7 +563,17 @@ impl Engine {
             title: t.thread.title.clone(),
             older_nodes,
             nodes,
-            run: t.latest_run.clone(),
+            run: t.latest_run.clone().map(|run| match &t.stalled {
+                // What the panel was told when the run stopped (not what is
+                // stored: the next worker resumes the saved run).
+                Some(error) => Run {
+                    state: RunState::Failed,
+                    stop_reason: Some(StopReason::Error),
+                    error: Some(error.clone()),
+                    ..run
+                },
+                None => run,
+            }),
             queue: t.queue.clone(),
             pending_steers: t
                 .steers

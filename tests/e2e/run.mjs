@@ -1557,6 +1557,13 @@ isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_f
   );
   assert.equal(refused.message.error.kind, 'storage', refused.json);
   assert.match(refused.message.error.message, /paused/, refused.json);
+  // A panel opened now (a reload) is told the same.
+  await panel.reload();
+  await waitFor(() => panel.evaluate(() => document.body?.dataset.ready === 'true'), { timeout: 30000, message: 'the reloaded panel ready' });
+  await watchConnection(panel);
+  const reopened = await readPanel(panel);
+  assert.equal(reopened.state, 'failed', 'not a run that looks busy forever');
+  assert.equal(reopened.error, paused.error, 'the reopened panel says what the first one said');
   const requestsAtPause = mock.requests().length;
   await new Promise((resolve) => setTimeout(resolve, 1000));
   assert.equal(mock.requests().length, requestsAtPause, 'the paused worker sends no request');

@@ -349,3 +349,63 @@ fn never_retry_at_most_once_inspect_first_call_in_flight_at_crash_tells_the_mode
     );
     check_invariants(&sim, &[]).unwrap();
 }
+
+/// The run of `conn`'s panel's thread as a fresh `initialize` shows it.
+fn shown_run(sim: &mut Sim, id: &str) -> sw_agent::model::Run {
+    let conn = sim.connect();
+    sim.send(conn, initialize(id, None));
+    sim.run(10_000);
+    sim.events_for(conn)
+        .iter()
+        .find_map(|e| match e {
+            Event::Initialized { snapshot } => snapshot.thread.as_ref()?.run.clone(),
+            _ => None,
+        })
+        .expect("a snapshot with a run")
+}
+
+#[test]
+fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new_worker_resumes_it()
+{
+    let (mut sim, conn) = start(41);
+    // The submission is saved and acknowledged; then the disk refuses the
+    // run's next checkpoint and both of its retries.
+    while !sim
+        .events_for(conn)
+        .iter()
+        .any(|e| matches!(e, Event::CommandAck { .. }))
+    {
+        sim.step();
+    }
+    sim.fail_next_persists = 3;
+    sim.run(10_000);
+    let told = sim
+        .events_for(conn)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::TurnComplete {
+                stop_reason: StopReason::Error,
+                error: Some(error),
+                ..
+            } => Some(error.clone()),
+            _ => None,
+        })
+        .expect("the panel was told the run stopped");
+    assert_eq!(told.kind, sw_agent::protocol::ErrorKind::Storage);
+    // A panel opened now is shown what the first one was told, not a run
+    // that looks busy forever; the store still holds the saved run.
+    let shown = shown_run(&mut sim, "i1");
+    assert_eq!(shown.state, RunState::Failed);
+    assert_eq!(shown.error.as_ref(), Some(&told));
+    let stored = sim.store.runs.values().next().unwrap().clone();
+    assert!(!stored.state.is_terminal(), "{:?}", stored.state);
+    assert_eq!(shown.id, stored.id);
+    // A new worker resumes the saved run to its end.
+    sim.crash();
+    reconnect(&mut sim);
+    sim.run(10_000);
+    let resumed = shown_run(&mut sim, "i2");
+    assert_eq!(resumed.state, RunState::Completed);
+    assert_eq!(resumed.error, None);
+    check_invariants(&sim, &[]).unwrap();
+}
