@@ -129,17 +129,8 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
         // Steer ids name their text (`steer-<text>`), as check_invariants expects.
         4 | 5 => steer(&format!("steer-{text}"), &tid, &turn, &text),
         6 => enqueue(id, &tid, &text),
-        7 => Op::QueueRemove {
-            submission: s(),
-            thread_id: tid,
-            item_id: item,
-        },
-        8 => Op::QueueEdit {
-            submission: s(),
-            thread_id: tid,
-            item_id: item,
-            input: input(&text),
-        },
+        7 => queue_remove(id, &tid, &item),
+        8 => queue_edit(id, &tid, &item, &text),
         9 => interrupt(id, &tid),
         10 => resume(id, &tid),
         11 => resolve(
@@ -151,44 +142,23 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
                 UncertainChoice::Fail,
             ][gen.below(3)],
         ),
-        12 => Op::ApprovalResponse {
-            submission: s(),
-            thread_id: tid,
-            approval_id: approval,
-            decision: [
+        12 => approval_response(
+            id,
+            &tid,
+            &approval,
+            [
                 ApprovalDecision::AcceptOnce,
                 ApprovalDecision::AcceptForSite,
                 ApprovalDecision::Decline,
             ][gen.below(3)],
-        },
-        13 => Op::InteractionResponse {
-            submission: s(),
-            thread_id: tid,
-            interaction_id: interaction,
-            answer: "yes".into(),
-        },
-        14 => Op::ThreadFork {
-            submission: s(),
-            thread_id: tid,
-            node_id: node,
-        },
-        15 => Op::ThreadSelectBranch {
-            submission: s(),
-            thread_id: tid,
-            node_id: node.unwrap_or_default(),
-        },
-        16 => Op::ThreadDelete {
-            submission: s(),
-            thread_id: tid,
-        },
+        ),
+        13 => interaction_response(id, &tid, &interaction, "yes"),
+        14 => fork(id, &tid, node.as_deref()),
+        15 => select_branch(id, &tid, &node.unwrap_or_default()),
+        16 => delete(id, &tid),
         17 => initialize(id, [Some(tid.as_str()), None][gen.below(2)]),
         _ => match node {
-            Some(node) => Op::ThreadHistory {
-                submission: s(),
-                thread_id: tid,
-                before_node_id: node,
-                limit: Some(3),
-            },
+            Some(node) => history(id, &tid, &node, Some(3)),
             None => initialize(id, Some(&tid)),
         },
     }

@@ -65,6 +65,71 @@ pub fn resolve(id: &str, thread: &str, choice: UncertainChoice) -> Op {
     }
 }
 
+pub fn queue_remove(id: &str, thread: &str, item: &str) -> Op {
+    Op::QueueRemove {
+        submission: submission(id),
+        thread_id: thread.into(),
+        item_id: item.into(),
+    }
+}
+
+pub fn queue_edit(id: &str, thread: &str, item: &str, text: &str) -> Op {
+    Op::QueueEdit {
+        submission: submission(id),
+        thread_id: thread.into(),
+        item_id: item.into(),
+        input: UserInput { text: text.into() },
+    }
+}
+
+pub fn approval_response(
+    id: &str,
+    thread: &str,
+    approval: &str,
+    decision: sw_agent::protocol::ApprovalDecision,
+) -> Op {
+    Op::ApprovalResponse {
+        submission: submission(id),
+        thread_id: thread.into(),
+        approval_id: approval.into(),
+        decision,
+    }
+}
+
+pub fn interaction_response(id: &str, thread: &str, interaction: &str, answer: &str) -> Op {
+    Op::InteractionResponse {
+        submission: submission(id),
+        thread_id: thread.into(),
+        interaction_id: interaction.into(),
+        answer: answer.into(),
+    }
+}
+
+pub fn fork(id: &str, thread: &str, node: Option<&str>) -> Op {
+    Op::ThreadFork {
+        submission: submission(id),
+        thread_id: thread.into(),
+        node_id: node.map(str::to_string),
+    }
+}
+
+pub fn select_branch(id: &str, thread: &str, node: &str) -> Op {
+    Op::ThreadSelectBranch {
+        submission: submission(id),
+        thread_id: thread.into(),
+        node_id: node.into(),
+    }
+}
+
+pub fn history(id: &str, thread: &str, before: &str, limit: Option<u32>) -> Op {
+    Op::ThreadHistory {
+        submission: submission(id),
+        thread_id: thread.into(),
+        before_node_id: before.into(),
+        limit,
+    }
+}
+
 pub fn initialize(id: &str, thread: Option<&str>) -> Op {
     Op::Initialize {
         submission: submission(id),
