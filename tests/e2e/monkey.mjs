@@ -1,5 +1,5 @@
 // A user who does anything, in any order: the built extension's side panel
-// driven by random actions (every visible, enabled button, text box and
+// (two of them, as in two windows) driven by random actions (every visible, enabled button, text box and
 // list of the panel, outside the settings form), while the service worker is
 // killed and the panel reloaded at random. The model answers from the
 // conversation alone (reads the page, clicks Subscribe after an approval,
@@ -8,8 +8,9 @@
 //
 // What must hold whatever was done:
 // - the panel throws no uncaught error;
-// - every op the panel sent since its last reload is answered (ACK or
+// - every op a panel sent since its last reload is answered (ACK or
 //   reject): none is left hanging;
+// - two panels on the same thread show the same;
 // - once nothing runs, what the panel shows is what it shows after a reload
 //   (rendered state = durable state);
 // - no provider request carries a tool call without its result;
@@ -24,6 +25,7 @@ import assert from 'node:assert/strict';
 import {
   exitUnlessExtensionBuilt,
   dumpIndexedDb,
+  openPanel,
   readPanel,
   killServiceWorker,
   portLog,
@@ -151,13 +153,20 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   const random = seededRandom(seed);
   const pick = (items) => items[Math.floor(random() * items.length)];
   mock.setPolicy(monkeyPolicy);
+  // Two panels (two windows' side panels): every change one makes must
+  // reach the other.
+  const panels = [panel, await openPanel(context, extensionId)];
+  await shop.bringToFront();
   const errors = [];
-  panel.on('pageerror', (error) => errors.push(`pageerror: ${error.message}`));
-  panel.on('dialog', (dialog) => dialog.accept().catch(() => {}));
+  for (const [n, page] of panels.entries()) {
+    page.on('pageerror', (error) => errors.push(`panel ${n} pageerror: ${error.message}`));
+    page.on('dialog', (dialog) => dialog.accept().catch(() => {}));
+  }
   const counts = { kill: 0, reload: 0, click: 0, type: 0, select: 0, key: 0, retry: 0, none: 0, missed: 0 };
 
   for (let step = 0; step < ACTIONS; step += 1) {
     const roll = random();
+    const panel = pick(panels);
     if (roll < 0.04) {
       await killServiceWorker(context, extensionId, { page: panel }).catch(() => {});
       counts.kill += 1;
@@ -204,30 +213,44 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     await new Promise((resolve) => setTimeout(resolve, 40 + random() * 400));
   }
 
-  // Let it come to rest: connected, nothing streaming or running a tool,
-  // the same for two seconds.
+  // Let it come to rest: both panels connected, nothing streaming or
+  // running a tool, the same for two seconds.
   let previous = '';
   let sameSince = Date.now();
   await waitFor(
     async () => {
-      const state = await readPanel(panel);
-      const now = JSON.stringify(await shown(panel));
+      const states = await Promise.all(panels.map((p) => readPanel(p)));
+      const now = JSON.stringify(await Promise.all(panels.map((p) => shown(p))));
       if (now !== previous) {
         previous = now;
         sameSince = Date.now();
       }
-      return state.connected === 'true' && !RUNNING.includes(state.state) && Date.now() - sameSince > 2000;
+      return states.every((state) => state.connected === 'true' && !RUNNING.includes(state.state)) && Date.now() - sameSince > 2000;
     },
-    { timeout: 120000, interval: 250, message: 'the panel to come to rest' },
+    { timeout: 120000, interval: 250, message: 'the panels to come to rest' },
   );
   // An editor the monkey left open (a queued message, an edit) is the
   // page's own state, gone after a reload: close them first (Esc cancels).
-  for (const editor of await panel.locator('.queue-editor input, .message-editor textarea').all()) {
-    await editor.press('Escape').catch(() => {});
+  for (const page of panels) {
+    for (const editor of await page.locator('.queue-editor input, .message-editor textarea').all()) {
+      await editor.press('Escape').catch(() => {});
+    }
   }
-  const left = await unanswered(panel);
-  assert.deepEqual(left, [], 'every op sent since the last load was answered');
-  const before = await shown(panel);
+  for (const [n, page] of panels.entries()) {
+    assert.deepEqual(await unanswered(page), [], `every op panel ${n} sent since its last load was answered`);
+  }
+  // What two panels show of one thread is the same, at the newest end (one
+  // may have paged in earlier messages).
+  const newestOf = (a, b) => {
+    const n = Math.min(a.nodes.length, b.nodes.length);
+    return (view) => ({ ...view, nodes: view.nodes.slice(view.nodes.length - n) });
+  };
+  const views = await Promise.all(panels.map((p) => shown(p)));
+  if (views[0].thread && views[0].thread === views[1].thread) {
+    const tail = newestOf(views[0], views[1]);
+    assert.deepEqual(tail(views[1]), tail(views[0]), 'two panels on one thread show the same');
+  }
+  const before = views[0];
   if (process.env.MONKEY_DEBUG) {
     const { writeFileSync } = await import('node:fs');
     const queueHtml = await panel.evaluate(() => document.getElementById('queue-list')?.outerHTML ?? '');
@@ -252,8 +275,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     { timeout: 30000, message: `the reloaded panel to show thread ${before.thread} again` },
   ).catch(() => shown(panel));
   assert.ok(after.nodes.length > 0 || before.nodes.length === 0, 'the reloaded panel shows the thread');
-  const newest = Math.min(after.nodes.length, before.nodes.length);
-  const tail = (view) => ({ ...view, nodes: view.nodes.slice(view.nodes.length - newest) });
+  const tail = newestOf(after, before);
   assert.deepEqual(tail(after), tail(before), 'what the panel showed is what it shows after a reload');
   assert.deepEqual(orphanToolCallProblems(mock.requests()), [], 'no_orphan_tool_calls');
   assert.deepEqual(await strayRecords(panel), [], 'no record outlives its thread');
@@ -263,5 +285,5 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   const clicks = await subscribeClicks(shop);
   assert.ok(clicks <= clickCalls + counts.retry, `Subscribe clicked ${clicks} times for ${clickCalls} click calls and ${counts.retry} retries`);
   assert.deepEqual(errors, [], 'the panel threw no uncaught error');
-  process.stderr.write(`monkey: ${JSON.stringify(counts)}, ${mock.requests().length} provider requests, ${before.nodes.length} nodes shown, clicks ${clicks} of ${clickCalls} calls\n`);
+  process.stderr.write(`monkey: ${JSON.stringify(counts)}, ${mock.requests().length} provider requests, ${before.nodes.length} nodes shown, clicks ${clicks} of ${clickCalls} calls, panels on ${views[0].thread === views[1].thread ? 'one thread' : 'two threads'}\n`);
 }, { timeout: 400000 });
