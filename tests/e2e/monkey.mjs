@@ -162,7 +162,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     page.on('pageerror', (error) => errors.push(`panel ${n} pageerror: ${error.message}`));
     page.on('dialog', (dialog) => dialog.accept().catch(() => {}));
   }
-  const counts = { kill: 0, reload: 0, click: 0, type: 0, select: 0, key: 0, retry: 0, none: 0, missed: 0 };
+  const counts = { kill: 0, reload: 0, click: 0, type: 0, select: 0, key: 0, follow: 0, retry: 0, none: 0, missed: 0 };
 
   for (let step = 0; step < ACTIONS; step += 1) {
     const roll = random();
@@ -178,6 +178,13 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     } else if (roll < 0.1) {
       await panel.keyboard.press(pick(['Escape', 'Shift+Alt+Enter', 'Tab'])).catch(() => {});
       counts.key += 1;
+    } else if (roll < 0.2) {
+      // The user opens, in this panel, the thread the other one shows: the
+      // two then watch the same thread change.
+      const other = panels.find((p) => p !== panel);
+      const thread = await other.evaluate(() => document.getElementById('thread-list')?.value ?? '').catch(() => '');
+      if (thread) await panel.selectOption('#thread-list', thread, { timeout: 1000, force: true }).catch(() => {});
+      counts.follow += 1;
     } else {
       const found = await controls(panel);
       // Half the time the composer, if it is there: most of what a user does.
@@ -245,10 +252,29 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     const n = Math.min(a.nodes.length, b.nodes.length);
     return (view) => ({ ...view, nodes: view.nodes.slice(view.nodes.length - n) });
   };
+  /** Opens `reference`'s thread in `page` (unless shown) and waits until it shows it. */
+  const showThread = async (page, reference) => {
+    if ((await shown(page)).thread !== reference.thread && reference.thread) {
+      await page.selectOption('#thread-list', reference.thread, { timeout: 5000, force: true });
+    }
+    const earlierHidden = () => page.evaluate(() => Boolean(document.querySelector('.load-earlier')));
+    return waitFor(
+      async () => {
+        const now = await shown(page);
+        const complete = now.nodes.length === reference.nodes.length || (now.nodes.length > 0 && (await earlierHidden()));
+        return now.thread === reference.thread && complete ? now : null;
+      },
+      { timeout: 30000, message: `a panel to show thread ${reference.thread}` },
+    ).catch(() => shown(page));
+  };
   const views = await Promise.all(panels.map((p) => shown(p)));
-  if (views[0].thread && views[0].thread === views[1].thread) {
-    const tail = newestOf(views[0], views[1]);
-    assert.deepEqual(tail(views[1]), tail(views[0]), 'two panels on one thread show the same');
+  const sameThread = views[0].thread === views[1].thread;
+  if (views[0].thread) {
+    // Watching it all along, or opening it now: the same.
+    const second = sameThread ? views[1] : await showThread(panels[1], views[0]);
+    assert.ok(second.nodes.length > 0 || views[0].nodes.length === 0, 'the second panel shows the thread');
+    const tail = newestOf(views[0], second);
+    assert.deepEqual(tail(second), tail(views[0]), `two panels on one thread show the same (${sameThread ? 'both watched it' : 'opened by the second'})`);
   }
   const before = views[0];
   if (process.env.MONKEY_DEBUG) {
@@ -258,22 +284,11 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   }
   await panel.reload();
   await waitFor(() => panel.evaluate(() => document.body?.dataset.ready === 'true'), { timeout: 30000, message: 'the reloaded panel ready' });
-  // The reloaded panel may open another thread; show the same one.
-  if ((await shown(panel)).thread !== before.thread && before.thread) {
-    await panel.selectOption('#thread-list', before.thread);
-  }
-  // A long thread opens with its newest messages only (earlier ones page
-  // in on scroll), where the live panel may have shown them all: compare
-  // what both show, the newest end.
-  const earlierHidden = () => panel.evaluate(() => Boolean(document.querySelector('.load-earlier')));
-  const after = await waitFor(
-    async () => {
-      const now = await shown(panel);
-      const complete = now.nodes.length === before.nodes.length || (now.nodes.length > 0 && (await earlierHidden()));
-      return now.thread === before.thread && complete ? now : null;
-    },
-    { timeout: 30000, message: `the reloaded panel to show thread ${before.thread} again` },
-  ).catch(() => shown(panel));
+  // The reloaded panel may open another thread; show the same one. A long
+  // thread opens with its newest messages only (earlier ones page in on
+  // scroll), where the live panel may have shown them all: compare what
+  // both show, the newest end.
+  const after = await showThread(panel, before);
   assert.ok(after.nodes.length > 0 || before.nodes.length === 0, 'the reloaded panel shows the thread');
   const tail = newestOf(after, before);
   assert.deepEqual(tail(after), tail(before), 'what the panel showed is what it shows after a reload');
@@ -285,5 +300,5 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   const clicks = await subscribeClicks(shop);
   assert.ok(clicks <= clickCalls + counts.retry, `Subscribe clicked ${clicks} times for ${clickCalls} click calls and ${counts.retry} retries`);
   assert.deepEqual(errors, [], 'the panel threw no uncaught error');
-  process.stderr.write(`monkey: ${JSON.stringify(counts)}, ${mock.requests().length} provider requests, ${before.nodes.length} nodes shown, clicks ${clicks} of ${clickCalls} calls, panels on ${views[0].thread === views[1].thread ? 'one thread' : 'two threads'}\n`);
+  process.stderr.write(`monkey: ${JSON.stringify(counts)}, ${mock.requests().length} provider requests, ${before.nodes.length} nodes shown, clicks ${clicks} of ${clickCalls} calls, panels ${sameThread ? 'on one thread' : 'on two threads'}\n`);
 }, { timeout: 400000 });
