@@ -1,7 +1,7 @@
 // A user who does anything, in any order: the built extension's side panel
 // (two of them, as in two windows) driven by random actions (every visible, enabled button, text box and
 // list of the panel, outside the settings form), while the service worker is
-// killed and the panel reloaded at random. The model answers from the
+// killed and the panel reloaded at random, and settings change mid-run. The model answers from the
 // conversation alone (reads the page, clicks Subscribe after an approval,
 // asks the user, or just answers), slowly enough for actions to land
 // mid-stream.
@@ -162,7 +162,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     page.on('pageerror', (error) => errors.push(`panel ${n} pageerror: ${error.message}`));
     page.on('dialog', (dialog) => dialog.accept().catch(() => {}));
   }
-  const counts = { kill: 0, reload: 0, click: 0, type: 0, select: 0, key: 0, follow: 0, retry: 0, none: 0, missed: 0 };
+  const counts = { kill: 0, reload: 0, click: 0, type: 0, select: 0, key: 0, settings: 0, follow: 0, retry: 0, none: 0, missed: 0 };
 
   for (let step = 0; step < ACTIONS; step += 1) {
     const roll = random();
@@ -178,7 +178,28 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     } else if (roll < 0.1) {
       await panel.keyboard.press(pick(['Escape', 'Shift+Alt+Enter', 'Tab'])).catch(() => {});
       counts.key += 1;
-    } else if (roll < 0.2) {
+    } else if (roll < 0.14) {
+      // A setting changes mid-run: the model, the context window (a small
+      // one compacts), the token budget (a small one pauses the turn), tool
+      // use, vision.
+      const [selector, value] = pick([
+        ['#settings-model', pick(['mock-1', 'mock-2'])],
+        ['#settings-context-window', pick(['', '4000', '16000'])],
+        ['#settings-token-budget', pick(['', '3000', '50000'])],
+        ['#settings-tool-use', null],
+        ['#settings-vision', null],
+      ]);
+      try {
+        if (!(await panel.locator('#settings-base-url').isVisible())) await panel.click('#settings-toggle', { timeout: 1000, force: true });
+        if (value === null) await panel.click(selector, { timeout: 1000, force: true });
+        else await panel.fill(selector, value, { timeout: 1000, force: true });
+        await panel.click('#settings-save', { timeout: 1000, force: true });
+        await panel.click('#settings-toggle', { timeout: 1000, force: true });
+        counts.settings += 1;
+      } catch {
+        counts.missed += 1;
+      }
+    } else if (roll < 0.22) {
       // The user opens, in this panel, the thread the other one shows: the
       // two then watch the same thread change.
       const other = panels.find((p) => p !== panel);
@@ -237,11 +258,16 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     { timeout: 120000, interval: 250, message: 'the panels to come to rest' },
   );
   // An editor the monkey left open (a queued message, an edit) is the
-  // page's own state, gone after a reload: close them first (Esc cancels).
+  // page's own state, gone after a reload: cancel them first (a click on
+  // Cancel, in the page: a background tab's key presses may not land).
   for (const page of panels) {
-    for (const editor of await page.locator('.queue-editor input, .message-editor textarea').all()) {
-      await editor.press('Escape').catch(() => {});
-    }
+    await page.evaluate(() => {
+      for (const form of document.querySelectorAll('form.queue-editor, form.message-editor')) {
+        form.querySelector('button[type="button"]')?.click();
+      }
+    });
+    const open = await page.locator('form.queue-editor, form.message-editor').count();
+    assert.equal(open, 0, 'every editor closed');
   }
   for (const [n, page] of panels.entries()) {
     assert.deepEqual(await unanswered(page), [], `every op panel ${n} sent since its last load was answered`);
@@ -252,6 +278,19 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     const n = Math.min(a.nodes.length, b.nodes.length);
     return (view) => ({ ...view, nodes: view.nodes.slice(view.nodes.length - n) });
   };
+  if (process.env.MONKEY_DEBUG) {
+    const { writeFileSync } = await import('node:fs');
+    const dump = [];
+    for (const page of panels) {
+      dump.push({
+        shown: await shown(page),
+        queueHtml: await page.evaluate(() => document.getElementById('queue-list')?.outerHTML ?? ''),
+        log: await portLog(page),
+      });
+    }
+    const db = (await dumpIndexedDb(panel))['sw-agent'] ?? {};
+    writeFileSync(`target/e2e/monkey-${seed}.json`, JSON.stringify({ panels: dump, queue: db.queue ?? [] }, null, 1));
+  }
   /** Opens `reference`'s thread in `page` (unless shown) and waits until it shows it. */
   const showThread = async (page, reference) => {
     if ((await shown(page)).thread !== reference.thread && reference.thread) {
@@ -277,11 +316,6 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     assert.deepEqual(tail(second), tail(views[0]), `two panels on one thread show the same (${sameThread ? 'both watched it' : 'opened by the second'})`);
   }
   const before = views[0];
-  if (process.env.MONKEY_DEBUG) {
-    const { writeFileSync } = await import('node:fs');
-    const queueHtml = await panel.evaluate(() => document.getElementById('queue-list')?.outerHTML ?? '');
-    writeFileSync('target/e2e/monkey-before.json', JSON.stringify({ before, queueHtml, log: await portLog(panel) }, null, 1));
-  }
   await panel.reload();
   await waitFor(() => panel.evaluate(() => document.body?.dataset.ready === 'true'), { timeout: 30000, message: 'the reloaded panel ready' });
   // The reloaded panel may open another thread; show the same one. A long
