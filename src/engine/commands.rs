@@ -13,9 +13,7 @@ impl Engine {
 
     #[inline(never)]
     pub(super) fn op_initialize(&mut self, now: u64, conn: ConnId, thread_id: Option<String>) {
-        let target = thread_id
-            .filter(|id| self.threads.contains_key(id))
-            .or_else(|| self.most_recent_thread());
+        let target = self.initialize_target(thread_id);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.subscribed = target.clone();
         }

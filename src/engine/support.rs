@@ -504,13 +504,8 @@ impl Engine {
 
     pub(super) fn thread_needing_load(&self, op: &Op) -> Option<String> {
         let tid = match op {
-            // As `op_initialize` resolves it: a thread that no longer exists
-            // (deleted meanwhile) opens the most recent one, which must be
-            // read first like any other.
-            Op::Initialize { thread_id, .. } => thread_id
-                .clone()
-                .filter(|id| self.threads.contains_key(id))
-                .or_else(|| self.most_recent_thread()),
+            // The thread it opens, which must be read first like any other.
+            Op::Initialize { thread_id, .. } => self.initialize_target(thread_id.clone()),
             _ => op_thread(op).map(str::to_string),
         }?;
         let t = self.threads.get(&tid)?;
@@ -520,6 +515,15 @@ impl Engine {
     }
 
     /// The thread `initialize` without a thread id opens.
+    /// The thread an `initialize` of `thread_id` opens: that one, or, when
+    /// none is named or it no longer exists (deleted meanwhile), the most
+    /// recent thread.
+    pub(super) fn initialize_target(&self, thread_id: Option<String>) -> Option<String> {
+        thread_id
+            .filter(|id| self.threads.contains_key(id))
+            .or_else(|| self.most_recent_thread())
+    }
+
     pub(super) fn most_recent_thread(&self) -> Option<String> {
         self.threads
             .values()

@@ -32,17 +32,12 @@ import {
   waitFor,
 } from '../support/browser.mjs';
 import { subscribeClicks, topLevelNodes, orphanToolCallProblems, isolatedTest, seededRandom } from '../support/session.mjs';
+import { contentText } from '../mock-llm/server.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
 const ACTIONS = Number(process.env.MONKEY_ACTIONS ?? 70);
 const TEXTS = ['read the page', 'click Subscribe', 'ask me which plan', 'just say hello', ''];
-
-function contentText(content) {
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
-  return '';
-}
 
 /** The monkey's model: a function of the conversation only. */
 function monkeyPolicy(body) {

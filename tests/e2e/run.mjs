@@ -1380,19 +1380,21 @@ const CHAOS_CLICK_AT = 4;
 const CHAOS_MAX_KILLS = 6;
 
 /**
- * The model of the chaos test: reads the page CHAOS_STEPS times, clicking
- * Subscribe at step CHAOS_CLICK_AT, streaming each step slowly enough for a
- * kill to land mid-stream. It answers from the conversation alone, so a
- * request repeated by a restarted worker gets the same answer.
+ * A model that reads the page `steps` times (clicking Subscribe instead at
+ * step `clickAt`), streaming each step slowly enough for a kill to land
+ * mid-stream, then answers `done`. It answers from the conversation alone,
+ * so a request repeated by a restarted worker gets the same answer.
  */
-function chaosPolicy(body) {
-  const done = (body.messages ?? []).filter((m) => m.role === 'tool').length;
-  if (done >= CHAOS_STEPS) return { text: `All ${CHAOS_STEPS} steps done.`, chunkDelayMs: 10 };
-  const call = done === CHAOS_CLICK_AT ? { name: 'click', arguments: { text: 'Subscribe' } } : { name: 'read_page', arguments: {} };
-  return {
-    text: `Step ${done + 1} of ${CHAOS_STEPS}: ${'looking at the page with care, '.repeat(5)}`,
-    toolCalls: [call],
-    chunkDelayMs: 10,
+function pageStepsPolicy({ steps, clickAt = -1, done }) {
+  return (body) => {
+    const taken = (body.messages ?? []).filter((m) => m.role === 'tool').length;
+    if (taken >= steps) return { text: done, chunkDelayMs: 10 };
+    const call = taken === clickAt ? { name: 'click', arguments: { text: 'Subscribe' } } : { name: 'read_page', arguments: {} };
+    return {
+      text: `Step ${taken + 1} of ${steps}: ${'looking at the page with care, '.repeat(5)}`,
+      toolCalls: [call],
+      chunkDelayMs: 10,
+    };
   };
 }
 
@@ -1407,7 +1409,7 @@ isolatedTest(`random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repe
   const seed = Number(process.env.E2E_CHAOS_SEED ?? defaultSeed);
   process.stderr.write(`chaos (${provider}): E2E_CHAOS_SEED=${seed}\n`);
   const random = seededRandom(seed);
-  mock.setPolicy(chaosPolicy);
+  mock.setPolicy(pageStepsPolicy({ steps: CHAOS_STEPS, clickAt: CHAOS_CLICK_AT, done: `All ${CHAOS_STEPS} steps done.` }));
   await watchConnection(panel);
   await submitTask(panel, TASK);
 
@@ -1503,17 +1505,11 @@ isolatedTest(`random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repe
 
 // ------------------------------------------- the disk refuses a checkpoint ---
 
-/** Reads the page READS times, slowly, then answers; from the conversation alone. */
 const READS = 4;
-function readingPolicy(body) {
-  const done = (body.messages ?? []).filter((m) => m.role === 'tool').length;
-  if (done >= READS) return { text: `Read the page ${READS} times.`, chunkDelayMs: 10 };
-  return { text: `Read ${done + 1}: ${'looking closely, '.repeat(8)}`, toolCalls: [{ name: 'read_page', arguments: {} }], chunkDelayMs: 10 };
-}
 
 isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_from_the_last_saved_step', {}, async (session) => {
   const { panel, mock, context, extensionId } = session;
-  mock.setPolicy(readingPolicy);
+  mock.setPolicy(pageStepsPolicy({ steps: READS, done: `Read the page ${READS} times.` }));
   await submitTask(panel, 'Read the page a few times');
   await waitFor(async () => toolCards(await readPanel(panel)).filter((c) => c.status === 'ok').length >= 1, {
     timeout: 60000,

@@ -345,10 +345,7 @@ fn restricted_pages_are_denied_and_missing_pages_are_errors() {
 
 #[test]
 fn page_content_is_marked_as_untrusted_data_with_its_origin() {
-    let mut sim = Sim::new(81, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
+    let (sim, _) = one_turn(81, "Subscribe me");
     let read = paths(&sim)[0]
         .iter()
         .find_map(|n| match &n.body {

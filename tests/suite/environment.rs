@@ -39,10 +39,7 @@ fn drift_message(sim: &Sim) -> String {
 
 #[test]
 fn environment_is_frozen_with_the_run_without_the_key() {
-    let mut sim = Sim::new(60, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "go"));
-    sim.run(10_000);
+    let (sim, _) = one_turn(60, "go");
     // Written once, in its own record, with the checkpoint that started the
     // run; the step checkpoints rewrite only the (small) run record.
     let run = sim.store.runs.values().next().unwrap();

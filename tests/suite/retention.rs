@@ -15,22 +15,17 @@ use super::support::*;
 
 const DAY: u64 = 24 * 60 * 60 * 1000;
 
-fn answering() -> Sim {
-    let mut sim = Sim::new(7, Box::new(|_: &_| Reply::text("Hi.")), page_tools());
+/// The agent reads the page and clicks (each click approved), on day 30.
+fn clicking(seed: u64) -> Sim {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
     sim.now = 30 * DAY;
     sim
 }
 
-/// The thread a turn.submit created (from its ACK).
-fn acked_thread(sim: &Sim, conn: u64, submission: &str) -> Option<String> {
-    sim.events_for(conn).into_iter().find_map(|e| match e {
-        Event::CommandAck {
-            submission_id,
-            result,
-            ..
-        } if submission_id == submission => result["threadId"].as_str().map(str::to_string),
-        _ => None,
-    })
+fn answering() -> Sim {
+    let mut sim = Sim::new(7, Box::new(|_: &_| Reply::text("Hi.")), page_tools());
+    sim.now = 30 * DAY;
+    sim
 }
 
 fn turn(sim: &mut Sim, conn: u64, id: &str, thread: Option<&str>) -> String {
@@ -233,8 +228,7 @@ fn answered_approvals_and_questions_of_finished_runs_expire_pending_ones_stay() 
     use sw_agent::protocol::ApprovalDecision;
     // One thread whose click was approved (the run finished), one whose run
     // still waits for its approval.
-    let mut sim = Sim::new(9, agent_policy(), page_tools());
-    sim.now = 30 * DAY;
+    let mut sim = clicking(9);
     let conn = sim.connect();
     let done = turn(&mut sim, conn, "a1", None);
     sim.auto_approve = None;
@@ -435,8 +429,7 @@ fn a_thread_deleted_after_its_old_runs_could_not_be_pruned_leaves_none_behind() 
 #[test]
 fn a_thread_deleted_after_its_old_approvals_and_questions_could_not_be_pruned_leaves_none_behind() {
     use sw_agent::model::ApprovalStatus;
-    let mut sim = Sim::new(9, agent_policy(), page_tools());
-    sim.now = 30 * DAY;
+    let mut sim = clicking(9);
     let conn = sim.connect();
     let tid = turn(&mut sim, conn, "a1", None);
     let run_id = sim.store.runs.values().next().unwrap().id.clone();

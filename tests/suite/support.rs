@@ -607,6 +607,24 @@ pub fn answer(sim: &Sim, conn: u64, submission: &str) -> Option<Result<Value, Er
         .map(|(_, answer)| answer)
 }
 
+/// The thread named by the ACK of `submission` on `conn` (a submit that
+/// created one, a fork), if it was ACKed.
+pub fn acked_thread(sim: &Sim, conn: u64, submission: &str) -> Option<String> {
+    answer(sim, conn, submission)?.ok()?["threadId"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// A simulation with one panel whose task `text` ran to its end in a new
+/// thread (the agent reads the page and, asked to, clicks): (sim, conn).
+pub fn one_turn(seed: u64, text: &str) -> (Sim, u64) {
+    let mut sim = Sim::new(seed, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, text));
+    sim.run(10_000);
+    (sim, conn)
+}
+
 /// The message of the `command.reject` that answered `submission_id` on `conn`.
 pub fn reject_message(
     sim: &Sim,

@@ -21,20 +21,9 @@ fn waiting_for_approval(seed: u64) -> (Sim, u64, String) {
     (sim, conn, tid)
 }
 
-fn fork(id: &str, thread: &str, node: Option<&str>) -> Op {
-    Op::ThreadFork {
-        submission: submission(id),
-        thread_id: thread.into(),
-        node_id: node.map(str::to_string),
-    }
-}
-
 #[test]
 fn fork_at_a_message_copies_the_conversation_up_to_it() {
-    let mut sim = Sim::new(120, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
+    let (mut sim, conn) = one_turn(120, "Subscribe me");
     let source = sim.store.threads.values().next().unwrap().clone();
     let path = paths(&sim)[0].clone();
     let user = path
@@ -45,17 +34,7 @@ fn fork_at_a_message_copies_the_conversation_up_to_it() {
         .clone();
     sim.send(conn, fork("f1", &source.id, Some(&user)));
     sim.run(10_000);
-    let fork_id = sim
-        .events_for(conn)
-        .into_iter()
-        .rev()
-        .find_map(|e| match e {
-            Event::CommandAck {
-                op_type, result, ..
-            } if op_type == "thread.fork" => result["threadId"].as_str().map(str::to_string),
-            _ => None,
-        });
-    let fork_id = fork_id.expect("fork acked");
+    let fork_id = acked_thread(&sim, conn, "f1").expect("fork acked");
     let forked = &sim.store.threads[&fork_id];
     assert_eq!(forked.parent_thread_id.as_deref(), Some(source.id.as_str()));
     let fork_path: Vec<_> = sw_agent::model::path_to_leaf(
@@ -467,7 +446,7 @@ fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
         n += 1;
         assert!(n < 50);
         let before = pages.last().unwrap()[0].id.clone();
-        let result = history(&mut sim, conn, &tid, &before, 4, &format!("h{n}"));
+        let result = history_page(&mut sim, conn, &tid, &before, 4, &format!("h{n}"));
         let page: Vec<sw_agent::model::Node> =
             serde_json::from_value(result["nodes"].clone()).unwrap();
         assert!(!page.is_empty(), "an empty page");
@@ -505,7 +484,7 @@ fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
 }
 
 /// One `thread.history` page before `before`: the ACK's result.
-fn history(
+fn history_page(
     sim: &mut Sim,
     conn: u64,
     tid: &str,
@@ -513,27 +492,10 @@ fn history(
     limit: u32,
     id: &str,
 ) -> serde_json::Value {
-    sim.send(
-        conn,
-        Op::ThreadHistory {
-            submission: submission(id),
-            thread_id: tid.into(),
-            before_node_id: before.into(),
-            limit: Some(limit),
-        },
-    );
+    sim.send(conn, history(id, tid, before, Some(limit)));
     sim.run(1000);
-    sim.events_for(conn)
-        .into_iter()
-        .rev()
-        .find_map(|e| match e {
-            Event::CommandAck {
-                submission_id,
-                result,
-                ..
-            } if submission_id == id => Some(result.clone()),
-            _ => None,
-        })
+    answer(sim, conn, id)
+        .and_then(Result::ok)
         .expect("history acked")
 }
 
@@ -662,7 +624,7 @@ fn history_pages_carry_their_version_switchers() {
     let mut n = 0;
     while older > 0 {
         n += 1;
-        let result = history(&mut sim, conn, &tid, &before, 5, &format!("h{n}"));
+        let result = history_page(&mut sim, conn, &tid, &before, 5, &format!("h{n}"));
         let branches: Vec<sw_agent::protocol::BranchPoint> =
             serde_json::from_value(result["branches"].clone()).unwrap();
         let page: Vec<sw_agent::model::Node> =
@@ -800,19 +762,11 @@ fn a_thread_is_not_deleted_while_a_change_of_it_is_still_saving() {
 /// A turn that reads and clicks, then a fork of its whole thread:
 /// (sim, conn, the thread, the fork).
 fn forked_after_a_tool_turn(seed: u64) -> (Sim, u64, String, String) {
-    let mut sim = Sim::new(seed, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
+    let (mut sim, conn) = one_turn(seed, "Subscribe me");
     let tid = sim.store.threads.keys().next().unwrap().clone();
     sim.send(conn, fork("f1", &tid, None));
     sim.run(10_000);
-    let fork_id = answer(&sim, conn, "f1")
-        .and_then(Result::ok)
-        .expect("forked")["threadId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let fork_id = acked_thread(&sim, conn, "f1").expect("forked");
     (sim, conn, tid, fork_id)
 }
 
@@ -920,7 +874,7 @@ fn an_old_edit_keeps_its_version_switcher_after_a_restart() {
         let mut n = 0;
         while older > 0 {
             n += 1;
-            let result = history(sim, conn, &tid, &before, 12, &format!("{id}-h{n}"));
+            let result = history_page(sim, conn, &tid, &before, 12, &format!("{id}-h{n}"));
             let branches: Vec<sw_agent::protocol::BranchPoint> =
                 serde_json::from_value(result["branches"].clone()).unwrap();
             let page: Vec<sw_agent::model::Node> =
@@ -943,17 +897,11 @@ fn initialize_of_a_deleted_thread_after_a_restart_shows_the_most_recent_one_whol
     // A panel that held a thread another panel deleted asks for it after a
     // restart: it gets the most recent thread, read first (it was sent an
     // empty conversation).
-    let mut sim = Sim::new(137, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Subscribe me"));
-    sim.run(10_000);
+    let (mut sim, conn) = one_turn(137, "Subscribe me");
     let kept = sim.store.threads.keys().next().unwrap().clone();
     sim.send(conn, submit("s2", None, "Another thread"));
     sim.run(10_000);
-    let gone = answer(&sim, conn, "s2").and_then(Result::ok).unwrap()["threadId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let gone = acked_thread(&sim, conn, "s2").unwrap();
     sim.send(conn, delete("d1", &gone));
     sim.run(10_000);
     sim.crash();

@@ -520,10 +520,7 @@ fn complete_after_writes_turn_complete_waits_for_the_terminal_commit() {
 
 #[test]
 fn switching_model_mid_thread_adds_a_notice_and_keeps_history() {
-    let mut sim = Sim::new(10, agent_policy(), page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "go"));
-    sim.run(10_000);
+    let (mut sim, conn) = one_turn(10, "go");
     let before = paths(&sim)[0].clone();
     let thread = sim.store.threads.keys().next().unwrap().clone();
     let mut profile = sim.profile.clone();
