@@ -139,6 +139,9 @@ pub struct Sim {
     chunk: usize,
     /// Failures to inject into the next persists.
     pub fail_next_persists: u32,
+    /// A full disk: while set, every persist fails (a retryable
+    /// `QuotaExceededError`) and nothing of it is written.
+    pub refuse_writes: bool,
     /// The page tools act on (or why there is none).
     pub target: Result<TargetInfo, String>,
     /// Child frames of that page by Chrome frame id (`url`, `origin` and
@@ -222,6 +225,7 @@ impl Sim {
             next_conn: 1,
             chunk: 3,
             fail_next_persists: 0,
+            refuse_writes: false,
             target: Ok(Sim::page("https://shop.example/")),
             frames: std::collections::BTreeMap::new(),
             auto_approve: Some(ApprovalDecision::AcceptOnce),
@@ -602,6 +606,17 @@ impl Sim {
                 }
                 if self.hold_persists {
                     self.held.push((token, unit));
+                    return;
+                }
+                if self.refuse_writes {
+                    self.engine.handle_store_error(
+                        self.now,
+                        token,
+                        StoreError {
+                            message: "QuotaExceededError: the disk is full".into(),
+                            retryable: true,
+                        },
+                    );
                     return;
                 }
                 if self.fail_next_persists > 0 {

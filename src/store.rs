@@ -341,6 +341,18 @@ impl MemoryStore {
                     self.environments.insert(e.run_id.clone(), read_back(e));
                 }
                 Record::Snapshot(r) => {
+                    // IndexedDB takes the parsed JSON text, keyed by its
+                    // `threadId`: anything else fails the whole commit in
+                    // the browser (`IdbStore::encode`), so it is a bug here.
+                    let key = serde_json::from_str::<serde_json::Value>(&r.json)
+                        .ok()
+                        .and_then(|v| v.get("threadId")?.as_str().map(str::to_string));
+                    assert_eq!(
+                        key.as_deref(),
+                        Some(r.thread_id.as_str()),
+                        "a snapshot record IndexedDB would refuse: {}",
+                        r.json
+                    );
                     // As IndexedDB stores it: the parsed JSON text.
                     if let Ok(c) = serde_json::from_str::<CachedSnapshot>(&r.json) {
                         self.snapshots.insert(r.thread_id.clone(), c);

@@ -23,6 +23,7 @@ mod ids;
 mod interactions;
 mod run;
 mod snapshot_cache;
+mod stall;
 mod support;
 
 pub use compaction::{verbatim_section, VERBATIM_HEADER, VERBATIM_MAX_TOKENS};
@@ -165,6 +166,14 @@ pub struct EngineConfig {
     /// answered an `initialize` from the snapshot cache under it, `seq` 0);
     /// None: a random one.
     pub epoch: Option<String>,
+    /// When a thread paused after a failed checkpoint (`ThreadState::stalled`)
+    /// tries whether the store takes writes again: the first probe
+    /// `base_delay_ms` after the pause, doubling up to `max_delay_ms`, at
+    /// most `max_attempts` probes (the next worker resumes it after that).
+    /// A probe is one readwrite transaction that writes a record and deletes
+    /// it again; once one commits, the thread is read back from the store
+    /// and its run resumed there, in this worker, as a new worker would.
+    pub stall_probe: RetryPolicy,
 }
 
 /// The most records one start (or one thread load) deletes (the rest go
@@ -204,6 +213,13 @@ impl Default for EngineConfig {
             retention_ms: 7 * 24 * 60 * 60 * 1000,
             build: "dev".to_string(),
             epoch: None,
+            // Decision: 5 s, doubling to a minute, 12 probes (~9 minutes in
+            // all). A probe costs one tiny transaction, no provider request.
+            stall_probe: RetryPolicy {
+                max_attempts: 12,
+                base_delay_ms: 5_000,
+                max_delay_ms: 60_000,
+            },
         }
     }
 }
@@ -435,6 +451,15 @@ enum Phase {
     },
 }
 
+/// When a paused thread next probes the store, and how many probes failed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Probe {
+    at: u64,
+    failed: u32,
+    /// The probe's transaction is in flight.
+    issued: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Finish {
     state: RunState,
@@ -517,6 +542,12 @@ struct ThreadState {
     /// there would sit between a tool call and its result), and a snapshot
     /// shows the run ended with this error, as the panel was told.
     stalled: Option<ErrorInfo>,
+    /// While `stalled`: the next probe of the store (`EngineConfig::stall_probe`).
+    probe: Option<Probe>,
+    /// Read back from the store after a probe committed: once the read
+    /// arrives, the run resumes from it (`Engine::revive`). Holds the run's
+    /// frozen environment, which the runs read with the nodes do not carry.
+    reviving: Option<Option<(String, crate::model::EnvironmentSnapshot)>>,
     /// The active path, root first.
     path: Vec<Node>,
     /// Every other node of the thread (other branches), in no order.
@@ -582,7 +613,7 @@ impl ThreadState {
         );
         (self.stalled.is_some() && !reads_or_leaves).then_some((
             ErrorKind::Storage,
-            "Saving this conversation failed, so it is paused. It continues from its last saved step when the extension restarts.",
+            "Saving this conversation failed, so it is paused. It continues from its last saved step once saving works again.",
         ))
     }
 
@@ -593,6 +624,8 @@ impl ThreadState {
             loading: false,
             deleting: false,
             stalled: None,
+            probe: None,
+            reviving: None,
             path: Vec::new(),
             off_path: Vec::new(),
             outbound: context::OutboundView::default(),
@@ -765,6 +798,8 @@ enum Then {
     /// Start maintenance: a record rewritten in the current shape, or
     /// expired receipts and runs deleted (nothing follows; not retried).
     Upgraded,
+    /// A paused thread's probe committed: the store takes writes again.
+    Probed,
     /// The user chose to retry an uncertain write.
     RetryDecided {
         index: usize,
@@ -1113,6 +1148,7 @@ impl Engine {
                 e.deltas.flush_at.into_iter().chain(backoff)
             })
             .chain(self.cache_due())
+            .chain(self.probe_due())
             .min()
     }
 
@@ -1344,6 +1380,8 @@ impl Engine {
             t.loaded = true;
         }
         t.partial = None;
+        // Read back after a paused run's probe: it goes on before what waited.
+        self.resume_revived(now, thread_id);
         self.release_deferred(now, thread_id);
     }
 
@@ -1461,7 +1499,8 @@ impl Engine {
     }
 
     /// Loading a thread failed: reject what waited for it.
-    pub fn handle_thread_load_error(&mut self, thread_id: &str, error: StoreError) {
+    pub fn handle_thread_load_error(&mut self, now: u64, thread_id: &str, error: StoreError) {
+        self.revive_read_failed(now, thread_id, &error);
         let Some(t) = self.threads.get_mut(thread_id) else {
             return;
         };
@@ -1495,6 +1534,10 @@ impl Engine {
         let Some(pending) = self.pending.remove(&token) else {
             return;
         };
+        if matches!(pending.then, Then::Probed) {
+            // Wrote nothing that stays: nothing to take into memory.
+            return self.revive(now, &pending.thread_id);
+        }
         self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
         // A moved leaf (branch switch, edited message): clients redraw from a
@@ -1502,7 +1545,7 @@ impl Engine {
         let reshaped = self
             .threads
             .get_mut(&pending.thread_id)
-            .is_some_and(|t| t.realign());
+            .is_some_and(|t| t.loaded && t.realign());
         if reshaped {
             let snapshot = self.snapshot(Some(&pending.thread_id));
             self.broadcast(
@@ -1530,6 +1573,7 @@ impl Engine {
                 Then::Command { .. }
                     | Then::SteerAdmitted { .. }
                     | Then::Upgraded
+                    | Then::Probed
                     | Then::SnapshotsCached { .. }
             );
         if run_checkpoint && error.retryable && pending.attempts + 1 < PERSIST_ATTEMPTS {
@@ -1579,16 +1623,15 @@ impl Engine {
             // Not a run checkpoint: the run keeps going; the next start tries again.
             Then::Upgraded => {}
             Then::SnapshotsCached { .. } => self.cache_write_failed(),
+            Then::Probed => self.probe_failed(now, &tid),
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.
                 let error = ErrorInfo::new(
                     ErrorKind::Storage,
-                    format!("{message}. The run will resume from its last saved step when the extension restarts."),
+                    format!("{message}. The run will resume from its last saved step once saving works again."),
                 );
-                if let Some(t) = self.threads.get_mut(&tid) {
-                    t.stalled = Some(error.clone());
-                }
+                self.stall(now, &tid, error.clone());
                 let turn_id = self
                     .threads
                     .get(&tid)
@@ -1818,6 +1861,7 @@ impl Engine {
             self.flush_deltas(now, &tid);
         }
         self.cache_timeout(now);
+        self.probe_stalled(now);
     }
 }
 

@@ -1287,6 +1287,8 @@ pick a different element or tool, or explain the problem to the user.",
             }
             Then::TitleUpdated => self.broadcast_threads(),
             Then::Upgraded => {}
+            // Handled before the unit reaches memory (`handle_store_ack`).
+            Then::Probed => {}
             Then::SnapshotsCached { issued, threads } => self.cache_written(issued, threads),
             Then::Compacted => {
                 self.announce(&tid, &unit);

@@ -227,9 +227,14 @@ impl Engine {
             .chain(recent.clone())
             .filter(|tid| !self.cache.valid.contains(tid))
             .filter(|tid| {
-                self.threads
-                    .get(tid)
-                    .is_some_and(|t| t.thread.revision > 0 && (t.loaded || t.partial.is_some()))
+                // A paused thread is shown ended with its error by this
+                // worker only; the next one (or this one, once the store
+                // takes writes again) shows the saved run going on.
+                self.threads.get(tid).is_some_and(|t| {
+                    t.thread.revision > 0
+                        && (t.loaded || t.partial.is_some())
+                        && t.stalled.is_none()
+                })
             })
             .collect();
         crate::sorting::sort(&mut targets);
@@ -295,6 +300,12 @@ impl Engine {
                 self.cache.valid.push(tid);
             }
         }
+    }
+
+    /// What a snapshot shows changed without a unit (a thread paused after
+    /// a failed checkpoint, or resumed): write the cache at the next rest.
+    pub(super) fn cache_shown_changed(&mut self) {
+        self.cache.dirty = true;
     }
 
     /// The cache write failed: try again at the next rest.

@@ -193,7 +193,9 @@ impl Driver {
     ) {
         let ((values, complete), (runs, skipped_runs)) = match read.and_then(|r| Ok((r, runs?))) {
             Ok(read) => read,
-            Err(err) => return self.input(|e, _| e.handle_thread_load_error(thread_id, err)),
+            Err(err) => {
+                return self.input(|e, now| e.handle_thread_load_error(now, thread_id, err))
+            }
         };
         let started = metrics::precise_now();
         {

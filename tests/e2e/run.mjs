@@ -1507,7 +1507,15 @@ isolatedTest(`random_sw_kills_through_a_long_turn_lose_no_acked_message_and_repe
 
 const READS = 4;
 
-isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_from_the_last_saved_step', {}, async (session) => {
+/**
+ * A full disk mid-turn: the thread pauses, says so, and refuses new
+ * messages; then either space is freed (`resumeBy: 'space'`: this same
+ * worker's next probe of the store commits, and it reads the thread back
+ * and resumes it) or the extension restarts with the disk still full
+ * (`resumeBy: 'restart'`: a new worker, which starts without the patch,
+ * resumes it). Either way the run goes on from its last saved step.
+ */
+async function diskFullMidTurn(session, { resumeBy }) {
   const { panel, mock, context, extensionId } = session;
   mock.setPolicy(pageStepsPolicy({ steps: READS, done: `Read the page ${READS} times.` }));
   await submitTask(panel, 'Read the page a few times');
@@ -1523,9 +1531,13 @@ isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_f
   await worker.evaluate(() => {
     const transaction = IDBDatabase.prototype.transaction;
     self.__diskFull = true;
+    self.__refusedWrites = 0;
     IDBDatabase.prototype.transaction = function (names, mode, options) {
       const tx = transaction.call(this, names, mode, options);
-      if (mode === 'readwrite' && self.__diskFull) queueMicrotask(() => tx.abort());
+      if (mode === 'readwrite' && self.__diskFull) {
+        self.__refusedWrites += 1;
+        queueMicrotask(() => tx.abort());
+      }
       return tx;
     };
   });
@@ -1540,12 +1552,9 @@ isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_f
   const savedResults = async () =>
     ((await dumpIndexedDb(panel))['sw-agent']?.nodes ?? []).map((e) => e.value).filter((n) => n.kind === 'tool_result').length;
   const resultsAtPause = await savedResults();
-  // Space is freed, but this worker stopped driving the run: a message sent
-  // now would land between a saved step and the next; it is refused in
-  // plain words and not stored.
-  await worker.evaluate(() => {
-    self.__diskFull = false;
-  });
+  // This worker stopped driving the run: a message sent now would land
+  // between a saved step and the next; it is refused in plain words and
+  // not stored.
   await submitTask(panel, 'Also count the buttons [while paused]');
   const refused = await waitFor(
     async () => (await portMessages(panel, 'in')).find((e) => e.message.type === 'command.reject'),
@@ -1561,21 +1570,45 @@ isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_f
   assert.equal(reopened.state, 'failed', 'not a run that looks busy forever');
   assert.equal(reopened.error, paused.error, 'the reopened panel says what the first one said');
   const requestsAtPause = mock.requests().length;
-  await new Promise((resolve) => setTimeout(resolve, 1000));
-  assert.equal(mock.requests().length, requestsAtPause, 'the paused worker sends no request');
 
-  // The extension restarts (here: the worker is killed, the panel reconnects).
-  await killServiceWorker(context, extensionId, { page: panel });
-  // The paused worker told the panel the turn ended in an error; the new
-  // worker's snapshot shows the saved run going on, until it ends.
+  if (resumeBy === 'space') {
+    // The worker probes the store (the first probe 5 s after the pause):
+    // while the disk is full, each probe fails and nothing is asked of the
+    // provider.
+    await waitFor(() => worker.evaluate(() => self.__refusedWrites), { timeout: 30000, message: 'a probe of the full disk' });
+    const refusedBefore = await worker.evaluate(() => self.__refusedWrites);
+    await waitFor(async () => (await worker.evaluate(() => self.__refusedWrites)) > refusedBefore, {
+      timeout: 30000,
+      message: 'a probe while the thread is paused',
+    });
+    assert.equal(mock.requests().length, requestsAtPause, 'a paused worker sends no request');
+    // Space is freed: the next probe commits, and this same worker reads
+    // the thread back and finishes the run.
+    await worker.evaluate(() => {
+      self.__diskFull = false;
+    });
+  } else {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    assert.equal(mock.requests().length, requestsAtPause, 'the paused worker sends no request');
+    // The extension restarts (here: the worker is killed, the panel
+    // reconnects); the new worker starts without the full disk.
+    await killServiceWorker(context, extensionId, { page: panel });
+  }
+  // The paused worker told the panel the turn ended in an error; the
+  // snapshot of the worker that resumes shows the saved run going on,
+  // until it ends.
   const final = await waitFor(
     async () => {
       const state = await readPanel(panel);
-      return state.epoch !== paused.epoch && state.connected === 'true' && ['completed', 'failed', 'interrupted'].includes(state.state) ? state : null;
+      const sameWorker = state.epoch === paused.epoch;
+      return sameWorker === (resumeBy === 'space') && state.connected === 'true' && ['completed', 'interrupted'].includes(state.state)
+        ? state
+        : null;
     },
-    { timeout: 120000, interval: 200, message: 'the new worker to finish the run' },
+    { timeout: 120000, interval: 200, message: `the run to finish (${resumeBy === 'space' ? 'this worker' : 'a new worker'})` },
   );
   assert.equal(final.state, 'completed', describeState(final));
+  assert.equal(final.error, '', 'the pause is over');
   assert.match(topLevelNodes(final).at(-1).text, new RegExp(`Read the page ${READS} times`));
   assertNoOrphans(session);
   assertEveryCardResolved(final);
@@ -1583,4 +1616,14 @@ isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_f
   assert.equal(nodes.filter((n) => n.kind === 'tool_result').length, READS, 'one saved result per read');
   assert.ok(resultsAtPause < READS, 'the pause came before the last read');
   assert.equal(nodes.filter((n) => n.kind === 'user_message' && n.text.includes('[while paused]')).length, 0, 'the refused message is not stored');
-});
+  const stores = (await dumpIndexedDb(panel))['sw-agent'] ?? {};
+  assert.deepEqual((stores.snapshots ?? []).map((e) => e.key).filter((k) => String(k).startsWith('probe:')), [], 'no probe record is left');
+}
+
+isolatedTest('disk_full_mid_turn_pauses_the_thread_and_the_same_worker_resumes_it_from_the_last_saved_step_once_space_is_freed', {}, (session) =>
+  diskFullMidTurn(session, { resumeBy: 'space' }),
+);
+
+isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_from_the_last_saved_step', {}, (session) =>
+  diskFullMidTurn(session, { resumeBy: 'restart' }),
+);

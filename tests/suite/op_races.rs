@@ -307,8 +307,15 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         } else {
             sim.release_persists_in_any_order();
         }
+        if seed % 5 == 2 && gen.below(5) == 0 {
+            // The disk fills up for a while (paused runs probe it, then
+            // resume in this worker), and is freed a few batches later.
+            sim.refuse_writes = !sim.refuse_writes;
+            failures += 1;
+        }
         sim.run(50_000);
     }
+    sim.refuse_writes = false;
     if failures > 0 {
         // A run whose checkpoint could not be saved is left to the next
         // worker, which resumes it from its last saved step.

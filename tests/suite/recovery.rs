@@ -364,34 +364,53 @@ fn shown_run(sim: &mut Sim, id: &str) -> sw_agent::model::Run {
         .expect("a snapshot with a run")
 }
 
-#[test]
-fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new_worker_resumes_it()
-{
-    let (mut sim, conn) = start(41);
-    // The submission is saved and acknowledged; then the disk refuses the
-    // run's next checkpoint and both of its retries.
+/// Run the simulation until the submission `s1` on `conn` is acknowledged.
+fn until_acked(sim: &mut Sim, conn: u64) {
     while !sim
         .events_for(conn)
         .iter()
         .any(|e| matches!(e, Event::CommandAck { .. }))
     {
-        sim.step();
+        assert!(sim.step(), "the submission was never acknowledged");
     }
-    sim.fail_next_persists = 3;
+}
+
+/// The storage error the panel was told when its run stopped, if any.
+fn told_storage_error(sim: &Sim, conn: u64) -> Option<sw_agent::protocol::ErrorInfo> {
+    sim.events_for(conn).into_iter().find_map(|e| match e {
+        Event::TurnComplete {
+            stop_reason: StopReason::Error,
+            error: Some(error),
+            ..
+        } if error.kind == sw_agent::protocol::ErrorKind::Storage => Some(error.clone()),
+        _ => None,
+    })
+}
+
+/// Step until the panel is told the run stopped on a storage error.
+fn until_paused(sim: &mut Sim, conn: u64) -> sw_agent::protocol::ErrorInfo {
+    loop {
+        if let Some(error) = told_storage_error(sim, conn) {
+            return error;
+        }
+        assert!(sim.step(), "the run never paused");
+    }
+}
+
+#[test]
+fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new_worker_resumes_it()
+{
+    let (mut sim, conn) = start(41);
+    // The submission is saved and acknowledged; then the disk is full for
+    // longer than this worker probes it.
+    until_acked(&mut sim, conn);
+    sim.refuse_writes = true;
+    let told = until_paused(&mut sim, conn);
+    let requests = sim.requests.len();
     sim.run(10_000);
-    let told = sim
-        .events_for(conn)
-        .into_iter()
-        .find_map(|e| match e {
-            Event::TurnComplete {
-                stop_reason: StopReason::Error,
-                error: Some(error),
-                ..
-            } => Some(error.clone()),
-            _ => None,
-        })
-        .expect("the panel was told the run stopped");
-    assert_eq!(told.kind, sw_agent::protocol::ErrorKind::Storage);
+    // Every probe failed, and none of them cost a provider request.
+    assert_eq!(sim.requests.len(), requests);
+    assert!(sim.engine.poll_timeout().is_none(), "the probes stop");
     // A panel opened now is shown what the first one was told, not a run
     // that looks busy forever; the store still holds the saved run.
     let shown = shown_run(&mut sim, "i1");
@@ -400,12 +419,183 @@ fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new
     let stored = sim.store.runs.values().next().unwrap().clone();
     assert!(!stored.state.is_terminal(), "{:?}", stored.state);
     assert_eq!(shown.id, stored.id);
-    // A new worker resumes the saved run to its end.
+    // Space is freed; a new worker resumes the saved run to its end.
+    sim.refuse_writes = false;
     sim.crash();
     reconnect(&mut sim);
     sim.run(10_000);
     let resumed = shown_run(&mut sim, "i2");
     assert_eq!(resumed.state, RunState::Completed);
     assert_eq!(resumed.error, None);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_paused_run_resumes_in_the_same_worker_once_the_store_takes_writes_again() {
+    let (mut sim, conn) = start(42);
+    until_acked(&mut sim, conn);
+    sim.refuse_writes = true;
+    until_paused(&mut sim, conn);
+    let requests = sim.requests.len();
+    // The disk stays full for a while: the probes fail, nothing is asked
+    // of the provider, and the thread stays paused.
+    let paused_until = sim.now + 30_000;
+    while sim.now < paused_until {
+        assert!(sim.step(), "the probes stopped before the disk was freed");
+    }
+    assert_eq!(sim.requests.len(), requests);
+    let tid = thread_id(&sim);
+    let refused = sim.connect();
+    sim.send(refused, steer("st1", &tid, "", "Also check the footer."));
+    while answer(&sim, refused, "st1").is_none() {
+        assert!(sim.step());
+    }
+    let refusal = answer(&sim, refused, "st1").unwrap().unwrap_err();
+    assert_eq!(refusal.kind, sw_agent::protocol::ErrorKind::Storage);
+    assert!(refusal.message.contains("paused"), "{}", refusal.message);
+    // Space is freed: the next probe commits, the thread is read back, and
+    // the run goes on in this same worker to its end.
+    sim.refuse_writes = false;
+    let loads = sim.loads.len();
+    sim.run(10_000);
+    assert_eq!(sim.crashes, 0);
+    assert_eq!(&sim.loads[loads..], std::slice::from_ref(&tid));
+    assert!(sim.requests.len() > requests);
+    let events = sim.events_for(conn);
+    let paused_at = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e,
+                Event::TurnComplete {
+                    stop_reason: StopReason::Error,
+                    ..
+                }
+            )
+        })
+        .unwrap();
+    // The panel that was told of the pause redraws from the store, then
+    // sees the run end.
+    let redraw = events[paused_at..]
+        .iter()
+        .position(|e| matches!(e, Event::Initialized { .. }))
+        .expect("a snapshot after the pause");
+    assert!(matches!(
+        events[paused_at + redraw..].last(),
+        Some(Event::TurnComplete {
+            stop_reason: StopReason::End,
+            ..
+        })
+    ));
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(shown_run(&mut sim, "i1").state, RunState::Completed);
+    // Nothing of the probes stays in the store.
+    assert!(sim.store.snapshots.keys().all(|k| !k.starts_with("probe:")));
+    check_invariants(&sim, &[]).unwrap();
+    check_store_belongs_to_threads(&sim).unwrap();
+}
+
+#[test]
+fn never_retry_at_most_once_a_click_whose_result_could_not_be_saved_is_not_repeated_when_the_paused_run_resumes_in_place(
+) {
+    let (mut sim, conn) = start(43);
+    // The disk fills up right after the click was dispatched: its result
+    // cannot be saved.
+    while !sim.dispatches.iter().any(|d| d.name == "click") {
+        assert!(sim.step(), "the click was never dispatched");
+    }
+    sim.refuse_writes = true;
+    until_paused(&mut sim, conn);
+    sim.refuse_writes = false;
+    sim.run(10_000);
+    assert_eq!(sim.crashes, 0);
+    // Read back, the run knows only that the click was sent: the user is
+    // asked, as after a crash, and the click is not sent again.
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+    let run = sim.store.runs.values().next().unwrap().clone();
+    assert_eq!(run.state, RunState::PausedUncertain);
+    let tid = thread_id(&sim);
+    sim.send(conn, resolve("r1", &tid, UncertainChoice::MarkDone));
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn resume_refuses_drift_when_a_paused_run_is_read_back_in_the_same_worker() {
+    let (mut sim, conn) = start(44);
+    until_acked(&mut sim, conn);
+    sim.refuse_writes = true;
+    until_paused(&mut sim, conn);
+    // The user points the extension at another provider while the thread
+    // is paused.
+    let mut profile = sim.profile.clone();
+    profile.kind = "anthropic".into();
+    profile.base_url = "http://127.0.0.1:2".into();
+    sim.engine.handle_settings(profile);
+    let requests = sim.requests.len();
+    sim.refuse_writes = false;
+    sim.run(10_000);
+    assert_eq!(sim.crashes, 0);
+    // The run started under the old model does not go on under the new one.
+    assert_eq!(sim.requests.len(), requests);
+    let run = sim.store.runs.values().next().unwrap().clone();
+    assert_eq!(run.state, RunState::Failed);
+    let error = run.error.expect("the run says why it stopped");
+    assert_eq!(error.kind, sw_agent::protocol::ErrorKind::EnvironmentDrift);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_paused_thread_is_never_cached_as_ended_so_a_restart_shows_its_saved_run() {
+    let mut sim = Sim::new(45, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let approval = sim.store.approvals.values().next().expect("asked").clone();
+    // While the click waits for approval, the user stops the run; its
+    // terminal checkpoint and both retries fail, then the disk takes writes
+    // again, long before the worker's first probe.
+    sim.send(conn, interrupt("x1", &approval.thread_id));
+    sim.fail_next_persists = 3;
+    until_paused(&mut sim, conn);
+    let stored = sim.store.runs.values().next().unwrap().clone();
+    assert_eq!(stored.state, RunState::WaitingApproval);
+    // Another panel creates a thread: its unit commits, and at the next
+    // rest the cache is written, but not with the pause, which only this
+    // worker knows of (a new worker shows the saved run waiting).
+    let creator = sim.connect();
+    sim.send(
+        creator,
+        sw_agent::protocol::Op::ThreadCreate {
+            submission: submission("c1"),
+        },
+    );
+    let probe_at = sim.engine.poll_timeout().expect("a probe is scheduled");
+    while sim.now + 1 < probe_at && sim.step() {}
+    assert!(answer(&sim, creator, "c1").is_some());
+    assert!(!sim.store.snapshots.is_empty(), "the cache was written");
+    for cached in sim.store.snapshots.values() {
+        if let Some(run) = cached.snapshot.thread.as_ref().and_then(|t| t.run.as_ref()) {
+            assert_eq!(run.state, RunState::WaitingApproval, "{run:?}");
+        }
+    }
+    sim.crash();
+    let panel = sim.connect();
+    sim.initialize_from_cache(panel, Some(&approval.thread_id));
+    sim.run(10_000);
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
     check_invariants(&sim, &[]).unwrap();
 }

@@ -1,0 +1,201 @@
+//! A thread paused after a failed checkpoint (`ThreadState::stalled`): the
+//! store is probed until it takes writes again, then the thread is read back
+//! from it and its run resumed in this worker, exactly as a new worker would
+//! resume it.
+//!
+//! Why read it back rather than go on from memory: the stopped run's
+//! memory may hold steps that were never saved (a tool's result, a step
+//! counter), and a new worker would not know them either. Going on from
+//! what the store holds keeps one recovery rule for both cases (a
+//! never-retry write whose result was not saved becomes `paused_uncertain`,
+//! a read runs again), and that rule is the one the crash tests exercise.
+
+use super::*;
+
+/// The key a probe writes and deletes again in the snapshot store (no
+/// thread id has a colon, so it never names a cached snapshot).
+fn probe_key(tid: &str) -> String {
+    format!("probe:{tid}")
+}
+
+impl Engine {
+    /// A run checkpoint of `tid` failed for good: this worker stops driving
+    /// the run, remembers what the panel is told, and schedules the first
+    /// probe of the store.
+    pub(super) fn stall(&mut self, now: u64, tid: &str, error: ErrorInfo) {
+        let policy = self.config.stall_probe.clone();
+        self.cache_shown_changed();
+        if let Some(t) = self.threads.get_mut(tid) {
+            t.stalled = Some(error);
+            t.probe = (policy.max_attempts > 0).then_some(Probe {
+                at: now.saturating_add(policy.base_delay_ms),
+                failed: 0,
+                issued: false,
+            });
+        }
+    }
+
+    /// When the next probe is due, if any.
+    pub(super) fn probe_due(&self) -> Option<u64> {
+        self.threads
+            .values()
+            .filter_map(|t| t.probe.filter(|p| !p.issued).map(|p| p.at))
+            .min()
+    }
+
+    /// Issue the probes that are due: one transaction each, writing a
+    /// record of the snapshot store and deleting it again.
+    pub(super) fn probe_stalled(&mut self, now: u64) {
+        let due: Vec<String> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.probe.is_some_and(|p| !p.issued && p.at <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for tid in due {
+            let t = self.threads.get_mut(&tid).expect("listed above");
+            if t.deleting {
+                // Nothing of a thread being deleted is written; if the
+                // delete fails, the next worker resumes the run.
+                t.probe = None;
+                continue;
+            }
+            if let Some(p) = t.probe.as_mut() {
+                p.issued = true;
+            }
+            let key = probe_key(&tid);
+            let mut unit = UnitOfWork::new();
+            unit.put(Record::Snapshot(crate::store::SnapshotRecord {
+                // The store keys it by the value's `threadId`.
+                json: serde_json::json!({ "threadId": key }).to_string(),
+                thread_id: key.clone(),
+            }));
+            unit.delete(stores::SNAPSHOTS, key);
+            let token = self.next_handle();
+            self.pending.insert(
+                token,
+                Pending {
+                    thread_id: tid,
+                    unit: unit.clone(),
+                    then: Then::Probed,
+                    reply: None,
+                    attempts: 0,
+                },
+            );
+            self.effects.push_back(Effect::Persist { token, unit });
+        }
+    }
+
+    /// A probe failed: the next one waits twice as long (up to the policy's
+    /// bound); after the last one the thread waits for the next worker.
+    pub(super) fn probe_failed(&mut self, now: u64, tid: &str) {
+        let policy = self.config.stall_probe.clone();
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        let failed = t.probe.map_or(0, |p| p.failed) + 1;
+        t.probe = (failed < policy.max_attempts && t.stalled.is_some()).then(|| {
+            let delay = policy
+                .base_delay_ms
+                .saturating_mul(1u64 << failed.min(20))
+                .min(policy.max_delay_ms);
+            Probe {
+                at: now.saturating_add(delay),
+                failed,
+                issued: false,
+            }
+        });
+    }
+
+    /// A probe committed: forget this worker's view of the thread's
+    /// conversation and runs and read them back from the store; the run
+    /// resumes once the read arrives (`resume_revived`). What is kept:
+    /// the thread record, its queue, pending steers, approvals and
+    /// questions (memory holds each of them only once committed), and the
+    /// run's frozen environment (the runs read back do not carry it).
+    pub(super) fn revive(&mut self, _now: u64, tid: &str) {
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        t.probe = None;
+        if t.stalled.is_none() || t.deleting {
+            return;
+        }
+        t.stalled = None;
+        let kept = match t.reviving.take() {
+            // A read back that failed before: memory no longer has the run.
+            Some(kept) => kept,
+            None => t
+                .latest_run
+                .as_ref()
+                .and_then(|r| Some((r.id.clone(), r.environment.clone()?))),
+        };
+        t.reviving = Some(kept);
+        t.loaded = false;
+        t.runs_known = false;
+        t.latest_run = None;
+        t.run_ids.clear();
+        t.path.clear();
+        t.off_path.clear();
+        t.call_ids.clear();
+        t.outbound = context::OutboundView::default();
+        t.partial = None;
+        t.announced_state = None;
+        // Ops that arrive meanwhile wait for the read (`handle_op`).
+        t.loading = true;
+        self.effects.push_back(Effect::LoadThread {
+            thread_id: tid.to_string(),
+        });
+        self.cache_shown_changed();
+    }
+
+    /// The thread read back after a probe (`handle_thread_loaded`): panels
+    /// redraw from it, then its run goes on from the last saved step.
+    pub(super) fn resume_revived(&mut self, now: u64, tid: &str) {
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        if t.stalled.is_some() {
+            return; // paused again meanwhile: the next probe reads it back
+        }
+        let Some(kept) = t.reviving.take() else {
+            return;
+        };
+        if let Some((run_id, environment)) = kept {
+            if let Some(run) = t
+                .latest_run
+                .as_mut()
+                .filter(|r| r.id == run_id && r.environment.is_none())
+            {
+                run.environment = Some(environment);
+            }
+        }
+        let snapshot = self.snapshot(Some(tid));
+        self.broadcast(
+            tid,
+            Event::Initialized {
+                snapshot: Box::new(snapshot),
+            },
+        );
+        self.recover_thread(now, tid);
+        self.update_heartbeat();
+    }
+
+    /// Reading the thread back failed: it stays paused, and the next probe
+    /// tries again.
+    pub(super) fn revive_read_failed(&mut self, now: u64, tid: &str, error: &StoreError) {
+        let reviving = self
+            .threads
+            .get(tid)
+            .is_some_and(|t| t.reviving.is_some() && t.stalled.is_none());
+        if reviving {
+            let error = ErrorInfo::new(
+                ErrorKind::Storage,
+                format!(
+                    "Saving works again, but reading the conversation back failed: {error}. It continues from its last saved step once that works."
+                ),
+            );
+            self.stall(now, tid, error);
+        }
+    }
+}
