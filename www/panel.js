@@ -216,7 +216,7 @@ const ERROR_WORDS = {
   context_overflow: { text: "The conversation is too long for this model's context window. Start a new thread, or choose a model with a larger context window in Settings.", settings: "settings-model" },
   environment_drift: { text: "The agent's setup (tools, system prompt or provider) changed since this run started, so the run cannot pick up where it left off. Press Continue to start a new turn with the current setup." },
   environment_too_large: { text: "The agent's setup (system prompt and tool list) is over a size limit, so nothing was sent to the provider. This is a problem with the extension: please report it." },
-  storage: { text: "The browser's storage failed, so the agent could not save its progress. Make sure the disk is not full, reload the side panel, then press Continue." },
+  storage: { text: "The browser's storage failed, so the agent could not save its progress. Make sure the disk is not full: a paused run goes on by itself from its last saved step once saving works again, and anything refused meanwhile can be sent again." },
   provider_protocol: { text: "The provider sent a reply the agent could not understand. Check that the base URL in Settings points to an OpenAI-compatible API, then press Continue.", settings: "settings-base-url" },
   queue_full: { text: "The queue is full. Wait until a queued message has started, or remove one." },
   tool: { text: "A page tool failed in a way that stopped the run. Check the page, then press Continue." },

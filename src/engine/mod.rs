@@ -544,6 +544,10 @@ struct ThreadState {
     stalled: Option<ErrorInfo>,
     /// While `stalled`: the next probe of the store (`EngineConfig::stall_probe`).
     probe: Option<Probe>,
+    /// Ops the pause would refuse, waiting for a probe brought forward by
+    /// their arrival: once it commits they run on the resumed thread, if it
+    /// fails they are refused (`Engine::await_probe`).
+    awaiting_probe: Vec<(ConnId, Op)>,
     /// Read back from the store after a probe committed: once the read
     /// arrives, the run resumes from it (`Engine::revive`). Holds the run's
     /// frozen environment, which the runs read with the nodes do not carry.
@@ -611,10 +615,7 @@ impl ThreadState {
                 | Op::ThreadFork { .. }
                 | Op::ThreadDelete { .. }
         );
-        (self.stalled.is_some() && !reads_or_leaves).then_some((
-            ErrorKind::Storage,
-            "Saving this conversation failed, so it is paused. It continues from its last saved step once saving works again.",
-        ))
+        (self.stalled.is_some() && !reads_or_leaves).then_some((ErrorKind::Storage, stall::PAUSED))
     }
 
     fn new(thread: Thread, loaded: bool) -> Self {
@@ -625,6 +626,7 @@ impl ThreadState {
             deleting: false,
             stalled: None,
             probe: None,
+            awaiting_probe: Vec::new(),
             reviving: None,
             path: Vec::new(),
             off_path: Vec::new(),
@@ -1260,6 +1262,16 @@ impl Engine {
             .and_then(|tid| self.threads.get(tid))
             .and_then(|t| t.refusal(&op));
         if let Some((kind, message)) = refusal {
+            let paused = support::op_thread(&op)
+                .filter(|tid| {
+                    self.threads
+                        .get(*tid)
+                        .is_some_and(|t| t.stalled.is_some() && !t.deleting)
+                })
+                .map(str::to_string);
+            if let Some(tid) = paused {
+                return self.await_probe(now, &tid, conn, op);
+            }
             return self.reject(&reply, kind, message);
         }
         // Ops that need the thread's nodes in memory wait for them.

@@ -12,6 +12,9 @@
 
 use super::*;
 
+/// Why an op on a paused thread is refused.
+pub(super) const PAUSED: &str = "Saving this conversation failed, so it is paused. It continues from its last saved step once saving works again.";
+
 /// The key a probe writes and deletes again in the snapshot store (no
 /// thread id has a colon, so it never names a cached snapshot).
 fn probe_key(tid: &str) -> String {
@@ -56,8 +59,14 @@ impl Engine {
             let t = self.threads.get_mut(&tid).expect("listed above");
             if t.deleting {
                 // Nothing of a thread being deleted is written; if the
-                // delete fails, the next worker resumes the run.
+                // delete fails, the next op on the thread probes again
+                // (`await_probe`), or the next worker resumes the run. What
+                // waited is answered now: the delete refuses it.
                 t.probe = None;
+                let waiting = std::mem::take(&mut t.awaiting_probe);
+                for (conn, op) in waiting {
+                    self.handle_op(now, conn, op);
+                }
                 continue;
             }
             if let Some(p) = t.probe.as_mut() {
@@ -86,13 +95,37 @@ impl Engine {
         }
     }
 
+    /// An op the pause refuses arrived: the user is acting on the thread,
+    /// so the store is probed now, and the op is answered by the outcome (it
+    /// runs on the resumed thread, or is refused if the disk is still full).
+    /// A thread past its last probe starts probing again.
+    pub(super) fn await_probe(&mut self, now: u64, tid: &str, conn: ConnId, op: Op) {
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        t.awaiting_probe.push((conn, op));
+        match t.probe.as_mut() {
+            Some(p) if p.issued => {}
+            Some(p) => p.at = p.at.min(now),
+            None => {
+                t.probe = Some(Probe {
+                    at: now,
+                    failed: 0,
+                    issued: false,
+                })
+            }
+        }
+    }
+
     /// A probe failed: the next one waits twice as long (up to the policy's
-    /// bound); after the last one the thread waits for the next worker.
+    /// bound); after the last one the thread waits for the next worker. Ops
+    /// that waited for it are refused.
     pub(super) fn probe_failed(&mut self, now: u64, tid: &str) {
         let policy = self.config.stall_probe.clone();
         let Some(t) = self.threads.get_mut(tid) else {
             return;
         };
+        let waiting = std::mem::take(&mut t.awaiting_probe);
         let failed = t.probe.map_or(0, |p| p.failed) + 1;
         t.probe = (failed < policy.max_attempts && t.stalled.is_some()).then(|| {
             let delay = policy
@@ -105,6 +138,7 @@ impl Engine {
                 issued: false,
             }
         });
+        self.reject_waiting(waiting, PAUSED);
     }
 
     /// A probe committed: forget this worker's view of the thread's
@@ -113,15 +147,21 @@ impl Engine {
     /// the thread record, its queue, pending steers, approvals and
     /// questions (memory holds each of them only once committed), and the
     /// run's frozen environment (the runs read back do not carry it).
-    pub(super) fn revive(&mut self, _now: u64, tid: &str) {
+    pub(super) fn revive(&mut self, now: u64, tid: &str) {
         let Some(t) = self.threads.get_mut(tid) else {
             return;
         };
         t.probe = None;
+        let waiting = std::mem::take(&mut t.awaiting_probe);
         if t.stalled.is_none() || t.deleting {
+            for (conn, op) in waiting {
+                self.handle_op(now, conn, op);
+            }
             return;
         }
         t.stalled = None;
+        // They run once the thread is read back and its run resumed.
+        t.deferred.extend(waiting);
         let kept = match t.reviving.take() {
             // A read back that failed before: memory no longer has the run.
             Some(kept) => kept,

@@ -691,7 +691,21 @@ impl Engine {
         for key in &unit.deletes {
             match key.store {
                 stores::THREADS => {
-                    self.threads.remove(&key.key);
+                    // Ops that waited for a paused thread's probe are answered.
+                    let waiting = self
+                        .threads
+                        .remove(&key.key)
+                        .map(|t| t.awaiting_probe)
+                        .unwrap_or_default();
+                    for (conn, op) in waiting {
+                        let reply = Reply {
+                            conn,
+                            submission: op.submission().clone(),
+                            op_type: op.op_type(),
+                            fingerprint: String::new(),
+                        };
+                        self.reject(&reply, ErrorKind::NotFound, "This thread was deleted.");
+                    }
                 }
                 stores::STEERS => {
                     for t in self.threads.values_mut() {

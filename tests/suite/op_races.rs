@@ -383,20 +383,30 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
     // A removal or an edit counts unless it was refused every time it was
     // sent: one whose ACK was lost with the worker may still have been
     // saved, and one refused may have gone through when sent again.
-    let resent_answers: Vec<Answer> = resends
-        .iter()
-        .flat_map(|(id, conn, _)| {
-            answers(&sim, *conn)
-                .into_iter()
-                .filter(move |(a, _)| a == id)
-        })
-        .collect();
-    let all_answers: Vec<&Answer> = answered.values().flatten().chain(&resent_answers).collect();
-    let refused: HashSet<&str> = all_answers
-        .iter()
-        .filter(|(_, r)| r.is_err())
-        .map(|(id, _)| id.as_str())
-        .filter(|id| !all_answers.iter().any(|(a, r)| a == id && r.is_ok()))
+    // Refused every time: each sending has an answer, and each is a
+    // refusal (a sending left unanswered by a dying worker may have been
+    // saved; seed 522 had a removal refused once, then saved when sent
+    // again just before the worker died).
+    let refused_every_time = |id: &str| {
+        let (panel, _, _) = &sent[id];
+        let mut sendings: Vec<Vec<&Answer>> =
+            vec![answered[panel].iter().filter(|(a, _)| a == id).collect()];
+        let again: Vec<Answer> = resends
+            .iter()
+            .filter(|(r, _, _)| r == id)
+            .flat_map(|(_, conn, _)| answers(&sim, *conn).into_iter().filter(|(a, _)| a == id))
+            .collect();
+        if resends.iter().any(|(r, _, _)| r == id) {
+            sendings.push(again.iter().collect());
+        }
+        sendings
+            .iter()
+            .all(|answers| !answers.is_empty() && answers.iter().all(|(_, r)| r.is_err()))
+    };
+    let refused: HashSet<&str> = ops
+        .keys()
+        .map(String::as_str)
+        .filter(|id| refused_every_time(id))
         .collect();
     let changed_items: HashSet<&str> = ops
         .iter()

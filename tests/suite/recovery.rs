@@ -446,10 +446,14 @@ fn a_paused_run_resumes_in_the_same_worker_once_the_store_takes_writes_again() {
     assert_eq!(sim.requests.len(), requests);
     let tid = thread_id(&sim);
     let refused = sim.connect();
+    let sent_at = sim.now;
     sim.send(refused, steer("st1", &tid, "", "Also check the footer."));
     while answer(&sim, refused, "st1").is_none() {
         assert!(sim.step());
     }
+    // It waited for a probe run at once (not the next scheduled one), which
+    // failed.
+    assert!(sim.now - sent_at < sim.config.stall_probe.base_delay_ms);
     let refusal = answer(&sim, refused, "st1").unwrap().unwrap_err();
     assert_eq!(refusal.kind, sw_agent::protocol::ErrorKind::Storage);
     assert!(refusal.message.contains("paused"), "{}", refusal.message);
@@ -598,4 +602,39 @@ fn a_paused_thread_is_never_cached_as_ended_so_a_restart_shows_its_saved_run() {
     sim.run(10_000);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
     check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn steer_exactly_once_in_order_a_steer_sent_to_a_paused_thread_probes_at_once_and_joins_the_resumed_run(
+) {
+    let (mut sim, conn) = start(46);
+    until_acked(&mut sim, conn);
+    // A passing storage failure: the checkpoint and both retries fail, then
+    // the disk takes writes again, seconds before the first probe is due.
+    sim.fail_next_persists = 3;
+    until_paused(&mut sim, conn);
+    let paused_at = sim.now;
+    let tid = thread_id(&sim);
+    let turn = sim.store.runs.values().next().unwrap().id.clone();
+    let requests = sim.requests.len();
+    // The user steers: the store is probed now, the thread read back and
+    // its run resumed, and the steer is taken by the resumed run.
+    sim.send(conn, steer("st1", &tid, &turn, "Also check the footer."));
+    while answer(&sim, conn, "st1").is_none() {
+        assert!(sim.step());
+    }
+    assert!(
+        sim.now - paused_at < sim.config.stall_probe.base_delay_ms,
+        "answered {} ms after the pause",
+        sim.now - paused_at
+    );
+    assert!(answer(&sim, conn, "st1").unwrap().is_ok());
+    sim.run(10_000);
+    assert_eq!(sim.crashes, 0);
+    assert!(sim.requests.len() > requests);
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
+    check_invariants(&sim, &["Also check the footer.".to_string()]).unwrap();
 }
