@@ -1122,7 +1122,7 @@ impl Engine {
         }
         // Always state the heartbeat at start: an alarm left by a previous
         // instance must be cleared when nothing is active any more.
-        self.heartbeat = self.has_active_runs();
+        self.heartbeat = self.wants_heartbeat();
         self.effects.push_back(Effect::SetHeartbeat {
             active: self.heartbeat,
         });
@@ -1162,6 +1162,16 @@ impl Engine {
     /// Whether any run is active (not terminal) in memory.
     pub fn has_active_runs(&self) -> bool {
         self.threads.values().any(|t| t.exec.is_some())
+    }
+
+    /// Whether the worker should keep its wake-up alarm: a run is active, or
+    /// a paused thread still probes the store or is being read back (the
+    /// alarm keeps this worker alive for its probes; once they are over,
+    /// Chrome may stop it and the next worker resumes the run).
+    fn wants_heartbeat(&self) -> bool {
+        self.threads.values().any(|t| {
+            t.exec.is_some() || t.probe.is_some() || (t.reviving.is_some() && t.stalled.is_none())
+        })
     }
 
     // ------------------------------------------------------------------ inputs

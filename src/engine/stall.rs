@@ -67,6 +67,7 @@ impl Engine {
                 for (conn, op) in waiting {
                     self.handle_op(now, conn, op);
                 }
+                self.update_heartbeat();
                 continue;
             }
             if let Some(p) = t.probe.as_mut() {
@@ -115,6 +116,7 @@ impl Engine {
                 })
             }
         }
+        self.update_heartbeat();
     }
 
     /// A probe failed: the next one waits twice as long (up to the policy's
@@ -139,6 +141,7 @@ impl Engine {
             }
         });
         self.reject_waiting(waiting, PAUSED);
+        self.update_heartbeat();
     }
 
     /// A probe committed: forget this worker's view of the thread's
@@ -157,7 +160,7 @@ impl Engine {
             for (conn, op) in waiting {
                 self.handle_op(now, conn, op);
             }
-            return;
+            return self.update_heartbeat();
         }
         t.stalled = None;
         // They run once the thread is read back and its run resumed.

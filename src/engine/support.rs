@@ -468,7 +468,7 @@ impl Engine {
     }
 
     pub(super) fn update_heartbeat(&mut self) {
-        let active = self.has_active_runs();
+        let active = self.wants_heartbeat();
         if active != self.heartbeat {
             self.heartbeat = active;
             self.effects.push_back(Effect::SetHeartbeat { active });

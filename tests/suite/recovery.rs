@@ -406,11 +406,17 @@ fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new
     until_acked(&mut sim, conn);
     sim.refuse_writes = true;
     let told = until_paused(&mut sim, conn);
+    // The worker keeps its wake-up alarm while it probes the store.
+    sim.drain_effects();
+    assert!(sim.heartbeat);
     let requests = sim.requests.len();
     sim.run(10_000);
     // Every probe failed, and none of them cost a provider request.
     assert_eq!(sim.requests.len(), requests);
     assert!(sim.engine.poll_timeout().is_none(), "the probes stop");
+    // Then the alarm goes: Chrome may stop the worker, and the next one
+    // resumes the run.
+    assert!(!sim.heartbeat);
     // A panel opened now is shown what the first one was told, not a run
     // that looks busy forever; the store still holds the saved run.
     let shown = shown_run(&mut sim, "i1");
@@ -463,6 +469,7 @@ fn a_paused_run_resumes_in_the_same_worker_once_the_store_takes_writes_again() {
     let loads = sim.loads.len();
     sim.run(10_000);
     assert_eq!(sim.crashes, 0);
+    assert!(!sim.heartbeat, "the run is over");
     assert_eq!(&sim.loads[loads..], std::slice::from_ref(&tid));
     assert!(sim.requests.len() > requests);
     let events = sim.events_for(conn);
