@@ -1534,6 +1534,11 @@ impl Engine {
 
     /// Refuse ops that waited for a read which failed (a storage error).
     fn reject_waiting(&mut self, waiting: Vec<(ConnId, Op)>, message: &str) {
+        self.refuse_ops(waiting, ErrorKind::Storage, message);
+    }
+
+    /// Refuse ops that waited (for a read, a probe) and will not run.
+    fn refuse_ops(&mut self, waiting: Vec<(ConnId, Op)>, kind: ErrorKind, message: &str) {
         for (conn, op) in waiting {
             let reply = Reply {
                 conn,
@@ -1541,7 +1546,7 @@ impl Engine {
                 op_type: op.op_type(),
                 fingerprint: String::new(),
             };
-            self.reject(&reply, ErrorKind::Storage, message);
+            self.reject(&reply, kind, message);
         }
     }
 

@@ -697,15 +697,7 @@ impl Engine {
                         .remove(&key.key)
                         .map(|t| t.awaiting_probe)
                         .unwrap_or_default();
-                    for (conn, op) in waiting {
-                        let reply = Reply {
-                            conn,
-                            submission: op.submission().clone(),
-                            op_type: op.op_type(),
-                            fingerprint: String::new(),
-                        };
-                        self.reject(&reply, ErrorKind::NotFound, "This thread was deleted.");
-                    }
+                    self.refuse_ops(waiting, ErrorKind::NotFound, "This thread was deleted.");
                 }
                 stores::STEERS => {
                     for t in self.threads.values_mut() {

@@ -17,6 +17,11 @@ fn thread_id(sim: &Sim) -> String {
     sim.store.threads.keys().next().unwrap().clone()
 }
 
+/// The (only) run in the store.
+fn stored_run(sim: &Sim) -> sw_agent::model::Run {
+    sim.store.runs.values().next().unwrap().clone()
+}
+
 #[test]
 fn auto_resume_streaming_run_after_crash_mid_stream() {
     let (mut sim, _) = start(31);
@@ -31,7 +36,7 @@ fn auto_resume_streaming_run_after_crash_mid_stream() {
     sim.run(10_000);
     assert!(sim.requests.len() >= 2);
     assert_eq!(sim.requests[1].messages, sim.requests[0].messages);
-    let run = sim.store.runs.values().next().unwrap();
+    let run = stored_run(&sim);
     assert_eq!(run.state, RunState::Completed);
     check_invariants(&sim, &[]).unwrap();
 }
@@ -53,10 +58,7 @@ fn auto_resume_streaming_run_but_user_interrupt_stays_interrupted() {
         requests,
         "an interrupted run is not resumed"
     );
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::Interrupted
-    );
+    assert_eq!(stored_run(&sim).state, RunState::Interrupted);
     assert!(!sim.heartbeat);
     // The user continues it explicitly.
     let conn = reconnect(&mut sim);
@@ -82,7 +84,7 @@ fn never_retry_at_most_once_in_flight_write_becomes_paused_uncertain() {
     let sim = crash_while_click_in_flight(33);
     let clicks = sim.dispatches.iter().filter(|d| d.name == "click").count();
     assert_eq!(clicks, 1, "never re-dispatched by recovery");
-    let run = sim.store.runs.values().next().unwrap();
+    let run = stored_run(&sim);
     assert_eq!(run.state, RunState::PausedUncertain);
     assert!(run.in_flight_tool.is_some());
     assert!(sim.heartbeat, "an unfinished run keeps the heartbeat");
@@ -176,10 +178,7 @@ fn retry_safe_read_reruns_by_itself_after_crash_mid_tool() {
             .count(),
         2
     );
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::Completed
-    );
+    assert_eq!(stored_run(&sim).state, RunState::Completed);
     check_invariants(&sim, &[]).unwrap();
 }
 
@@ -288,10 +287,7 @@ fn auto_resume_streaming_run_crash_after_final_answer_commit_does_not_rerun_the_
     sim.store.apply(&final_answer);
     sim.held.clear();
     sim.hold_persists = false;
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::StreamingModel
-    );
+    assert_eq!(stored_run(&sim).state, RunState::StreamingModel);
     sim.crash();
     sim.run(10_000);
     assert_eq!(
@@ -299,7 +295,7 @@ fn auto_resume_streaming_run_crash_after_final_answer_commit_does_not_rerun_the_
         3,
         "the finished turn is closed, not asked again"
     );
-    let run = sim.store.runs.values().next().unwrap();
+    let run = stored_run(&sim);
     assert_eq!(run.state, RunState::Completed);
     assert_eq!(run.stop_reason, Some(StopReason::End));
     check_invariants(&sim, &[]).unwrap();
@@ -343,10 +339,7 @@ fn never_retry_at_most_once_inspect_first_call_in_flight_at_crash_tells_the_mode
         1,
         "not repeated by recovery"
     );
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::Completed
-    );
+    assert_eq!(stored_run(&sim).state, RunState::Completed);
     check_invariants(&sim, &[]).unwrap();
 }
 
@@ -422,7 +415,7 @@ fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new
     let shown = shown_run(&mut sim, "i1");
     assert_eq!(shown.state, RunState::Failed);
     assert_eq!(shown.error.as_ref(), Some(&told));
-    let stored = sim.store.runs.values().next().unwrap().clone();
+    let stored = stored_run(&sim);
     assert!(!stored.state.is_terminal(), "{:?}", stored.state);
     assert_eq!(shown.id, stored.id);
     // Space is freed; a new worker resumes the saved run to its end.
@@ -498,7 +491,7 @@ fn a_paused_run_resumes_in_the_same_worker_once_the_store_takes_writes_again() {
             ..
         })
     ));
-    let run = sim.store.runs.values().next().unwrap();
+    let run = stored_run(&sim);
     assert_eq!(run.state, RunState::Completed);
     assert_eq!(shown_run(&mut sim, "i1").state, RunState::Completed);
     // Nothing of the probes stays in the store.
@@ -527,7 +520,7 @@ fn never_retry_at_most_once_a_click_whose_result_could_not_be_saved_is_not_repea
         sim.dispatches.iter().filter(|d| d.name == "click").count(),
         1
     );
-    let run = sim.store.runs.values().next().unwrap().clone();
+    let run = stored_run(&sim);
     assert_eq!(run.state, RunState::PausedUncertain);
     let tid = thread_id(&sim);
     sim.send(conn, resolve("r1", &tid, UncertainChoice::MarkDone));
@@ -536,10 +529,7 @@ fn never_retry_at_most_once_a_click_whose_result_could_not_be_saved_is_not_repea
         sim.dispatches.iter().filter(|d| d.name == "click").count(),
         1
     );
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::Completed
-    );
+    assert_eq!(stored_run(&sim).state, RunState::Completed);
     check_invariants(&sim, &[]).unwrap();
 }
 
@@ -561,7 +551,7 @@ fn resume_refuses_drift_when_a_paused_run_is_read_back_in_the_same_worker() {
     assert_eq!(sim.crashes, 0);
     // The run started under the old model does not go on under the new one.
     assert_eq!(sim.requests.len(), requests);
-    let run = sim.store.runs.values().next().unwrap().clone();
+    let run = stored_run(&sim);
     assert_eq!(run.state, RunState::Failed);
     let error = run.error.expect("the run says why it stopped");
     assert_eq!(error.kind, sw_agent::protocol::ErrorKind::EnvironmentDrift);
@@ -582,7 +572,7 @@ fn a_paused_thread_is_never_cached_as_ended_so_a_restart_shows_its_saved_run() {
     sim.send(conn, interrupt("x1", &approval.thread_id));
     sim.fail_next_persists = 3;
     until_paused(&mut sim, conn);
-    let stored = sim.store.runs.values().next().unwrap().clone();
+    let stored = stored_run(&sim);
     assert_eq!(stored.state, RunState::WaitingApproval);
     // Another panel creates a thread: its unit commits, and at the next
     // rest the cache is written, but not with the pause, which only this
@@ -622,7 +612,7 @@ fn steer_exactly_once_in_order_a_steer_sent_to_a_paused_thread_probes_at_once_an
     until_paused(&mut sim, conn);
     let paused_at = sim.now;
     let tid = thread_id(&sim);
-    let turn = sim.store.runs.values().next().unwrap().id.clone();
+    let turn = stored_run(&sim).id;
     let requests = sim.requests.len();
     // The user steers: the store is probed now, the thread read back and
     // its run resumed, and the steer is taken by the resumed run.
@@ -639,9 +629,6 @@ fn steer_exactly_once_in_order_a_steer_sent_to_a_paused_thread_probes_at_once_an
     sim.run(10_000);
     assert_eq!(sim.crashes, 0);
     assert!(sim.requests.len() > requests);
-    assert_eq!(
-        sim.store.runs.values().next().unwrap().state,
-        RunState::Completed
-    );
+    assert_eq!(stored_run(&sim).state, RunState::Completed);
     check_invariants(&sim, &["Also check the footer.".to_string()]).unwrap();
 }
