@@ -608,28 +608,20 @@ impl Sim {
                     self.held.push((token, unit));
                     return;
                 }
-                if self.refuse_writes {
-                    self.engine.handle_store_error(
-                        self.now,
-                        token,
-                        StoreError {
-                            message: "QuotaExceededError: the disk is full".into(),
-                            retryable: true,
-                        },
-                    );
-                    return;
-                }
-                if self.fail_next_persists > 0 {
+                let failure = if self.refuse_writes {
+                    Some("QuotaExceededError: the disk is full")
+                } else if self.fail_next_persists > 0 {
                     self.fail_next_persists -= 1;
-                    self.engine.handle_store_error(
-                        self.now,
-                        token,
-                        StoreError {
-                            message: "injected failure".into(),
-                            retryable: true,
-                        },
-                    );
-                    return;
+                    Some("injected failure")
+                } else {
+                    None
+                };
+                if let Some(message) = failure {
+                    let error = StoreError {
+                        message: message.into(),
+                        retryable: true,
+                    };
+                    return self.engine.handle_store_error(self.now, token, error);
                 }
                 self.apply(&unit);
                 self.commit_log.push(token);

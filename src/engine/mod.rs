@@ -687,6 +687,23 @@ impl ThreadState {
         self.path.last().map(|n| n.id.clone())
     }
 
+    /// Forget the conversation and runs, to be read back from the store
+    /// (`Engine::revive`). What stays: the thread record, its queue, pending
+    /// steers, approvals and questions (memory holds each of them only once
+    /// committed) and what is in flight about them.
+    fn forget_conversation(&mut self) {
+        self.loaded = false;
+        self.runs_known = false;
+        self.latest_run = None;
+        self.run_ids.clear();
+        self.path.clear();
+        self.off_path.clear();
+        self.call_ids.clear();
+        self.outbound = context::OutboundView::default();
+        self.partial = None;
+        self.announced_state = None;
+    }
+
     /// Split a thread's nodes into the active path (ending at the thread's
     /// leaf) and the other branches.
     fn set_nodes(&mut self, mut nodes: Vec<Node>) {
@@ -1141,16 +1158,18 @@ impl Engine {
     pub fn poll_timeout(&self) -> Option<u64> {
         self.threads
             .values()
-            .filter_map(|t| t.exec.as_ref())
-            .flat_map(|e| {
-                let backoff = match e.phase {
+            .flat_map(|t| {
+                let exec = t.exec.as_ref();
+                let backoff = exec.and_then(|e| match e.phase {
                     Phase::Backoff { until } => Some(until),
                     _ => None,
-                };
-                e.deltas.flush_at.into_iter().chain(backoff)
+                });
+                let flush = exec.and_then(|e| e.deltas.flush_at);
+                // A paused thread's next probe (`stall.rs`).
+                let probe = t.probe.filter(|p| !p.issued).map(|p| p.at);
+                flush.into_iter().chain(backoff).chain(probe)
             })
             .chain(self.cache_due())
-            .chain(self.probe_due())
             .min()
     }
 

@@ -271,23 +271,12 @@ impl Engine {
         if written.is_empty() {
             return;
         }
-        let token = self.next_handle();
-        self.pending.insert(
-            token,
-            Pending {
-                thread_id: String::new(),
-                // Not kept: this unit is never retried and changes nothing
-                // in memory, and its snapshots can be megabytes.
-                unit: UnitOfWork::new(),
-                then: Then::SnapshotsCached {
-                    issued: self.cache.issued,
-                    threads: written,
-                },
-                reply: None,
-                attempts: 0,
-            },
-        );
-        self.effects.push_back(Effect::Persist { token, unit });
+        // Its snapshots can be megabytes: not kept (`issue_unkept`).
+        let then = Then::SnapshotsCached {
+            issued: self.cache.issued,
+            threads: written,
+        };
+        self.issue_unkept("", unit, then);
     }
 
     /// The cache write committed: its snapshots are current unless a unit

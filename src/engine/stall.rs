@@ -38,14 +38,6 @@ impl Engine {
         }
     }
 
-    /// When the next probe is due, if any.
-    pub(super) fn probe_due(&self) -> Option<u64> {
-        self.threads
-            .values()
-            .filter_map(|t| t.probe.filter(|p| !p.issued).map(|p| p.at))
-            .min()
-    }
-
     /// Issue the probes that are due: one transaction each, writing a
     /// record of the snapshot store and deleting it again.
     pub(super) fn probe_stalled(&mut self, now: u64) {
@@ -64,10 +56,7 @@ impl Engine {
                 // waited is answered now: the delete refuses it.
                 t.probe = None;
                 let waiting = std::mem::take(&mut t.awaiting_probe);
-                for (conn, op) in waiting {
-                    self.handle_op(now, conn, op);
-                }
-                self.update_heartbeat();
+                self.answer_now(now, waiting);
                 continue;
             }
             if let Some(p) = t.probe.as_mut() {
@@ -81,19 +70,17 @@ impl Engine {
                 thread_id: key.clone(),
             }));
             unit.delete(stores::SNAPSHOTS, key);
-            let token = self.next_handle();
-            self.pending.insert(
-                token,
-                Pending {
-                    thread_id: tid,
-                    unit: unit.clone(),
-                    then: Then::Probed,
-                    reply: None,
-                    attempts: 0,
-                },
-            );
-            self.effects.push_back(Effect::Persist { token, unit });
+            self.issue_unkept(&tid, unit, Then::Probed);
         }
+    }
+
+    /// Ops that waited for a probe, handled now after all (the thread is
+    /// no longer paused, or is being deleted, which refuses them).
+    fn answer_now(&mut self, now: u64, waiting: Vec<(ConnId, Op)>) {
+        for (conn, op) in waiting {
+            self.handle_op(now, conn, op);
+        }
+        self.update_heartbeat();
     }
 
     /// An op the pause refuses arrived: the user is acting on the thread,
@@ -145,11 +132,10 @@ impl Engine {
     }
 
     /// A probe committed: forget this worker's view of the thread's
-    /// conversation and runs and read them back from the store; the run
-    /// resumes once the read arrives (`resume_revived`). What is kept:
-    /// the thread record, its queue, pending steers, approvals and
-    /// questions (memory holds each of them only once committed), and the
-    /// run's frozen environment (the runs read back do not carry it).
+    /// conversation and runs (`ThreadState::forget_conversation`) and read
+    /// them back from the store; the run resumes once the read arrives
+    /// (`resume_revived`). The run's frozen environment is kept aside (the
+    /// runs read back do not carry it).
     pub(super) fn revive(&mut self, now: u64, tid: &str) {
         let Some(t) = self.threads.get_mut(tid) else {
             return;
@@ -157,10 +143,7 @@ impl Engine {
         t.probe = None;
         let waiting = std::mem::take(&mut t.awaiting_probe);
         if t.stalled.is_none() || t.deleting {
-            for (conn, op) in waiting {
-                self.handle_op(now, conn, op);
-            }
-            return self.update_heartbeat();
+            return self.answer_now(now, waiting);
         }
         t.stalled = None;
         // They run once the thread is read back and its run resumed.
@@ -174,16 +157,7 @@ impl Engine {
                 .and_then(|r| Some((r.id.clone(), r.environment.clone()?))),
         };
         t.reviving = Some(kept);
-        t.loaded = false;
-        t.runs_known = false;
-        t.latest_run = None;
-        t.run_ids.clear();
-        t.path.clear();
-        t.off_path.clear();
-        t.call_ids.clear();
-        t.outbound = context::OutboundView::default();
-        t.partial = None;
-        t.announced_state = None;
+        t.forget_conversation();
         // Ops that arrive meanwhile wait for the read (`handle_op`).
         t.loading = true;
         self.effects.push_back(Effect::LoadThread {

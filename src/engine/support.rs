@@ -33,6 +33,26 @@ impl Engine {
 
     /// Queue a checkpoint; when it decides a command, its receipt joins the
     /// same unit and the ACK waits for the commit (ack_after_commit).
+    /// Issue a unit that is never retried and changes nothing in memory
+    /// (a snapshot cache write, a paused thread's probe): no receipt, no
+    /// path lengths, no cache invalidation, and the pending entry keeps an
+    /// empty unit instead of a copy.
+    pub(super) fn issue_unkept(&mut self, tid: &str, unit: UnitOfWork, then: Then) -> u64 {
+        let token = self.next_handle();
+        self.pending.insert(
+            token,
+            Pending {
+                thread_id: tid.to_string(),
+                unit: UnitOfWork::new(),
+                then,
+                reply: None,
+                attempts: 0,
+            },
+        );
+        self.effects.push_back(Effect::Persist { token, unit });
+        token
+    }
+
     pub(super) fn persist_with(
         &mut self,
         now: u64,
@@ -514,7 +534,6 @@ impl Engine {
         (!t.loaded && !from_tail).then_some(tid)
     }
 
-    /// The thread `initialize` without a thread id opens.
     /// The thread an `initialize` of `thread_id` opens: that one, or, when
     /// none is named or it no longer exists (deleted meanwhile), the most
     /// recent thread.
@@ -524,6 +543,7 @@ impl Engine {
             .or_else(|| self.most_recent_thread())
     }
 
+    /// The thread `initialize` without a thread id opens.
     pub(super) fn most_recent_thread(&self) -> Option<String> {
         self.threads
             .values()
