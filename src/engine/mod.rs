@@ -460,6 +460,15 @@ struct Probe {
     issued: bool,
 }
 
+/// A paused thread being read back after a probe committed
+/// (`Engine::revive`); the run resumes once the read arrives.
+#[derive(Debug)]
+struct Revival {
+    /// The stopped run's id and frozen environment: the runs read back with
+    /// the nodes do not carry it (`None` if the run had none).
+    environment: Option<(String, crate::model::EnvironmentSnapshot)>,
+}
+
 #[derive(Debug, Clone)]
 struct Finish {
     state: RunState,
@@ -549,9 +558,8 @@ struct ThreadState {
     /// fails they are refused (`Engine::await_probe`).
     awaiting_probe: Vec<(ConnId, Op)>,
     /// Read back from the store after a probe committed: once the read
-    /// arrives, the run resumes from it (`Engine::revive`). Holds the run's
-    /// frozen environment, which the runs read with the nodes do not carry.
-    reviving: Option<Option<(String, crate::model::EnvironmentSnapshot)>>,
+    /// arrives, the run resumes from it (`Engine::revive`).
+    reviving: Option<Revival>,
     /// The active path, root first.
     path: Vec<Node>,
     /// Every other node of the thread (other branches), in no order.

@@ -148,15 +148,17 @@ impl Engine {
         t.stalled = None;
         // They run once the thread is read back and its run resumed.
         t.deferred.extend(waiting);
-        let kept = match t.reviving.take() {
+        let revival = match t.reviving.take() {
             // A read back that failed before: memory no longer has the run.
-            Some(kept) => kept,
-            None => t
-                .latest_run
-                .as_ref()
-                .and_then(|r| Some((r.id.clone(), r.environment.clone()?))),
+            Some(revival) => revival,
+            None => Revival {
+                environment: t
+                    .latest_run
+                    .as_ref()
+                    .and_then(|r| Some((r.id.clone(), r.environment.clone()?))),
+            },
         };
-        t.reviving = Some(kept);
+        t.reviving = Some(revival);
         t.forget_conversation();
         // Ops that arrive meanwhile wait for the read (`handle_op`).
         t.loading = true;
@@ -175,10 +177,10 @@ impl Engine {
         if t.stalled.is_some() {
             return; // paused again meanwhile: the next probe reads it back
         }
-        let Some(kept) = t.reviving.take() else {
+        let Some(revival) = t.reviving.take() else {
             return;
         };
-        if let Some((run_id, environment)) = kept {
+        if let Some((run_id, environment)) = revival.environment {
             if let Some(run) = t
                 .latest_run
                 .as_mut()
