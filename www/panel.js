@@ -405,6 +405,19 @@ function sendInitialize() {
 }
 
 /**
+ * Shows `threadId` next (null: the most recent one): its snapshot, asked for
+ * or on its way, redraws the messages. Until it arrives they are still the
+ * previous thread's, so they are marked busy (dimmed, no clicks: an action
+ * there would name the new thread with the old thread's message), and
+ * `#messages[data-thread-id]` tells which thread they show.
+ * @param {string | null} threadId
+ */
+function expectThread(threadId) {
+  state.threadId = threadId;
+  if (threadId === null || dom.messages.dataset.threadId !== threadId) dom.messages.setAttribute("aria-busy", "true");
+}
+
+/**
  * Sends an op; it stays pending (and is re-sent on reconnect) until acked or rejected.
  * `meta` stays with the pending op: `text` is given back to the composer when
  * the op is rejected.
@@ -472,6 +485,9 @@ function applySnapshot(snapshot) {
   const thread = snapshot && snapshot.thread ? snapshot.thread : null;
   const threadChanged = (thread ? thread.id : null) !== state.threadId;
   state.threadId = thread ? thread.id : null;
+  // The messages are this thread's from here on (see `expectThread`).
+  dom.messages.dataset.threadId = state.threadId ?? "";
+  dom.messages.removeAttribute("aria-busy");
   renderThreads(threads);
 
   view.elementsById.clear();
@@ -570,19 +586,19 @@ function onAck(event) {
   const result = event.result && typeof event.result === "object" && !Array.isArray(event.result) ? event.result : {};
   switch (event.opType || pending.message.type) {
     case "thread.create":
-      if (typeof result.threadId === "string") state.threadId = result.threadId;
+      if (typeof result.threadId === "string") expectThread(result.threadId);
       break;
     case "thread.delete":
       if (result.threadId === state.threadId) {
         // Show the most recent remaining thread (or an empty panel).
-        state.threadId = null;
+        expectThread(null);
         sendInitialize();
       }
       setNote("Thread deleted.");
       break;
     case "thread.fork":
       // The engine subscribed this panel to the new thread; its snapshot draws it.
-      if (typeof result.threadId === "string") state.threadId = result.threadId;
+      if (typeof result.threadId === "string") expectThread(result.threadId);
       setNote("This is the new thread, forked from the conversation up to that message. The original is still in the thread list.");
       dom.input.focus();
       break;
@@ -609,7 +625,7 @@ function onAck(event) {
       }
       if (typeof result.threadId === "string" && result.threadId !== state.threadId) {
         // The submit created a thread: show it (the snapshot brings what we missed).
-        state.threadId = result.threadId;
+        expectThread(result.threadId);
         sendInitialize();
       }
       if (result.queued === true) setNote("A turn is running; your message is queued as the next turn.");
@@ -2605,7 +2621,7 @@ dom.threadList.addEventListener("change", () => {
   const threadId = dom.threadList.value;
   if (!threadId || threadId === state.threadId) return;
   // Events of the old thread stop counting now; the snapshot redraws everything.
-  state.threadId = threadId;
+  expectThread(threadId);
   setNote("");
   sendInitialize();
 });

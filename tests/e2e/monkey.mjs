@@ -18,10 +18,13 @@
 // - Subscribe is clicked at most as often as a click was allowed.
 //
 // Seeded: MONKEY_SEED=N (printed on stderr), MONKEY_ACTIONS=N (default 70).
+// MONKEY_DEBUG=1 writes what the panels showed and their Port logs to
+// target/e2e/monkey-<seed>*.json.
 // Run:  node tests/e2e/monkey.mjs            (after `make build`)
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
 import {
   exitUnlessExtensionBuilt,
   dumpIndexedDb,
@@ -122,19 +125,31 @@ async function strayRecords(panel) {
   return problems;
 }
 
-/** What the panel shows of its thread: the thread, the nodes, the version switchers. */
+/**
+ * What the panel shows of its thread: the thread, the nodes, the version
+ * switchers. The thread is the one the messages were drawn from (chosen in
+ * the list, another thread's messages stay until its snapshot arrives,
+ * marked busy). The panel is read in two calls; one whose thread changed
+ * in between (a snapshot drawn meanwhile) is read again.
+ */
 async function shown(panel) {
-  const state = await readPanel(panel);
-  const extra = await panel.evaluate(() => ({
-    thread: document.getElementById('thread-list')?.value ?? '',
+  const own = () => panel.evaluate(() => ({
+    thread: document.getElementById('messages')?.dataset.threadId ?? '',
+    busy: document.getElementById('messages')?.getAttribute('aria-busy') === 'true',
     switchers: [...document.querySelectorAll('.branch-position')].map((e) => e.textContent),
     queue: [...document.querySelectorAll('#queue-list .queue-text')].map((e) => e.textContent),
   }));
-  return {
-    ...extra,
-    state: state.state,
-    nodes: topLevelNodes(state).map((n) => `${n.kind}|${n.status ?? ''}|${n.text.replace(/\s+/g, ' ').slice(0, 200)}`),
-  };
+  for (;;) {
+    const extra = await own();
+    const state = await readPanel(panel);
+    const again = await own();
+    if (again.thread !== extra.thread || again.busy !== extra.busy) continue;
+    return {
+      ...again,
+      state: state.state,
+      nodes: topLevelNodes(state).map((n) => `${n.kind}|${n.status ?? ''}|${n.text.replace(/\s+/g, ' ').slice(0, 200)}`),
+    };
+  }
 }
 
 const RUNNING = ['queued', 'streaming_model', 'executing_tools'];
@@ -273,8 +288,12 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
     const n = Math.min(a.nodes.length, b.nodes.length);
     return (view) => ({ ...view, nodes: view.nodes.slice(view.nodes.length - n) });
   };
+  // MONKEY_DEBUG: what both panels show and their Port logs at rest, and
+  // each Port log again once a panel opened the thread to compare (below).
+  const debugLog = async (name, page) => {
+    if (process.env.MONKEY_DEBUG) writeFileSync(`target/e2e/monkey-${seed}-${name}.json`, JSON.stringify(await portLog(page), null, 1));
+  };
   if (process.env.MONKEY_DEBUG) {
-    const { writeFileSync } = await import('node:fs');
     const dump = [];
     for (const page of panels) {
       dump.push({
@@ -296,7 +315,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
       async () => {
         const now = await shown(page);
         const complete = now.nodes.length === reference.nodes.length || (now.nodes.length > 0 && (await earlierHidden()));
-        return now.thread === reference.thread && complete ? now : null;
+        return now.thread === reference.thread && !now.busy && complete ? now : null;
       },
       { timeout: 30000, message: `a panel to show thread ${reference.thread}` },
     ).catch(() => shown(page));
@@ -306,6 +325,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   if (views[0].thread) {
     // Watching it all along, or opening it now: the same.
     const second = sameThread ? views[1] : await showThread(panels[1], views[0]);
+    await debugLog('second', panels[1]);
     assert.ok(second.nodes.length > 0 || views[0].nodes.length === 0, 'the second panel shows the thread');
     const tail = newestOf(views[0], second);
     assert.deepEqual(tail(second), tail(views[0]), `two panels on one thread show the same (${sameThread ? 'both watched it' : 'opened by the second'})`);
@@ -318,6 +338,7 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   // scroll), where the live panel may have shown them all: compare what
   // both show, the newest end.
   const after = await showThread(panel, before);
+  await debugLog('reloaded', panel);
   assert.ok(after.nodes.length > 0 || before.nodes.length === 0, 'the reloaded panel shows the thread');
   const tail = newestOf(after, before);
   assert.deepEqual(tail(after), tail(before), 'what the panel showed is what it shows after a reload');

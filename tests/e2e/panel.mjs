@@ -29,6 +29,7 @@ import {
   watchConnection,
   connectionLog,
   portLog,
+  holdOutgoing,
   dumpIndexedDb,
   transcriptLines,
   waitFor,
@@ -1164,6 +1165,30 @@ isolatedTest(
       [`user: ${Q1_EDITED}`, 'assistant: Answer to the edited question.', `user: ${FORK_FOLLOW_UP}`],
       'the fork continues from the copied conversation',
     );
+
+    // Choosing another thread: until its snapshot arrives, the messages are
+    // still the fork's, so they are marked busy (dimmed, no clicks) and say
+    // whose they are; the snapshot redraws them as the original's.
+    const forkConversation = await conversation(panel);
+    const messagesOf = () => panel.evaluate(() => {
+      const messages = document.getElementById('messages');
+      return { thread: messages.dataset.threadId, busy: messages.getAttribute('aria-busy') === 'true', clicks: getComputedStyle(messages).pointerEvents !== 'none' };
+    });
+    assert.deepEqual(await messagesOf(), { thread: forkThreadId, busy: false, clicks: true });
+    const release = await holdOutgoing(panel, ['initialize']);
+    await panel.selectOption('#thread-list', originalThreadId);
+    const [opening] = (await sentOps(panel, 'initialize')).slice(-1);
+    assert.equal(opening.threadId, originalThreadId);
+    assert.deepEqual(await messagesOf(), { thread: forkThreadId, busy: true, clicks: false }, 'the fork\'s messages, marked busy');
+    assert.deepEqual(await conversation(panel), forkConversation);
+    await screenshot(panel, 'thread-switch-pending');
+    await release();
+    await waitFor(async () => (await messagesOf()).thread === originalThreadId, { timeout: 30000, message: 'the original thread drawn' });
+    assert.deepEqual(await messagesOf(), { thread: originalThreadId, busy: false, clicks: true });
+    assert.deepEqual(await conversation(panel), [`user: ${Q1_EDITED}`, 'agent: Answer to the edited question.']);
+    await panel.selectOption('#thread-list', forkThreadId);
+    await waitFor(async () => (await messagesOf()).thread === forkThreadId, { timeout: 30000, message: 'the fork drawn again' });
+    assert.deepEqual(await conversation(panel), forkConversation);
 
     // Delete the fork: two presses (Esc cancels the first), then the list has the original only.
     const deleteButton = panel.getByRole('button', { name: /^Delete thread: / });

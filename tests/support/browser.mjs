@@ -74,6 +74,9 @@ export function exitUnlessExtensionBuilt(label, extensionPath = DEFAULT_EXTENSIO
  * Init script that records every message the panel's Ports send and receive
  * into `window.__portLog` (JSON strings, so later mutation by the panel cannot
  * change the record). Only active on the extension's own pages.
+ *
+ * It can also hold the panel's outgoing messages of some types back (see
+ * `holdOutgoing`), to look at the panel while an answer is on its way.
  */
 function portRecorderInitScript() {
   if (location.protocol !== 'chrome-extension:') return;
@@ -81,6 +84,23 @@ function portRecorderInitScript() {
   if (!runtime || typeof runtime.connect !== 'function' || globalThis.__portLog) return;
   const log = [];
   Object.defineProperty(globalThis, '__portLog', { value: log, enumerable: false });
+  // Outgoing messages whose type is in `types` wait in `held` (recorded when
+  // the panel sent them) until `release()` posts them, in order.
+  const hold = {
+    types: [],
+    held: [],
+    release() {
+      hold.types = [];
+      for (const send of hold.held.splice(0)) {
+        try {
+          send();
+        } catch {
+          // The port closed meanwhile: the panel re-sends on reconnect.
+        }
+      }
+    },
+  };
+  Object.defineProperty(globalThis, '__portHold', { value: hold, enumerable: false });
   const originalConnect = runtime.connect.bind(runtime);
   let connections = 0;
   const wrapped = function connect(...args) {
@@ -98,6 +118,10 @@ function portRecorderInitScript() {
     const originalPost = port.postMessage.bind(port);
     port.postMessage = (message) => {
       log.push({ dir: 'out', connection, name, at: Date.now(), json: JSON.stringify(message) });
+      if (hold.types.includes(message?.type)) {
+        hold.held.push(() => originalPost(message));
+        return undefined;
+      }
       return originalPost(message);
     };
     return port;
@@ -625,6 +649,18 @@ export function transcriptLines(panelState, { approvals = [] } = {}) {
     }
   }
   return lines;
+}
+
+/**
+ * Holds the panel's outgoing messages of `types` back until the returned
+ * function is called, which posts them in order (see portRecorderInitScript).
+ * @returns {Promise<() => Promise<void>>}
+ */
+export async function holdOutgoing(panel, types) {
+  await panel.evaluate((t) => {
+    globalThis.__portHold.types = t;
+  }, types);
+  return () => panel.evaluate(() => globalThis.__portHold.release());
 }
 
 /** Every message recorded on the panel's Ports (see portRecorderInitScript). */
