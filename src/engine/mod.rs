@@ -1811,7 +1811,6 @@ impl Engine {
         }
     }
 
-    /// Progress text of a running tool.
     /// The page a call would act on (or why there is none).
     pub fn handle_target_resolved(
         &mut self,
@@ -1840,6 +1839,7 @@ impl Engine {
         }
     }
 
+    /// Progress text of a running tool.
     pub fn handle_tool_progress(&mut self, _now: u64, dispatch_id: u64, text: String) {
         let Some((tid, index)) = self.thread_running_tool(dispatch_id) else {
             return;
