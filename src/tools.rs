@@ -438,10 +438,12 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// The registered tool of that name.
     pub fn get(&self, name: &str) -> Option<&ToolDescriptor> {
         self.tools.iter().find(|t| t.name == name)
     }
 
+    /// Every registered tool, in registration order.
     pub fn descriptors(&self) -> &[ToolDescriptor] {
         &self.tools
     }

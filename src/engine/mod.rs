@@ -1219,6 +1219,8 @@ impl Engine {
         );
     }
 
+    /// A client's Port closed: it gets no more events. What it sent stays
+    /// (an op already handed over is answered to no one, and kept).
     pub fn handle_disconnect(&mut self, conn: ConnId) {
         self.conns.remove(&conn);
     }
