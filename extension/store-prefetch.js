@@ -7,7 +7,8 @@
 // decisions: it opens the engine's database at exactly the engine's version,
 // reads every store of the start image, and the snapshot cache's keys and
 // at most two of its records (the most recent thread's, and one a panel
-// asked for meanwhile), in one read-only transaction, and hands the
+// asked for meanwhile), in one read-only transaction (of the runs, the
+// unfinished ones only, through their `state` index), and hands the
 // connection and the raw records to `Engine.start()`, which checks them and decodes them (src/platform/idb.rs
 // `IdbStore::prefetched`). sw.js may send the cached snapshot read with
 // it (src/engine/snapshot_cache.rs): one transaction, so the cache and the
@@ -18,19 +19,54 @@
 // "no prefetch", never an error of its own.
 //
 // ENGINE_STORE must match src/store.rs (DB_NAME, DB_VERSION,
-// stores::START_IMAGE, stores::SNAPSHOTS and its indexes); the wasm tests
-// read it from here and compare.
+// stores::START_IMAGE, stores::SNAPSHOTS and its indexes, stores::RUNS_BY_STATE)
+// and src/model.rs (RunState::TERMINAL_NAMES); the wasm tests read it from
+// here and compare.
 
 export const ENGINE_STORE = Object.freeze({
   name: "sw-agent",
-  version: 7,
+  version: 8,
   // Not the command receipts: the engine reads them right after it starts
   // (only a command needs them; a long-used profile holds thousands).
   image: Object.freeze(["threads", "runs", "steers", "queue", "approvals", "site_rules", "interactions"]),
   snapshots: "snapshots",
   // Indexes of `snapshots` (stores::SNAPSHOTS_BY_BUILD, SNAPSHOTS_RECENT).
   snapshotIndexes: Object.freeze({ build: "build", recent: "recentOf" }),
+  // Of the runs, a start reads those whose state is not terminal, through
+  // their `state` index (stores::RUNS_BY_STATE; the terminal states as
+  // stored, in key order: RunState::TERMINAL_NAMES).
+  runsByState: Object.freeze({
+    store: "runs",
+    index: "state",
+    terminal: Object.freeze(["budget_paused", "completed", "failed", "interrupted"]),
+  }),
 });
+
+/**
+ * Reads the runs a start needs from `store` (the runs): every record whose
+ * `state` key is none of `terminal`, i.e. everything between and around
+ * them in the index (as src/store.rs `unfinished_run_states`), then calls
+ * `done` with them. Requests of a transaction complete in the order they
+ * were made, so the last one's success means all are read.
+ * @param {IDBObjectStore} store
+ * @param {{ index: string, terminal: readonly string[] }} byState
+ * @param {(records: unknown[]) => void} done
+ */
+function readUnfinishedRuns(store, byState, done) {
+  const terminal = byState.terminal;
+  const ranges = [IDBKeyRange.upperBound(terminal[0], true)];
+  for (let i = 1; i < terminal.length; i += 1) ranges.push(IDBKeyRange.bound(terminal[i - 1], terminal[i], true, true));
+  ranges.push(IDBKeyRange.lowerBound(terminal[terminal.length - 1], true));
+  const index = store.index(byState.index);
+  const parts = [];
+  ranges.forEach((range, i) => {
+    const read = index.getAll(range);
+    read.onsuccess = () => {
+      parts[i] = read.result;
+      if (i === ranges.length - 1) done(parts.flat());
+    };
+  });
+}
 
 // Start-image stores that grow with use (finished runs,
 // answered approvals and questions, kept for the retention period): read
@@ -57,7 +93,7 @@ const GROWING = new Set(["runs", "approvals", "interactions"]);
  * record (or null). Chrome runs the transactions of a database one after
  * the other, so a read in a transaction of its own would wait for the
  * whole image. None is called when the database cannot be opened as it is.
- * @param {{ name: string, version: number, image: readonly string[], snapshots: string, snapshotIndexes: { build: string, recent: string } }} [spec]
+ * @param {{ name: string, version: number, image: readonly string[], snapshots: string, snapshotIndexes: { build: string, recent: string }, runsByState?: { store: string, index: string, terminal: readonly string[] } }} [spec]
  * @param {string | null} [build]
  * @param {{ onRecent?: (record: any) => void, wanted?: () => string | null, onWanted?: (threadId: string, record: any) => void }} [hooks]
  * @returns {Promise<{ db: IDBDatabase, version: number, image: Record<string, unknown[]>, snapshots: { threadId: string, build?: string }[], recent: any } | null>}
@@ -131,11 +167,16 @@ export function prefetchStore(spec = ENGINE_STORE, build = null, hooks = {}) {
           const batch = batches[at];
           if (!batch) return;
           batch.forEach((name, i) => {
-            const read = tx.objectStore(name).getAll();
-            read.onsuccess = () => {
-              image[name] = read.result;
+            const done = (records) => {
+              image[name] = records;
               if (i === batch.length - 1) readBatch(at + 1);
             };
+            if (name === spec.runsByState?.store) {
+              readUnfinishedRuns(tx.objectStore(name), spec.runsByState, done);
+              return;
+            }
+            const read = tx.objectStore(name).getAll();
+            read.onsuccess = () => done(read.result);
           });
         };
         const allKeys = cache.getAllKeys();

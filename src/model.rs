@@ -253,6 +253,12 @@ pub enum RunState {
 }
 
 impl RunState {
+    /// The terminal states, as stored (`state` of a run record), in key
+    /// order: a start reads the runs whose state is none of these through
+    /// the runs' `state` index (`store::unfinished_run_states`).
+    pub const TERMINAL_NAMES: [&'static str; 4] =
+        ["budget_paused", "completed", "failed", "interrupted"];
+
     /// Terminal states never change again (a later `run.resume` starts a new run).
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -907,6 +913,50 @@ mod node_de {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start's `state` index ranges (`store::unfinished_run_states`)
+    /// hold exactly the states that are not terminal.
+    #[test]
+    fn unfinished_run_state_ranges_hold_every_state_but_the_terminal_ones() {
+        use RunState::*;
+        let all = [
+            Queued,
+            StreamingModel,
+            ExecutingTools,
+            WaitingApproval,
+            WaitingInteraction,
+            Completed,
+            Interrupted,
+            Failed,
+            BudgetPaused,
+            PausedUncertain,
+        ];
+        let name = |s: RunState| {
+            serde_json::to_value(s)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let mut terminal: Vec<String> = all
+            .iter()
+            .filter(|s| s.is_terminal())
+            .map(|s| name(*s))
+            .collect();
+        crate::sorting::sort(&mut terminal);
+        assert_eq!(terminal, RunState::TERMINAL_NAMES);
+        let ranges = crate::store::unfinished_run_states();
+        let in_ranges = |key: &str| {
+            ranges
+                .iter()
+                .any(|(lo, hi)| lo.is_none_or(|lo| key > lo) && hi.is_none_or(|hi| key < hi))
+        };
+        for state in all {
+            assert_eq!(in_ranges(&name(state)), !state.is_terminal(), "{state:?}");
+        }
+        // A damaged record's state is read too (then reported).
+        assert!(in_ranges("") && in_ranges("zzz") && in_ranges("completed "));
+    }
 
     #[test]
     fn data_urls_parse_and_round_trip() {

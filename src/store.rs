@@ -54,13 +54,16 @@ pub mod stores {
         ENVIRONMENTS,
         SNAPSHOTS,
     ];
-    /// What a starting engine reads whole: every store but the nodes (read
-    /// per thread) and the environments (read per unfinished run). In this
-    /// order in `extension/store-prefetch.js`, which reads them while the
-    /// wasm module compiles (a test compares the two lists).
-    /// What a start reads before the engine runs. Receipts are read right
-    /// after (`Effect::LoadReceipts`): only a command needs them, and a
-    /// long-used profile holds thousands.
+    /// Index of `RUNS` on `state`: a start reads the unfinished runs only
+    /// (`RunState::TERMINAL_NAMES`), not every run kept for the retention.
+    pub const RUNS_BY_STATE: &str = "state";
+    /// What a starting engine reads before it runs: every store but the
+    /// nodes (read per thread), the environments (read per unfinished run)
+    /// and the receipts (read right after, `Effect::LoadReceipts`: only a
+    /// command needs them, and a long-used profile holds thousands); of the
+    /// runs, the unfinished ones (`RUNS_BY_STATE`). In this order in
+    /// `extension/store-prefetch.js`, which reads them while the wasm module
+    /// compiles (a test compares the two lists).
     pub const START_IMAGE: [&str; 7] = [
         THREADS,
         RUNS,
@@ -84,8 +87,24 @@ pub mod stores {
 /// 7: `snapshots` gains the `build` and `recentOf` indexes, so a start reads
 /// one cached snapshot instead of all of them (the `recent` flag became
 /// `recentOf`; a version-6 record, another build's, is never sent).
+/// 8: `runs` gains the `state` index, so a start reads the unfinished runs
+/// instead of every run kept for the retention (records unchanged; the
+/// upgrade indexes the existing ones).
 pub const DB_NAME: &str = "sw-agent";
-pub const DB_VERSION: u32 = 7;
+pub const DB_VERSION: u32 = 8;
+
+/// The key ranges of the runs' `state` index (`stores::RUNS_BY_STATE`) that
+/// hold every run a start needs: each state that is not terminal, and any
+/// other key a damaged record may have (it is decoded and reported), i.e.
+/// everything between and around `RunState::TERMINAL_NAMES`. As
+/// `(lower, upper)` bounds, both open; `None` is unbounded.
+pub fn unfinished_run_states() -> Vec<(Option<&'static str>, Option<&'static str>)> {
+    let names = crate::model::RunState::TERMINAL_NAMES;
+    let mut ranges = vec![(None, Some(names[0]))];
+    ranges.extend(names.windows(2).map(|w| (Some(w[0]), Some(w[1]))));
+    ranges.push((Some(names[names.len() - 1]), None));
+    ranges
+}
 
 /// A thread's `initialized` snapshot, exactly as the engine that wrote it
 /// would send it, cached while nothing it shows can change

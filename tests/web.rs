@@ -1660,6 +1660,19 @@ async fn prefetch_wanting(
     .unwrap();
     js_sys::Reflect::set(&indexes, &"recent".into(), &stores::SNAPSHOTS_RECENT.into()).unwrap();
     set("snapshotIndexes", indexes.into());
+    let by_state = js_sys::Object::new();
+    let terminal: js_sys::Array = RunState::TERMINAL_NAMES
+        .iter()
+        .map(|s| JsValue::from_str(s))
+        .collect();
+    for (key, value) in [
+        ("store", JsValue::from_str(stores::RUNS)),
+        ("index", JsValue::from_str(stores::RUNS_BY_STATE)),
+        ("terminal", terminal.into()),
+    ] {
+        js_sys::Reflect::set(&by_state, &key.into(), &value).unwrap();
+    }
+    set("runsByState", by_state.into());
     let records = std::rc::Rc::new(std::cell::RefCell::new(Vec::<JsValue>::new()));
     let early = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(String, JsValue)>::new()));
     let on_recent = {
@@ -1748,6 +1761,144 @@ fn store_prefetch_reads_the_engines_database_version_and_start_image() {
     };
     assert_eq!(index("build").as_deref(), Some(stores::SNAPSHOTS_BY_BUILD));
     assert_eq!(index("recent").as_deref(), Some(stores::SNAPSHOTS_RECENT));
+    let by_state = |key: &str| js_sys::Reflect::get(&field("runsByState"), &key.into()).unwrap();
+    assert_eq!(by_state("store").as_string().as_deref(), Some(stores::RUNS));
+    assert_eq!(
+        by_state("index").as_string().as_deref(),
+        Some(stores::RUNS_BY_STATE)
+    );
+    let terminal: Vec<String> = js_sys::Array::from(&by_state("terminal"))
+        .iter()
+        .filter_map(|s| s.as_string())
+        .collect();
+    assert_eq!(terminal, RunState::TERMINAL_NAMES);
+}
+
+/// A version-7 database (runs without the `state` index) holding finished,
+/// unfinished and damaged runs opens as version 8: the index is built over
+/// the existing runs, and a start, prefetched or not, reads the unfinished
+/// ones and those whose state is no valid state name (decoded, reported),
+/// never the finished ones; a run without a `state` key comes with its
+/// thread. A run that finishes leaves the start's reads.
+#[wasm_bindgen_test]
+async fn idb_start_reads_only_unfinished_runs_through_the_state_index_also_after_the_upgrade_to_8()
+{
+    let name = "sw-agent-test-runs-by-state";
+    let _ = IdbStore::delete(name).await;
+    let mut builder = rexie::Rexie::builder(name).version(7);
+    for store in stores::ALL {
+        let key = match store {
+            "receipts" => "key",
+            "site_rules" => "origin",
+            "environments" => "runId",
+            "snapshots" => "threadId",
+            _ => "id",
+        };
+        let mut s = rexie::ObjectStore::new(store).key_path(key);
+        if matches!(
+            store,
+            "nodes" | "runs" | "steers" | "queue" | "approvals" | "interactions"
+        ) {
+            s = s.add_index(rexie::Index::new("threadId", "threadId"));
+        }
+        builder = builder.add_object_store(s);
+    }
+    let v7 = builder.build().await.unwrap();
+    let tx = v7
+        .transaction(
+            &[stores::THREADS, stores::RUNS],
+            rexie::TransactionMode::ReadWrite,
+        )
+        .unwrap();
+    let put = |store: &str, value: serde_json::Value| {
+        let store = tx.store(store).unwrap();
+        async move {
+            store
+                .put(&js_sys::JSON::parse(&value.to_string()).unwrap(), None)
+                .await
+                .unwrap();
+        }
+    };
+    for t in ["t1", "t2", "t3", "t4"] {
+        put(stores::THREADS, serde_json::to_value(thread(t)).unwrap()).await;
+    }
+    let runs = [
+        run("r1", "t2", RunState::Completed, 1),
+        run("r2", "t1", RunState::StreamingModel, 2),
+        run("r3", "t2", RunState::Interrupted, 3),
+        run("r4", "t3", RunState::WaitingApproval, 4),
+        run("r7", "t2", RunState::BudgetPaused, 7),
+        run("r8", "t2", RunState::Failed, 8),
+    ];
+    for r in &runs {
+        put(stores::RUNS, serde_json::to_value(r).unwrap()).await;
+    }
+    let mut damaged = serde_json::to_value(run("r5", "t4", RunState::Queued, 5)).unwrap();
+    damaged["state"] = serde_json::json!(42);
+    put(stores::RUNS, damaged).await;
+    let mut stateless = serde_json::to_value(run("r6", "t2", RunState::Queued, 6)).unwrap();
+    stateless.as_object_mut().unwrap().remove("state");
+    put(stores::RUNS, stateless).await;
+    tx.done().await.unwrap();
+    v7.close();
+    assert!(
+        prefetch(name).await.is_null(),
+        "left for the engine to upgrade"
+    );
+
+    let store = IdbStore::open(name).await.expect("the engine upgrades it");
+    let ids = |runs: &[Run]| {
+        let mut ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
+        sw_agent::sorting::sort(&mut ids);
+        ids
+    };
+    let (image, skipped) = store.load_image().await.unwrap();
+    assert_eq!(ids(&image.runs), ["r2", "r4"]);
+    assert_eq!(
+        skipped.len(),
+        1,
+        "the run with a damaged state: {skipped:?}"
+    );
+    assert!(skipped[0].contains("runs"), "{skipped:?}");
+    store.close();
+
+    let early = prefetch(name).await;
+    let read: Vec<String> = js_sys::Array::from(
+        &js_sys::Reflect::get(
+            &js_sys::Reflect::get(&early, &"image".into()).unwrap(),
+            &"runs".into(),
+        )
+        .unwrap(),
+    )
+    .iter()
+    .filter_map(|r| js_sys::Reflect::get(&r, &"id".into()).ok()?.as_string())
+    .collect();
+    let mut read = read;
+    sw_agent::sorting::sort(&mut read);
+    assert_eq!(
+        read,
+        ["r2", "r4", "r5"],
+        "the prefetch reads through the index"
+    );
+    let (store, values, keys) = IdbStore::prefetched(name, &early).unwrap();
+    let (image, skipped) = store.image_from(values, keys).await.unwrap();
+    assert_eq!(ids(&image.runs), ["r2", "r4"]);
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    // The finished ones, and the one without a state, come with their thread.
+    let (with_thread, skipped) = store.thread_runs("t2").await.unwrap();
+    assert_eq!(ids(&with_thread), ["r1", "r3", "r7", "r8"]);
+    assert_eq!(skipped.len(), 1, "the run without a state: {skipped:?}");
+
+    // r2 finishes: a start no longer reads it.
+    let mut finished = runs[1].clone();
+    finished.state = RunState::Completed;
+    let mut unit = UnitOfWork::new();
+    unit.put(Record::Run(finished));
+    store.commit(&unit).await.unwrap();
+    let (image, _) = store.load_image().await.unwrap();
+    assert_eq!(ids(&image.runs), ["r4"]);
+    store.close();
+    let _ = IdbStore::delete(name).await;
 }
 
 #[wasm_bindgen_test]

@@ -215,6 +215,29 @@ fn is_finished_run(value: &JsValue) -> bool {
         .is_some_and(RunState::is_terminal)
 }
 
+/// The run records a start needs, through the runs' `state` index: those
+/// whose state is not terminal (`store::unfinished_run_states`), not every
+/// run kept for the retention. A record without a valid `state` key is in
+/// no index and is read with its thread (`IdbStore::thread_runs`). One range
+/// after the other: this is the start without a prefetch (the prefetch
+/// issues them together), and one `join_all` more costs the module 4 KB.
+async fn unfinished_runs(store: &rexie::Store) -> Result<Vec<JsValue>, StoreError> {
+    let index = store.index(stores::RUNS_BY_STATE).map_err(store_error)?;
+    let mut runs = Vec::new();
+    for (lower, upper) in crate::store::unfinished_run_states() {
+        let key = |k: Option<&str>| k.map(JsValue::from_str);
+        let range = match (key(lower), key(upper)) {
+            (Some(l), Some(u)) => KeyRange::bound(&l, &u, Some(true), Some(true)).map(Some),
+            (Some(l), None) => KeyRange::lower_bound(&l, Some(true)).map(Some),
+            (None, Some(u)) => KeyRange::upper_bound(&u, Some(true)).map(Some),
+            (None, None) => Ok(None),
+        }
+        .map_err(store_error)?;
+        runs.extend(index.get_all(range, None).await.map_err(store_error)?);
+    }
+    Ok(runs)
+}
+
 /// A key of the nodes' `threadTime` index: `[threadId, createdAt]`.
 fn thread_time_key(thread_id: &str, time: f64) -> JsValue {
     js_sys::Array::of2(&JsValue::from_str(thread_id), &JsValue::from_f64(time)).into()
@@ -235,7 +258,8 @@ async fn open_rexie(name: &str) -> Result<Rexie, StoreError> {
         .add_object_store(
             ObjectStore::new(stores::RUNS)
                 .key_path("id")
-                .add_index(by_thread()),
+                .add_index(by_thread())
+                .add_index(Index::new(stores::RUNS_BY_STATE, "state")),
         )
         .add_object_store(
             ObjectStore::new(stores::STEERS)
@@ -518,13 +542,13 @@ impl IdbStore {
         // cached snapshot, it only deletes them (no build: none is current).
         let reads = scope.iter().map(|name| {
             let store = tx.store(name);
-            let keys_only = *name == stores::SNAPSHOTS;
+            let name = *name;
             async move {
                 let store = store.map_err(store_error)?;
-                if keys_only {
-                    store.get_all_keys(None, None).await
-                } else {
-                    store.get_all(None, None).await
+                match name {
+                    stores::SNAPSHOTS => store.get_all_keys(None, None).await,
+                    stores::RUNS => return unfinished_runs(&store).await,
+                    _ => store.get_all(None, None).await,
                 }
                 .map_err(store_error)
             }
