@@ -69,6 +69,34 @@ async fn fresh_store(name: &str) -> IdbStore {
     IdbStore::open(name).await.unwrap()
 }
 
+/// A fresh database `name` as an older engine created it at `version`:
+/// every store of `stores::ALL` with its key path and, with `by_thread`,
+/// the `threadId` indexes (version 4 on); no index newer than that.
+async fn older_database(name: &str, version: u32, by_thread: bool) -> rexie::Rexie {
+    let _ = IdbStore::delete(name).await;
+    let mut builder = rexie::Rexie::builder(name).version(version);
+    for store in stores::ALL {
+        let key = match store {
+            "receipts" => "key",
+            "site_rules" => "origin",
+            "environments" => "runId",
+            "snapshots" => "threadId",
+            _ => "id",
+        };
+        let mut s = rexie::ObjectStore::new(store).key_path(key);
+        if by_thread
+            && matches!(
+                store,
+                "nodes" | "runs" | "steers" | "queue" | "approvals" | "interactions"
+            )
+        {
+            s = s.add_index(rexie::Index::new("threadId", "threadId"));
+        }
+        builder = builder.add_object_store(s);
+    }
+    builder.build().await.unwrap()
+}
+
 #[wasm_bindgen_test]
 async fn idb_multi_store_unit_survives_close_and_reopen() {
     let name = "sw-agent-test-roundtrip";
@@ -1465,27 +1493,9 @@ async fn idb_commit_is_all_or_nothing_and_a_refused_record_is_a_typed_error() {
 /// its path length and a later cold start reads only its tail.
 #[wasm_bindgen_test]
 async fn idb_version_4_database_upgrades_and_its_threads_stay_readable() {
-    use rexie::{Index, ObjectStore, Rexie, TransactionMode};
+    use rexie::TransactionMode;
     let name = "sw-agent-test-upgrade-4";
-    let _ = IdbStore::delete(name).await;
-    let keyed = |store: &str| match store {
-        "receipts" => "key",
-        "site_rules" => "origin",
-        "environments" => "runId",
-        _ => "id",
-    };
-    let mut builder = Rexie::builder(name).version(4);
-    for store in stores::ALL {
-        let mut s = ObjectStore::new(store).key_path(keyed(store));
-        if matches!(
-            store,
-            "nodes" | "runs" | "steers" | "queue" | "approvals" | "interactions"
-        ) {
-            s = s.add_index(Index::new("threadId", "threadId"));
-        }
-        builder = builder.add_object_store(s);
-    }
-    let old = builder.build().await.unwrap();
+    let old = older_database(name, 4, true).await;
     let tx = old
         .transaction(&["threads", "nodes"], TransactionMode::ReadWrite)
         .unwrap();
@@ -1784,26 +1794,7 @@ fn store_prefetch_reads_the_engines_database_version_and_start_image() {
 async fn idb_start_reads_only_unfinished_runs_through_the_state_index_also_after_the_upgrade_to_8()
 {
     let name = "sw-agent-test-runs-by-state";
-    let _ = IdbStore::delete(name).await;
-    let mut builder = rexie::Rexie::builder(name).version(7);
-    for store in stores::ALL {
-        let key = match store {
-            "receipts" => "key",
-            "site_rules" => "origin",
-            "environments" => "runId",
-            "snapshots" => "threadId",
-            _ => "id",
-        };
-        let mut s = rexie::ObjectStore::new(store).key_path(key);
-        if matches!(
-            store,
-            "nodes" | "runs" | "steers" | "queue" | "approvals" | "interactions"
-        ) {
-            s = s.add_index(rexie::Index::new("threadId", "threadId"));
-        }
-        builder = builder.add_object_store(s);
-    }
-    let v7 = builder.build().await.unwrap();
+    let v7 = older_database(name, 7, true).await;
     let tx = v7
         .transaction(
             &[stores::THREADS, stores::RUNS],
@@ -2059,19 +2050,7 @@ async fn idb_prefetch_reads_only_its_builds_most_recent_snapshot_also_after_the_
     // A version-6 database: the snapshot cache without its indexes, holding
     // a record the version-6 engine wrote (the `recent` flag).
     let name = "sw-agent-test-prefetch-v6";
-    let _ = IdbStore::delete(name).await;
-    let mut builder = rexie::Rexie::builder(name).version(6);
-    for store in stores::ALL {
-        let key = match store {
-            "receipts" => "key",
-            "site_rules" => "origin",
-            "environments" => "runId",
-            "snapshots" => "threadId",
-            _ => "id",
-        };
-        builder = builder.add_object_store(rexie::ObjectStore::new(store).key_path(key));
-    }
-    let v6 = builder.build().await.unwrap();
+    let v6 = older_database(name, 6, false).await;
     let tx = v6
         .transaction(&[stores::SNAPSHOTS], rexie::TransactionMode::ReadWrite)
         .unwrap();
