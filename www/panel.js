@@ -698,6 +698,12 @@ function onReject(event) {
     queueEditor.input.focus();
     return;
   }
+  if (opType === "initialize" && dom.messages.getAttribute("aria-busy") === "true") {
+    // The chosen thread could not be opened: stay on the one shown.
+    state.threadId = dom.messages.dataset.threadId || null;
+    dom.messages.removeAttribute("aria-busy");
+    renderThreads(null);
+  }
   // A refused switch or fork changes nothing: no focus to move, no "Forking…".
   if (opType === "thread.selectBranch") view.focusAfterSnapshot = null;
   if (opType === "thread.fork") setNote("");

@@ -30,6 +30,7 @@ import {
   connectionLog,
   portLog,
   holdOutgoing,
+  injectIncoming,
   dumpIndexedDb,
   transcriptLines,
   waitFor,
@@ -1189,6 +1190,25 @@ isolatedTest(
     await panel.selectOption('#thread-list', forkThreadId);
     await waitFor(async () => (await messagesOf()).thread === forkThreadId, { timeout: 30000, message: 'the fork drawn again' });
     assert.deepEqual(await conversation(panel), forkConversation);
+    // A thread that cannot be opened (its read failed): the panel stays on
+    // the one it shows, says why, and takes clicks again.
+    const releaseAgain = await holdOutgoing(panel, ['initialize']);
+    await panel.selectOption('#thread-list', originalThreadId);
+    const [failing] = (await sentOps(panel, 'initialize')).slice(-1);
+    await injectIncoming(panel, {
+      type: 'command.reject',
+      submissionId: failing.submissionId,
+      opType: 'initialize',
+      error: { kind: 'storage', message: 'Could not read the conversation from storage.' },
+    });
+    assert.deepEqual(await messagesOf(), { thread: forkThreadId, busy: false, clicks: true });
+    assert.equal(await panel.inputValue('#thread-list'), forkThreadId, 'the list shows the thread shown');
+    assert.match((await readPanel(panel)).error ?? '', /Could not read the conversation from storage/);
+    await panel.evaluate(() => {
+      globalThis.__portHold.held.length = 0;
+    });
+    await releaseAgain();
+    await panel.locator('#error-dismiss').click();
 
     // Delete the fork: two presses (Esc cancels the first), then the list has the original only.
     const deleteButton = panel.getByRole('button', { name: /^Delete thread: / });

@@ -101,6 +101,8 @@ function portRecorderInitScript() {
     },
   };
   Object.defineProperty(globalThis, '__portHold', { value: hold, enumerable: false });
+  const inject = { into: null };
+  Object.defineProperty(globalThis, '__portInject', { value: (message) => inject.into?.(message), enumerable: false });
   const originalConnect = runtime.connect.bind(runtime);
   let connections = 0;
   const wrapped = function connect(...args) {
@@ -115,6 +117,18 @@ function portRecorderInitScript() {
     port.onDisconnect.addListener(() => {
       log.push({ dir: 'disconnect', connection, name, at: Date.now() });
     });
+    // The page's own listeners, so a test can hand it a message as if the
+    // worker had sent it (`injectIncoming`), on the newest port.
+    const listeners = [];
+    const addListener = port.onMessage.addListener.bind(port.onMessage);
+    port.onMessage.addListener = (listener) => {
+      listeners.push(listener);
+      return addListener(listener);
+    };
+    inject.into = (message) => {
+      log.push({ dir: 'in', connection, name, at: Date.now(), json: JSON.stringify(message), injected: true });
+      for (const listener of listeners) listener(message, port);
+    };
     const originalPost = port.postMessage.bind(port);
     port.postMessage = (message) => {
       log.push({ dir: 'out', connection, name, at: Date.now(), json: JSON.stringify(message) });
@@ -661,6 +675,15 @@ export async function holdOutgoing(panel, types) {
     globalThis.__portHold.types = t;
   }, types);
   return () => panel.evaluate(() => globalThis.__portHold.release());
+}
+
+/**
+ * Hands the panel `message` as if the worker had sent it on the newest
+ * port (see portRecorderInitScript): for answers a test cannot make the
+ * engine give on cue.
+ */
+export async function injectIncoming(panel, message) {
+  await panel.evaluate((m) => globalThis.__portInject(m), message);
 }
 
 /** Every message recorded on the panel's Ports (see portRecorderInitScript). */
