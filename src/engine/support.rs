@@ -31,13 +31,11 @@ impl Engine {
         self.persist_with(0, tid, unit, then, None)
     }
 
-    /// Queue a checkpoint; when it decides a command, its receipt joins the
-    /// same unit and the ACK waits for the commit (ack_after_commit).
     /// Issue a unit that is never retried and changes nothing in memory
     /// (a snapshot cache write, a paused thread's probe): no receipt, no
     /// path lengths, no cache invalidation, and the pending entry keeps an
     /// empty unit instead of a copy.
-    pub(super) fn issue_unkept(&mut self, tid: &str, unit: UnitOfWork, then: Then) -> u64 {
+    pub(super) fn issue_unkept(&mut self, tid: &str, unit: UnitOfWork, then: Then) {
         let token = self.next_handle();
         self.pending.insert(
             token,
@@ -50,9 +48,10 @@ impl Engine {
             },
         );
         self.effects.push_back(Effect::Persist { token, unit });
-        token
     }
 
+    /// Queue a checkpoint; when it decides a command, its receipt joins the
+    /// same unit and the ACK waits for the commit (ack_after_commit).
     pub(super) fn persist_with(
         &mut self,
         now: u64,

@@ -28,7 +28,7 @@ use wasm_bindgen::JsValue;
 
 use crate::model::{
     ApprovalRecord, EnvironmentRecord, FromRecord, InteractionRecord, Node, PendingSteer,
-    QueueItem, Receipt, Run, RunState, SiteRule, Thread,
+    QueueItem, Receipt, Run, SiteRule, Thread,
 };
 use crate::store::{
     stores, threads_to_load, CachedKey, Record, StoreError, StoreImage, UnitOfWork,
@@ -202,17 +202,6 @@ fn decode_each<V, T>(
             }
         })
         .collect()
-}
-
-/// Whether a stored run record is finished (its `state` is terminal): read
-/// from that one field, without decoding the run. Anything unreadable counts
-/// as unfinished, so it is decoded (and reported if it does not decode).
-fn is_finished_run(value: &JsValue) -> bool {
-    js_sys::Reflect::get(value, &JsValue::from_str("state"))
-        .ok()
-        .and_then(|state| state.as_string())
-        .and_then(|state| serde_json::from_value::<RunState>(state.into()).ok())
-        .is_some_and(RunState::is_terminal)
 }
 
 /// The run records a start needs, through the runs' `state` index: those
@@ -546,11 +535,10 @@ impl IdbStore {
             async move {
                 let store = store.map_err(store_error)?;
                 match name {
-                    stores::SNAPSHOTS => store.get_all_keys(None, None).await,
-                    stores::RUNS => return unfinished_runs(&store).await,
-                    _ => store.get_all(None, None).await,
+                    stores::RUNS => unfinished_runs(&store).await,
+                    stores::SNAPSHOTS => store.get_all_keys(None, None).await.map_err(store_error),
+                    _ => store.get_all(None, None).await.map_err(store_error),
                 }
-                .map_err(store_error)
             }
         });
         let mut values = join_all(reads)
@@ -585,11 +573,10 @@ impl IdbStore {
                 .try_into()
                 .map_err(|_| store_error("the start image lacks a store"))?;
         let threads: Vec<Thread> = decode_all(threads, stores::THREADS, &mut skipped);
-        // A start decodes unfinished runs only (their `state` tells); the
-        // threads loaded at start get all their runs below, the others when
-        // they load (`thread_runs`).
-        let unfinished_values = runs.into_iter().filter(|v| !is_finished_run(v)).collect();
-        let mut runs: Vec<Run> = decode_all(unfinished_values, stores::RUNS, &mut skipped);
+        // Only unfinished runs were read (`unfinished_runs`, the prefetch's
+        // `readUnfinishedRuns`); the threads loaded at start get all their
+        // runs below, the others when they load (`thread_runs`).
+        let mut runs: Vec<Run> = decode_all(runs, stores::RUNS, &mut skipped);
         let steers: Vec<PendingSteer> = decode_all(steers, stores::STEERS, &mut skipped);
         let queue: Vec<QueueItem> = decode_all(queue, stores::QUEUE, &mut skipped);
         let approvals: Vec<ApprovalRecord> = decode_all(approvals, stores::APPROVALS, &mut skipped);

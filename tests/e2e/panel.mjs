@@ -1204,10 +1204,7 @@ isolatedTest(
     assert.deepEqual(await messagesOf(), { thread: forkThreadId, busy: false, clicks: true });
     assert.equal(await panel.inputValue('#thread-list'), forkThreadId, 'the list shows the thread shown');
     assert.match((await readPanel(panel)).error ?? '', /Could not read the conversation from storage/);
-    await panel.evaluate(() => {
-      globalThis.__portHold.held.length = 0;
-    });
-    await releaseAgain();
+    await releaseAgain({ drop: true });
     await panel.locator('#error-dismiss').click();
 
     // Delete the fork: two presses (Esc cancels the first), then the list has the original only.

@@ -85,15 +85,17 @@ function portRecorderInitScript() {
   const log = [];
   Object.defineProperty(globalThis, '__portLog', { value: log, enumerable: false });
   // Outgoing messages whose type is in `types` wait in `held` (recorded when
-  // the panel sent them) until `release()` posts them, in order.
+  // the panel sent them) until `release()` posts them, in order, or
+  // `release(false)` drops them (the worker never sees them).
   const hold = {
     types: [],
     held: [],
-    release() {
+    release(send = true) {
       hold.types = [];
-      for (const send of hold.held.splice(0)) {
+      for (const post of hold.held.splice(0)) {
+        if (!send) continue;
         try {
-          send();
+          post();
         } catch {
           // The port closed meanwhile: the panel re-sends on reconnect.
         }
@@ -667,14 +669,15 @@ export function transcriptLines(panelState, { approvals = [] } = {}) {
 
 /**
  * Holds the panel's outgoing messages of `types` back until the returned
- * function is called, which posts them in order (see portRecorderInitScript).
- * @returns {Promise<() => Promise<void>>}
+ * function is called, which posts them in order, or with `{ drop: true }`
+ * drops them (see portRecorderInitScript).
+ * @returns {Promise<(options?: { drop?: boolean }) => Promise<void>>}
  */
 export async function holdOutgoing(panel, types) {
   await panel.evaluate((t) => {
     globalThis.__portHold.types = t;
   }, types);
-  return () => panel.evaluate(() => globalThis.__portHold.release());
+  return ({ drop = false } = {}) => panel.evaluate((send) => globalThis.__portHold.release(send), !drop);
 }
 
 /**
