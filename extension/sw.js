@@ -311,5 +311,14 @@ chrome.runtime.onConnect.addListener((port) => {
   deliver((e) => e.on_connect(id, port));
 });
 chrome.alarms.onAlarm.addListener((alarm) => deliver((e) => e.on_alarm(alarm.name)));
+// Registered here, not by the engine once it runs: a change saved while the
+// engine starts, after the prefetch read the settings, is queued for it.
+// Applied in order after the start, the last one wins.
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area === "local" && changes.settings) {
+    const value = changes.settings.newValue;
+    deliver((e) => e.on_settings(value));
+  }
+});
 chrome.runtime.onInstalled.addListener(() => deliver((e) => e.on_installed()));
 chrome.runtime.onStartup.addListener(() => deliver((e) => e.on_startup()));

@@ -53,9 +53,6 @@ extern "C" {
 
     #[wasm_bindgen(catch, js_namespace = ["chrome", "sidePanel"], js_name = setPanelBehavior)]
     fn side_panel_set_behavior(behavior: &JsValue) -> Result<Promise, JsValue>;
-
-    #[wasm_bindgen(js_namespace = ["chrome", "storage", "onChanged"], js_name = addListener)]
-    fn storage_on_changed_add(callback: &Closure<dyn FnMut(JsValue, JsValue)>);
 }
 
 /// `chrome-extension://<id>`: the origin of this extension's own pages.
@@ -89,23 +86,6 @@ async fn await_promise(p: Result<Promise, JsValue>) -> Result<JsValue, JsError> 
 pub async fn load_settings() -> Result<JsValue, JsError> {
     let all = await_promise(storage_local_get(&JsValue::from_str("settings"))).await?;
     Ok(get(&all, "settings"))
-}
-
-/// Call `callback(newSettings)` whenever `settings` changes in storage.local.
-pub fn on_settings_changed(mut callback: impl FnMut(JsValue) + 'static) {
-    let closure =
-        Closure::<dyn FnMut(JsValue, JsValue)>::new(move |changes: JsValue, area: JsValue| {
-            if area.as_string().as_deref() != Some("local") {
-                return;
-            }
-            let change = get(&changes, "settings");
-            if !change.is_undefined() {
-                callback(get(&change, "newValue"));
-            }
-        });
-    storage_on_changed_add(&closure);
-    // The listener lives as long as the worker.
-    closure.forget();
 }
 
 pub async fn set_alarm(name: &str, period_minutes: f64) -> Result<(), JsError> {

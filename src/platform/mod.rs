@@ -1186,13 +1186,6 @@ impl EngineHandle {
             bodies: RefCell::new(Vec::new()),
             me: me.clone(),
         });
-        let weak = Rc::downgrade(&driver);
-        chrome::on_settings_changed(move |settings| {
-            if let Some(d) = weak.upgrade() {
-                let (profile, _) = parse_settings(&settings);
-                d.input(|e, _| e.handle_settings(profile));
-            }
-        });
         driver.pump();
         driver.metrics.borrow_mut().start = metrics::StartTimes {
             start_ms: metrics::precise_now() - started,
@@ -1245,6 +1238,15 @@ impl EngineHandle {
     }
 
     /// The heartbeat alarm woke the worker; starting the engine already resumed runs.
+    /// `settings` changed in `chrome.storage.local` (its new value). sw.js
+    /// registers the listener when the worker's script runs, not once the
+    /// engine started, so a change made while the engine starts (after the
+    /// settings were read for it) is queued for it instead of lost.
+    pub fn on_settings(&self, settings: JsValue) {
+        let (profile, _) = parse_settings(&settings);
+        self.driver.input(|e, _| e.handle_settings(profile));
+    }
+
     pub fn on_alarm(&self, _name: String) {
         self.driver.pump();
     }
