@@ -136,6 +136,8 @@ pub struct Sim {
     inputs: VecDeque<(u64, Input)>,
     seed: u64,
     next_conn: ConnId,
+    /// Clients connected to the current engine.
+    connected: Vec<ConnId>,
     chunk: usize,
     /// Failures to inject into the next persists.
     pub fail_next_persists: u32,
@@ -223,6 +225,7 @@ impl Sim {
             inputs: VecDeque::new(),
             seed,
             next_conn: 1,
+            connected: Vec::new(),
             chunk: 3,
             fail_next_persists: 0,
             refuse_writes: false,
@@ -284,7 +287,23 @@ impl Sim {
         let conn = self.next_conn;
         self.next_conn += 1;
         self.engine.handle_connect(conn, kind);
+        self.connected.push(conn);
         conn
+    }
+
+    /// A client's Port closed (the panel was closed).
+    pub fn disconnect(&mut self, conn: ConnId) {
+        self.connected.retain(|c| *c != conn);
+        self.engine.handle_disconnect(conn);
+        self.drain_effects();
+    }
+
+    /// Every client of the current engine disconnects.
+    pub fn disconnect_all(&mut self) {
+        for conn in std::mem::take(&mut self.connected) {
+            self.engine.handle_disconnect(conn);
+        }
+        self.drain_effects();
     }
 
     /// Send an op from a client (the direct transport).
@@ -320,6 +339,7 @@ impl Sim {
         self.start_snapshots = self.store.snapshots.values().cloned().collect();
         self.reconfigure();
         self.next_conn += 1000; // old connections are gone
+        self.connected.clear();
     }
 
     /// Whether nothing is left to do.

@@ -534,6 +534,21 @@ impl Exec {
             calibration: 1.0,
         }
     }
+
+    /// The run waits for the user (an approval, an answer, a decision on
+    /// an uncertain write) and for nothing else: only the user's answer, a
+    /// unit, moves it, and a restarted engine re-presents it as it was.
+    fn waits_for_user(&self) -> bool {
+        self.finish.is_none()
+            && self.interrupts.is_empty()
+            && self.deltas.flush_at.is_none()
+            && matches!(
+                self.phase,
+                Phase::WaitingApproval { .. }
+                    | Phase::WaitingInteraction { .. }
+                    | Phase::Uncertain { .. }
+            )
+    }
 }
 
 #[derive(Debug)]
@@ -1158,6 +1173,12 @@ impl Engine {
     /// The next effect to execute, if any.
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
+        // Once an input's effects are drained, the heartbeat is stated
+        // again: whatever the input changed (a phase, a connection), the
+        // alarm follows.
+        if self.effects.is_empty() {
+            self.update_heartbeat();
+        }
         self.effects.pop_front()
     }
 
@@ -1191,14 +1212,25 @@ impl Engine {
         self.threads.values().any(|t| t.exec.is_some())
     }
 
-    /// Whether the worker should keep its wake-up alarm: a run is active, or
-    /// a paused thread still probes the store or is being read back (the
-    /// alarm keeps this worker alive for its probes; once they are over,
-    /// Chrome may stop it and the next worker resumes the run).
+    /// Whether the worker should keep its wake-up alarm, whose event keeps
+    /// Chrome from stopping it (README, "Worker lifetime"):
+    /// - a run is working (one that waits for the user does not need the
+    ///   worker: the answer comes through a panel's Port, which wakes it);
+    /// - a paused thread still probes the store or is being read back (once
+    ///   the probes are over, Chrome may stop it and the next worker
+    ///   resumes the run);
+    /// - a trusted client (a side panel) is connected: Chrome stops a worker
+    ///   30 s after its last event even while a Port is open, and the
+    ///   panel's reconnect would start a new one, every 30 s.
     fn wants_heartbeat(&self) -> bool {
         self.threads.values().any(|t| {
-            t.exec.is_some() || t.probe.is_some() || (t.reviving.is_some() && t.stalled.is_none())
-        })
+            t.exec.as_ref().is_some_and(|e| !e.waits_for_user())
+                || t.probe.is_some()
+                || (t.reviving.is_some() && t.stalled.is_none())
+        }) || self
+            .conns
+            .values()
+            .any(|c| c.kind == ClientKind::ExtensionPage)
     }
 
     // ------------------------------------------------------------------ inputs

@@ -148,17 +148,7 @@ impl Engine {
             && self.title_requests.is_empty()
             && self.test_requests.is_empty()
             && self.threads.values().all(|t| {
-                let waiting = t.exec.as_ref().is_none_or(|e| {
-                    e.finish.is_none()
-                        && e.interrupts.is_empty()
-                        && e.deltas.flush_at.is_none()
-                        && matches!(
-                            e.phase,
-                            Phase::WaitingApproval { .. }
-                                | Phase::WaitingInteraction { .. }
-                                | Phase::Uncertain { .. }
-                        )
-                });
+                let waiting = t.exec.as_ref().is_none_or(|e| e.waits_for_user());
                 let run_settled = t.latest_run.as_ref().is_none_or(|r| {
                     r.state.is_terminal()
                         || matches!(

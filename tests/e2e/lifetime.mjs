@@ -83,10 +83,10 @@ test('heartbeat_keeps_the_worker_alive_through_a_stream_longer_than_chromes_idle
     // The user closes the panel: no Port, no event from a page.
     await panel.close();
     const from = browser.workerLog.length;
-    await waitFor(() => mock.requests()[0].outcome === 'completed', {
+    await waitFor(() => mock.requests()[0].outcome === 'completed' || browser.workerStatusesSince(from).includes('stopped'), {
       timeout: BEYOND_IDLE_MS + 60000,
       interval: 200,
-      message: 'the long stream to complete',
+      message: 'the long stream to complete (or the worker to be stopped)',
     });
     assert.deepEqual(browser.workerStatusesSince(from), [], 'Chrome did not stop the worker while it streamed');
     await waitFor(async () => (await onlyRun(runs)).state === 'completed', { timeout: 30000, message: 'the run saved as completed' });
@@ -174,5 +174,105 @@ test('a_worker_paused_by_a_full_disk_stays_alive_while_it_probes_and_resumes_the
     });
     await waitFor(async () => (await onlyRun(runs)).state === 'completed', { timeout: 30000, message: 'the resumed run saved as completed' });
     assert.deepEqual(browser.workerStatusesSince(from), [], 'the worker that paused is the one that resumed');
+  });
+});
+
+test('a_side_panel_left_open_keeps_one_worker_instead_of_a_new_one_every_30_s', { timeout: 300000 }, async () => {
+  await withLifetimeSession([], async ({ browser }) => {
+    const panel = await browser.openPanel();
+    const epoch = () => panel.evaluate(`document.getElementById('connection').dataset.epoch ?? ''`);
+    const first = await epoch();
+    const from = browser.workerLog.length;
+    // Nothing runs; the user reads the panel. A Port alone does not keep a
+    // worker (Chrome 114+), and a stopped worker drops the panel's Port,
+    // whose reconnect would start a new one: every 30 s without the
+    // heartbeat a connected panel holds.
+    await sleep(BEYOND_IDLE_MS);
+    assert.deepEqual(browser.workerStatusesSince(from), [], 'Chrome did not stop the worker while the panel was open');
+    assert.equal(await epoch(), first, 'the panel is still connected to the engine it opened with');
+    // The panel closes: nothing holds the worker any more.
+    await panel.close();
+    await waitFor(() => browser.workerStatusesSince(from).includes('stopped'), {
+      timeout: 120000,
+      interval: 200,
+      message: 'Chrome to stop the idle worker once the panel closed',
+    });
+  });
+});
+
+test('a_question_left_open_with_the_panel_closed_lets_chrome_stop_the_worker_and_the_answer_resumes_the_run', { timeout: 300000 }, async () => {
+  const script = [
+    { toolCalls: [{ name: 'ask_user', arguments: { question: 'Which plan?', options: ['Basic', 'Pro'] } }] },
+    { text: 'You chose a plan.' },
+  ];
+  await withLifetimeSession(script, async ({ mock, browser, runs }) => {
+    let panel = await submitFromPanel(browser, mock, 'Pick a plan with me.');
+    const card = `document.querySelector('#interaction-card:not([hidden])')`;
+    await waitFor(() => panel.evaluate(`Boolean(${card})`), { timeout: 60000, message: 'the question card' });
+    assert.equal((await onlyRun(runs)).state, 'waiting_interaction');
+    // The user closes the panel and leaves the question open for a while:
+    // the saved run needs no worker until the answer comes.
+    await panel.close();
+    const from = browser.workerLog.length;
+    await waitFor(() => browser.workerStatusesSince(from).includes('stopped'), {
+      timeout: 120000,
+      interval: 200,
+      message: 'Chrome to stop the worker while the question waits',
+    });
+    assert.equal(mock.requests().length, 1);
+    // The panel opened again wakes a new worker, which shows the question;
+    // the answer resumes the run.
+    panel = await browser.openPanel();
+    await waitFor(() => panel.evaluate(`Boolean(${card})`), { timeout: 60000, message: 'the question card shown again' });
+    await panel.evaluate(`[...${card}.querySelectorAll('button')].find((b) => b.textContent.trim() === 'Pro').click()`);
+    await waitFor(() => mock.requests().length >= 2 && mock.requests()[1].outcome === 'completed', {
+      timeout: 60000,
+      interval: 200,
+      message: 'the answered run to ask the model again',
+    });
+    await waitFor(async () => (await onlyRun(runs)).state === 'completed', { timeout: 30000, message: 'the run saved as completed' });
+  });
+});
+
+test('settings_saved_while_the_worker_starts_are_the_ones_its_engine_uses', { timeout: 300000 }, async () => {
+  await withLifetimeSession([{ text: 'Answered with the model saved during the start.' }], async ({ mock, browser }) => {
+    const page = await browser.extensionPage();
+    const save = (model) =>
+      page.evaluate(`chrome.storage.local.get('settings').then(({ settings }) => chrome.storage.local.set({ settings: { ...settings, model: ${JSON.stringify(model)} } }))`);
+    await save('model-before');
+    // The engine's database exists once a panel opened it.
+    const first = await browser.openPanel();
+    await first.close();
+    await browser.killWorker();
+    // This page holds a readwrite transaction on every store, so the next
+    // worker's start waits on IndexedDB after it read the settings: the
+    // window in which a saved change used to be lost, held open.
+    await page.evaluate(`(async () => {
+      const request = (req) => new Promise((resolve, reject) => { req.onsuccess = () => resolve(req.result); req.onerror = () => reject(req.error); });
+      const db = await request(indexedDB.open('sw-agent'));
+      const names = [...db.objectStoreNames];
+      const tx = db.transaction(names, 'readwrite');
+      const store = tx.objectStore(names[0]);
+      self.__holding = true;
+      const spin = () => { if (self.__holding) store.count().onsuccess = spin; };
+      spin();
+      self.__released = new Promise((resolve) => { tx.oncomplete = resolve; });
+    })()`);
+    const from = browser.workerLog.length;
+    const panel = await browser.openPage(`chrome-extension://${browser.extensionId}/sidepanel/index.html`);
+    await waitFor(() => browser.workerStatusesSince(from).includes('running'), { timeout: 30000, message: 'a new worker' });
+    // Its script read the settings at once (chrome.storage, not IndexedDB);
+    // the user saves a new model while its start waits.
+    await sleep(1000);
+    await save('model-after');
+    await sleep(1000);
+    await page.evaluate(`(async () => { self.__holding = false; await self.__released; })()`);
+    await waitFor(() => panel.evaluate('document.body?.dataset.ready === "true"'), { timeout: 60000, message: 'the panel ready' });
+    await panel.evaluate(`(() => {
+      document.getElementById('task-input').value = 'Which model are you?';
+      document.getElementById('send-button').click();
+    })()`);
+    await mock.waitForRequests(1, { timeout: 60000 });
+    assert.equal(mock.requests()[0].body.model, 'model-after', 'the engine uses the settings saved last');
   });
 });

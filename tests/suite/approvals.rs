@@ -457,3 +457,56 @@ fn a_ref_of_a_frame_that_is_gone_is_a_clear_tool_error_without_asking() {
         "no question about a frame that is gone"
     );
 }
+
+#[test]
+fn a_run_waiting_for_approval_keeps_the_worker_alive_only_while_a_panel_is_connected() {
+    let (mut sim, conn, thread, approval) = waiting(79);
+    sim.drain_effects();
+    assert!(sim.heartbeat, "the panel showing the card is connected");
+    // The user closes the panel and leaves the question open: nothing
+    // needs the worker until a panel's Port wakes it again.
+    sim.disconnect(conn);
+    assert!(
+        !sim.heartbeat,
+        "a run waiting for the user lets the worker sleep"
+    );
+    // A panel opened later answers; the run works again, then ends.
+    let panel = sim.connect();
+    sim.send(
+        panel,
+        respond("r1", &thread, &approval, ApprovalDecision::AcceptOnce),
+    );
+    sim.drain_effects();
+    sim.disconnect(panel);
+    assert!(
+        sim.heartbeat,
+        "the approved click and the next step need the worker"
+    );
+    sim.run(10_000);
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert!(!sim.heartbeat, "the run is over and no panel is connected");
+}
+
+#[test]
+fn a_connected_side_panel_keeps_the_heartbeat_and_an_untrusted_client_does_not() {
+    let mut sim = Sim::new(80, agent_policy(), page_tools());
+    sim.drain_effects();
+    assert!(!sim.heartbeat, "nothing runs, nothing is connected");
+    let page = sim.connect_as(sw_agent::protocol::ClientKind::Untrusted);
+    sim.drain_effects();
+    assert!(
+        !sim.heartbeat,
+        "a content script's Port does not keep the worker"
+    );
+    let first = sim.connect();
+    let second = sim.connect();
+    sim.drain_effects();
+    assert!(sim.heartbeat, "a side panel is open");
+    sim.disconnect(first);
+    assert!(sim.heartbeat, "another side panel is still open");
+    sim.disconnect(second);
+    assert!(!sim.heartbeat, "the last side panel closed");
+    sim.disconnect(page);
+    assert!(!sim.heartbeat);
+}

@@ -87,7 +87,12 @@ fn never_retry_at_most_once_in_flight_write_becomes_paused_uncertain() {
     let run = stored_run(&sim);
     assert_eq!(run.state, RunState::PausedUncertain);
     assert!(run.in_flight_tool.is_some());
-    assert!(sim.heartbeat, "an unfinished run keeps the heartbeat");
+    // No panel is connected, and the run waits for the user's decision:
+    // nothing needs the worker until a panel's Port wakes it.
+    assert!(
+        !sim.heartbeat,
+        "a run waiting for the user lets the worker sleep"
+    );
     // Another crash does not change that.
     let mut sim = sim;
     sim.crash();
@@ -399,8 +404,9 @@ fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new
     until_acked(&mut sim, conn);
     sim.refuse_writes = true;
     let told = until_paused(&mut sim, conn);
-    // The worker keeps its wake-up alarm while it probes the store.
-    sim.drain_effects();
+    // The user closes the panel. The worker keeps its wake-up alarm while
+    // it probes the store.
+    sim.disconnect(conn);
     assert!(sim.heartbeat);
     let requests = sim.requests.len();
     sim.run(10_000);
@@ -462,7 +468,10 @@ fn a_paused_run_resumes_in_the_same_worker_once_the_store_takes_writes_again() {
     let loads = sim.loads.len();
     sim.run(10_000);
     assert_eq!(sim.crashes, 0);
-    assert!(!sim.heartbeat, "the run is over");
+    assert!(sim.heartbeat, "the panels are still connected");
+    sim.disconnect(refused);
+    sim.disconnect(conn);
+    assert!(!sim.heartbeat, "the run is over and no panel is connected");
     assert_eq!(&sim.loads[loads..], std::slice::from_ref(&tid));
     assert!(sim.requests.len() > requests);
     let events = sim.events_for(conn);

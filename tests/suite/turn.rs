@@ -118,7 +118,12 @@ fn full_turn_text_tool_text_persists_exact_nodes_and_events() {
         ]
     );
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
-    assert!(!sim.heartbeat, "heartbeat cleared when no run is active");
+    assert!(sim.heartbeat, "the connected panel keeps the heartbeat");
+    sim.disconnect(conn);
+    assert!(
+        !sim.heartbeat,
+        "heartbeat cleared when no run is active and no panel is connected"
+    );
     check_invariants(&sim, &[]).unwrap();
 }
 
