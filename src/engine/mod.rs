@@ -1745,7 +1745,6 @@ impl Engine {
                         },
                     );
                 }
-                self.update_heartbeat();
             }
         }
     }

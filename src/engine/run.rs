@@ -136,7 +136,6 @@ impl Engine {
         });
         let token = self.persist_with(now, tid, unit, Then::RunStarted, decided);
         self.threads.get_mut(tid).expect("exists").exec = Some(Exec::new(Phase::Persisting(token)));
-        self.update_heartbeat();
     }
 
     /// Start the next provider request: cutoff, materialize steers, call.
@@ -1400,7 +1399,6 @@ pick a different element or tool, or explain the problem to the user.",
                         error,
                     },
                 );
-                self.update_heartbeat();
                 self.persist_pending_title(now, &tid);
                 if self.threads[&tid].latest_run.as_ref().map(|r| r.state)
                     == Some(RunState::Completed)
@@ -1515,7 +1513,6 @@ pick a different element or tool, or explain the problem to the user.",
             let result = json!({ "turnId": Value::Null });
             self.ack_with_receipt(now, tid, reply, result);
         }
-        self.update_heartbeat();
     }
 }
 

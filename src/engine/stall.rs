@@ -80,7 +80,6 @@ impl Engine {
         for (conn, op) in waiting {
             self.handle_op(now, conn, op);
         }
-        self.update_heartbeat();
     }
 
     /// An op the pause refuses arrived: the user is acting on the thread,
@@ -103,7 +102,6 @@ impl Engine {
                 })
             }
         }
-        self.update_heartbeat();
     }
 
     /// A probe failed: the next one waits twice as long (up to the policy's
@@ -128,7 +126,6 @@ impl Engine {
             }
         });
         self.reject_waiting(waiting, PAUSED);
-        self.update_heartbeat();
     }
 
     /// A probe committed: forget this worker's view of the thread's
@@ -197,7 +194,6 @@ impl Engine {
             },
         );
         self.recover_thread(now, tid);
-        self.update_heartbeat();
     }
 
     /// Reading the thread back failed: it stays paused, and the next probe

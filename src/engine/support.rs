@@ -486,6 +486,9 @@ impl Engine {
         );
     }
 
+    /// Emits `SetHeartbeat` when `wants_heartbeat` changed. Called by
+    /// `poll_effect` once an input's effects are drained, the one place
+    /// the heartbeat follows the engine's state (and at start).
     pub(super) fn update_heartbeat(&mut self) {
         let active = self.wants_heartbeat();
         if active != self.heartbeat {

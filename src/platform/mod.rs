@@ -1237,7 +1237,6 @@ impl EngineHandle {
         self.driver.input(|e, _| e.handle_disconnect(id as ConnId));
     }
 
-    /// The heartbeat alarm woke the worker; starting the engine already resumed runs.
     /// `settings` changed in `chrome.storage.local` (its new value). sw.js
     /// registers the listener when the worker's script runs, not once the
     /// engine started, so a change made while the engine starts (after the
@@ -1247,6 +1246,7 @@ impl EngineHandle {
         self.driver.input(|e, _| e.handle_settings(profile));
     }
 
+    /// The heartbeat alarm woke the worker; starting the engine already resumed runs.
     pub fn on_alarm(&self, _name: String) {
         self.driver.pump();
     }
