@@ -17,7 +17,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startMockLlm } from '../mock-llm/server.mjs';
-import { exitUnlessExtensionBuilt, waitFor } from '../support/browser.mjs';
+import { FILL_DISK_IN_WORKER, exitUnlessExtensionBuilt, waitFor } from '../support/browser.mjs';
 import { launchUnattached, readStoreExpression } from '../support/unattached-browser.mjs';
 import { TEST_API_KEY, TEST_MODEL } from '../support/session.mjs';
 
@@ -137,21 +137,8 @@ test('a_worker_paused_by_a_full_disk_stays_alive_while_it_probes_and_resumes_the
   ];
   await withLifetimeSession(script, async ({ mock, browser, runs }) => {
     const panel = await submitFromPanel(browser, mock, 'Answer once there is room on disk.');
-    // Every readwrite transaction of this worker aborts (as a full disk's
-    // QuotaExceededError does) while `__diskFull` is set.
-    await browser.inWorker(`(() => {
-      const transaction = IDBDatabase.prototype.transaction;
-      self.__diskFull = true;
-      self.__refusedWrites = 0;
-      IDBDatabase.prototype.transaction = function (names, mode, options) {
-        const tx = transaction.call(this, names, mode, options);
-        if (mode === 'readwrite' && self.__diskFull) {
-          self.__refusedWrites += 1;
-          queueMicrotask(() => tx.abort());
-        }
-        return tx;
-      };
-    })()`);
+    // The disk fills up (FILL_DISK_IN_WORKER).
+    await browser.inWorker(FILL_DISK_IN_WORKER);
     await waitFor(async () => /saving failed/i.test(await panel.evaluate(`document.getElementById('error-banner')?.textContent ?? ''`)), {
       timeout: 60000,
       message: 'the panel to say that saving failed',

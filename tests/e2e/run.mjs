@@ -34,6 +34,7 @@ import {
   approvalHistory,
   openPanel,
   APPROVAL_BUTTONS,
+  FILL_DISK_IN_WORKER,
 } from '../support/browser.mjs';
 import {
   TEST_API_KEY,
@@ -1523,24 +1524,10 @@ async function diskFullMidTurn(session, { resumeBy }) {
     timeout: 60000,
     message: 'the first read to finish',
   });
-  // The disk fills up: while `__diskFull` is set, every readwrite
-  // transaction of this worker aborts (as a full disk's QuotaExceededError
-  // does) after its requests were issued. A new worker starts without it.
+  // The disk fills up (FILL_DISK_IN_WORKER); a new worker starts without it.
   const prefix = `chrome-extension://${extensionId}/`;
   const worker = context.serviceWorkers().filter((w) => w.url().startsWith(prefix)).at(-1);
-  await worker.evaluate(() => {
-    const transaction = IDBDatabase.prototype.transaction;
-    self.__diskFull = true;
-    self.__refusedWrites = 0;
-    IDBDatabase.prototype.transaction = function (names, mode, options) {
-      const tx = transaction.call(this, names, mode, options);
-      if (mode === 'readwrite' && self.__diskFull) {
-        self.__refusedWrites += 1;
-        queueMicrotask(() => tx.abort());
-      }
-      return tx;
-    };
-  });
+  await worker.evaluate(FILL_DISK_IN_WORKER);
   const paused = await waitFor(
     async () => {
       const state = await readPanel(panel);

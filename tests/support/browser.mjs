@@ -740,6 +740,27 @@ export async function dumpIndexedDb(extensionPage) {
 }
 
 /**
+ * An expression to evaluate in the engine's worker: the disk fills up. While
+ * `self.__diskFull` is set, every readwrite transaction of that worker
+ * aborts after its requests were issued (as a full disk's
+ * QuotaExceededError does); `self.__refusedWrites` counts them. A new worker
+ * starts without it; setting `__diskFull = false` frees the disk.
+ */
+export const FILL_DISK_IN_WORKER = `(() => {
+  const transaction = IDBDatabase.prototype.transaction;
+  self.__diskFull = true;
+  self.__refusedWrites = 0;
+  IDBDatabase.prototype.transaction = function (names, mode, options) {
+    const tx = transaction.call(this, names, mode, options);
+    if (mode === 'readwrite' && self.__diskFull) {
+      self.__refusedWrites += 1;
+      queueMicrotask(() => tx.abort());
+    }
+    return tx;
+  };
+})()`;
+
+/**
  * Evaluates `expression` in the extension's content-script world (its isolated
  * world) inside `page`, so `chrome.runtime` messages there have a real content
  * script sender (tab set, url = the page). The world exists once the engine
