@@ -7,9 +7,11 @@
 // DevTools to the worker, and Chrome never stops a worker DevTools is
 // attached to; these tests use tests/support/unattached-browser.mjs instead.
 // The engine keeps a periodic `chrome.alarms` heartbeat (every 30 s) while a
-// run is active, while a paused thread probes the store, and while a thread
-// is being resumed; its event is what keeps Chrome from stopping the worker,
-// and after a kill it is what starts a new worker that resumes the run.
+// run is working (not while it waits for the user), while a paused thread
+// probes the store or is being resumed, and while a side panel is
+// connected (README, "Worker lifetime"); its event is what keeps Chrome
+// from stopping the worker, and after a kill it is what starts a new
+// worker that resumes the run.
 //
 // Each test waits on conditions; the durations below are what the scenario
 // must outlast (Chrome's idle timeout), not timing assertions.
