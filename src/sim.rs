@@ -130,8 +130,6 @@ pub struct Sim {
     /// Commits observed (for checking invariants against event order).
     pub commit_log: Vec<u64>,
     pub heartbeat: bool,
-    /// Whether the last heartbeat statement was urgent (a run needs it).
-    pub heartbeat_urgent: bool,
     pub crashes: u32,
     policy: Policy,
     tool: ToolFn,
@@ -221,7 +219,6 @@ impl Sim {
             dispatches: Vec::new(),
             commit_log: Vec::new(),
             heartbeat: false,
-            heartbeat_urgent: false,
             crashes: 0,
             policy,
             tool,
@@ -767,10 +764,7 @@ impl Sim {
                 self.auto_respond(conn, &event.event);
                 self.events.push((conn, event));
             }
-            Effect::SetHeartbeat { active, urgent } => {
-                self.heartbeat = active;
-                self.heartbeat_urgent = urgent;
-            }
+            Effect::SetHeartbeat { active } => self.heartbeat = active,
         }
     }
 

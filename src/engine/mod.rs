@@ -287,12 +287,8 @@ pub enum Effect {
     AbortTool { dispatch_id: u64 },
     /// Deliver an event to one client.
     Send { conn: ConnId, event: EventEnvelope },
-    /// Keep (or stop keeping) the heartbeat alarm (`Engine::wants_heartbeat`).
-    /// `urgent`: a run or a paused thread needs it, so it must be set at
-    /// once (a worker stopped before would leave the run to some later
-    /// start); otherwise (only a connected panel holds it, or it goes) the
-    /// driver may apply it a little later, off a cold start's path.
-    SetHeartbeat { active: bool, urgent: bool },
+    /// Keep (or stop keeping) a wake-up alarm so a killed worker resumes active runs.
+    SetHeartbeat { active: bool },
 }
 
 /// One tool call for the driver to execute (`Effect::DispatchTool`).
@@ -942,8 +938,7 @@ pub struct Engine {
     /// The last outbound view id given out (`OutboundView::update`): a
     /// request's lineage names its view, unique among this engine's.
     last_view_id: u64,
-    /// The heartbeat last stated: (wanted, urgent).
-    heartbeat: (bool, bool),
+    heartbeat: bool,
     /// Title requests in flight: request id → thread id.
     title_requests: VecMap<u64, String>,
     /// `provider.test` requests in flight: request id → (reply, model, started at).
@@ -995,7 +990,7 @@ impl Engine {
             next_steer_seq: 1,
             next_queue_position: 1,
             last_view_id: 0,
-            heartbeat: (false, false),
+            heartbeat: false,
             title_requests: VecMap::new(),
             test_requests: VecMap::new(),
             cache,
@@ -1168,9 +1163,9 @@ impl Engine {
         // Always state the heartbeat at start: an alarm left by a previous
         // instance must be cleared when nothing is active any more.
         self.heartbeat = self.wants_heartbeat();
-        let (active, urgent) = self.heartbeat;
-        self.effects
-            .push_back(Effect::SetHeartbeat { active, urgent });
+        self.effects.push_back(Effect::SetHeartbeat {
+            active: self.heartbeat,
+        });
     }
 
     // ----------------------------------------------------------------- outputs
@@ -1227,20 +1222,15 @@ impl Engine {
     /// - a trusted client (a side panel) is connected: Chrome stops a worker
     ///   30 s after its last event even while a Port is open, and the
     ///   panel's reconnect would start a new one, every 30 s.
-    ///
-    /// Returns (wanted, urgent): urgent when a run or a paused thread needs
-    /// it (`Effect::SetHeartbeat`).
-    fn wants_heartbeat(&self) -> (bool, bool) {
-        let work = self.threads.values().any(|t| {
+    fn wants_heartbeat(&self) -> bool {
+        self.threads.values().any(|t| {
             t.exec.as_ref().is_some_and(|e| !e.waits_for_user())
                 || t.probe.is_some()
                 || (t.reviving.is_some() && t.stalled.is_none())
-        });
-        let panel = self
+        }) || self
             .conns
             .values()
-            .any(|c| c.kind == ClientKind::ExtensionPage);
-        (work || panel, work)
+            .any(|c| c.kind == ClientKind::ExtensionPage)
     }
 
     // ------------------------------------------------------------------ inputs

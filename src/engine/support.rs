@@ -490,12 +490,10 @@ impl Engine {
     /// `poll_effect` once an input's effects are drained, the one place
     /// the heartbeat follows the engine's state (and at start).
     pub(super) fn update_heartbeat(&mut self) {
-        let wanted = self.wants_heartbeat();
-        if wanted != self.heartbeat {
-            self.heartbeat = wanted;
-            let (active, urgent) = wanted;
-            self.effects
-                .push_back(Effect::SetHeartbeat { active, urgent });
+        let active = self.wants_heartbeat();
+        if active != self.heartbeat {
+            self.heartbeat = active;
+            self.effects.push_back(Effect::SetHeartbeat { active });
         }
     }
 

@@ -19,7 +19,7 @@ pub mod metrics;
 pub mod port;
 pub mod stream;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
@@ -48,17 +48,8 @@ use idb::IdbStore;
 use port::Port;
 
 pub use crate::store::DB_NAME;
-/// The heartbeat alarm (`Engine::wants_heartbeat`): its event keeps Chrome
-/// from stopping the worker, and wakes one that was stopped anyway.
+/// The alarm that wakes a killed worker while a run is active.
 pub const HEARTBEAT_ALARM: &str = "sw-agent-heartbeat";
-/// How long after the engine asks for it the alarm is set or cleared when
-/// that is not urgent (ms): when only a connected panel holds it, or it
-/// goes. A `chrome.alarms` call on a cold start's path (a panel's connect
-/// sets it, every start states it) delayed the first snapshot by ~2.5 ms
-/// (`scripts/bench-cold-ab.mjs`), and the panel's alarm only matters 30 s
-/// later (a killed worker's panel reconnects by itself). An urgent one (a
-/// run needs it) is applied at once.
-const HEARTBEAT_APPLY_DELAY_MS: u32 = 1000;
 /// A page tool that does not answer within this time fails (ms).
 const TOOL_TIMEOUT_MS: u32 = 60_000;
 
@@ -159,8 +150,6 @@ struct Driver {
     /// (see `request_body`). Two threads running at once keep theirs; a
     /// side request (title, compaction, connection test) keeps none.
     bodies: RefCell<Vec<KeptBody>>,
-    /// How many times the engine stated the heartbeat (`Effect::SetHeartbeat`).
-    heartbeat_generation: Cell<u64>,
     me: Weak<Driver>,
 }
 
@@ -326,33 +315,16 @@ impl Driver {
                     }
                 }
             }
-            Effect::SetHeartbeat { active, urgent } => {
-                // Each statement supersedes the ones before: a delayed one
-                // that finds a newer statement leaves the alarm to it, so
-                // the calls made follow the engine's order.
-                let generation = self.heartbeat_generation.get() + 1;
-                self.heartbeat_generation.set(generation);
-                let me = self.me.clone();
-                spawn_local(async move {
-                    if !urgent {
-                        TimeoutFuture::new(HEARTBEAT_APPLY_DELAY_MS).await;
-                    }
-                    if me
-                        .upgrade()
-                        .is_none_or(|d| d.heartbeat_generation.get() != generation)
-                    {
-                        return;
-                    }
-                    let result = if active {
-                        chrome::set_alarm(HEARTBEAT_ALARM, 0.5).await
-                    } else {
-                        chrome::clear_alarm(HEARTBEAT_ALARM).await
-                    };
-                    if let Err(e) = result {
-                        warn(&format!("heartbeat alarm: {e}"));
-                    }
-                });
-            }
+            Effect::SetHeartbeat { active } => spawn_local(async move {
+                let result = if active {
+                    chrome::set_alarm(HEARTBEAT_ALARM, 0.5).await
+                } else {
+                    chrome::clear_alarm(HEARTBEAT_ALARM).await
+                };
+                if let Err(e) = result {
+                    warn(&format!("heartbeat alarm: {e}"));
+                }
+            }),
         }
     }
 
@@ -1212,7 +1184,6 @@ impl EngineHandle {
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             bodies: RefCell::new(Vec::new()),
-            heartbeat_generation: Cell::new(0),
             me: me.clone(),
         });
         driver.pump();
