@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
-use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolOutcome};
+use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, Heartbeat, ToolOutcome};
 use crate::frames;
 use crate::gatekeeper::{origin_of, TargetInfo};
 use crate::model::{ProviderProfile, StopReason, Usage};
@@ -129,7 +129,8 @@ pub struct Sim {
     pub dispatches: Vec<Dispatch>,
     /// Commits observed (for checking invariants against event order).
     pub commit_log: Vec<u64>,
-    pub heartbeat: bool,
+    /// The last `Effect::SetHeartbeat` level.
+    pub heartbeat: Heartbeat,
     pub crashes: u32,
     policy: Policy,
     tool: ToolFn,
@@ -218,7 +219,7 @@ impl Sim {
             keep_request_messages: true,
             dispatches: Vec::new(),
             commit_log: Vec::new(),
-            heartbeat: false,
+            heartbeat: Heartbeat::Off,
             crashes: 0,
             policy,
             tool,
@@ -764,7 +765,7 @@ impl Sim {
                 self.auto_respond(conn, &event.event);
                 self.events.push((conn, event));
             }
-            Effect::SetHeartbeat { active } => self.heartbeat = active,
+            Effect::SetHeartbeat { level } => self.heartbeat = level,
         }
     }
 

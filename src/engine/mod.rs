@@ -287,8 +287,40 @@ pub enum Effect {
     AbortTool { dispatch_id: u64 },
     /// Deliver an event to one client.
     Send { conn: ConnId, event: EventEnvelope },
-    /// Keep (or stop keeping) a wake-up alarm so a killed worker resumes active runs.
-    SetHeartbeat { active: bool },
+    /// How much the worker's life is needed from now on (README, "Worker
+    /// lifetime"): the driver keeps it alive, and keeps a wake-up alarm,
+    /// accordingly.
+    SetHeartbeat { level: Heartbeat },
+}
+
+/// What the engine needs of the worker's life (`Effect::SetHeartbeat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Heartbeat {
+    /// Nothing needs the worker: Chrome may stop it when it is idle.
+    #[default]
+    Off,
+    /// A side panel is open: keep the worker alive (a keepalive call), so
+    /// the panel is not cut off every 30 s. No alarm: a worker stopped
+    /// anyway drops the panel's Port, and its reconnect starts a new one.
+    Awake,
+    /// Work goes on with no one needed to drive it: keep the worker alive,
+    /// and keep a wake-up alarm so a worker stopped anyway (a crash, an
+    /// update, Chrome's limits) is started again and resumes the work.
+    Working,
+}
+
+impl Heartbeat {
+    /// Whether the worker should be kept alive (`Awake` or `Working`).
+    #[must_use]
+    pub fn keeps_alive(self) -> bool {
+        self != Heartbeat::Off
+    }
+
+    /// Whether a wake-up alarm should exist (`Working`).
+    #[must_use]
+    pub fn wakes(self) -> bool {
+        self == Heartbeat::Working
+    }
 }
 
 /// One tool call for the driver to execute (`Effect::DispatchTool`).
@@ -938,7 +970,7 @@ pub struct Engine {
     /// The last outbound view id given out (`OutboundView::update`): a
     /// request's lineage names its view, unique among this engine's.
     last_view_id: u64,
-    heartbeat: bool,
+    heartbeat: Heartbeat,
     /// Title requests in flight: request id → thread id.
     title_requests: VecMap<u64, String>,
     /// `provider.test` requests in flight: request id → (reply, model, started at).
@@ -990,7 +1022,7 @@ impl Engine {
             next_steer_seq: 1,
             next_queue_position: 1,
             last_view_id: 0,
-            heartbeat: false,
+            heartbeat: Heartbeat::Off,
             title_requests: VecMap::new(),
             test_requests: VecMap::new(),
             cache,
@@ -1164,7 +1196,7 @@ impl Engine {
         // instance must be cleared when nothing is active any more.
         self.heartbeat = self.wants_heartbeat();
         self.effects.push_back(Effect::SetHeartbeat {
-            active: self.heartbeat,
+            level: self.heartbeat,
         });
     }
 
@@ -1212,25 +1244,34 @@ impl Engine {
         self.threads.values().any(|t| t.exec.is_some())
     }
 
-    /// Whether the worker should keep its wake-up alarm, whose event keeps
-    /// Chrome from stopping it (README, "Worker lifetime"):
-    /// - a run is working (one that waits for the user does not need the
-    ///   worker: the answer comes through a panel's Port, which wakes it);
-    /// - a paused thread still probes the store or is being read back (once
-    ///   the probes are over, Chrome may stop it and the next worker
-    ///   resumes the run);
-    /// - a trusted client (a side panel) is connected: Chrome stops a worker
-    ///   30 s after its last event even while a Port is open, and the
-    ///   panel's reconnect would start a new one, every 30 s.
-    fn wants_heartbeat(&self) -> bool {
-        self.threads.values().any(|t| {
+    /// What the engine needs of the worker's life (README, "Worker
+    /// lifetime"). Chrome stops a worker 30 s after its last event, even
+    /// while a Port is open (Chrome 114+).
+    /// - `Working`: a run is working (one that waits for the user does not
+    ///   need the worker: the answer comes through a panel's Port, which
+    ///   wakes it), or a paused thread still probes the store or is being
+    ///   read back (once the probes are over, Chrome may stop it and the
+    ///   next worker resumes the run).
+    /// - `Awake`: only a trusted client (a side panel) is connected: the
+    ///   panel's reconnect would otherwise start a new worker every 30 s.
+    /// - `Off`: neither.
+    fn wants_heartbeat(&self) -> Heartbeat {
+        let working = self.threads.values().any(|t| {
             t.exec.as_ref().is_some_and(|e| !e.waits_for_user())
                 || t.probe.is_some()
                 || (t.reviving.is_some() && t.stalled.is_none())
-        }) || self
+        });
+        if working {
+            Heartbeat::Working
+        } else if self
             .conns
             .values()
             .any(|c| c.kind == ClientKind::ExtensionPage)
+        {
+            Heartbeat::Awake
+        } else {
+            Heartbeat::Off
+        }
     }
 
     // ------------------------------------------------------------------ inputs

@@ -490,10 +490,10 @@ impl Engine {
     /// `poll_effect` once an input's effects are drained, the one place
     /// the heartbeat follows the engine's state (and at start).
     pub(super) fn update_heartbeat(&mut self) {
-        let active = self.wants_heartbeat();
-        if active != self.heartbeat {
-            self.heartbeat = active;
-            self.effects.push_back(Effect::SetHeartbeat { active });
+        let level = self.wants_heartbeat();
+        if level != self.heartbeat {
+            self.heartbeat = level;
+            self.effects.push_back(Effect::SetHeartbeat { level });
         }
     }
 

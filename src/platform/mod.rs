@@ -19,7 +19,7 @@ pub mod metrics;
 pub mod port;
 pub mod stream;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 
@@ -32,7 +32,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::AbortController;
 
-use crate::engine::{Approver, ConnId, Effect, Engine, EngineConfig, ToolDispatch, ToolOutcome};
+use crate::engine::{
+    Approver, ConnId, Effect, Engine, EngineConfig, Heartbeat, ToolDispatch, ToolOutcome,
+};
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
 use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
@@ -50,6 +52,11 @@ use port::Port;
 pub use crate::store::DB_NAME;
 /// The alarm that wakes a killed worker while a run is active.
 pub const HEARTBEAT_ALARM: &str = "sw-agent-heartbeat";
+/// How often a worker kept alive makes its keepalive call (ms). Chrome
+/// stops a worker 30 s after its last event or extension-API call; 20 s
+/// leaves a third of that as margin (the alarm's own 30 s period, Chrome's
+/// minimum, leaves none).
+const KEEPALIVE_MS: u32 = 20_000;
 /// A page tool that does not answer within this time fails (ms).
 const TOOL_TIMEOUT_MS: u32 = 60_000;
 
@@ -150,6 +157,14 @@ struct Driver {
     /// (see `request_body`). Two threads running at once keep theirs; a
     /// side request (title, compaction, connection test) keeps none.
     bodies: RefCell<Vec<KeptBody>>,
+    /// The engine's last `Effect::SetHeartbeat` level.
+    heartbeat: Cell<Heartbeat>,
+    /// What was last asked of the wake-up alarm (set or cleared); `None`
+    /// before the first call. Going between `Off` and `Awake` (a panel's
+    /// connect or disconnect) needs no `chrome.alarms` call.
+    alarm: Cell<Option<bool>>,
+    /// Whether the keepalive loop runs (`keep_alive`).
+    keeping_alive: Cell<bool>,
     me: Weak<Driver>,
 }
 
@@ -315,8 +330,19 @@ impl Driver {
                     }
                 }
             }
-            Effect::SetHeartbeat { active } => spawn_local(async move {
-                let result = if active {
+            Effect::SetHeartbeat { level } => self.set_heartbeat(level),
+        }
+    }
+
+    /// Follow the engine's heartbeat (README, "Worker lifetime"): the
+    /// wake-up alarm exists while the level is `Working`, and the keepalive
+    /// loop runs while it is `Awake` or `Working`.
+    fn set_heartbeat(&self, level: Heartbeat) {
+        self.heartbeat.set(level);
+        let wakes = level.wakes();
+        if self.alarm.replace(Some(wakes)) != Some(wakes) {
+            spawn_local(async move {
+                let result = if wakes {
                     chrome::set_alarm(HEARTBEAT_ALARM, 0.5).await
                 } else {
                     chrome::clear_alarm(HEARTBEAT_ALARM).await
@@ -324,8 +350,29 @@ impl Driver {
                 if let Err(e) = result {
                     warn(&format!("heartbeat alarm: {e}"));
                 }
-            }),
+            });
         }
+        if level.keeps_alive() && !self.keeping_alive.replace(true) {
+            let d = self.rc();
+            spawn_local(async move { d.keep_alive().await });
+        }
+    }
+
+    /// While the heartbeat keeps the worker alive, call an extension API
+    /// every `KEEPALIVE_MS`: each call resets Chrome's 30 s idle timer
+    /// (Chrome 110+), which a Port does not. Ends at the first tick after
+    /// the level went `Off`.
+    async fn keep_alive(&self) {
+        loop {
+            TimeoutFuture::new(KEEPALIVE_MS).await;
+            if !self.heartbeat.get().keeps_alive() {
+                break;
+            }
+            if let Err(e) = chrome::keepalive().await {
+                warn(&format!("keepalive: {e}"));
+            }
+        }
+        self.keeping_alive.set(false);
     }
 
     async fn persist(&self, token: u64, unit: UnitOfWork) {
@@ -1184,6 +1231,9 @@ impl EngineHandle {
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             bodies: RefCell::new(Vec::new()),
+            heartbeat: Cell::new(Heartbeat::Off),
+            alarm: Cell::new(None),
+            keeping_alive: Cell::new(false),
             me: me.clone(),
         });
         driver.pump();

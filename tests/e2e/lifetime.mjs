@@ -6,12 +6,13 @@
 // The other e2e files drive Chromium through Playwright, which attaches
 // DevTools to the worker, and Chrome never stops a worker DevTools is
 // attached to; these tests use tests/support/unattached-browser.mjs instead.
-// The engine keeps a periodic `chrome.alarms` heartbeat (every 30 s) while a
-// run is working (not while it waits for the user), while a paused thread
-// probes the store or is being resumed, and while a side panel is
-// connected (README, "Worker lifetime"); its event is what keeps Chrome
-// from stopping the worker, and after a kill it is what starts a new
-// worker that resumes the run.
+// The engine keeps the worker alive while a run is working (not while it
+// waits for the user), while a paused thread probes the store or is being
+// resumed, and while a side panel is connected (README, "Worker
+// lifetime"): an extension-API call every 20 s resets Chrome's idle timer.
+// For work, not for a panel, it also keeps a `chrome.alarms` alarm (every
+// 30 s), which after a kill is what starts a new worker that resumes the
+// run; a panel's own reconnect starts one.
 //
 // Each test waits on conditions; the durations below are what the scenario
 // must outlast (Chrome's idle timeout), not timing assertions.
@@ -95,11 +96,7 @@ test('heartbeat_keeps_the_worker_alive_through_a_stream_longer_than_chromes_idle
     assert.equal(mock.requests().length, 1, 'one provider request: the stream was never cut and asked again');
     // The run is over and the heartbeat with it: Chrome stops the idle worker
     // (within its 30 s idle timeout and a margin for a loaded machine).
-    await waitFor(() => browser.workerStatusesSince(from).includes('stopped'), {
-      timeout: 120000,
-      interval: 200,
-      message: 'Chrome to stop the idle worker once the run ended (the heartbeat cleared)',
-    });
+    await browser.waitForWorkerStop(from, 'Chrome to stop the idle worker once the run ended (the heartbeat cleared)');
   });
 });
 
@@ -171,21 +168,20 @@ test('a_side_panel_left_open_keeps_one_worker_instead_of_a_new_one_every_30_s', 
     const panel = await browser.openPanel();
     const epoch = () => panel.evaluate(`document.getElementById('connection').dataset.epoch ?? ''`);
     const first = await epoch();
+    // Only the panel holds the worker: the keepalive does, with no wake-up
+    // alarm (a stopped worker would be started by the panel's reconnect).
+    assert.equal(await browser.inWorker(`chrome.alarms.get('sw-agent-heartbeat').then((a) => a ?? null)`), null, 'no wake-up alarm for a panel');
     const from = browser.workerLog.length;
     // Nothing runs; the user reads the panel. A Port alone does not keep a
     // worker (Chrome 114+), and a stopped worker drops the panel's Port,
     // whose reconnect would start a new one: every 30 s without the
-    // heartbeat a connected panel holds.
+    // keepalive a connected panel holds.
     await sleep(BEYOND_IDLE_MS);
     assert.deepEqual(browser.workerStatusesSince(from), [], 'Chrome did not stop the worker while the panel was open');
     assert.equal(await epoch(), first, 'the panel is still connected to the engine it opened with');
     // The panel closes: nothing holds the worker any more.
     await panel.close();
-    await waitFor(() => browser.workerStatusesSince(from).includes('stopped'), {
-      timeout: 120000,
-      interval: 200,
-      message: 'Chrome to stop the idle worker once the panel closed',
-    });
+    await browser.waitForWorkerStop(from, 'Chrome to stop the idle worker once the panel closed');
   });
 });
 
@@ -203,11 +199,7 @@ test('a_question_left_open_with_the_panel_closed_lets_chrome_stop_the_worker_and
     // the saved run needs no worker until the answer comes.
     await panel.close();
     const from = browser.workerLog.length;
-    await waitFor(() => browser.workerStatusesSince(from).includes('stopped'), {
-      timeout: 120000,
-      interval: 200,
-      message: 'Chrome to stop the worker while the question waits',
-    });
+    await browser.waitForWorkerStop(from, 'Chrome to stop the worker while the question waits');
     assert.equal(mock.requests().length, 1);
     // The panel opened again wakes a new worker, which shows the question;
     // the answer resumes the run.

@@ -1,7 +1,7 @@
 //! The gatekeeper and durable approvals.
 
 use serde_json::json;
-use sw_agent::engine::{Approver, EngineConfig};
+use sw_agent::engine::{Approver, EngineConfig, Heartbeat};
 use sw_agent::model::{ApprovalStatus, NodeBody, RunState, StopReason, ToolStatus};
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event, Op};
 use sw_agent::sim::Sim;
@@ -462,12 +462,17 @@ fn a_ref_of_a_frame_that_is_gone_is_a_clear_tool_error_without_asking() {
 fn a_run_waiting_for_approval_keeps_the_worker_alive_only_while_a_panel_is_connected() {
     let (mut sim, conn, thread, approval) = waiting(79);
     sim.drain_effects();
-    assert!(sim.heartbeat, "the panel showing the card is connected");
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Awake,
+        "the panel showing the card is connected: alive, with no alarm"
+    );
     // The user closes the panel and leaves the question open: nothing
     // needs the worker until a panel's Port wakes it again.
     sim.disconnect(conn);
-    assert!(
-        !sim.heartbeat,
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
         "a run waiting for the user lets the worker sleep"
     );
     // A panel opened later answers; the run works again, then ends.
@@ -478,35 +483,49 @@ fn a_run_waiting_for_approval_keeps_the_worker_alive_only_while_a_panel_is_conne
     );
     sim.drain_effects();
     sim.disconnect(panel);
-    assert!(
+    assert_eq!(
         sim.heartbeat,
-        "the approved click and the next step need the worker"
+        Heartbeat::Working,
+        "the approved click and the next step need the worker, and its alarm"
     );
     sim.run(10_000);
     let run = sim.store.runs.values().next().unwrap();
     assert_eq!(run.state, RunState::Completed);
-    assert!(!sim.heartbeat, "the run is over and no panel is connected");
+    assert_eq!(sim.heartbeat, Heartbeat::Off, "the run is over, no panel");
 }
 
 #[test]
 fn a_connected_side_panel_keeps_the_heartbeat_and_an_untrusted_client_does_not() {
     let mut sim = Sim::new(80, agent_policy(), page_tools());
     sim.drain_effects();
-    assert!(!sim.heartbeat, "nothing runs, nothing is connected");
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
+        "nothing runs or is connected"
+    );
     let page = sim.connect_as(sw_agent::protocol::ClientKind::Untrusted);
     sim.drain_effects();
-    assert!(
-        !sim.heartbeat,
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
         "a content script's Port does not keep the worker"
     );
     let first = sim.connect();
     let second = sim.connect();
     sim.drain_effects();
-    assert!(sim.heartbeat, "a side panel is open");
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Awake,
+        "a side panel is open: kept alive; its reconnect restarts a stopped worker, so no alarm"
+    );
     sim.disconnect(first);
-    assert!(sim.heartbeat, "another side panel is still open");
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Awake,
+        "another panel is still open"
+    );
     sim.disconnect(second);
-    assert!(!sim.heartbeat, "the last side panel closed");
+    assert_eq!(sim.heartbeat, Heartbeat::Off, "the last side panel closed");
     sim.disconnect(page);
-    assert!(!sim.heartbeat);
+    assert_eq!(sim.heartbeat, Heartbeat::Off);
 }

@@ -1,5 +1,6 @@
 //! Crash and resume at specific points.
 
+use sw_agent::engine::Heartbeat;
 use sw_agent::model::{NodeBody, RunState, StopReason, ToolStatus};
 use sw_agent::protocol::{Event, UncertainChoice};
 use sw_agent::sim::{CrashPoint, Sim};
@@ -59,7 +60,7 @@ fn auto_resume_streaming_run_but_user_interrupt_stays_interrupted() {
         "an interrupted run is not resumed"
     );
     assert_eq!(stored_run(&sim).state, RunState::Interrupted);
-    assert!(!sim.heartbeat);
+    assert_eq!(sim.heartbeat, Heartbeat::Off);
     // The user continues it explicitly.
     let conn = reconnect(&mut sim);
     sim.send(conn, resume("r1", &thread));
@@ -89,8 +90,9 @@ fn never_retry_at_most_once_in_flight_write_becomes_paused_uncertain() {
     assert!(run.in_flight_tool.is_some());
     // No panel is connected, and the run waits for the user's decision:
     // nothing needs the worker until a panel's Port wakes it.
-    assert!(
-        !sim.heartbeat,
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
         "a run waiting for the user lets the worker sleep"
     );
     // Another crash does not change that.
@@ -407,7 +409,7 @@ fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new
     // The user closes the panel. The worker keeps its wake-up alarm while
     // it probes the store.
     sim.disconnect(conn);
-    assert!(sim.heartbeat);
+    assert_eq!(sim.heartbeat, Heartbeat::Working);
     let requests = sim.requests.len();
     sim.run(10_000);
     // Every probe failed, and none of them cost a provider request.
@@ -415,7 +417,7 @@ fn a_run_whose_checkpoint_cannot_be_saved_shows_ended_with_the_error_until_a_new
     assert!(sim.engine.poll_timeout().is_none(), "the probes stop");
     // Then the alarm goes: Chrome may stop the worker, and the next one
     // resumes the run.
-    assert!(!sim.heartbeat);
+    assert_eq!(sim.heartbeat, Heartbeat::Off);
     // A panel opened now is shown what the first one was told, not a run
     // that looks busy forever; the store still holds the saved run.
     let shown = shown_run(&mut sim, "i1");
@@ -468,10 +470,14 @@ fn a_paused_run_resumes_in_the_same_worker_once_the_store_takes_writes_again() {
     let loads = sim.loads.len();
     sim.run(10_000);
     assert_eq!(sim.crashes, 0);
-    assert!(sim.heartbeat, "the panels are still connected");
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Awake,
+        "the run is over, the panels are open"
+    );
     sim.disconnect(refused);
     sim.disconnect(conn);
-    assert!(!sim.heartbeat, "the run is over and no panel is connected");
+    assert_eq!(sim.heartbeat, Heartbeat::Off, "the run is over, no panel");
     assert_eq!(&sim.loads[loads..], std::slice::from_ref(&tid));
     assert!(sim.requests.len() > requests);
     let events = sim.events_for(conn);

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 
+use sw_agent::engine::Heartbeat;
 use sw_agent::model::{NodeBody, RunState};
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event, Op, Submission, UncertainChoice};
 use sw_agent::sim::{CrashPoint, Sim};
@@ -214,10 +215,13 @@ fn run_schedule(seed: u64) -> Result<Outcome, String> {
             ));
         }
     }
-    // With the panels closed, a quiescent engine (every run ended or
-    // waiting for the user) lets the worker sleep.
+    // A quiescent engine needs no wake-up alarm, and with the panels
+    // closed it lets the worker sleep.
+    if sim.heartbeat == Heartbeat::Working {
+        return Err("wake-up alarm left on with no working run".into());
+    }
     sim.disconnect_all();
-    if sim.heartbeat {
+    if sim.heartbeat != Heartbeat::Off {
         return Err("heartbeat left on with no working run and no panel".into());
     }
     check_invariants(&sim, &steers)?;

@@ -2,7 +2,7 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use sw_agent::engine::ToolOutcome;
+use sw_agent::engine::{Heartbeat, ToolOutcome};
 use sw_agent::model::{NodeBody, RunState, StopReason, ToolStatus};
 use sw_agent::protocol::{ClientKind, ErrorKind, Event};
 use sw_agent::provider::{ProviderError, RawToolCall};
@@ -118,10 +118,15 @@ fn full_turn_text_tool_text_persists_exact_nodes_and_events() {
         ]
     );
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
-    assert!(sim.heartbeat, "the connected panel keeps the heartbeat");
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Awake,
+        "the connected panel keeps the worker"
+    );
     sim.disconnect(conn);
-    assert!(
-        !sim.heartbeat,
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
         "heartbeat cleared when no run is active and no panel is connected"
     );
     check_invariants(&sim, &[]).unwrap();

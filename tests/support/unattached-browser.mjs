@@ -214,11 +214,16 @@ export class UnattachedBrowser {
     if (!worker) throw new Error('no running service worker to kill');
     const from = this.workerLog.length;
     await this.send('Target.closeTarget', { targetId: worker.targetId });
-    await waitFor(() => this.workerStatusesSince(from).includes('stopped'), {
-      timeout: 30000,
-      interval: 20,
-      message: 'the killed worker to be reported stopped',
-    });
+    await this.waitForWorkerStop(from, 'the killed worker to be reported stopped', { timeout: 30000, interval: 20 });
+  }
+
+  /**
+   * Waits until Chrome reports the worker stopped after `from` (a
+   * `workerLog` length). The default timeout is Chrome's 30 s idle timeout
+   * with a wide margin for a loaded machine.
+   */
+  async waitForWorkerStop(from, message, { timeout = 120000, interval = 200 } = {}) {
+    await waitFor(() => this.workerStatusesSince(from).includes('stopped'), { timeout, interval, message });
   }
 
   async close() {
