@@ -291,6 +291,12 @@ const state = {
   retryTimer: null,
   /** @type {Map<string, { message: Op } & PendingMeta>} ops not yet acked, re-sent after a reconnect. */
   pendingOps: new Map(),
+  /**
+   * The composer's submit mode ("auto" or "enqueue") held while the chosen
+   * thread is not shown yet (`threadPending`), sent once its snapshot is.
+   * @type {"auto" | "enqueue" | null}
+   */
+  heldSubmit: null,
 };
 
 /** What is on screen, keyed the way events address it. Reset by each snapshot. */
@@ -415,6 +421,17 @@ function sendInitialize() {
 function expectThread(threadId) {
   state.threadId = threadId;
   if (threadId === null || dom.messages.dataset.threadId !== threadId) dom.messages.setAttribute("aria-busy", "true");
+}
+
+/**
+ * Whether the thread the panel shows is not the one it is opening yet (a
+ * switch or the first snapshot is on its way). Whether the composer steers
+ * or starts a turn, and which turn a steer names, are the shown thread's,
+ * so input waits for the snapshot (`heldSubmit`) instead of naming the new
+ * thread with the old thread's run.
+ */
+function threadPending() {
+  return dom.messages.getAttribute("aria-busy") === "true" || document.body.dataset.ready !== "true";
 }
 
 /**
@@ -575,6 +592,12 @@ function applySnapshot(snapshot) {
     }
   }
   document.body.dataset.ready = "true";
+  if (state.heldSubmit !== null) {
+    const mode = state.heldSubmit;
+    state.heldSubmit = null;
+    setNote("");
+    submitInput(mode);
+  }
 }
 
 /** @param {EventOf<"command.ack">} event */
@@ -699,10 +722,15 @@ function onReject(event) {
     return;
   }
   if (opType === "initialize" && dom.messages.getAttribute("aria-busy") === "true") {
-    // The chosen thread could not be opened: stay on the one shown.
+    // The chosen thread could not be opened: stay on the one shown. Input
+    // held for it stays in the composer, unsent.
     state.threadId = dom.messages.dataset.threadId || null;
     dom.messages.removeAttribute("aria-busy");
     renderThreads(null);
+    if (state.heldSubmit !== null) {
+      state.heldSubmit = null;
+      setNote("");
+    }
   }
   // A refused switch or fork changes nothing: no focus to move, no "Forking…".
   if (opType === "thread.selectBranch") view.focusAfterSnapshot = null;
@@ -2563,6 +2591,11 @@ function scheduleScroll() {
 function submitInput(mode) {
   const text = dom.input.value.trim();
   if (text === "") return;
+  if (threadPending()) {
+    state.heldSubmit = mode;
+    setNote("Sends when the thread is shown…");
+    return;
+  }
   setNote("");
   if (mode === "enqueue" && state.threadId !== null) {
     sendOp("turn.enqueue", { threadId: state.threadId, input: { text } }, { text });
@@ -2576,7 +2609,8 @@ function submitInput(mode) {
 }
 
 function interrupt() {
-  if (state.threadId === null) return;
+  // Stop acts on the run the panel shows: not while another thread opens.
+  if (state.threadId === null || threadPending()) return;
   sendOp("turn.interrupt", { threadId: state.threadId });
 }
 
@@ -2628,6 +2662,8 @@ dom.threadList.addEventListener("change", () => {
   if (!threadId || threadId === state.threadId) return;
   // Events of the old thread stop counting now; the snapshot redraws everything.
   expectThread(threadId);
+  // Input held for the thread chosen before stays in the composer, unsent.
+  state.heldSubmit = null;
   setNote("");
   sendInitialize();
 });

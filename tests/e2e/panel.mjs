@@ -5,7 +5,8 @@
 // answered in the interaction card, also across a service-worker kill; a
 // repeated and a conflicting approval.response sent on a Port of the panel
 // page; the keyboard shortcuts (Enter steers, Shift+Alt+Enter queues, Esc
-// interrupts, Continue); provider errors in plain words; a settings round trip.
+// interrupts, Continue); provider errors in plain words; a settings round trip;
+// a message typed while another thread opens (held until it is shown).
 //
 // Every run saves screenshots of the main states to target/e2e/screens/
 // (streaming, approval card, interaction card, interrupted banner, settings,
@@ -1439,6 +1440,78 @@ isolatedTest(
     const tests = await sentOps(panel, 'provider.test');
     assert.equal(tests.length, 5);
     assert.deepEqual(Object.keys(tests[0].profile).sort(), ['baseUrl', 'contextWindow', 'kind', 'maxOutputTokens', 'model', 'temperatureCenti', 'tokenBudget', 'toolUse', 'vision']);
+  },
+);
+
+isolatedTest(
+  'input_typed_while_another_thread_opens_waits_for_it_and_goes_to_that_thread',
+  {
+    script: [
+      { text: 'Answer in the first thread.' },
+      // The second thread's run keeps going while the user switches away.
+      { stallMs: STALL_FOREVER_MS, text: 'Working', tickMs: 250, tickText: '.' },
+      { text: 'Second answer in the first thread.' },
+    ],
+  },
+  async (session) => {
+    const { panel, mock } = session;
+    await submitTask(panel, 'First question');
+    const done = await waitForSettledTurn(panel);
+    assert.equal(done.state, 'completed', describeState(done));
+    const firstThreadId = (await lastSnapshot(panel)).thread.id;
+    await panel.click('#new-thread-button');
+    await waitFor(async () => {
+      const id = (await lastSnapshot(panel))?.thread?.id;
+      return id && id !== firstThreadId;
+    }, { timeout: 30000, message: 'the new thread shown' });
+    await submitTask(panel, 'Work on this for a while');
+    await waitForRunState(panel, ['streaming_model']);
+    const submits = (await sentOps(panel, 'turn.submit')).length;
+
+    // The user picks the first thread and types at once, before it is shown:
+    // the panel still shows the running thread, so sending now would steer
+    // the first thread with the second thread's turn. It waits instead.
+    const release = await holdOutgoing(panel, ['initialize']);
+    await panel.selectOption('#thread-list', firstThreadId);
+    await submitTask(panel, 'A follow-up for the first thread');
+    assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
+    assert.equal(await panel.inputValue('#task-input'), 'A follow-up for the first thread', 'kept in the composer until sent');
+    assert.equal((await sentOps(panel, 'turn.submit')).length, submits, 'nothing sent yet');
+    assert.deepEqual(await sentOps(panel, 'turn.steer'), []);
+    await release();
+    const sent = await waitFor(async () => (await sentOps(panel, 'turn.submit'))[submits], { timeout: 30000, message: 'the held input sent' });
+    assert.equal(sent.threadId, firstThreadId);
+    assert.deepEqual(sent.input, { text: 'A follow-up for the first thread' });
+    assert.equal((await answerTo(panel, sent.submissionId, 'the held turn')).type, 'command.ack');
+    const second = await waitForSettledTurn(panel, { previousTurnId: done.turnId });
+    assert.equal(second.state, 'completed', describeState(second));
+    assert.deepEqual(await conversation(panel), [
+      'user: First question',
+      'agent: Answer in the first thread.',
+      'user: A follow-up for the first thread',
+      'agent: Second answer in the first thread.',
+    ]);
+    assert.equal(await panel.locator('#composer-note').textContent(), '');
+    assert.deepEqual(await sentOps(panel, 'turn.steer'), [], 'nothing was steered');
+    assert.equal(mock.requests().length, 3);
+
+    // A switch that is refused: the input held for it stays in the composer, unsent.
+    const releaseAgain = await holdOutgoing(panel, ['initialize']);
+    const other = await panel.evaluate((first) => [...document.querySelectorAll('#thread-list option')].map((o) => o.value).find((v) => v && v !== first), firstThreadId);
+    await panel.selectOption('#thread-list', other);
+    await submitTask(panel, 'Not for a thread that does not open');
+    const [failing] = (await sentOps(panel, 'initialize')).slice(-1);
+    assert.equal(failing.threadId, other);
+    await injectIncoming(panel, {
+      type: 'command.reject',
+      submissionId: failing.submissionId,
+      opType: 'initialize',
+      error: { kind: 'storage', message: 'Could not read the conversation from storage.' },
+    });
+    assert.equal(await panel.inputValue('#task-input'), 'Not for a thread that does not open');
+    assert.equal(await panel.locator('#composer-note').textContent(), '');
+    await releaseAgain({ drop: true });
+    assert.equal((await sentOps(panel, 'turn.submit')).length, submits + 1, 'nothing sent for the refused switch');
   },
 );
 
