@@ -247,6 +247,10 @@ test('settings_saved_while_the_worker_starts_are_the_ones_its_engine_uses', { ti
     await sleep(1000);
     await save('model-after');
     await sleep(1000);
+    // The window was still open: the engine had not started (sw.js sets
+    // `__swAgent` once it runs), so the change reached a worker whose
+    // engine is yet to be built from settings read before it.
+    assert.equal(await browser.inWorker('typeof globalThis.__swAgent'), 'undefined', 'the engine still waits on IndexedDB');
     await page.evaluate(`(async () => { self.__holding = false; await self.__released; })()`);
     await waitFor(() => panel.evaluate('document.body?.dataset.ready === "true"'), { timeout: 60000, message: 'the panel ready' });
     await panel.evaluate(`(() => {
