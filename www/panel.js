@@ -424,6 +424,15 @@ function expectThread(threadId) {
 }
 
 /**
+ * A new thread (created or forked) will be shown once the engine answers:
+ * until its snapshot arrives, the messages shown are the previous thread's
+ * (see `expectThread`; its id comes with the ACK).
+ */
+function expectNewThread() {
+  dom.messages.setAttribute("aria-busy", "true");
+}
+
+/**
  * Whether the thread the panel shows is not the one it is opening yet (a
  * switch or the first snapshot is on its way). Whether the composer steers
  * or starts a turn, and which turn a steer names, are the shown thread's,
@@ -721,9 +730,10 @@ function onReject(event) {
     queueEditor.input.focus();
     return;
   }
-  if (opType === "initialize" && dom.messages.getAttribute("aria-busy") === "true") {
-    // The chosen thread could not be opened: stay on the one shown. Input
-    // held for it stays in the composer, unsent.
+  const opening = opType === "initialize" || opType === "thread.create" || opType === "thread.fork";
+  if (opening && dom.messages.getAttribute("aria-busy") === "true") {
+    // The chosen (or new) thread could not be opened: stay on the one
+    // shown. Input held for it stays in the composer, unsent.
     state.threadId = dom.messages.dataset.threadId || null;
     dom.messages.removeAttribute("aria-busy");
     renderThreads(null);
@@ -1266,6 +1276,7 @@ function onMessageAction(event) {
       hideError();
       setNote("Forking…");
       sendOp("thread.fork", { threadId: state.threadId, nodeId });
+      expectNewThread();
       break;
     case "branch-previous":
     case "branch-next": {
@@ -2646,7 +2657,10 @@ dom.stop.addEventListener("click", interrupt);
 dom.continue.addEventListener("click", () => {
   if (state.threadId !== null) sendOp("run.resume", { threadId: state.threadId });
 });
-dom.newThread.addEventListener("click", () => sendOp("thread.create", {}));
+dom.newThread.addEventListener("click", () => {
+  sendOp("thread.create", {});
+  expectNewThread();
+});
 for (const [choice, button] of Object.entries(dom.uncertainButtons)) {
   button.addEventListener("click", () => resolveUncertain(choice));
 }

@@ -1451,6 +1451,7 @@ isolatedTest(
       // The second thread's run keeps going while the user switches away.
       { stallMs: STALL_FOREVER_MS, text: 'Working', tickMs: 250, tickText: '.' },
       { text: 'Second answer in the first thread.' },
+      { text: 'Answer in the third thread.' },
     ],
   },
   async (session) => {
@@ -1512,6 +1513,23 @@ isolatedTest(
     assert.equal(await panel.locator('#composer-note').textContent(), '');
     await releaseAgain({ drop: true });
     assert.equal((await sentOps(panel, 'turn.submit')).length, submits + 1, 'nothing sent for the refused switch');
+    await panel.fill('#task-input', '');
+
+    // New thread, and a message typed before the engine created it: it goes
+    // to the new thread, not to the one still shown.
+    const releaseCreate = await holdOutgoing(panel, ['thread.create']);
+    await panel.click('#new-thread-button');
+    await submitTask(panel, 'Into the new thread');
+    assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
+    assert.equal((await sentOps(panel, 'turn.submit')).length, submits + 1, 'nothing sent before the thread exists');
+    await releaseCreate();
+    const third = await waitFor(async () => (await sentOps(panel, 'turn.submit'))[submits + 1], { timeout: 30000, message: 'the held input sent' });
+    assert.ok(third.threadId && third.threadId !== firstThreadId && third.threadId !== other, `sent to the new thread (${third.threadId})`);
+    assert.equal((await answerTo(panel, third.submissionId, 'the new thread\'s turn')).type, 'command.ack');
+    await waitFor(async () => (await conversation(panel)).join('|') === 'user: Into the new thread|agent: Answer in the third thread.', {
+      timeout: 30000,
+      message: 'the new thread answered',
+    });
   },
 );
 
