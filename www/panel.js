@@ -1261,6 +1261,9 @@ function prependHistory(result) {
 function onMessageAction(event) {
   const button = event.target instanceof Element ? event.target.closest("button[data-action]") : null;
   if (!(button instanceof HTMLButtonElement) || !dom.messages.contains(button) || button.disabled) return;
+  // While another thread opens, the messages shown are the previous
+  // thread's: no clicks reach them (CSS), and no key press either.
+  if (threadPending()) return;
   if (button.dataset.action === "load-earlier") {
     loadEarlier(button);
     return;

@@ -1474,6 +1474,11 @@ isolatedTest(
     // the first thread with the second thread's turn. It waits instead.
     const release = await holdOutgoing(panel, ['initialize']);
     await panel.selectOption('#thread-list', firstThreadId);
+    // The messages still shown are the second thread's: a key press on one
+    // of their buttons does nothing (a fork would name the first thread
+    // with the second thread's message).
+    await pressOn(panel.locator('#messages .node.user').first().getByRole('button', { name: 'Fork from here' }));
+    assert.deepEqual(await sentOps(panel, 'thread.fork'), [], 'no fork from a message of the thread being left');
     await submitTask(panel, 'A follow-up for the first thread');
     assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
     assert.equal(await panel.inputValue('#task-input'), 'A follow-up for the first thread', 'kept in the composer until sent');
