@@ -434,10 +434,13 @@ function expectNewThread() {
 
 /**
  * Whether the thread the panel shows is not the one it is opening yet (a
- * switch or the first snapshot is on its way). Whether the composer steers
- * or starts a turn, and which turn a steer names, are the shown thread's,
- * so input waits for the snapshot (`heldSubmit`) instead of naming the new
- * thread with the old thread's run.
+ * switch, a new thread or the first snapshot is on its way). Whether the
+ * composer steers or starts a turn, and which turn a steer names, are the
+ * shown thread's, so input waits for the snapshot (`heldSubmit`) instead of
+ * naming the new thread with the old thread's run; every other action on
+ * what is shown (a message's buttons, the edit and queue editors, the
+ * approval, question and uncertain cards, Continue, Stop, Delete) does
+ * nothing until then.
  */
 function threadPending() {
   return dom.messages.getAttribute("aria-busy") === "true" || document.body.dataset.ready !== "true";
@@ -1403,7 +1406,7 @@ function setEditorBusy(editor, busy) {
 
 function submitEdit() {
   const editor = view.editor;
-  if (!editor || editor.submissionId !== null || state.threadId === null) return;
+  if (!editor || editor.submissionId !== null || state.threadId === null || threadPending()) return;
   const text = editor.textarea.value.trim();
   if (text === "") {
     editor.error.textContent = "Type the message, or press Esc to cancel.";
@@ -1820,7 +1823,7 @@ function renderThreads(threads) {
 // of the thread). Leaving the button, or Esc, cancels.
 
 function askOrDelete() {
-  if (state.threadId === null) return;
+  if (state.threadId === null || threadPending()) return;
   if (dom.deleteThread.dataset.confirm !== "true") {
     dom.deleteThread.dataset.confirm = "true";
     dom.deleteThread.dataset.threadId = state.threadId;
@@ -1942,7 +1945,7 @@ function openQueueEditor(item) {
 
 function saveQueueEdit() {
   const editor = view.queueEditor;
-  if (!editor || editor.submissionId !== null || state.threadId === null) return;
+  if (!editor || editor.submissionId !== null || state.threadId === null || threadPending()) return;
   const text = editor.input.value.trim();
   if (text === "") {
     editor.error.textContent = "Type the message, or remove it from the queue with ×.";
@@ -2201,7 +2204,7 @@ function userIsTyping() {
 
 function answerApproval(decision) {
   const approval = state.approval;
-  if (approval === null || state.threadId === null || state.approvalAnswer !== null) return;
+  if (approval === null || state.threadId === null || state.approvalAnswer !== null || threadPending()) return;
   // Keep focus inside the card while its buttons are disabled (a disabled button drops focus).
   dom.approvalCard.focus({ preventScroll: true });
   const submissionId = sendOp("approval.response", { threadId: state.threadId, approvalId: approval.id, decision });
@@ -2336,7 +2339,7 @@ function renderInteraction() {
 
 function answerInteraction(answer) {
   const interaction = state.interaction;
-  if (interaction === null || state.threadId === null || state.interactionAnswer !== null) return;
+  if (interaction === null || state.threadId === null || state.interactionAnswer !== null || threadPending()) return;
   if (typeof answer !== "string" || answer.trim() === "") {
     dom.interactionStatus.textContent = "Type an answer or choose one of the suggestions.";
     dom.interactionAnswer.focus();
@@ -2485,7 +2488,7 @@ function renderUncertain() {
 }
 
 function resolveUncertain(choice) {
-  if (state.runState !== "paused_uncertain" || state.threadId === null || state.resolveSubmission !== null) return;
+  if (state.runState !== "paused_uncertain" || state.threadId === null || state.resolveSubmission !== null || threadPending()) return;
   // Keep focus inside the card while its buttons are disabled (a disabled button drops focus).
   dom.uncertainCard.focus({ preventScroll: true });
   state.resolveSubmission = sendOp("run.resolveUncertain", { threadId: state.threadId, choice });
@@ -2658,7 +2661,7 @@ document.addEventListener("keydown", (event) => {
 dom.enqueue.addEventListener("click", () => submitInput("enqueue"));
 dom.stop.addEventListener("click", interrupt);
 dom.continue.addEventListener("click", () => {
-  if (state.threadId !== null) sendOp("run.resume", { threadId: state.threadId });
+  if (state.threadId !== null && !threadPending()) sendOp("run.resume", { threadId: state.threadId });
 });
 dom.newThread.addEventListener("click", () => {
   sendOp("thread.create", {});
