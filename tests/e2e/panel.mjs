@@ -6,7 +6,8 @@
 // repeated and a conflicting approval.response sent on a Port of the panel
 // page; the keyboard shortcuts (Enter steers, Shift+Alt+Enter queues, Esc
 // interrupts, Continue); provider errors in plain words; a settings round trip;
-// a message typed while another thread opens (held until it is shown).
+// a message typed while another thread opens (held until it is shown), and
+// the left thread's buttons and approval card taking no key press meanwhile.
 //
 // Every run saves screenshots of the main states to target/e2e/screens/
 // (streaming, approval card, interaction card, interrupted banner, settings,
@@ -1537,6 +1538,44 @@ isolatedTest(
     });
   },
 );
+
+isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, async (session) => {
+  const { panel, shop } = session;
+  await submitTask(panel, TASK);
+  const card = await waitForApprovalCard(panel);
+  const threadA = (await lastSnapshot(panel)).thread.id;
+  // A second, empty thread; then back to the first, whose card shows again.
+  await panel.click('#new-thread-button');
+  await waitFor(async () => {
+    const id = (await lastSnapshot(panel))?.thread?.id;
+    return id && id !== threadA;
+  }, { timeout: 30000, message: 'the new thread shown' });
+  const threadB = (await lastSnapshot(panel)).thread.id;
+  await panel.selectOption('#thread-list', threadA);
+  assert.equal((await waitForApprovalCard(panel)).approvalId, card.approvalId);
+
+  // The user picks the empty thread, and presses Allow once before it is
+  // shown: the card is the first thread's, the answer would name the
+  // second thread. Nothing is sent.
+  const release = await holdOutgoing(panel, ['initialize']);
+  await panel.selectOption('#thread-list', threadB);
+  await pressOn(panel.locator('#approval-accept-once'));
+  assert.deepEqual(await sentOps(panel, 'approval.response'), [], 'no answer from the card of the thread being left');
+  await release();
+  await waitFor(async () => (await lastSnapshot(panel))?.thread?.id === threadB && (await readApprovalCard(panel))?.visible === false, {
+    timeout: 30000,
+    message: 'the empty thread shown, without the card',
+  });
+  // Back on the first thread, the question still waits, and the answer counts.
+  await panel.selectOption('#thread-list', threadA);
+  await waitForApprovalCard(panel);
+  await pressOn(panel.locator('#approval-accept-once'));
+  const [answer] = await sentOps(panel, 'approval.response');
+  assert.deepEqual({ threadId: answer.threadId, approvalId: answer.approvalId, decision: answer.decision }, { threadId: threadA, approvalId: card.approvalId, decision: 'acceptOnce' });
+  const settled = await waitForSettledTurn(panel);
+  assert.equal(settled.state, 'completed', describeState(settled));
+  assert.equal(await subscribeClicks(shop), 1, 'Subscribe clicked once, after the answer given on its own thread');
+});
 
 // ---------------------------------------------------------- long thread ---
 
