@@ -992,6 +992,15 @@ async function lastSnapshot(panel) {
   return inbound.filter((e) => e.message.type === 'initialized').at(-1)?.message.snapshot ?? null;
 }
 
+/** Presses New thread and waits until a thread other than `shownId` is shown; returns its id. */
+async function openNewThread(panel, shownId) {
+  await panel.click('#new-thread-button');
+  return waitFor(async () => {
+    const id = (await lastSnapshot(panel))?.thread?.id;
+    return id && id !== shownId ? id : null;
+  }, { timeout: 30000, message: 'the new thread shown' });
+}
+
 /** Outbound ops of one type (panel → engine), in order. */
 async function sentOps(panel, type) {
   return (await portMessages(panel, 'out')).filter((e) => e.message.type === type).map((e) => e.message);
@@ -1461,11 +1470,7 @@ isolatedTest(
     const done = await waitForSettledTurn(panel);
     assert.equal(done.state, 'completed', describeState(done));
     const firstThreadId = (await lastSnapshot(panel)).thread.id;
-    await panel.click('#new-thread-button');
-    await waitFor(async () => {
-      const id = (await lastSnapshot(panel))?.thread?.id;
-      return id && id !== firstThreadId;
-    }, { timeout: 30000, message: 'the new thread shown' });
+    await openNewThread(panel, firstThreadId);
     await submitTask(panel, 'Work on this for a while');
     await waitForRunState(panel, ['streaming_model']);
     const submits = (await sentOps(panel, 'turn.submit')).length;
@@ -1545,12 +1550,7 @@ isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, as
   const card = await waitForApprovalCard(panel);
   const threadA = (await lastSnapshot(panel)).thread.id;
   // A second, empty thread; then back to the first, whose card shows again.
-  await panel.click('#new-thread-button');
-  await waitFor(async () => {
-    const id = (await lastSnapshot(panel))?.thread?.id;
-    return id && id !== threadA;
-  }, { timeout: 30000, message: 'the new thread shown' });
-  const threadB = (await lastSnapshot(panel)).thread.id;
+  const threadB = await openNewThread(panel, threadA);
   await panel.selectOption('#thread-list', threadA);
   assert.equal((await waitForApprovalCard(panel)).approvalId, card.approvalId);
 
