@@ -294,7 +294,7 @@ pub enum Effect {
 }
 
 /// What the engine needs of the worker's life (`Effect::SetHeartbeat`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Heartbeat {
     /// Nothing needs the worker: Chrome may stop it when it is idle.
     #[default]
