@@ -439,8 +439,8 @@ function expectNewThread() {
  * shown thread's, so input waits for the snapshot (`heldSubmit`) instead of
  * naming the new thread with the old thread's run; every other action on
  * what is shown (a message's buttons, the edit and queue editors, the
- * approval, question and uncertain cards, Continue, Stop, Delete) does
- * nothing until then.
+ * queue's ×, the approval, question and uncertain cards, Continue, Stop,
+ * Delete) does nothing until then.
  */
 function threadPending() {
   return dom.messages.getAttribute("aria-busy") === "true" || document.body.dataset.ready !== "true";
@@ -1881,7 +1881,7 @@ function renderQueue() {
     remove.textContent = "×";
     remove.setAttribute("aria-label", `Remove queued message: ${clipText(item.text || "", 60)}`);
     remove.addEventListener("click", () => {
-      if (state.threadId) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
+      if (state.threadId && !threadPending()) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
     });
     li.append(text, edit, remove);
     return li;
