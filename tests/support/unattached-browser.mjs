@@ -159,7 +159,10 @@ export class UnattachedBrowser {
       }
       return result.value;
     };
-    await waitFor(() => evaluate('document.readyState === "complete"').catch(() => false), {
+    // The new tab's first document is about:blank, itself "complete" (and
+    // with a `chrome` object, without the extension's APIs): wait for `url`.
+    const loaded = `location.href === ${JSON.stringify(url)} && document.readyState === "complete"`;
+    await waitFor(() => evaluate(loaded).catch(() => false), {
       timeout: 30000,
       message: `${url} to load`,
     });
