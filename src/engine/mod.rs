@@ -1239,6 +1239,12 @@ impl Engine {
         &self.epoch
     }
 
+    /// The heartbeat level last stated (`Effect::SetHeartbeat`).
+    #[must_use]
+    pub fn heartbeat(&self) -> Heartbeat {
+        self.heartbeat
+    }
+
     /// Whether any run is active (not terminal) in memory.
     pub fn has_active_runs(&self) -> bool {
         self.threads.values().any(|t| t.exec.is_some())

@@ -157,8 +157,6 @@ struct Driver {
     /// (see `request_body`). Two threads running at once keep theirs; a
     /// side request (title, compaction, connection test) keeps none.
     bodies: RefCell<Vec<KeptBody>>,
-    /// The engine's last `Effect::SetHeartbeat` level.
-    heartbeat: Cell<Heartbeat>,
     /// What was last asked of the wake-up alarm (set or cleared); `None`
     /// before the first call. Going between `Off` and `Awake` (a panel's
     /// connect or disconnect) needs no `chrome.alarms` call.
@@ -338,7 +336,6 @@ impl Driver {
     /// wake-up alarm exists while the level is `Working`, and the keepalive
     /// loop runs while it is `Awake` or `Working`.
     fn set_heartbeat(&self, level: Heartbeat) {
-        self.heartbeat.set(level);
         let wakes = level.wakes();
         if self.alarm.replace(Some(wakes)) != Some(wakes) {
             spawn_local(async move {
@@ -361,11 +358,11 @@ impl Driver {
     /// While the heartbeat keeps the worker alive, call an extension API
     /// every `KEEPALIVE_MS`: each call resets Chrome's 30 s idle timer
     /// (Chrome 110+), which a Port does not. Ends at the first tick after
-    /// the level went `Off`.
+    /// the engine's level went `Off`.
     async fn keep_alive(&self) {
         loop {
             TimeoutFuture::new(KEEPALIVE_MS).await;
-            if !self.heartbeat.get().keeps_alive() {
+            if !self.engine.borrow().heartbeat().keeps_alive() {
                 break;
             }
             if let Err(e) = chrome::keepalive().await {
@@ -1231,7 +1228,6 @@ impl EngineHandle {
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             bodies: RefCell::new(Vec::new()),
-            heartbeat: Cell::new(Heartbeat::Off),
             alarm: Cell::new(None),
             keeping_alive: Cell::new(false),
             me: me.clone(),
