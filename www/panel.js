@@ -443,7 +443,21 @@ function expectNewThread() {
  * Delete) does nothing until then.
  */
 function threadPending() {
-  return dom.messages.getAttribute("aria-busy") === "true" || document.body.dataset.ready !== "true";
+  return dom.messages.getAttribute("aria-busy") === "true" || document.body.dataset.ready !== "true" || creatingThread();
+}
+
+/**
+ * Whether a new thread (New thread, Fork) is asked for and not answered yet.
+ * After a reconnect the panel's `initialize` names the thread still shown,
+ * and its snapshot can come before the answer to the re-sent create or
+ * fork: the messages stay busy and held input waits for the new thread
+ * (the engine shows it again when it answers a retry).
+ */
+function creatingThread() {
+  for (const { message } of state.pendingOps.values()) {
+    if (message.type === "thread.create" || message.type === "thread.fork") return true;
+  }
+  return false;
 }
 
 /**
@@ -516,7 +530,8 @@ function applySnapshot(snapshot) {
   state.threadId = thread ? thread.id : null;
   // The messages are this thread's from here on (see `expectThread`).
   dom.messages.dataset.threadId = state.threadId ?? "";
-  dom.messages.removeAttribute("aria-busy");
+  if (creatingThread()) dom.messages.setAttribute("aria-busy", "true");
+  else dom.messages.removeAttribute("aria-busy");
   renderThreads(threads);
 
   view.elementsById.clear();
@@ -604,7 +619,7 @@ function applySnapshot(snapshot) {
     }
   }
   document.body.dataset.ready = "true";
-  if (state.heldSubmit !== null) {
+  if (state.heldSubmit !== null && !threadPending()) {
     const mode = state.heldSubmit;
     state.heldSubmit = null;
     setNote("");

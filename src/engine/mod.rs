@@ -1372,7 +1372,7 @@ impl Engine {
                     return;
                 }
             }
-            if self.replay_receipt(&reply) {
+            if self.replay_receipt(now, &reply) {
                 return;
             }
         }

@@ -1151,10 +1151,10 @@ pick a different element or tool, or explain the problem to the user.",
             reply,
             ..
         } = pending;
-        let conn = reply.as_ref().map(|(r, _)| r.conn);
-        if let Some((reply, result)) = reply {
-            self.ack(&reply, result);
-        }
+        let answered = match reply {
+            Some((reply, result)) => self.ack(&reply, result),
+            None => Vec::new(),
+        };
         match then {
             Then::Command { follow } => match follow {
                 Follow::AckOnly => {}
@@ -1168,7 +1168,10 @@ pick a different element or tool, or explain the problem to the user.",
                 }
                 Follow::ThreadCreated => {
                     self.broadcast_threads();
-                    if let Some(conn) = conn {
+                    // The client that asked, and any that retried the same
+                    // submission meanwhile (a panel that reconnected), are
+                    // shown the new thread.
+                    for conn in answered {
                         if let Some(c) = self.conns.get_mut(&conn) {
                             c.subscribed = Some(tid.clone());
                         }

@@ -232,12 +232,26 @@ impl Engine {
     }
 
     /// receipt_replay_or_reject: a known submission id replays or is rejected.
-    pub(super) fn replay_receipt(&mut self, reply: &Reply) -> bool {
+    pub(super) fn replay_receipt(&mut self, now: u64, reply: &Reply) -> bool {
         let key = receipt_key(&reply.submission);
         if let Some(receipt) = self.receipts.get(&key) {
             if receipt.fingerprint == reply.fingerprint && receipt.op_type == reply.op_type {
                 let result = receipt.result.clone();
+                let created = match reply.op_type {
+                    "thread.create" | "thread.fork" => result
+                        .get("threadId")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    _ => None,
+                };
                 self.ack(reply, result);
+                // The first answer (the ACK and the new thread's snapshot)
+                // may never have reached the client: a retry opens the
+                // thread again, as the first answer did, so the client is
+                // not left waiting for a snapshot no one sends.
+                if let Some(thread_id) = created {
+                    self.reopen_created(now, reply, thread_id);
+                }
             } else {
                 self.reject(
                     reply,
@@ -272,9 +286,13 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    pub(super) fn ack(&mut self, reply: &Reply, result: Value) {
+    /// ACKs `reply` and every retry of it that arrived while its commit was
+    /// in flight; returns the connections answered.
+    pub(super) fn ack(&mut self, reply: &Reply, result: Value) -> Vec<ConnId> {
         let waiters = self.take_waiters(reply);
+        let mut answered = Vec::with_capacity(1 + waiters.len());
         for r in std::iter::once(reply).chain(waiters.iter()) {
+            answered.push(r.conn);
             self.send(
                 r.conn,
                 Event::CommandAck {
@@ -284,6 +302,22 @@ impl Engine {
                 },
             );
         }
+        answered
+    }
+
+    /// A retried `thread.create` or `thread.fork` whose thread exists: the
+    /// client is shown it, as by `initialize` (which loads it if a restart
+    /// left it on disk). A thread deleted since is not reopened; the client
+    /// keeps what it shows.
+    fn reopen_created(&mut self, now: u64, reply: &Reply, thread_id: String) {
+        if !self.threads.contains_key(&thread_id) {
+            return;
+        }
+        let op = Op::Initialize {
+            submission: reply.submission.clone(),
+            thread_id: Some(thread_id),
+        };
+        self.handle_op(now, reply.conn, op);
     }
 
     pub(super) fn reject(&mut self, reply: &Reply, kind: ErrorKind, message: &str) {

@@ -108,9 +108,9 @@ async function unanswered(panel) {
 /**
  * Click calls the user declined and never accepted (an approval is asked
  * again only after a restart cancelled the first): none of them may click.
+ * `db` is the engine's database as `dumpIndexedDb` reads it.
  */
-async function declinedClickCalls(panel) {
-  const db = (await dumpIndexedDb(panel))['sw-agent'] ?? {};
+function declinedClickCalls(db) {
   const clicks = (db.approvals ?? []).map((entry) => entry.value).filter((a) => a.toolName === 'click');
   const accepted = new Set(clicks.filter((a) => a.status.startsWith('accepted')).map((a) => a.callId));
   return new Set(clicks.filter((a) => a.status === 'declined' && !accepted.has(a.callId)).map((a) => a.callId)).size;
@@ -118,10 +118,10 @@ async function declinedClickCalls(panel) {
 
 /**
  * Records of threads that are gone (written after, or left behind by, a
- * `thread.delete`), and threads whose leaf is not one of their nodes.
+ * `thread.delete`), and threads whose leaf is not one of their nodes, in
+ * `db` (the engine's database as `dumpIndexedDb` reads it).
  */
-async function strayRecords(panel) {
-  const db = (await dumpIndexedDb(panel))['sw-agent'] ?? {};
+function strayRecords(db) {
   const values = (store) => (db[store] ?? []).map((entry) => entry.value);
   const threads = new Set(values('threads').map((t) => t.id));
   const problems = [];
@@ -355,14 +355,16 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
   const tail = newestOf(after, before);
   assert.deepEqual(tail(after), tail(before), 'what the panel showed is what it shows after a reload');
   assert.deepEqual(orphanToolCallProblems(mock.requests()), [], 'no_orphan_tool_calls');
-  assert.deepEqual(await strayRecords(panel), [], 'no record outlives its thread');
+  // The engine's database, read once for the two checks below.
+  const stored = (await dumpIndexedDb(panel))['sw-agent'] ?? {};
+  assert.deepEqual(strayRecords(stored), [], 'no record outlives its thread');
   // never_retry_at_most_once: each click call the model made is dispatched
   // at most once, and one the user declined never; only the user's Retry
   // on an uncertain click sends one again. (A thread the monkey deleted
   // took its approvals along: its declined calls count as allowed, which
   // only loosens the bound.)
   const clickCalls = mock.requests().filter((r) => r.outcome === 'completed' && r.step?.toolCalls?.some((c) => c.name === 'click')).length;
-  const declined = await declinedClickCalls(panel);
+  const declined = declinedClickCalls(stored);
   const clicks = await subscribeClicks(shop);
   assert.ok(
     clicks <= clickCalls - declined + counts.retry,

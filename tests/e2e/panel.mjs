@@ -33,6 +33,7 @@ import {
   portLog,
   holdOutgoing,
   injectIncoming,
+  dropIncoming,
   dumpIndexedDb,
   transcriptLines,
   waitFor,
@@ -1576,6 +1577,60 @@ isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, as
   assert.equal(settled.state, 'completed', describeState(settled));
   assert.equal(await subscribeClicks(shop), 1, 'Subscribe clicked once, after the answer given on its own thread');
 });
+
+isolatedTest(
+  'a_new_thread_whose_answer_was_lost_with_the_worker_opens_after_the_reconnect_and_takes_the_held_input',
+  {
+    script: [
+      { text: 'Answer in the first thread.' },
+      { text: 'Answer in the new thread.' },
+    ],
+  },
+  async (session) => {
+    const { panel, context, extensionId, mock } = session;
+    await submitTask(panel, 'First question');
+    const done = await waitForSettledTurn(panel);
+    assert.equal(done.state, 'completed', describeState(done));
+    const firstThreadId = (await lastSnapshot(panel)).thread.id;
+
+    // New thread, and a message typed at once. The engine creates the
+    // thread, but its answer (the ACK and the snapshot) never reaches the
+    // panel: the worker is killed first.
+    await dropIncoming(panel, ['command.ack', 'initialized']);
+    await panel.click('#new-thread-button');
+    await submitTask(panel, 'Into the new thread');
+    assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
+    const [create] = await sentOps(panel, 'thread.create');
+    const lost = await answerTo(panel, create.submissionId, 'the thread.create');
+    assert.equal(lost.type, 'command.ack');
+    const created = lost.result.threadId;
+    assert.ok(typeof created === 'string' && created !== firstThreadId);
+    await killServiceWorker(context, extensionId, { page: panel });
+
+    // The panel reconnects: its `initialize` names the thread still shown,
+    // and the create is sent again. The first thread's snapshot arrives
+    // first and must not take the held message; the engine answers the
+    // retry as it answered the first time, showing the new thread.
+    const sent = await waitFor(
+      async () => (await sentOps(panel, 'turn.submit')).find((op) => op.input.text === 'Into the new thread'),
+      { timeout: 60000, message: 'the held input sent after the reconnect' },
+    );
+    assert.equal(sent.threadId, created, 'sent to the new thread, not to the one shown before');
+    const creates = await sentOps(panel, 'thread.create');
+    assert.deepEqual(creates.map((op) => op.submissionId), [create.submissionId, create.submissionId], 'the same create, sent again');
+    await waitFor(async () => (await conversation(panel)).join('|') === 'user: Into the new thread|agent: Answer in the new thread.', {
+      timeout: 60000,
+      message: 'the new thread answered',
+    });
+    assert.equal(await panel.locator('#messages').getAttribute('data-thread-id'), created);
+    assert.equal(await panel.locator('#composer-note').textContent(), '');
+    const threads = await stored(panel, 'threads');
+    assert.deepEqual(threads.map((t) => t.id).sort(), [created, firstThreadId].sort(), 'one thread created');
+    const firstUsers = (await stored(panel, 'nodes')).filter((n) => n.threadId === firstThreadId && n.kind === 'user_message');
+    assert.equal(firstUsers.length, 1, 'nothing more went to the first thread');
+    assert.equal(mock.requests().length, 2);
+  },
+);
 
 // ---------------------------------------------------------- long thread ---
 

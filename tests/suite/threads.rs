@@ -912,3 +912,104 @@ fn initialize_of_a_deleted_thread_after_a_restart_shows_the_most_recent_one_whol
     assert_eq!(view.id, kept);
     assert!(!view.nodes.is_empty(), "the conversation, not an empty one");
 }
+
+fn create(id: &str) -> Op {
+    Op::ThreadCreate {
+        submission: submission(id),
+    }
+}
+
+#[test]
+fn receipt_replay_or_reject_a_fork_sent_again_after_a_restart_shows_the_fork_again() {
+    // The worker was killed after the fork committed and before the panel
+    // got its answer. The panel reconnects, shows the source thread again
+    // and re-sends the fork: it gets the same answer and the fork is shown,
+    // read back from disk, as the first answer would have shown it.
+    let (mut sim, _, source, fork_id) = forked_after_a_tool_turn(138);
+    let copied = paths(&sim)
+        .into_iter()
+        .find(|p| p.first().is_some_and(|n| n.thread_id == fork_id))
+        .expect("the fork's path")
+        .len();
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&source)));
+    sim.send(conn, fork("f1", &source, None));
+    sim.run(10_000);
+    assert_eq!(
+        acked_thread(&sim, conn, "f1").as_deref(),
+        Some(fork_id.as_str())
+    );
+    let view = last_view(&sim, conn);
+    assert_eq!(view.id, fork_id, "the fork is shown, not the source");
+    assert_eq!(view.nodes.len(), copied.min(sim.config.snapshot_nodes));
+    assert_eq!(sim.store.threads.len(), 2, "forked once");
+    // The panel follows the fork: its next turn goes there.
+    sim.send(conn, submit("s2", Some(&fork_id), "Go on"));
+    sim.run(10_000);
+    assert!(
+        sim.events_for(conn)
+            .iter()
+            .any(|e| matches!(e, Event::TurnStart { thread_id, .. } if *thread_id == fork_id)),
+        "the fork's events reach the panel"
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn receipt_replay_or_reject_a_create_sent_again_after_a_restart_shows_the_new_thread() {
+    let mut sim = Sim::new(139, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Hello"));
+    sim.run(10_000);
+    let first = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, create("c1"));
+    sim.run(10_000);
+    let created = acked_thread(&sim, conn, "c1").expect("created");
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&first)));
+    sim.send(conn, create("c1"));
+    sim.run(10_000);
+    assert_eq!(acked_thread(&sim, conn, "c1"), Some(created.clone()));
+    assert_eq!(last_view(&sim, conn).id, created);
+    assert_eq!(sim.store.threads.len(), 2, "created once");
+    // A thread deleted since is not reopened: the panel keeps what it shows.
+    sim.send(conn, delete("d1", &created));
+    sim.run(10_000);
+    let panel = sim.connect();
+    sim.send(panel, initialize("i2", Some(&first)));
+    sim.send(panel, create("c1"));
+    sim.run(10_000);
+    assert_eq!(acked_thread(&sim, panel, "c1"), Some(created));
+    assert_eq!(last_view(&sim, panel).id, first);
+    let snapshots = sim
+        .events_for(panel)
+        .iter()
+        .filter(|e| matches!(e, Event::Initialized { .. }))
+        .count();
+    assert_eq!(snapshots, 1, "only the snapshot it asked for");
+}
+
+#[test]
+fn receipt_replay_or_reject_a_create_sent_again_while_it_saves_shows_the_new_thread_to_the_retry() {
+    // The panel's Port dropped while its thread.create was saving; the
+    // reconnected panel sends it again and waits with it.
+    let mut sim = Sim::new(140, agent_policy(), page_tools());
+    let first = sim.connect();
+    sim.hold_persists = true;
+    sim.send(first, create("c1"));
+    sim.run(1000);
+    sim.disconnect(first);
+    let second = sim.connect();
+    sim.send(second, initialize("i1", None));
+    sim.send(second, create("c1"));
+    sim.run(1000);
+    assert!(answer(&sim, second, "c1").is_none(), "waits for the commit");
+    sim.hold_persists = false;
+    assert!(sim.release_one());
+    sim.run(10_000);
+    let created = acked_thread(&sim, second, "c1").expect("acked");
+    assert_eq!(last_view(&sim, second).id, created);
+    assert_eq!(sim.store.threads.len(), 1);
+}

@@ -103,6 +103,17 @@ function portRecorderInitScript() {
     },
   };
   Object.defineProperty(globalThis, '__portHold', { value: hold, enumerable: false });
+  // Incoming messages whose type is in `types`, on the connection that was
+  // the newest when they were set (`dropIncoming`), are recorded but never
+  // reach the page: answers lost with a worker killed before they arrived.
+  const drop = { types: [], connection: 0 };
+  Object.defineProperty(globalThis, '__portDrop', {
+    value: (types) => {
+      drop.types = types;
+      drop.connection = connections;
+    },
+    enumerable: false,
+  });
   const inject = { into: null };
   Object.defineProperty(globalThis, '__portInject', { value: (message) => inject.into?.(message), enumerable: false });
   const originalConnect = runtime.connect.bind(runtime);
@@ -125,7 +136,13 @@ function portRecorderInitScript() {
     const addListener = port.onMessage.addListener.bind(port.onMessage);
     port.onMessage.addListener = (listener) => {
       listeners.push(listener);
-      return addListener(listener);
+      return addListener((message, from) => {
+        if (drop.connection === connection && drop.types.includes(message?.type)) {
+          log.push({ dir: 'dropped', connection, name, at: Date.now(), json: JSON.stringify(message) });
+          return undefined;
+        }
+        return listener(message, from);
+      });
     };
     inject.into = (message) => {
       log.push({ dir: 'in', connection, name, at: Date.now(), json: JSON.stringify(message), injected: true });
@@ -687,6 +704,16 @@ export async function holdOutgoing(panel, types) {
  */
 export async function injectIncoming(panel, message) {
   await panel.evaluate((m) => globalThis.__portInject(m), message);
+}
+
+/**
+ * From now on, messages of `types` that the worker sends on the panel's
+ * current Port are recorded (`dir: 'in'`, and `'dropped'`) but never reach
+ * the panel, as if the worker had been killed before sending them; a Port
+ * the panel opens later gets everything.
+ */
+export async function dropIncoming(panel, types) {
+  await panel.evaluate((t) => globalThis.__portDrop(t), types);
 }
 
 /** Every message recorded on the panel's Ports (see portRecorderInitScript). */

@@ -188,14 +188,20 @@ export class UnattachedBrowser {
     return panel;
   }
 
+  /** The extension's running worker target; throws (naming `purpose`) when none runs. */
+  async workerTarget(purpose) {
+    const { targetInfos } = await this.send('Target.getTargets');
+    const worker = targetInfos.find((t) => t.type === 'service_worker' && t.url.startsWith(`chrome-extension://${this.extensionId}/`));
+    if (!worker) throw new Error(`no running service worker to ${purpose}`);
+    return worker;
+  }
+
   /**
    * Evaluates `expression` in the worker: attaches, evaluates, detaches. While
    * attached Chrome does not stop the worker; after this returns it may again.
    */
   async inWorker(expression) {
-    const { targetInfos } = await this.send('Target.getTargets');
-    const worker = targetInfos.find((t) => t.type === 'service_worker' && t.url.startsWith(`chrome-extension://${this.extensionId}/`));
-    if (!worker) throw new Error('no running service worker to evaluate in');
+    const worker = await this.workerTarget('evaluate in');
     const { sessionId } = await this.send('Target.attachToTarget', { targetId: worker.targetId, flatten: true });
     try {
       const { result, exceptionDetails } = await this.send(
@@ -212,9 +218,7 @@ export class UnattachedBrowser {
 
   /** Kills the worker (Target.closeTarget) and waits until Chrome reports it stopped. */
   async killWorker() {
-    const { targetInfos } = await this.send('Target.getTargets');
-    const worker = targetInfos.find((t) => t.type === 'service_worker' && t.url.startsWith(`chrome-extension://${this.extensionId}/`));
-    if (!worker) throw new Error('no running service worker to kill');
+    const worker = await this.workerTarget('kill');
     const from = this.workerLog.length;
     await this.send('Target.closeTarget', { targetId: worker.targetId });
     await this.waitForWorkerStop(from, 'the killed worker to be reported stopped', { timeout: 30000, interval: 20 });
