@@ -446,6 +446,26 @@ function threadPending() {
   return dom.messages.getAttribute("aria-busy") === "true" || document.body.dataset.ready !== "true" || creatingThread();
 }
 
+/** Said in the composer's note when an action waits for no thread (`refusedWhileOpening`). */
+const OPENING_NOTE = "The thread is still opening: try again once it is shown.";
+
+/**
+ * Whether an action on what is shown must not be taken because another
+ * thread is opening (`threadPending`); if so, the composer's note (a polite
+ * live region) says why nothing happened, unless input held for the thread
+ * already says it.
+ */
+function refusedWhileOpening() {
+  if (!threadPending()) return false;
+  if (state.heldSubmit === null) setNote(OPENING_NOTE);
+  return true;
+}
+
+/** Clears `OPENING_NOTE` once the thread is shown (or stays shown). */
+function clearOpeningNote() {
+  if (dom.note.textContent === OPENING_NOTE && !threadPending()) setNote("");
+}
+
 /**
  * Whether a new thread (New thread, Fork) is asked for and not answered yet.
  * After a reconnect the panel's `initialize` names the thread still shown,
@@ -619,6 +639,7 @@ function applySnapshot(snapshot) {
     }
   }
   document.body.dataset.ready = "true";
+  clearOpeningNote();
   if (state.heldSubmit !== null && !threadPending()) {
     const mode = state.heldSubmit;
     state.heldSubmit = null;
@@ -759,6 +780,7 @@ function onReject(event) {
       state.heldSubmit = null;
       setNote("");
     }
+    clearOpeningNote();
   }
   // A refused switch or fork changes nothing: no focus to move, no "Forking…".
   if (opType === "thread.selectBranch") view.focusAfterSnapshot = null;
@@ -1281,7 +1303,7 @@ function onMessageAction(event) {
   if (!(button instanceof HTMLButtonElement) || !dom.messages.contains(button) || button.disabled) return;
   // While another thread opens, the messages shown are the previous
   // thread's: no clicks reach them (CSS), and no key press either.
-  if (threadPending()) return;
+  if (refusedWhileOpening()) return;
   if (button.dataset.action === "load-earlier") {
     loadEarlier(button);
     return;
@@ -1421,7 +1443,7 @@ function setEditorBusy(editor, busy) {
 
 function submitEdit() {
   const editor = view.editor;
-  if (!editor || editor.submissionId !== null || state.threadId === null || threadPending()) return;
+  if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.textarea.value.trim();
   if (text === "") {
     editor.error.textContent = "Type the message, or press Esc to cancel.";
@@ -1838,7 +1860,7 @@ function renderThreads(threads) {
 // of the thread). Leaving the button, or Esc, cancels.
 
 function askOrDelete() {
-  if (state.threadId === null || threadPending()) return;
+  if (state.threadId === null || refusedWhileOpening()) return;
   if (dom.deleteThread.dataset.confirm !== "true") {
     dom.deleteThread.dataset.confirm = "true";
     dom.deleteThread.dataset.threadId = state.threadId;
@@ -1896,7 +1918,7 @@ function renderQueue() {
     remove.textContent = "×";
     remove.setAttribute("aria-label", `Remove queued message: ${clipText(item.text || "", 60)}`);
     remove.addEventListener("click", () => {
-      if (state.threadId && !threadPending()) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
+      if (state.threadId && !refusedWhileOpening()) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
     });
     li.append(text, edit, remove);
     return li;
@@ -1960,7 +1982,7 @@ function openQueueEditor(item) {
 
 function saveQueueEdit() {
   const editor = view.queueEditor;
-  if (!editor || editor.submissionId !== null || state.threadId === null || threadPending()) return;
+  if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.input.value.trim();
   if (text === "") {
     editor.error.textContent = "Type the message, or remove it from the queue with ×.";
@@ -2219,7 +2241,7 @@ function userIsTyping() {
 
 function answerApproval(decision) {
   const approval = state.approval;
-  if (approval === null || state.threadId === null || state.approvalAnswer !== null || threadPending()) return;
+  if (approval === null || state.threadId === null || state.approvalAnswer !== null || refusedWhileOpening()) return;
   // Keep focus inside the card while its buttons are disabled (a disabled button drops focus).
   dom.approvalCard.focus({ preventScroll: true });
   const submissionId = sendOp("approval.response", { threadId: state.threadId, approvalId: approval.id, decision });
@@ -2354,7 +2376,7 @@ function renderInteraction() {
 
 function answerInteraction(answer) {
   const interaction = state.interaction;
-  if (interaction === null || state.threadId === null || state.interactionAnswer !== null || threadPending()) return;
+  if (interaction === null || state.threadId === null || state.interactionAnswer !== null || refusedWhileOpening()) return;
   if (typeof answer !== "string" || answer.trim() === "") {
     dom.interactionStatus.textContent = "Type an answer or choose one of the suggestions.";
     dom.interactionAnswer.focus();
@@ -2503,7 +2525,7 @@ function renderUncertain() {
 }
 
 function resolveUncertain(choice) {
-  if (state.runState !== "paused_uncertain" || state.threadId === null || state.resolveSubmission !== null || threadPending()) return;
+  if (state.runState !== "paused_uncertain" || state.threadId === null || state.resolveSubmission !== null || refusedWhileOpening()) return;
   // Keep focus inside the card while its buttons are disabled (a disabled button drops focus).
   dom.uncertainCard.focus({ preventScroll: true });
   state.resolveSubmission = sendOp("run.resolveUncertain", { threadId: state.threadId, choice });
@@ -2642,7 +2664,7 @@ function submitInput(mode) {
 
 function interrupt() {
   // Stop acts on the run the panel shows: not while another thread opens.
-  if (state.threadId === null || threadPending()) return;
+  if (state.threadId === null || refusedWhileOpening()) return;
   sendOp("turn.interrupt", { threadId: state.threadId });
 }
 
@@ -2676,7 +2698,7 @@ document.addEventListener("keydown", (event) => {
 dom.enqueue.addEventListener("click", () => submitInput("enqueue"));
 dom.stop.addEventListener("click", interrupt);
 dom.continue.addEventListener("click", () => {
-  if (state.threadId !== null && !threadPending()) sendOp("run.resume", { threadId: state.threadId });
+  if (state.threadId !== null && !refusedWhileOpening()) sendOp("run.resume", { threadId: state.threadId });
 });
 dom.newThread.addEventListener("click", () => {
   sendOp("thread.create", {});

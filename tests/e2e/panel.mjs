@@ -6,8 +6,10 @@
 // repeated and a conflicting approval.response sent on a Port of the panel
 // page; the keyboard shortcuts (Enter steers, Shift+Alt+Enter queues, Esc
 // interrupts, Continue); provider errors in plain words; a settings round trip;
-// a message typed while another thread opens (held until it is shown), and
-// the left thread's buttons and approval card taking no key press meanwhile.
+// a message typed while another thread opens (held until it is shown, also
+// across a reconnect that lost the new thread's answer), and the left
+// thread's buttons and approval card taking no key press meanwhile (the
+// composer's note says why).
 //
 // Every run saves screenshots of the main states to target/e2e/screens/
 // (streaming, approval card, interaction card, interrupted banner, settings,
@@ -62,6 +64,8 @@ const TEST_TIMEOUT = 300000;
 /** A stall far longer than any test: only an interrupt or a SW kill ends it. */
 const STALL_FOREVER_MS = 600000;
 const SCREENS_DIR = path.join(REPO_ROOT, 'target', 'e2e', 'screens');
+/** The composer's note when an action is not taken while another thread opens (www/panel.js). */
+const OPENING_NOTE = 'The thread is still opening: try again once it is shown.';
 
 /** A test with its own fresh session (see tests/support/session.mjs). */
 function isolatedTest(name, options, body) {
@@ -1486,6 +1490,7 @@ isolatedTest(
     // with the second thread's message).
     await pressOn(panel.locator('#messages .node.user').first().getByRole('button', { name: 'Fork from here' }));
     assert.deepEqual(await sentOps(panel, 'thread.fork'), [], 'no fork from a message of the thread being left');
+    assert.equal(await panel.locator('#composer-note').textContent(), OPENING_NOTE, 'the panel says why nothing happened');
     await submitTask(panel, 'A follow-up for the first thread');
     assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
     assert.equal(await panel.inputValue('#task-input'), 'A follow-up for the first thread', 'kept in the composer until sent');
@@ -1562,11 +1567,13 @@ isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, as
   await panel.selectOption('#thread-list', threadB);
   await pressOn(panel.locator('#approval-accept-once'));
   assert.deepEqual(await sentOps(panel, 'approval.response'), [], 'no answer from the card of the thread being left');
+  assert.equal(await panel.locator('#composer-note').textContent(), OPENING_NOTE, 'the panel says why nothing happened');
   await release();
   await waitFor(async () => (await lastSnapshot(panel))?.thread?.id === threadB && (await readApprovalCard(panel))?.visible === false, {
     timeout: 30000,
     message: 'the empty thread shown, without the card',
   });
+  assert.equal(await panel.locator('#composer-note').textContent(), '', 'the note goes once the thread is shown');
   // Back on the first thread, the question still waits, and the answer counts.
   await panel.selectOption('#thread-list', threadA);
   await waitForApprovalCard(panel);
