@@ -705,8 +705,11 @@ function onAck(event) {
       if (result.downgraded === true) {
         setNote("Could not steer; queued as next turn");
       } else if (typeof result.steerId === "string" && typeof pending.text === "string"
-        && !state.pendingSteers.some((steer) => steer.id === result.steerId)) {
-        // Durable, not yet read by the agent: listed until its user message arrives.
+        && !state.pendingSteers.some((steer) => steer.id === result.steerId)
+        && !view.elementsById.has(result.steerId)) {
+        // Durable, not yet read by the agent: listed until its user message
+        // (whose node id is the steer's) arrives. An ACK replayed after a
+        // reconnect can come after that message: then there is nothing to list.
         state.pendingSteers.push({ id: result.steerId, text: pending.text });
         renderPendingSteers();
       }
@@ -996,7 +999,7 @@ function placeNode(node) {
     else if (state.approval && state.approval.callId === node.callId) renderApproval();
     else if (state.interaction && state.interaction.callId === node.callId) renderInteraction();
   }
-  if (node.kind === "user_message" && node.steered) dropPendingSteer(node.text);
+  if (node.kind === "user_message" && node.steered) dropPendingSteer(node);
 }
 
 /** @param {ProtocolNode} node */
@@ -2029,9 +2032,18 @@ function renderPendingSteers() {
   updateWaitingSection();
 }
 
-function dropPendingSteer(text) {
-  if (typeof text !== "string") return;
-  const index = state.pendingSteers.findIndex((steer) => steer.text === text || (steer.text !== "" && text.startsWith(steer.text)));
+/**
+ * A steered user message arrived: the steer it is no longer waits. Its node
+ * id is the steer's id; a message stored by an older build (another id) is
+ * matched by its text.
+ * @param {{ id: string, text: string }} node
+ */
+function dropPendingSteer(node) {
+  const text = typeof node.text === "string" ? node.text : "";
+  let index = state.pendingSteers.findIndex((steer) => steer.id === node.id);
+  if (index === -1) {
+    index = state.pendingSteers.findIndex((steer) => steer.text === text || (steer.text !== "" && text.startsWith(steer.text)));
+  }
   if (index === -1) return;
   state.pendingSteers.splice(index, 1);
   renderPendingSteers();

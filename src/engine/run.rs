@@ -195,7 +195,11 @@ impl Engine {
     }
 
     /// user_message{steered} nodes for `steers` after the current leaf, the
-    /// deletes of their pending records, and the thread's new leaf.
+    /// deletes of their pending records, and the thread's new leaf. A
+    /// steered message's node id is its steer's id (the `steerId` of the
+    /// steer's ACK and of the snapshot's pending steers): a client tells a
+    /// steer already in the conversation from one still waiting by it,
+    /// also when a retried steer's ACK is replayed after the steer was read.
     pub(super) fn steer_nodes(
         &mut self,
         now: u64,
@@ -208,7 +212,7 @@ impl Engine {
         let mut thread = t.thread.clone();
         for steer in steers {
             let node = Node {
-                id: self.ids.next_id("n"),
+                id: steer.id.clone(),
                 thread_id: tid.to_string(),
                 parent_id: parent.clone(),
                 created_at: now,

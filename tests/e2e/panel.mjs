@@ -1639,6 +1639,61 @@ isolatedTest(
   },
 );
 
+isolatedTest(
+  'a_steer_answer_replayed_after_its_message_arrived_lists_nothing_as_waiting',
+  {
+    script: [
+      { text: 'Waiting for the gate.', toolCalls: [{ name: 'wait_for', arguments: { text: GATE_TEXT, timeout_ms: 30000 } }] },
+      { text: 'Noted the steer.' },
+    ],
+  },
+  async (session) => {
+    const { panel, shop, context, extensionId } = session;
+    await submitTask(panel, 'Wait for the gate to open');
+    await waitFor(
+      async () => {
+        const state = await readPanel(panel);
+        return state.state === 'executing_tools' && toolCards(state).some((c) => c.toolName === 'wait_for' && c.status === 'running');
+      },
+      { timeout: 60000, message: 'the wait_for call running' },
+    );
+    // A steer whose ACK the panel never gets (the worker dies before it would
+    // have been delivered, below); the agent reads the steer meanwhile.
+    await dropIncoming(panel, ['command.ack']);
+    const text = 'Also check the footer [steer-replay-e2e]';
+    await submitTask(panel, text);
+    const [sent] = await sentOps(panel, 'turn.steer');
+    const first = await answerTo(panel, sent.submissionId, 'the steer');
+    const steerId = first.result.steerId;
+    assert.equal(typeof steerId, 'string', `a steer, not downgraded: ${JSON.stringify(first)}`);
+    await shop.evaluate((gate) => {
+      const p = document.createElement('p');
+      p.textContent = gate;
+      document.body.append(p);
+    }, GATE_TEXT);
+    const done = await waitForSettledTurn(panel);
+    assert.equal(done.state, 'completed', describeState(done));
+    assert.equal(await panel.locator(`#messages [data-node-id="${steerId}"]`).count(), 1, 'the steered message carries its steer id');
+
+    // The reconnect re-sends the steer; the engine replays its ACK after the
+    // snapshot that already shows the message. Nothing is listed as waiting.
+    await killServiceWorker(context, extensionId, { page: panel });
+    await waitFor(
+      async () => (await portMessages(panel, 'in')).filter((e) => e.message.submissionId === sent.submissionId).length === 2,
+      { timeout: 60000, message: 'the replayed answer to the steer' },
+    );
+    await panel.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => resolve())));
+    assert.deepEqual(await panel.evaluate(() => [...document.querySelectorAll('#steer-list li')].map((li) => li.textContent)), [], 'no steer listed as not yet read');
+    assert.equal(await panel.evaluate(() => document.getElementById('queue-section').hidden), true);
+    assert.deepEqual(await conversation(panel), [
+      'user: Wait for the gate to open',
+      'agent: Waiting for the gate.',
+      `user: steer ${text}`, // the steer badge, then the text
+      'agent: Noted the steer.',
+    ]);
+  },
+);
+
 // ---------------------------------------------------------- long thread ---
 
 /** Turns driven to seed the long thread: 3 nodes each (turn_context, user_message, assistant_message). */

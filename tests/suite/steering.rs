@@ -52,6 +52,49 @@ fn steer_exactly_once_in_order_during_streaming_lands_after_tool_results() {
 }
 
 #[test]
+fn steer_exactly_once_in_order_a_steered_message_is_named_by_its_steer_id() {
+    let mut sim = Sim::new(19, agent_policy(), page_tools());
+    let conn = sim.connect();
+    let (thread, turn) = started(&mut sim, conn);
+    sim.send(conn, steer("steer-a", &thread, &turn, "a"));
+    sim.send(conn, steer("steer-b", &thread, &turn, "b"));
+    sim.run(10_000);
+    let steer_id = |sim: &Sim, conn: u64, submission: &str| {
+        answer(sim, conn, submission).unwrap().unwrap()["steerId"]
+            .as_str()
+            .expect("a steer, not downgraded")
+            .to_string()
+    };
+    let ids = [
+        steer_id(&sim, conn, "steer-a"),
+        steer_id(&sim, conn, "steer-b"),
+    ];
+    let steered: Vec<(String, String)> = paths(&sim)[0]
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::UserMessage {
+                text,
+                steered: true,
+            } => Some((n.id.clone(), text.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steered,
+        [(ids[0].clone(), "a".into()), (ids[1].clone(), "b".into())]
+    );
+    // The panel never got the first ACK; after a restart it sends the steer
+    // again: the replayed ACK names the message already in the conversation.
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, steer("steer-a", &thread, &turn, "a"));
+    sim.run(10_000);
+    assert_eq!(steer_id(&sim, conn, "steer-a"), ids[0]);
+    assert_eq!(steered_texts(&sim), ["a", "b"], "read once");
+    check_invariants(&sim, &["a".into(), "b".into()]).unwrap();
+}
+
+#[test]
 fn one_cutoff_per_request_steer_after_cutoff_waits_for_next_request() {
     let mut sim = Sim::new(12, agent_policy(), page_tools());
     let conn = sim.connect();
