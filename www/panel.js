@@ -547,6 +547,9 @@ function applySnapshot(snapshot) {
   const threads = snapshot && Array.isArray(snapshot.threads) ? snapshot.threads : [];
   const thread = snapshot && snapshot.thread ? snapshot.thread : null;
   const threadChanged = (thread ? thread.id : null) !== state.threadId;
+  // Input held for a named thread (chosen, created, forked) is not given to
+  // another one the engine shows instead (that thread was deleted meanwhile).
+  const heldForAnother = state.heldSubmit !== null && state.threadId !== null && threadChanged;
   state.threadId = thread ? thread.id : null;
   // The messages are this thread's from here on (see `expectThread`).
   dom.messages.dataset.threadId = state.threadId ?? "";
@@ -640,7 +643,11 @@ function applySnapshot(snapshot) {
   }
   document.body.dataset.ready = "true";
   clearOpeningNote();
-  if (state.heldSubmit !== null && !threadPending()) {
+  if (heldForAnother) {
+    // The text stays in the composer, unsent.
+    state.heldSubmit = null;
+    setNote("");
+  } else if (state.heldSubmit !== null && !threadPending()) {
     const mode = state.heldSubmit;
     state.heldSubmit = null;
     setNote("");

@@ -305,14 +305,11 @@ impl Engine {
         answered
     }
 
-    /// A retried `thread.create` or `thread.fork` whose thread exists: the
-    /// client is shown it, as by `initialize` (which loads it if a restart
-    /// left it on disk). A thread deleted since is not reopened; the client
-    /// keeps what it shows.
+    /// A retried `thread.create` or `thread.fork`: the client is shown the
+    /// thread it made, as by `initialize` (which loads it if a restart left
+    /// it on disk), or, if that thread was deleted since, the most recent
+    /// one, so the client always gets the snapshot it waits for.
     fn reopen_created(&mut self, now: u64, reply: &Reply, thread_id: String) {
-        if !self.threads.contains_key(&thread_id) {
-            return;
-        }
         let op = Op::Initialize {
             submission: reply.submission.clone(),
             thread_id: Some(thread_id),

@@ -1640,6 +1640,57 @@ isolatedTest(
 );
 
 isolatedTest(
+  'input_held_for_a_new_thread_deleted_before_it_was_shown_stays_in_the_composer',
+  { script: [{ text: 'Answer in the first thread.' }] },
+  async (session) => {
+    const { panel, context, extensionId, mock } = session;
+    await submitTask(panel, 'First question');
+    const done = await waitForSettledTurn(panel);
+    assert.equal(done.state, 'completed', describeState(done));
+    const firstThreadId = (await lastSnapshot(panel)).thread.id;
+    const text = 'Into a thread that will be gone';
+
+    // New thread and a message typed at once; the answer is lost with the
+    // worker, and another panel deletes the new thread before this one
+    // sees it.
+    await dropIncoming(panel, ['command.ack', 'initialized']);
+    await panel.click('#new-thread-button');
+    await submitTask(panel, text);
+    const [create] = await sentOps(panel, 'thread.create');
+    const created = (await answerTo(panel, create.submissionId, 'the thread.create')).result.threadId;
+    const deleted = await panel.evaluate((threadId) => new Promise((resolve) => {
+      const port = chrome.runtime.connect({ name: 'panel' });
+      port.onMessage.addListener((message) => {
+        if (message.submissionId !== 'delete-by-another-panel') return;
+        port.disconnect();
+        resolve(message);
+      });
+      port.postMessage({ type: 'thread.delete', clientId: 'another-panel', submissionId: 'delete-by-another-panel', threadId });
+    }), created);
+    assert.equal(deleted.type, 'command.ack', JSON.stringify(deleted));
+    await killServiceWorker(context, extensionId, { page: panel });
+
+    // The retried create is answered with the thread it made, which is gone:
+    // the engine shows the most recent thread instead, and the text held for
+    // the new thread is not sent to that one.
+    await waitFor(
+      async () => (await portMessages(panel, 'in')).filter((e) => e.message.submissionId === create.submissionId).length === 2,
+      { timeout: 60000, message: 'the replayed answer to the create' },
+    );
+    await waitFor(
+      async () => (await panel.locator('#composer-note').textContent()) === ''
+        && (await panel.locator('#messages').getAttribute('aria-busy')) === null,
+      { timeout: 30000, message: 'the panel settled on a thread' },
+    );
+    assert.equal(await panel.locator('#messages').getAttribute('data-thread-id'), firstThreadId);
+    assert.equal(await panel.inputValue('#task-input'), text, 'the text stays in the composer');
+    assert.deepEqual((await sentOps(panel, 'turn.submit')).filter((op) => op.input.text === text), [], 'not sent to another thread');
+    assert.deepEqual(await conversation(panel), ['user: First question', 'agent: Answer in the first thread.']);
+    assert.equal(mock.requests().length, 1);
+  },
+);
+
+isolatedTest(
   'a_steer_answer_replayed_after_its_message_arrived_lists_nothing_as_waiting',
   {
     script: [
