@@ -1585,6 +1585,29 @@ isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, as
   assert.equal(await subscribeClicks(shop), 1, 'Subscribe clicked once, after the answer given on its own thread');
 });
 
+/**
+ * A first thread with one answered turn, then New thread and `text` typed
+ * at once. The engine creates the thread, but its answer (the ACK and the
+ * snapshot) never reaches the panel (`dropIncoming`; the test then kills the
+ * worker, as if it had died first). The text waits in the composer.
+ */
+async function newThreadWithLostAnswer(panel, text) {
+  await submitTask(panel, 'First question');
+  const done = await waitForSettledTurn(panel);
+  assert.equal(done.state, 'completed', describeState(done));
+  const firstThreadId = (await lastSnapshot(panel)).thread.id;
+  await dropIncoming(panel, ['command.ack', 'initialized']);
+  await panel.click('#new-thread-button');
+  await submitTask(panel, text);
+  assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
+  const [create] = await sentOps(panel, 'thread.create');
+  const lost = await answerTo(panel, create.submissionId, 'the thread.create');
+  assert.equal(lost.type, 'command.ack');
+  const created = lost.result.threadId;
+  assert.ok(typeof created === 'string' && created !== firstThreadId);
+  return { firstThreadId, create, created };
+}
+
 isolatedTest(
   'a_new_thread_whose_answer_was_lost_with_the_worker_opens_after_the_reconnect_and_takes_the_held_input',
   {
@@ -1595,23 +1618,7 @@ isolatedTest(
   },
   async (session) => {
     const { panel, context, extensionId, mock } = session;
-    await submitTask(panel, 'First question');
-    const done = await waitForSettledTurn(panel);
-    assert.equal(done.state, 'completed', describeState(done));
-    const firstThreadId = (await lastSnapshot(panel)).thread.id;
-
-    // New thread, and a message typed at once. The engine creates the
-    // thread, but its answer (the ACK and the snapshot) never reaches the
-    // panel: the worker is killed first.
-    await dropIncoming(panel, ['command.ack', 'initialized']);
-    await panel.click('#new-thread-button');
-    await submitTask(panel, 'Into the new thread');
-    assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
-    const [create] = await sentOps(panel, 'thread.create');
-    const lost = await answerTo(panel, create.submissionId, 'the thread.create');
-    assert.equal(lost.type, 'command.ack');
-    const created = lost.result.threadId;
-    assert.ok(typeof created === 'string' && created !== firstThreadId);
+    const { firstThreadId, create, created } = await newThreadWithLostAnswer(panel, 'Into the new thread');
     await killServiceWorker(context, extensionId, { page: panel });
 
     // The panel reconnects: its `initialize` names the thread still shown,
@@ -1644,20 +1651,9 @@ isolatedTest(
   { script: [{ text: 'Answer in the first thread.' }] },
   async (session) => {
     const { panel, context, extensionId, mock } = session;
-    await submitTask(panel, 'First question');
-    const done = await waitForSettledTurn(panel);
-    assert.equal(done.state, 'completed', describeState(done));
-    const firstThreadId = (await lastSnapshot(panel)).thread.id;
     const text = 'Into a thread that will be gone';
-
-    // New thread and a message typed at once; the answer is lost with the
-    // worker, and another panel deletes the new thread before this one
-    // sees it.
-    await dropIncoming(panel, ['command.ack', 'initialized']);
-    await panel.click('#new-thread-button');
-    await submitTask(panel, text);
-    const [create] = await sentOps(panel, 'thread.create');
-    const created = (await answerTo(panel, create.submissionId, 'the thread.create')).result.threadId;
+    const { firstThreadId, create, created } = await newThreadWithLostAnswer(panel, text);
+    // Another panel deletes the new thread before this one sees it.
     const deleted = await panel.evaluate((threadId) => new Promise((resolve) => {
       const port = chrome.runtime.connect({ name: 'panel' });
       port.onMessage.addListener((message) => {
