@@ -1586,21 +1586,27 @@ isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, as
 });
 
 /**
- * A first thread with one answered turn, then New thread and `text` typed
- * at once. The engine creates the thread, but its answer (the ACK and the
- * snapshot) never reaches the panel (`dropIncoming`; the test then kills the
- * worker, as if it had died first). The text waits in the composer.
+ * A first thread with one answered turn ("First question", answered with the
+ * script's first text), then New thread (`how = 'fork'`: Fork from here on
+ * that answer) and `text` typed at once. The engine makes the thread, but
+ * its answer (the ACK and the snapshot) never reaches the panel
+ * (`dropIncoming`; the test then kills the worker, as if it had died
+ * first). The text waits in the composer.
  */
-async function newThreadWithLostAnswer(panel, text) {
+async function newThreadWithLostAnswer(panel, text, how = 'new') {
   await submitTask(panel, 'First question');
   const done = await waitForSettledTurn(panel);
   assert.equal(done.state, 'completed', describeState(done));
   const firstThreadId = (await lastSnapshot(panel)).thread.id;
   await dropIncoming(panel, ['command.ack', 'initialized']);
-  await panel.click('#new-thread-button');
+  if (how === 'fork') {
+    await panel.locator('#messages .node.assistant').first().getByRole('button', { name: 'Fork from here' }).click();
+  } else {
+    await panel.click('#new-thread-button');
+  }
   await submitTask(panel, text);
   assert.equal(await panel.locator('#composer-note').textContent(), 'Sends when the thread is shown…');
-  const [create] = await sentOps(panel, 'thread.create');
+  const [create] = await sentOps(panel, how === 'fork' ? 'thread.fork' : 'thread.create');
   const lost = await answerTo(panel, create.submissionId, 'the thread.create');
   assert.equal(lost.type, 'command.ack');
   const created = lost.result.threadId;
@@ -1640,6 +1646,37 @@ isolatedTest(
     assert.equal(await panel.locator('#composer-note').textContent(), '');
     const threads = await stored(panel, 'threads');
     assert.deepEqual(threads.map((t) => t.id).sort(), [created, firstThreadId].sort(), 'one thread created');
+    const firstUsers = (await stored(panel, 'nodes')).filter((n) => n.threadId === firstThreadId && n.kind === 'user_message');
+    assert.equal(firstUsers.length, 1, 'nothing more went to the first thread');
+    assert.equal(mock.requests().length, 2);
+  },
+);
+
+isolatedTest(
+  'a_fork_whose_answer_was_lost_with_the_worker_opens_after_the_reconnect_and_takes_the_held_input',
+  {
+    script: [
+      { text: 'Answer in the first thread.' },
+      { text: 'Answer in the fork.' },
+    ],
+  },
+  async (session) => {
+    const { panel, context, extensionId, mock } = session;
+    const { firstThreadId, create: fork, created } = await newThreadWithLostAnswer(panel, 'Into the fork', 'fork');
+    await killServiceWorker(context, extensionId, { page: panel });
+    const sent = await waitFor(
+      async () => (await sentOps(panel, 'turn.submit')).find((op) => op.input.text === 'Into the fork'),
+      { timeout: 60000, message: 'the held input sent after the reconnect' },
+    );
+    assert.equal(sent.threadId, created, 'sent to the fork, not to the thread it was forked from');
+    assert.deepEqual((await sentOps(panel, 'thread.fork')).map((op) => op.submissionId), [fork.submissionId, fork.submissionId], 'the same fork, sent again');
+    await waitFor(async () => (await conversation(panel)).join('|') === 'user: First question|agent: Answer in the first thread.|user: Into the fork|agent: Answer in the fork.', {
+      timeout: 60000,
+      message: 'the fork answered',
+    });
+    assert.equal(await panel.locator('#messages').getAttribute('data-thread-id'), created);
+    const threads = await stored(panel, 'threads');
+    assert.equal(threads.length, 2, 'forked once');
     const firstUsers = (await stored(panel, 'nodes')).filter((n) => n.threadId === firstThreadId && n.kind === 'user_message');
     assert.equal(firstUsers.length, 1, 'nothing more went to the first thread');
     assert.equal(mock.requests().length, 2);
