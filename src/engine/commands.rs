@@ -14,18 +14,25 @@ impl Engine {
     #[inline(never)]
     pub(super) fn op_initialize(&mut self, now: u64, conn: ConnId, thread_id: Option<String>) {
         let target = self.initialize_target(thread_id);
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.subscribed = target.clone();
-        }
         self.cache_subscribed(target.as_deref());
+        self.show_thread(conn, target);
+        self.cache_arm(now);
+    }
+
+    /// Subscribe `conn` to `target` (None: no thread) and send it the
+    /// snapshot: an `initialize`'s answer, and a new thread's or fork's to
+    /// the client that made it (`Follow::ThreadCreated`).
+    pub(super) fn show_thread(&mut self, conn: ConnId, target: Option<String>) {
         let snapshot = self.snapshot(target.as_deref());
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.subscribed = target;
+        }
         self.send(
             conn,
             Event::Initialized {
                 snapshot: Box::new(snapshot),
             },
         );
-        self.cache_arm(now);
     }
 
     #[inline(never)]

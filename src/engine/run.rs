@@ -1176,16 +1176,7 @@ pick a different element or tool, or explain the problem to the user.",
                     // submission meanwhile (a panel that reconnected), are
                     // shown the new thread.
                     for conn in answered {
-                        if let Some(c) = self.conns.get_mut(&conn) {
-                            c.subscribed = Some(tid.clone());
-                        }
-                        let snapshot = self.snapshot(Some(&tid));
-                        self.send(
-                            conn,
-                            Event::Initialized {
-                                snapshot: Box::new(snapshot),
-                            },
-                        );
+                        self.show_thread(conn, Some(tid.clone()));
                     }
                 }
                 Follow::ThreadDeleted => self.broadcast_threads(),
