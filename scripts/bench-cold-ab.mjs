@@ -66,6 +66,7 @@ try {
           'connect → engine ready': timing.timeOrigin + timing.readyAt - result.connectEpoch,
           'engine ready → initialized': result.initializedEpoch - (timing.timeOrigin + timing.readyAt),
           'wasm instantiated (since worker start)': timing.wasmAt,
+          'prefetch arrived (since worker start)': timing.prefetchAt,
           'Engine.start()': timing.startMs,
           'thread read': metrics.threadRead.totalMs,
           'thread decode': metrics.threadDecode.totalMs,
