@@ -247,6 +247,12 @@ const DEFAULT_BASE_URLS = {
 const RECONNECT_MIN_MS = 100;
 const RECONNECT_MAX_MS = 2000;
 /**
+ * A panel hidden this long (its window minimized, another tab's panel
+ * shown) lets go of its Port, so Chrome may stop an idle worker and free
+ * its memory; shown again, it reconnects (README, "Worker lifetime").
+ */
+const RELEASE_HIDDEN_MS = 30000;
+/**
  * Earlier messages load by themselves once the reader scrolls within this
  * many pixels of the top of the list (or when what is drawn does not fill
  * it), so a snapshot can carry a short tail (EngineConfig::snapshot_nodes).
@@ -265,6 +271,9 @@ const state = {
   connected: false,
   reconnectDelay: RECONNECT_MIN_MS,
   reconnectTimer: null,
+  /** Whether the panel let go of its Port while hidden (`releaseIfHidden`). */
+  released: false,
+  releaseTimer: null,
   epoch: null,
   seq: null,
   threadId: null,
@@ -369,6 +378,52 @@ function connect() {
   // Ops the engine may not have received: the same submissionId makes a
   // repeat safe (the engine replays the stored outcome of a committed op).
   for (const { message } of state.pendingOps.values()) post(message);
+}
+
+/**
+ * Hidden, the panel arms `releaseIfHidden`; shown again, it reconnects if
+ * it let go of its Port meanwhile. The engine keeps a worker alive while a
+ * panel is connected (a stopped worker would drop the Port, and its
+ * reconnect start a new worker every 30 s); a panel nobody sees need not
+ * hold one, and the reconnect is answered from the snapshot cache when the
+ * thread is at rest.
+ */
+function onVisibilityChange() {
+  if (document.visibilityState === "hidden") {
+    if (state.releaseTimer === null) state.releaseTimer = setTimeout(releaseIfHidden, RELEASE_HIDDEN_MS);
+    return;
+  }
+  clearTimeout(state.releaseTimer);
+  state.releaseTimer = null;
+  if (state.released) {
+    state.released = false;
+    connect();
+  }
+}
+
+/**
+ * Lets go of the Port if the panel is still hidden and nothing it sent waits
+ * for an answer (an unanswered op, input held for a thread, a new thread):
+ * those keep it connected, and it looks again later.
+ */
+function releaseIfHidden() {
+  state.releaseTimer = null;
+  if (document.visibilityState !== "hidden" || state.released) return;
+  if (state.port === null || state.pendingOps.size > 0 || state.heldSubmit !== null || creatingThread()) {
+    state.releaseTimer = setTimeout(releaseIfHidden, RELEASE_HIDDEN_MS);
+    return;
+  }
+  const port = state.port;
+  state.port = null;
+  state.released = true;
+  try {
+    port.disconnect();
+  } catch {
+    // Already closed: nothing to let go of.
+  }
+  state.connected = false;
+  dom.connection.dataset.connected = "false";
+  setConnectionText("Paused while hidden");
 }
 
 function scheduleReconnect() {
@@ -3021,4 +3076,6 @@ dom.settingsToggle.addEventListener("click", () => {
 
 renderRunState();
 loadSettings();
+document.addEventListener("visibilitychange", onVisibilityChange);
 connect();
+if (document.visibilityState === "hidden") onVisibilityChange();

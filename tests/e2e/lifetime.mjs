@@ -20,7 +20,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startMockLlm } from '../mock-llm/server.mjs';
-import { FILL_DISK_IN_WORKER, exitUnlessExtensionBuilt, waitFor } from '../support/browser.mjs';
+import { FILL_DISK_IN_WORKER, exitUnlessExtensionBuilt, setPageVisibility, waitFor } from '../support/browser.mjs';
 import { launchUnattached, readStoreExpression } from '../support/unattached-browser.mjs';
 import { TEST_API_KEY, TEST_MODEL } from '../support/session.mjs';
 
@@ -182,6 +182,44 @@ test('a_side_panel_left_open_keeps_one_worker_instead_of_a_new_one_every_30_s', 
     // The panel closes: nothing holds the worker any more.
     await panel.close();
     await browser.waitForWorkerStop(from, 'Chrome to stop the idle worker once the panel closed');
+  });
+});
+
+test('a_side_panel_hidden_for_a_while_lets_chrome_stop_the_idle_worker_and_reconnects_when_shown', { timeout: 300000 }, async () => {
+  await withLifetimeSession([{ text: 'Hello from the model.' }], async ({ mock, browser, runs }) => {
+    const panel = await submitFromPanel(browser, mock, 'Say hello.');
+    await waitFor(async () => (await onlyRun(runs)).state === 'completed', { timeout: 60000, message: 'the turn saved as completed' });
+    const connection = () =>
+      panel.evaluate(`(() => { const c = document.getElementById('connection'); return { connected: c.dataset.connected, epoch: c.dataset.epoch ?? '', text: c.textContent.trim() }; })()`);
+    const shown = async () => panel.evaluate(`document.getElementById('messages').textContent`);
+    const before = await connection();
+    assert.equal(before.connected, 'true');
+    const from = browser.workerLog.length;
+    // Hidden for less than the release delay and shown again: nothing changes.
+    await setPageVisibility(panel, 'hidden');
+    await sleep(2000);
+    await setPageVisibility(panel, 'visible');
+    assert.deepEqual(await connection(), before, 'a panel hidden briefly keeps its Port');
+    // Hidden for good: after 30 s it lets go of its Port, and the idle
+    // worker no longer has anything holding it.
+    await setPageVisibility(panel, 'hidden');
+    const released = await waitFor(async () => ((await connection()).connected === 'false' ? connection() : null), {
+      timeout: 60000,
+      message: 'the hidden panel to let go of its Port',
+    });
+    assert.match(released.text, /Paused while hidden/);
+    await browser.waitForWorkerStop(from, 'Chrome to stop the idle worker under the hidden panel');
+    assert.deepEqual((await connection()).connected, 'false', 'a hidden panel does not reconnect by itself');
+    // Shown again: it reconnects to a new worker and shows the same thread.
+    await setPageVisibility(panel, 'visible');
+    const after = await waitFor(async () => {
+      const now = await connection();
+      return now.connected === 'true' && now.epoch !== before.epoch ? now : null;
+    }, { timeout: 60000, message: 'the panel reconnected once shown' });
+    assert.notEqual(after.epoch, before.epoch, 'a new engine');
+    const text = await shown();
+    assert.ok(text.includes('Say hello.') && text.includes('Hello from the model.'), `the thread is shown again: ${text.slice(0, 200)}`);
+    assert.equal(mock.requests().length, 1, 'nothing was asked of the model again');
   });
 });
 

@@ -36,6 +36,7 @@ import {
   holdOutgoing,
   injectIncoming,
   dropIncoming,
+  setPageVisibility,
   dumpIndexedDb,
   transcriptLines,
   waitFor,
@@ -1680,6 +1681,41 @@ isolatedTest(
     const firstUsers = (await stored(panel, 'nodes')).filter((n) => n.threadId === firstThreadId && n.kind === 'user_message');
     assert.equal(firstUsers.length, 1, 'nothing more went to the first thread');
     assert.equal(mock.requests().length, 2);
+  },
+);
+
+// A hidden panel lets go of its Port after 30 s (README, "Worker
+// lifetime"), but not while something it sent waits for its answer: here
+// a New thread whose op never reached the engine. Once answered, the panel
+// lets go; shown again, it reconnects to the thread it shows.
+isolatedTest(
+  'a_hidden_panel_keeps_its_port_while_an_op_waits_for_its_answer_and_lets_go_after',
+  { script: [{ text: 'Answer in the first thread.' }] },
+  async (session) => {
+    const { panel } = session;
+    await submitTask(panel, 'First question');
+    await waitForSettledTurn(panel);
+    const firstThread = await panel.locator('#messages').getAttribute('data-thread-id');
+    const connected = () => panel.evaluate(() => document.getElementById('connection').dataset.connected);
+    const release = await holdOutgoing(panel, ['thread.create']);
+    await panel.click('#new-thread-button');
+    const [create] = await sentOps(panel, 'thread.create');
+    assert.ok(create, 'thread.create sent (held on its way)');
+    await setPageVisibility(panel, 'hidden');
+    await new Promise((resolve) => setTimeout(resolve, 35000));
+    assert.equal(await connected(), 'true', 'still connected: the new thread waits for its answer');
+    await release();
+    const created = await waitFor(async () => {
+      const id = await panel.locator('#messages').getAttribute('data-thread-id');
+      return id && id !== firstThread ? id : null;
+    }, { timeout: 30000, message: 'the new thread shown' });
+    await waitFor(async () => (await connected()) === 'false', { timeout: 60000, message: 'the hidden panel to let go of its Port once answered' });
+    assert.match(await panel.locator('#connection').textContent(), /Paused while hidden/);
+    await setPageVisibility(panel, 'visible');
+    await waitFor(async () => (await connected()) === 'true', { timeout: 30000, message: 'the panel reconnected once shown' });
+    const initializes = await sentOps(panel, 'initialize');
+    assert.equal(initializes.at(-1).threadId, created, 'the reconnect opens the thread shown');
+    assert.equal(await panel.locator('#messages').getAttribute('data-thread-id'), created);
   },
 );
 

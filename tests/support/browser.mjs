@@ -716,6 +716,22 @@ export async function dropIncoming(panel, types) {
   await panel.evaluate((t) => globalThis.__portDrop(t), types);
 }
 
+/**
+ * Tells `page` (a Playwright page, or the unattached browser's) it is
+ * hidden or shown, as Chrome does when the side panel's window is
+ * minimized or another tab's panel is shown: headless Chromium never hides
+ * a page by itself.
+ * @param {{ evaluate: (script: string) => Promise<unknown> }} page
+ * @param {'hidden' | 'visible'} visibility
+ */
+export function setPageVisibility(page, visibility) {
+  return page.evaluate(`(() => {
+    Object.defineProperty(document, 'visibilityState', { value: ${JSON.stringify(visibility)}, configurable: true });
+    Object.defineProperty(document, 'hidden', { value: ${visibility === 'hidden'}, configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  })()`);
+}
+
 /** Every message recorded on the panel's Ports (see portRecorderInitScript). */
 export async function portLog(panel) {
   return panel.evaluate(() => (globalThis.__portLog ? globalThis.__portLog.slice() : null));
