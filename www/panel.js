@@ -403,13 +403,13 @@ function onVisibilityChange() {
 
 /**
  * Lets go of the Port if the panel is still hidden and nothing it sent waits
- * for an answer (an unanswered op, input held for a thread, a new thread):
- * those keep it connected, and it looks again later.
+ * for an answer (an unanswered op, a new thread's among them, or input held
+ * for a thread): those keep it connected, and it looks again later.
  */
 function releaseIfHidden() {
   state.releaseTimer = null;
   if (document.visibilityState !== "hidden" || state.released) return;
-  if (state.port === null || state.pendingOps.size > 0 || state.heldSubmit !== null || creatingThread()) {
+  if (state.port === null || state.pendingOps.size > 0 || state.heldSubmit !== null) {
     state.releaseTimer = setTimeout(releaseIfHidden, RELEASE_HIDDEN_MS);
     return;
   }
@@ -421,8 +421,7 @@ function releaseIfHidden() {
   } catch {
     // Already closed: nothing to let go of.
   }
-  state.connected = false;
-  dom.connection.dataset.connected = "false";
+  setConnected(false);
   setConnectionText("Paused while hidden");
 }
 
