@@ -25,7 +25,7 @@ test-wasm:
 	bash scripts/test-wasm.sh
 
 test-node:
-	node --test tests/mock-llm/ tests/support/ tests/extension/
+	node --test tests/mock-llm/ tests/support/ tests/extension/ tests/bench/
 
 test-e2e:
 	node tests/e2e/run.mjs

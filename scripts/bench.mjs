@@ -59,7 +59,7 @@ import {
 import { nativeFigures, readCriterion, runCriterion } from './bench/native.mjs';
 import { consoleTable, markdownBlock, plotSvg, replaceBlock } from './bench/report.mjs';
 import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
-import { sizeByCrate } from './bench/wasm-size.mjs';
+import { gzipByOwner, sizeByCrate } from './bench/wasm-size.mjs';
 import { median, perStepOf, round, summarize } from './bench/stats.mjs';
 
 const argv = new Set(process.argv.slice(2));
@@ -170,6 +170,44 @@ function sizes() {
     }
     const serde = byCrate.owners.filter((o) => /^serde/.test(o.owner)).reduce((a, o) => a + o.bytes, 0);
     figure(crateGroup, 'size.crates.serde_family', `serde + serde_core + serde_json + serde_wasm_bindgen (${((serde / byCrate.codeBytes) * 100).toFixed(1)}% of code)`, 'bytes', serde, { share: serde / byCrate.codeBytes });
+  }
+  shippedGzipByOwner();
+}
+
+/**
+ * The shipped module in the target's measure (gzip -9), per owner: a copy of
+ * the same build with its function names (scripts/bench-named-wasm.sh --out)
+ * names the shipped code, which it must match byte for byte.
+ */
+function shippedGzipByOwner() {
+  const dir = path.join(OUT_DIR, 'named');
+  try {
+    execFileSync('bash', [path.join(REPO_ROOT, 'scripts', 'bench-named-wasm.sh'), '--out', dir], { cwd: REPO_ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  } catch (error) {
+    problem(`the named copy of the module was not built: ${error.message}`);
+    return;
+  }
+  const by = gzipByOwner(path.join(dir, 'sw_agent_bg.wasm'), WASM);
+  if (!by) {
+    problem('the named copy of the module does not match the shipped one (rebuild with scripts/build.sh)');
+    return;
+  }
+  raw.gzipByOwner = by;
+  const group = 'size: the shipped .wasm in gzip -9 bytes, by owner (each owner compressed alone)';
+  const kib = (bytes) => `${(bytes / 1024).toFixed(0)} KiB`;
+  figure(group, 'size.gzip.code', 'code section (all functions at once)', 'bytes', by.codeGzip);
+  figure(group, 'size.gzip.data', `data section (strings, tables, panic locations; ${by.dataRaw.toLocaleString('en-US')} bytes raw)`, 'bytes', by.dataGzip);
+  figure(group, 'size.gzip.other', 'the other sections (imports, types, exports, table, …)', 'bytes', by.otherGzip);
+  figure(group, 'size.gzip.own', "sw_agent's own functions (all modules at once)", 'bytes', by.ownGzip);
+  figure(
+    group,
+    'size.gzip.without_own',
+    `the module without any of sw_agent's own functions: the other code, the data and the other sections (${kib(by.withoutOwn)} vs the 150 KiB target)`,
+    'bytes',
+    by.withoutOwn,
+  );
+  for (const o of by.owners.slice(0, 14)) {
+    figure(group, `size.gzip.${o.owner}`, `${o.owner} (${o.functions} functions, ${o.raw.toLocaleString('en-US')} bytes raw)`, 'bytes', o.gzip);
   }
 }
 

@@ -2,13 +2,16 @@
 // read from the `name` section of cargo's own output
 // (target/wasm32-unknown-unknown/release/sw_agent.wasm, before wasm-bindgen
 // and wasm-opt, which drop the names). The shipped binary is smaller, but
-// the shares point at what to cut.
+// the shares point at what to cut. And the shipped module in the measure the
+// target uses (gzip), per owner, read from a copy of the same build that
+// keeps its function names (scripts/bench-named-wasm.sh --out).
 //
 // Owns: a minimal wasm binary reader (sections, code bodies, function names)
 // and Rust symbol → crate attribution (legacy `_ZN` and v0 `_R` manglings).
 // Must not: depend on any package.
 
 import { existsSync, readFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 
 function reader(bytes) {
   let pos = 0;
@@ -41,12 +44,18 @@ function reader(bytes) {
   };
 }
 
-/** Parses a module: imported function count, code body sizes, function names, data bytes. */
+/**
+ * Parses a module: imported function count, code body sizes (and each body's
+ * bytes, in `code`), function names, data bytes, and each section's bytes
+ * (`raw`, keyed by id; custom sections are not kept).
+ */
 export function parseWasm(bytes) {
   const r = reader(bytes);
   r.pos = 8;
   let importedFunctions = 0;
   const bodies = [];
+  const code = [];
+  const raw = new Map();
   const names = new Map();
   let dataBytes = 0;
   const sections = {};
@@ -85,6 +94,7 @@ export function parseWasm(bytes) {
       for (let i = 0; i < count; i += 1) {
         const bodySize = r.u32();
         bodies.push(bodySize);
+        code.push(bytes.subarray(r.pos, r.pos + bodySize));
         r.pos += bodySize;
       }
     } else if (id === 11) {
@@ -109,9 +119,27 @@ export function parseWasm(bytes) {
       sections[`custom:${sectionName}`] = (sections[`custom:${sectionName}`] ?? 0) + size;
     }
     sections[id] = (sections[id] ?? 0) + size;
+    if (id !== 0) raw.set(id, bytes.subarray(start, end));
     r.pos = end;
   }
-  return { importedFunctions, bodies, names, dataBytes, sections };
+  return { importedFunctions, bodies, code, names, dataBytes, sections, raw };
+}
+
+/**
+ * The path a demangled name (wasm-opt's names: `core[5d2c…]::fmt::write`,
+ * `<&mut serde_json::de::Deserializer<R> as serde_core::…>::…`) starts with:
+ * the implementing type's, or, when that type is a primitive or a generic
+ * parameter (`<f64 as core::fmt::Display>::fmt`, `<T as alloc::…>`), the
+ * trait's; an inherent method of a primitive (`<str>::lines`) is core's.
+ */
+function demangledPath(symbol) {
+  const s = symbol.replace(/\[[0-9a-f]{8,}\]/g, '').replace(/^__rustc::/, 'std::');
+  const start = /^(?:<|&|mut |\*const |\*mut |dyn |\[)*/.exec(s)[0].length;
+  const rest = s.slice(start);
+  const head = /^[A-Za-z_][A-Za-z0-9_]*/.exec(rest)?.[0] ?? '';
+  if (rest.startsWith(`${head}::`)) return rest.split('::');
+  const trait = / as (?:&|mut |dyn )*([A-Za-z_][A-Za-z0-9_]*)::/.exec(rest);
+  return trait ? [trait[1]] : ['core'];
 }
 
 /** Crate (and, for sw_agent, module) that a mangled or demangled Rust symbol belongs to. */
@@ -137,11 +165,13 @@ export function ownerOf(symbol, ownCrate = 'sw_agent') {
       if (next) path.push(next[2].slice(0, Number(next[1])));
     }
   } else if (symbol.includes('::')) {
-    path = symbol.replace(/^</, '').split('::');
+    path = demangledPath(symbol);
   }
   if (!path || path.length === 0) {
-    if (/^__wbindgen|^__wbg|wasm_bindgen/.test(symbol)) return 'wasm_bindgen';
-    return /^(memcpy|memset|memmove|memcmp|dlmalloc|__rust|rust_)/.test(symbol) ? 'std (runtime)' : '(unnamed / other)';
+    if (/^__wbindgen|^__wbg|wasm_bindgen|^__externref| shim$/.test(symbol)) return 'wasm_bindgen';
+    // The exports wasm-bindgen generates for the crate's API (`engine_start`).
+    if (/^[a-z][a-z0-9]*_[a-z0-9_]+$/.test(symbol)) return `${ownCrate}::exports`;
+    return /^(memcpy|memset|memmove|memcmp|dlmalloc|__rust|rust_|__[a-z]+\d$|round$|floor$|ceil$|trunc$|fmod$)/.test(symbol) ? 'std (runtime)' : '(unnamed / other)';
   }
   if (path[0].replace(/^_/, '').startsWith('$LT$')) {
     // `<Type as Trait>::method` (legacy mangling): the implementing type's crate.
@@ -179,4 +209,54 @@ export function sizeByCrate(file) {
     .map(([owner, bytes]) => ({ owner, bytes, share: bytes / code }))
     .sort((a, b) => b.bytes - a.bytes);
   return { file, codeBytes: code, dataBytes: parsed.dataBytes, functions: parsed.bodies.length, named: parsed.names.size, owners };
+}
+
+const gzipBytes = (parts) => gzipSync(Buffer.concat(parts), { level: 9 }).length;
+
+/**
+ * The shipped module in the target's measure: gzip -9 bytes of its code per
+ * owner, of its data section and of everything else, read from `named` (the
+ * same build with a name section: scripts/bench-named-wasm.sh --out), which
+ * must have exactly the shipped module's code and data (`shipped`; null if
+ * not, or if either file is missing).
+ *
+ * gzip is not additive: `owners[].gzip` compresses each owner's functions
+ * alone (their sum is a little over `codeGzip`, which compresses all code
+ * at once). `withoutOwn` is what would be left of the module with none of
+ * sw_agent's own functions, everything else as this build has it: the
+ * libraries as the engine instantiates them, the data, the other sections.
+ */
+export function gzipByOwner(named, shipped, ownCrate = 'sw_agent') {
+  if (!existsSync(named) || !existsSync(shipped)) return null;
+  const n = parseWasm(readFileSync(named));
+  const s = parseWasm(readFileSync(shipped));
+  const same = (id) => Buffer.compare(Buffer.from(n.raw.get(id) ?? []), Buffer.from(s.raw.get(id) ?? [])) === 0;
+  if (!same(10) || !same(11)) return null;
+  const groups = new Map();
+  n.code.forEach((body, i) => {
+    const owner = ownerOf(n.names.get(n.importedFunctions + i) ?? '', ownCrate);
+    const group = groups.get(owner) ?? { owner, functions: 0, raw: 0, parts: [] };
+    group.functions += 1;
+    group.raw += body.length;
+    group.parts.push(body);
+    groups.set(owner, group);
+  });
+  const owners = [...groups.values()]
+    .map(({ parts, ...g }) => ({ ...g, gzip: gzipBytes(parts) }))
+    .sort((a, b) => b.gzip - a.gzip);
+  const own = (o) => o.owner === ownCrate || o.owner.startsWith(`${ownCrate}::`);
+  const others = [...s.raw.entries()].filter(([id]) => id !== 10 && id !== 11).map(([, b]) => b);
+  const libraryCode = [...groups.values()].filter((g) => !own(g)).flatMap((g) => g.parts);
+  const dataGzip = gzipBytes([s.raw.get(11) ?? Buffer.alloc(0)]);
+  const otherGzip = gzipBytes(others);
+  return {
+    totalGzip: gzipSync(readFileSync(shipped), { level: 9 }).length,
+    codeGzip: gzipBytes(s.code),
+    dataRaw: (s.raw.get(11) ?? []).length,
+    dataGzip,
+    otherGzip,
+    ownGzip: gzipBytes([...groups.values()].filter(own).flatMap((g) => g.parts)),
+    withoutOwn: gzipBytes(libraryCode) + dataGzip + otherGzip,
+    owners,
+  };
 }
