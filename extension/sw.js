@@ -27,6 +27,7 @@
 // (registration fails), and awaiting before addListener would lose the very
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
+import { HOST_TOOLS } from "./host-tools.js";
 import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
 import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 
@@ -136,7 +137,7 @@ const ready = Promise.all([prefetched, instantiated])
   .then(([early]) => Promise.all([...cacheReads]).then(() => early))
   .then((early) => {
     startCalledAt = performance.now();
-    return Engine.start({ ...early, build, epoch });
+    return Engine.start({ ...early, build, epoch, tools: HOST_TOOLS });
   })
   .then((started) => {
     engine = started;

@@ -56,6 +56,9 @@ pub enum Binding {
     Browser,
     /// Run by the engine itself (`ask_user`).
     Engine,
+    /// Run by a function the embedding extension registered in its service
+    /// worker (`extension/host-tools.js`, [`ToolDescriptor::from_definition`]).
+    Host,
 }
 
 impl Binding {
@@ -143,6 +146,88 @@ impl ToolDescriptor {
     pub fn parallel_safe(mut self) -> Self {
         self.parallel_safe = self.effects == Effects::Read;
         self
+    }
+
+    /// The descriptor of a tool the embedding extension defines in its
+    /// service worker (`extension/host-tools.js`): its definition without
+    /// the `execute` function, as JSON data. Errors name the tool and what to
+    /// fix; the registry still checks the name and the schema
+    /// ([`ToolRegistry::register`]).
+    ///
+    /// Decisions: `effects` has no default (it decides whether the user is
+    /// asked, so it must be said); the recovery follows it unless given; a
+    /// missing label is the name and missing parameters are none; unknown
+    /// fields are refused (a misspelt `effect` must not pass as a read). Such
+    /// tools run without a page, one at a time in the model's order: the
+    /// gatekeeper lets reads run and asks before every write, and their
+    /// approvals cannot become site rules.
+    pub fn from_definition(definition: &Value) -> Result<ToolDescriptor, RegistryError> {
+        const FIELDS: [&str; 7] = [
+            "name",
+            "label",
+            "description",
+            "parameters",
+            "effects",
+            "recovery",
+            "execute",
+        ];
+        let object = definition
+            .as_object()
+            .ok_or_else(|| RegistryError("a host tool definition must be an object".to_string()))?;
+        let name = match object.get("name") {
+            Some(Value::String(name)) => name.clone(),
+            _ => {
+                return Err(RegistryError(
+                    "a host tool needs a string `name`".to_string(),
+                ))
+            }
+        };
+        let fail = |what: String| RegistryError(format!("host tool {name:?}: {what}"));
+        if let Some(key) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(fail(format!(
+                "unknown field `{key}` (known: {})",
+                FIELDS.join(", ")
+            )));
+        }
+        let text = |key: &str| match object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(fail(format!("`{key}` must be a string"))),
+        };
+        let description = text("description")?
+            .ok_or_else(|| fail("needs a `description` (what the model reads)".to_string()))?;
+        let label = text("label")?.unwrap_or_else(|| name.clone());
+        let effects = match text("effects")?.as_deref() {
+            Some("read") => Effects::Read,
+            Some("write") => Effects::Write,
+            _ => return Err(fail("`effects` must be \"read\" or \"write\"".to_string())),
+        };
+        let parameters = match object.get("parameters") {
+            None | Some(Value::Null) => schema(NO_PARAMETERS),
+            Some(schema) => schema.clone(),
+        };
+        let mut descriptor = ToolDescriptor::new(
+            &name,
+            &label,
+            &description,
+            parameters,
+            Level::Builtin,
+            effects,
+            Binding::Host,
+        );
+        match text("recovery")?.as_deref() {
+            None => {}
+            Some("retry-safe") => descriptor.recovery = Recovery::RetrySafe,
+            Some("inspect-first") => descriptor.recovery = Recovery::InspectFirst,
+            Some("never-retry") => descriptor.recovery = Recovery::NeverRetry,
+            Some(_) => {
+                return Err(fail(
+                    "`recovery` must be \"retry-safe\", \"inspect-first\" or \"never-retry\""
+                        .to_string(),
+                ))
+            }
+        }
+        Ok(descriptor)
     }
 
     /// The provider-facing schema.

@@ -90,6 +90,11 @@ const dom = {
   approvalCard: $("approval-card"),
   approvalHeadingAction: $("approval-heading-action"),
   approvalHeadingSite: $("approval-heading-site"),
+  approvalHeadingOn: $("approval-heading-on"),
+  approvalHelp: $("approval-help"),
+  approvalOriginTerm: $("approval-origin-term"),
+  approvalUrlTerm: $("approval-url-term"),
+  approvalSiteHint: $("approval-site-hint"),
   approvalLabel: $("approval-tool-label"),
   approvalName: $("approval-tool-name"),
   approvalOrigin: $("approval-origin"),
@@ -2218,6 +2223,16 @@ function renderApproval() {
   const label = typeof approval.label === "string" && approval.label ? approval.label : name || "this action";
   dom.approvalHeadingAction.textContent = `“${label}”`;
   dom.approvalHeadingSite.textContent = hostOf(origin) || "this page";
+  // One of the extension's own tools (src/platform/host_tools.rs) acts on no
+  // page: no site to name, none to allow it for (the engine refuses that).
+  const offPage = origin === "";
+  dom.approvalHeadingOn.hidden = offPage;
+  dom.approvalHelp.textContent = offPage
+    ? "The agent wants to run this action of the extension. Nothing happens until you answer."
+    : "The agent wants to do this on that site, in your tab, as you (with your login). Nothing happens until you answer.";
+  for (const element of [dom.approvalOriginTerm, dom.approvalOrigin, dom.approvalUrlTerm, dom.approvalUrl, dom.approvalButtons.acceptForSite, dom.approvalSiteHint]) {
+    element.hidden = offPage;
+  }
   dom.approvalLabel.textContent = label;
   dom.approvalName.textContent = name && name !== label ? name : "";
   dom.approvalName.hidden = dom.approvalName.textContent === "";
@@ -2230,7 +2245,7 @@ function renderApproval() {
   dom.approvalFrameTerm.hidden = pageUrl === "";
   dom.approvalHintSite.textContent = origin || "this site";
   dom.approvalParams.textContent = approval.params !== undefined ? prettyJson(approval.params) : "{}";
-  const element = describeTarget(approval.params);
+  const element = offPage ? "" : describeTarget(approval.params);
   dom.approvalElement.textContent = element;
   dom.approvalElement.hidden = element === "";
   dom.approvalElementTerm.hidden = element === "";

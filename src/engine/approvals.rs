@@ -210,6 +210,15 @@ impl Engine {
                 "The run is not waiting for this approval.",
             );
         };
+        // A tool without a page (the embedding extension's own tools) has no
+        // site to remember: it asks before every write.
+        if decision == ApprovalDecision::AcceptForSite && approval.origin.is_empty() {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This action is not on a site, so it cannot be allowed for a site: allow it once or decline.",
+            );
+        }
         let mut decided = approval.clone();
         decided.status = decision.status();
         decided.decided_at = Some(now);
@@ -217,9 +226,14 @@ impl Engine {
         let mut unit = match decision {
             // A decline is a tool result the model sees (not a breaker failure).
             ApprovalDecision::Decline => {
+                let on = if approval.origin.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on {}", approval.origin)
+                };
                 let content = format!(
-                    "The user declined this action ({} on {}). Do not retry it; ask the user or choose another way.",
-                    approval.label, approval.origin
+                    "The user declined this action ({}{on}). Do not retry it; ask the user or choose another way.",
+                    approval.label
                 );
                 self.tool_result_unit(now, thread_id, index, ToolStatus::Denied, content, None)
             }
@@ -298,10 +312,17 @@ impl Engine {
         if self.take_pending_finish(now, tid) {
             return;
         }
+        let targets_tab = self.threads[tid]
+            .exec
+            .as_ref()
+            .and_then(|e| self.config.registry.get(&e.calls[index].name))
+            .is_none_or(|d| d.binding.targets_tab());
         match decision {
             ApprovalDecision::Decline => self.run_next_tool(now, tid),
             // Re-check the target right before dispatch.
-            _ => self.resolve_target(tid, index),
+            _ if targets_tab => self.resolve_target(tid, index),
+            // A tool without a page (the embedder's own) has none to check.
+            _ => self.gate(now, tid, index, None),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod browser_tools;
 pub mod chrome;
 pub mod error;
 pub mod fetch;
+pub mod host_tools;
 pub mod idb;
 pub mod image;
 pub mod metrics;
@@ -148,6 +149,10 @@ struct Driver {
     ports: RefCell<VecMap<ConnId, Port>>,
     provider_aborts: RefCell<VecMap<u64, AbortController>>,
     page_ports: RefCell<VecMap<u64, Port>>,
+    /// The tools the embedding extension defined (`extension/host-tools.js`)
+    /// and, per running call, the controller of the signal it was given.
+    host_tools: host_tools::HostTools,
+    host_aborts: RefCell<VecMap<u64, AbortController>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
     /// Request bodies kept between steps, one per outbound view (a thread's
@@ -308,7 +313,10 @@ impl Driver {
                 let d = self.rc();
                 spawn_local(async move { d.run_tool(call).await });
             }
-            Effect::AbortTool { dispatch_id } => self.close_page_port(dispatch_id),
+            Effect::AbortTool { dispatch_id } => {
+                self.close_page_port(dispatch_id);
+                self.abort_host_tool(dispatch_id);
+            }
             Effect::Send { conn, event } => {
                 let message = match boundary::to_js(&event) {
                     Ok(m) => m,
@@ -605,6 +613,7 @@ impl Driver {
                 }
                 (Binding::Tab, None) => Err("No page was resolved for this tool.".to_string()),
                 (Binding::Browser, _) => browser_tools::browser_tool(&name, &params).await,
+                (Binding::Host, _) => self.host_tool(dispatch_id, &call_id, &name, &params).await,
                 (Binding::Engine, _) => {
                     Err(format!("{name} is run by the engine, not the browser."))
                 }
@@ -623,6 +632,8 @@ impl Driver {
             .tools
             .add(metrics::precise_now() - started);
         self.close_page_port(dispatch_id);
+        // A host tool that timed out is told to stop.
+        self.abort_host_tool(dispatch_id);
         let outcome = result.unwrap_or_else(|message| ToolOutcome::text(false, message));
         self.input(|e, now| e.handle_tool_result(now, dispatch_id, outcome));
     }
@@ -811,6 +822,45 @@ impl Driver {
             },
             details,
         ))
+    }
+
+    /// One of the embedding extension's own tools (`Binding::Host`). Its
+    /// progress reports become `item.delta{toolProgress}` like a page tool's.
+    async fn host_tool(
+        &self,
+        dispatch_id: u64,
+        call_id: &str,
+        name: &str,
+        params: &Value,
+    ) -> Result<ToolOutcome, String> {
+        let controller = AbortController::new().map_err(|e| error::js_to_error(e).message)?;
+        self.host_aborts
+            .borrow_mut()
+            .insert(dispatch_id, controller.clone());
+        let me = self.me.clone();
+        let progress = Closure::<dyn FnMut(JsValue)>::new(move |text: JsValue| {
+            if let (Some(driver), Some(text)) = (me.upgrade(), text.as_string()) {
+                driver.input(|e, now| e.handle_tool_progress(now, dispatch_id, text));
+            }
+        });
+        let result = self
+            .host_tools
+            .call(
+                name,
+                call_id,
+                params,
+                &controller.signal(),
+                progress.as_ref().unchecked_ref(),
+            )
+            .await;
+        self.host_aborts.borrow_mut().remove(&dispatch_id);
+        result
+    }
+
+    fn abort_host_tool(&self, dispatch_id: u64) {
+        if let Some(controller) = self.host_aborts.borrow_mut().remove(&dispatch_id) {
+            controller.abort();
+        }
     }
 
     fn close_page_port(&self, dispatch_id: u64) {
@@ -1211,8 +1261,22 @@ impl EngineHandle {
                 .ok()
                 .and_then(|v| v.as_string())
         };
+        // The embedding extension's own tools join the built-in ones; a
+        // wrong definition is left out and named in the console.
+        let mut registry = crate::tools::ToolRegistry::page_tools();
+        let (host_tools, refused) = host_tools::HostTools::register(
+            &js_sys::Reflect::get(&prefetched, &JsValue::from_str("tools"))
+                .unwrap_or(JsValue::UNDEFINED),
+            &mut registry,
+        );
+        for e in refused {
+            web_sys::console::error_1(&JsValue::from_str(&format!(
+                "[sw-agent] a tool of extension/host-tools.js was left out: {e}"
+            )));
+        }
         let config = EngineConfig {
             approver: Approver::Interactive,
+            registry,
             build: text("build").filter(|b| is_token(b)).unwrap_or_default(),
             epoch: text("epoch").filter(|e| is_token(e)),
             ..EngineConfig::default()
@@ -1225,6 +1289,8 @@ impl EngineHandle {
             ports: RefCell::new(VecMap::new()),
             provider_aborts: RefCell::new(VecMap::new()),
             page_ports: RefCell::new(VecMap::new()),
+            host_tools,
+            host_aborts: RefCell::new(VecMap::new()),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             bodies: RefCell::new(Vec::new()),

@@ -3,6 +3,7 @@ pub mod bad_input;
 mod compaction;
 mod details;
 mod environment;
+mod host_tools;
 mod interactions;
 mod op_races;
 mod parallel;

@@ -1,0 +1,43 @@
+// Your extension's own tools, for the agent to call next to the built-in
+// page tools. sw.js hands this list to Engine.start() at every worker start,
+// so a tool is defined once here and exists in every worker. The engine
+// checks each definition; a wrong one is left out (the others work) and the
+// worker's console names it and what to fix.
+//
+// A definition:
+//   name         1-64 characters of a-z, A-Z, 0-9, _ or -; not a built-in's
+//   label        shown in the side panel (default: the name)
+//   description  what the model reads to decide when to call it
+//   parameters   a JSON Schema of type "object" (default: no parameters);
+//                the model's arguments are checked against it first
+//   effects      "read" or "write": reads run at once, every write asks the
+//                user in the side panel first ("Allow once" or "Decline";
+//                such a tool is on no site, so never "for this site")
+//   recovery     optional: "retry-safe" (the default for reads),
+//                "inspect-first" or "never-retry" (the default for writes:
+//                if the worker dies while it runs, the user is asked whether
+//                it happened, and it is never run twice by itself)
+//   execute      (params, { callId, signal, progress }) => result, or a
+//                Promise of it. The result is the text the model gets, or
+//                { content: text, details: any JSON for the side panel }.
+//                Throw (or reject) to give the model an error it can act on.
+//                `signal` aborts when the user stops the turn or after 60 s;
+//                `progress(text)` shows a line in the side panel meanwhile.
+//
+// Example (add it to the list to try it):
+//
+//   {
+//     name: "extension_version",
+//     label: "Extension version",
+//     description: "The version of this browser extension.",
+//     effects: "read",
+//     execute: () => chrome.runtime.getManifest().version,
+//   }
+//
+// The engine keeps what a call returned in IndexedDB with the conversation,
+// like every tool result. A run that started with one set of tools is not
+// resumed by a worker with another (an update changed this file): the side
+// panel says which tool changed.
+
+/** @type {Array<object>} */
+export const HOST_TOOLS = [];

@@ -1,0 +1,280 @@
+// End-to-end tests of the embedding extension's own tools
+// (extension/host-tools.js → Engine.start({ tools }), src/platform/host_tools.rs):
+// a copy of the built extension whose host-tools.js defines tools the way an
+// extension developer would, in headless Chromium with the mock LLM scripted
+// to call them. The tests check what the model received (the mock's recorded
+// requests), what the side panel showed and asked, and what the tools did
+// (they write into chrome.storage.local, which the test reads back).
+//
+// Run:  node tests/e2e/host-tools.mjs       (after `make build`)
+// On failure: target/e2e/<test>.png and <test>.txt (see tests/support/session.mjs).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {
+  DEFAULT_EXTENSION_PATH,
+  portLog,
+  answerApprovalInPanel,
+  exitUnlessExtensionBuilt,
+  readApprovalCard,
+  readPanel,
+  submitTask,
+  transcriptLines,
+  waitFor,
+  waitForApprovalCard,
+  waitForExtensionServiceWorker,
+} from '../support/browser.mjs';
+import { isolatedTest as sharedIsolatedTest, orphanToolCallProblems, toolCards, waitForSettledTurn } from '../support/session.mjs';
+
+exitUnlessExtensionBuilt('e2e');
+
+const TEST_TIMEOUT = 300000;
+
+// The definitions as an extension developer writes them. Every call is
+// recorded in chrome.storage.local (`hostCalls`), so the test can count what
+// really ran; console errors of the worker are kept in `__consoleErrors`.
+const HOST_TOOLS_JS = `
+const errors = (globalThis.__consoleErrors = []);
+const consoleError = console.error.bind(console);
+console.error = (...args) => {
+  errors.push(args.map(String).join(' '));
+  consoleError(...args);
+};
+
+async function record(name, params) {
+  const { hostCalls = [] } = await chrome.storage.local.get('hostCalls');
+  hostCalls.push({ name, params });
+  await chrome.storage.local.set({ hostCalls });
+}
+
+export const HOST_TOOLS = [
+  {
+    name: 'notes_read',
+    label: 'Read the notes',
+    description: 'The notes kept about the current customer.',
+    effects: 'read',
+    execute: async (params, { callId, signal }) => {
+      await record('notes_read', params);
+      if (!(signal instanceof AbortSignal) || typeof callId !== 'string' || !callId) throw new Error('no call context');
+      const { notes = [] } = await chrome.storage.local.get('notes');
+      return { content: 'Notes: ' + (notes.length ? notes.join('; ') : '(none)'), details: { count: notes.length } };
+    },
+  },
+  {
+    name: 'notes_add',
+    label: 'Add a note',
+    description: 'Add a note about the current customer.',
+    parameters: {
+      type: 'object',
+      properties: { text: { type: 'string' } },
+      required: ['text'],
+      additionalProperties: false,
+    },
+    effects: 'write',
+    execute: async ({ text }, { progress }) => {
+      progress('saving the note');
+      await record('notes_add', { text });
+      const { notes = [] } = await chrome.storage.local.get('notes');
+      notes.push(text);
+      await chrome.storage.local.set({ notes });
+      return 'Added the note ' + JSON.stringify(text) + '.';
+    },
+  },
+  {
+    name: 'notes_sync',
+    description: 'Send the notes to the CRM.',
+    effects: 'read',
+    execute: () => {
+      throw new Error('The CRM is not reachable.');
+    },
+  },
+  {
+    name: 'notes_wait',
+    label: 'Wait for the CRM',
+    description: 'Wait until the CRM answers.',
+    effects: 'read',
+    execute: (params, { signal, progress }) =>
+      new Promise((resolve, reject) => {
+        progress('waiting for the CRM');
+        record('notes_wait', params);
+        signal.addEventListener('abort', () => {
+          chrome.storage.local.set({ waitAborted: true });
+          reject(new Error('stopped'));
+        });
+      }),
+  },
+  // Wrong definitions: left out, named in the console; the others work.
+  { name: 'notes_delete', description: 'Delete every note.', execute: () => 'deleted' },
+  { name: 'click', description: 'Shadows a built-in tool.', effects: 'read', execute: () => 'no' },
+  { name: 'notes_export', description: 'Export.', effects: 'read', execute: 'not a function' },
+];
+`;
+
+/** A copy of the built extension with HOST_TOOLS_JS as its host-tools.js. */
+function extensionWithHostTools() {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-host-tools-'));
+  cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
+  writeFileSync(path.join(dir, 'host-tools.js'), HOST_TOOLS_JS);
+  return dir;
+}
+
+function isolatedTest(name, options, body) {
+  sharedIsolatedTest(test, name, options, body, { timeout: TEST_TIMEOUT });
+}
+
+async function scriptModel(mock, steps) {
+  const response = await fetch(`${mock.origin}/__control/script`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ steps }),
+  });
+  assert.equal(response.status, 200, await response.text());
+}
+
+const call = (name, args = {}) => ({ toolCalls: [{ name, arguments: args }] });
+
+function messageText(message) {
+  const content = message?.content;
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
+  return '';
+}
+
+/** The result the model received for each tool call, by tool name (the last request has them all). */
+function resultsByTool(request) {
+  const messages = request.body?.messages ?? [];
+  const out = {};
+  for (const message of messages) {
+    if (message.role !== 'assistant' || !Array.isArray(message.tool_calls)) continue;
+    for (const toolCall of message.tool_calls) {
+      const result = messages.find((m) => m.role === 'tool' && m.tool_call_id === toolCall.id);
+      out[toolCall.function?.name] = result ? messageText(result) : null;
+    }
+  }
+  return out;
+}
+
+const extensionDir = extensionWithHostTools();
+test.after(() => rmSync(extensionDir, { recursive: true, force: true }));
+
+isolatedTest(
+  'host_tools_are_offered_run_without_a_page_and_their_writes_ask_once_without_a_site',
+  { launch: { extensionPath: extensionDir } },
+  async (session) => {
+    const { panel, mock, context } = session;
+    await scriptModel(mock, [
+      call('notes_read'),
+      call('notes_sync'),
+      { text: 'Adding it.', ...call('notes_add', { text: 'Prefers e-mail' }) },
+      { text: 'Done: the note is saved.' },
+    ]);
+    await submitTask(panel, 'Note that the customer prefers e-mail');
+
+    // The write asks: no site to name, no "Allow on this site".
+    const card = await waitForApprovalCard(panel);
+    assert.equal(card.toolName, 'notes_add');
+    assert.equal(card.label, 'Add a note');
+    assert.deepEqual(card.params, { text: 'Prefers e-mail' });
+    const heading = await panel.evaluate(() => document.getElementById('approval-heading').innerText.replace(/\s+/g, ' ').trim());
+    assert.equal(heading, 'Allow “Add a note”?');
+    const shown = await panel.evaluate(() =>
+      [...document.querySelectorAll('#approval-card button, #approval-card dt')].filter((e) => !e.hidden && e.getClientRects().length > 0).map((e) => e.textContent.trim()),
+    );
+    assert.deepEqual(shown, ['Action', 'Allow once', 'Decline'], 'only the action, "Allow once" and "Decline"');
+    const callsBefore = await panel.evaluate(async () => (await chrome.storage.local.get('hostCalls')).hostCalls ?? []);
+    assert.deepEqual(callsBefore.map((c) => c.name), ['notes_read'], 'the read ran; the write waits for the user');
+
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+
+    // What the tools did: each ran once.
+    const stored = await panel.evaluate(async () => chrome.storage.local.get(['hostCalls', 'notes']));
+    assert.deepEqual(stored.notes, ['Prefers e-mail']);
+    assert.deepEqual(stored.hostCalls.map((c) => c.name), ['notes_read', 'notes_add']);
+
+    // What the model was offered and received.
+    const requests = mock.requests();
+    const offered = (requests[0].body.tools ?? []).map((t) => t.function?.name);
+    for (const name of ['notes_read', 'notes_add', 'notes_sync', 'page_snapshot', 'click']) assert.ok(offered.includes(name), `${name} offered: ${offered}`);
+    for (const name of ['notes_delete', 'notes_export']) assert.ok(!offered.includes(name), `the wrong definition ${name} is left out`);
+    assert.equal(offered.filter((n) => n === 'click').length, 1, 'the built-in click, once');
+    const addSchema = requests[0].body.tools.find((t) => t.function?.name === 'notes_add').function.parameters;
+    assert.deepEqual(addSchema.required, ['text']);
+    const results = resultsByTool(requests.at(-1));
+    assert.equal(results.notes_read, 'Notes: (none)');
+    assert.match(results.notes_sync, /notes_sync failed: The CRM is not reachable\./);
+    assert.equal(results.notes_add, 'Added the note "Prefers e-mail".');
+    assert.deepEqual(orphanToolCallProblems(requests), []);
+
+    // The side panel shows them like any tool: label, status, result.
+    const cards = toolCards(await readPanel(panel));
+    const byName = Object.fromEntries(cards.map((c) => [c.toolName, c]));
+    assert.equal(byName.notes_read.results[0]?.status, 'ok', JSON.stringify(byName.notes_read));
+    assert.equal(byName.notes_sync.results[0]?.status, 'error', JSON.stringify(byName.notes_sync));
+    assert.equal(byName.notes_add.results[0]?.status, 'ok', JSON.stringify(byName.notes_add));
+
+    // The worker's console named each wrong definition and what to fix.
+    const worker = await waitForExtensionServiceWorker(context, { extensionId: session.extensionId });
+    const errors = await worker.evaluate(() => globalThis.__consoleErrors);
+    const leftOut = errors.filter((e) => e.includes('left out'));
+    assert.equal(leftOut.length, 3, errors.join('\n'));
+    assert.match(leftOut[0], /"notes_delete".*`effects` must be "read" or "write"/);
+    assert.match(leftOut[1], /"click" is already registered/);
+    assert.match(leftOut[2], /"notes_export".*`execute` must be a function/);
+  },
+);
+
+isolatedTest(
+  'a_declined_host_write_does_not_run_and_the_model_is_told',
+  { launch: { extensionPath: extensionDir } },
+  async (session) => {
+    const { panel, mock } = session;
+    await scriptModel(mock, [call('notes_add', { text: 'Not wanted' }), { text: 'Understood, no note.' }]);
+    await submitTask(panel, 'Add a note');
+    await answerApprovalInPanel(panel, 'decline');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const stored = await panel.evaluate(async () => chrome.storage.local.get(['hostCalls', 'notes']));
+    assert.equal(stored.notes, undefined, 'nothing was written');
+    assert.equal(stored.hostCalls, undefined, 'the tool never ran');
+    const results = resultsByTool(mock.requests().at(-1));
+    // (A result that is not ok reaches the model marked as an error.)
+    assert.equal(results.notes_add, 'Error: The user declined this action (Add a note). Do not retry it; ask the user or choose another way.');
+    const card = await readApprovalCard(panel);
+    assert.equal(card.visible, false);
+  },
+);
+
+isolatedTest(
+  'a_host_tool_reports_progress_and_stop_aborts_its_signal',
+  { launch: { extensionPath: extensionDir } },
+  async (session) => {
+    const { panel, mock } = session;
+    await scriptModel(mock, [call('notes_wait'), { text: 'Not reached.' }]);
+    await submitTask(panel, 'Wait for the CRM');
+    const progress = await waitFor(
+      async () => {
+        const log = (await portLog(panel)) ?? [];
+        return log
+          .filter((entry) => entry.dir === 'in' && entry.json)
+          .map((entry) => JSON.parse(entry.json))
+          .find((m) => m.type === 'item.delta' && m.delta?.kind === 'toolProgress');
+      },
+      { timeout: 60000, interval: 100, message: 'the host tool\'s progress' },
+    );
+    assert.equal(progress.delta.text, 'waiting for the CRM');
+    await panel.click('#stop-button');
+    const final = await waitForSettledTurn(panel, { states: ['interrupted'] });
+    assert.equal(final.state, 'interrupted');
+    const aborted = await waitFor(
+      async () => (await panel.evaluate(async () => chrome.storage.local.get('waitAborted'))).waitAborted === true,
+      { timeout: 10000, interval: 100, message: 'the tool\'s signal to abort' },
+    );
+    assert.ok(aborted);
+    assert.equal(mock.requests().length, 1, 'no request after the stop');
+  },
+);

@@ -1,0 +1,286 @@
+//! Tools the embedding extension defines in its service worker
+//! (`extension/host-tools.js`, `Binding::Host`): they join the built-in
+//! tools in one registry, run without a page, and are gatekept like every
+//! other tool (reads run, every write asks, and never for a whole site).
+
+use serde_json::{json, Value};
+use sw_agent::engine::ToolOutcome;
+use sw_agent::model::{ApprovalStatus, NodeBody, RunState, StopReason, ToolStatus};
+use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event};
+use sw_agent::provider::{ChatMessage, ProviderRequest, RawToolCall};
+use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
+use sw_agent::tools::{Binding, Recovery, ToolDescriptor, ToolRegistry};
+
+use super::support::*;
+
+/// The built-in tools plus the two an embedder defined in JS.
+fn registry() -> ToolRegistry {
+    let mut registry = ToolRegistry::page_tools();
+    for definition in [
+        json!({
+            "name": "crm_lookup",
+            "label": "Look up a customer",
+            "description": "Find a customer record by e-mail.",
+            "parameters": {
+                "type": "object",
+                "properties": { "email": { "type": "string" } },
+                "required": ["email"],
+                "additionalProperties": false
+            },
+            "effects": "read",
+            "execute": null
+        }),
+        json!({
+            "name": "crm_note",
+            "label": "Add a note",
+            "description": "Add a note to a customer record.",
+            "parameters": {
+                "type": "object",
+                "properties": { "email": { "type": "string" }, "text": { "type": "string" } },
+                "required": ["email", "text"]
+            },
+            "effects": "write"
+        }),
+    ] {
+        let descriptor = ToolDescriptor::from_definition(&definition).expect("valid definition");
+        registry.register(descriptor).expect("no clash");
+    }
+    registry
+}
+
+/// Look the customer up, add a note, then answer.
+fn policy() -> Policy {
+    Box::new(|request: &ProviderRequest| {
+        let results = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
+            .count();
+        match results {
+            0 => Reply::ToolCalls {
+                text: "Looking.".into(),
+                calls: vec![RawToolCall {
+                    id: "c_lookup".into(),
+                    name: "crm_lookup".into(),
+                    arguments: r#"{"email":"ada@example.com"}"#.into(),
+                }],
+                stop: StopReason::ToolUse,
+            },
+            1 => Reply::call(
+                "c_note",
+                "crm_note",
+                r#"{"email":"ada@example.com","text":"VIP"}"#,
+            ),
+            _ => Reply::text("Noted."),
+        }
+    })
+}
+
+fn host_world() -> ToolFn {
+    Box::new(|name: &str, params: &Value| match name {
+        "crm_lookup" => ToolOutcome::text(
+            true,
+            format!("Ada Lovelace <{}>", params["email"].as_str().unwrap_or("")),
+        ),
+        "crm_note" => ToolOutcome::text(true, "Note added."),
+        other => ToolOutcome::text(false, format!("unknown tool {other}")),
+    })
+}
+
+fn waiting_for_the_note(seed: u64) -> (Sim, u64, String, sw_agent::model::ApprovalRecord) {
+    let mut sim = Sim::new(seed, policy(), host_world());
+    sim.config.registry = registry();
+    sim.reconfigure();
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Note that Ada is a VIP"));
+    sim.run(10_000);
+    let run = sim.store.runs.values().next().unwrap().clone();
+    assert_eq!(
+        run.state,
+        RunState::WaitingApproval,
+        "the write waits for the user"
+    );
+    let approval = sim
+        .events
+        .iter()
+        .filter_map(|(_, e)| match &e.event {
+            Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
+            _ => None,
+        })
+        .next_back()
+        .expect("asked");
+    (sim, conn, run.thread_id, approval)
+}
+
+#[test]
+fn host_tools_join_the_catalog_run_without_a_page_and_every_write_asks() {
+    let (mut sim, conn, thread, approval) = waiting_for_the_note(401);
+    // The model was offered them, with their own schemas.
+    let offered: Vec<&str> = sim.requests[0]
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(
+        offered.contains(&"crm_lookup") && offered.contains(&"crm_note"),
+        "{offered:?}"
+    );
+    // The read ran without asking and without a page.
+    let lookup = sim
+        .dispatches
+        .iter()
+        .find(|d| d.name == "crm_lookup")
+        .expect("ran");
+    assert_eq!(lookup.target, None, "a host tool acts on no page");
+    assert_eq!(lookup.params, json!({ "email": "ada@example.com" }));
+    // The write asks, with its parameters and no site.
+    assert_eq!(approval.tool_name, "crm_note");
+    assert_eq!(approval.label, "Add a note");
+    assert_eq!(approval.origin, "");
+    assert_eq!(
+        approval.params,
+        json!({ "email": "ada@example.com", "text": "VIP" })
+    );
+    assert!(
+        !sim.dispatches.iter().any(|d| d.name == "crm_note"),
+        "not before the answer"
+    );
+
+    // "Allow on this site" has no site to name: refused, nothing changes.
+    sim.send(
+        conn,
+        approval_response("r1", &thread, &approval.id, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(10_000);
+    let error = answer(&sim, conn, "r1").expect("answered").unwrap_err();
+    assert_eq!(error.kind, ErrorKind::InvalidCommand);
+    assert!(error.message.contains("not on a site"), "{}", error.message);
+    assert!(
+        sim.store.site_rules.is_empty(),
+        "no rule for an empty origin"
+    );
+    assert_eq!(
+        sim.store.approvals[&approval.id].status,
+        ApprovalStatus::Pending
+    );
+
+    // Allowed once: it runs once, and the turn ends.
+    sim.send(
+        conn,
+        approval_response("r2", &thread, &approval.id, ApprovalDecision::AcceptOnce),
+    );
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches
+            .iter()
+            .filter(|d| d.name == "crm_note")
+            .count(),
+        1
+    );
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_declined_host_write_names_no_site_to_the_model() {
+    let (mut sim, conn, thread, approval) = waiting_for_the_note(402);
+    sim.send(
+        conn,
+        approval_response("r1", &thread, &approval.id, ApprovalDecision::Decline),
+    );
+    sim.run(10_000);
+    let declined = paths(&sim)[0]
+        .iter()
+        .find_map(|n| match &n.body {
+            NodeBody::ToolResult {
+                name,
+                status,
+                content,
+                ..
+            } if name == "crm_note" => Some((*status, content.clone())),
+            _ => None,
+        })
+        .expect("a result for the model");
+    assert_eq!(declined.0, ToolStatus::Denied);
+    assert!(
+        declined
+            .1
+            .starts_with("The user declined this action (Add a note)."),
+        "{}",
+        declined.1
+    );
+    assert!(!sim.dispatches.iter().any(|d| d.name == "crm_note"));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_host_tool_definition_is_checked_field_by_field() {
+    let ok = ToolDescriptor::from_definition(&json!({
+        "name": "crm_note", "description": "Add a note.", "effects": "write", "execute": {}
+    }))
+    .unwrap();
+    assert_eq!(ok.binding, Binding::Host);
+    assert_eq!(ok.label, "crm_note", "the label defaults to the name");
+    assert_eq!(
+        ok.recovery,
+        Recovery::NeverRetry,
+        "a write is never retried by default"
+    );
+    assert_eq!(
+        ok.parameters["type"], "object",
+        "no parameters: an empty object schema"
+    );
+    let read = ToolDescriptor::from_definition(&json!({
+        "name": "crm_lookup", "description": "Find.", "effects": "read", "recovery": "inspect-first"
+    }))
+    .unwrap();
+    assert_eq!(read.recovery, Recovery::InspectFirst);
+
+    let refused = |definition: Value| ToolDescriptor::from_definition(&definition).unwrap_err().0;
+    assert!(refused(json!("crm")).contains("must be an object"));
+    assert!(refused(json!({ "description": "x", "effects": "read" })).contains("string `name`"));
+    assert!(refused(json!({ "name": "t", "effects": "read" })).contains("needs a `description`"));
+    let missing = refused(json!({ "name": "t", "description": "x" }));
+    assert!(
+        missing.contains("\"t\"") && missing.contains("`effects` must be"),
+        "{missing}"
+    );
+    assert!(
+        refused(json!({ "name": "t", "description": "x", "effects": "delete" }))
+            .contains("`effects` must be")
+    );
+    assert!(
+        refused(json!({ "name": "t", "description": "x", "effect": "read" }))
+            .contains("unknown field `effect`")
+    );
+    assert!(
+        refused(json!({ "name": "t", "description": 3, "effects": "read" }))
+            .contains("`description` must be a string")
+    );
+    assert!(refused(
+        json!({ "name": "t", "description": "x", "effects": "read", "recovery": "maybe" })
+    )
+    .contains("`recovery` must be"));
+
+    // The registry checks what every tool must satisfy: the name, the
+    // schema, and no clash with a built-in tool.
+    let mut registry = ToolRegistry::page_tools();
+    let register = |registry: &mut ToolRegistry, definition: Value| {
+        registry
+            .register(ToolDescriptor::from_definition(&definition).unwrap())
+            .unwrap_err()
+            .0
+    };
+    assert!(register(
+        &mut registry,
+        json!({ "name": "click", "description": "x", "effects": "read" })
+    )
+    .contains("already registered"));
+    assert!(register(
+        &mut registry,
+        json!({ "name": "bad name", "description": "x", "effects": "read" })
+    )
+    .contains("must be 1-64 characters"));
+    assert!(register(&mut registry, json!({ "name": "t", "description": "x", "effects": "read", "parameters": { "type": "string" } })).contains("JSON Schema of type object"));
+}
