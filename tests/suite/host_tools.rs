@@ -284,3 +284,67 @@ fn a_host_tool_definition_is_checked_field_by_field() {
     .contains("must be 1-64 characters"));
     assert!(register(&mut registry, json!({ "name": "t", "description": "x", "effects": "read", "parameters": { "type": "string" } })).contains("JSON Schema of type object"));
 }
+
+#[test]
+fn never_retry_at_most_once_a_host_write_running_at_a_crash_is_never_run_again() {
+    let (mut sim, conn, thread, approval) = waiting_for_the_note(403);
+    sim.send(
+        conn,
+        approval_response("r1", &thread, &approval.id, ApprovalDecision::AcceptOnce),
+    );
+    while !sim.dispatches.iter().any(|d| d.name == "crm_note") {
+        assert!(sim.step());
+    }
+    // The extension's function ran; its result never reached the store.
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches
+            .iter()
+            .filter(|d| d.name == "crm_note")
+            .count(),
+        1
+    );
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(
+        run.state,
+        RunState::PausedUncertain,
+        "the user says whether it happened"
+    );
+    assert_eq!(
+        run.in_flight_tool.as_ref().map(|t| t.name.as_str()),
+        Some("crm_note")
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_run_is_not_resumed_by_a_worker_whose_host_tools_changed() {
+    let (mut sim, _, _, _) = waiting_for_the_note(404);
+    // An update changed the extension's note tool (now a read).
+    let mut registry = ToolRegistry::page_tools();
+    for definition in [
+        json!({ "name": "crm_lookup", "label": "Look up a customer", "description": "Find a customer record by e-mail.",
+                "parameters": { "type": "object", "properties": { "email": { "type": "string" } }, "required": ["email"], "additionalProperties": false },
+                "effects": "read" }),
+        json!({ "name": "crm_note", "label": "Add a note", "description": "Add a note to a customer record.",
+                "parameters": { "type": "object", "properties": { "email": { "type": "string" }, "text": { "type": "string" } }, "required": ["email", "text"] },
+                "effects": "read" }),
+    ] {
+        registry
+            .register(ToolDescriptor::from_definition(&definition).unwrap())
+            .unwrap();
+    }
+    sim.config.registry = registry;
+    sim.crash();
+    sim.run(10_000);
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::Failed);
+    let error = run.error.as_ref().expect("says why");
+    assert_eq!(error.kind, ErrorKind::EnvironmentDrift);
+    assert!(error.message.contains("crm_note"), "{}", error.message);
+    assert!(
+        !sim.dispatches.iter().any(|d| d.name == "crm_note"),
+        "never run in the changed environment"
+    );
+}
