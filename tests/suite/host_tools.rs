@@ -348,3 +348,32 @@ fn a_run_is_not_resumed_by_a_worker_whose_host_tools_changed() {
         "never run in the changed environment"
     );
 }
+
+#[test]
+fn an_approved_host_write_runs_once_after_a_crash_right_after_the_decision() {
+    let (mut sim, conn, thread, approval) = waiting_for_the_note(405);
+    sim.send(
+        conn,
+        approval_response("r1", &thread, &approval.id, ApprovalDecision::AcceptOnce),
+    );
+    while sim.store.approvals[&approval.id].status != ApprovalStatus::AcceptedOnce {
+        assert!(sim.step());
+    }
+    assert!(!sim.dispatches.iter().any(|d| d.name == "crm_note"));
+    sim.crash();
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches
+            .iter()
+            .filter(|d| d.name == "crm_note")
+            .count(),
+        1
+    );
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(
+        run.state,
+        RunState::Completed,
+        "the turn went on to the end"
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
