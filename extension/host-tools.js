@@ -1,6 +1,8 @@
 // Your extension's own tools, for the agent to call next to the built-in
 // page tools. sw.js hands this list to Engine.start() at every worker start,
-// so a tool is defined once here and exists in every worker. The engine
+// so a tool is defined once here and exists in every worker. This module is
+// evaluated at every worker start, before anything else: keep its top level
+// to definitions (an exception here stops the worker). The engine
 // checks each definition; a wrong one is left out (the others work) and the
 // worker's console names it and what to fix.
 //
@@ -22,7 +24,9 @@
 //                { content: text, details: any JSON for the side panel }.
 //                Throw (or reject) to give the model an error it can act on.
 //                `signal` aborts when the user stops the turn or after 60 s;
-//                `progress(text)` shows a line in the side panel meanwhile.
+//                `progress(text)` shows a line in the side panel while the
+//                call runs (not after it returned). A call that returns
+//                nothing (undefined) is an error result: say what happened.
 //
 // Example (add it to the list to try it):
 //
