@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {
   DEFAULT_EXTENSION_PATH,
-  portLog,
+  waitForToolProgress,
   answerApprovalInPanel,
   exitUnlessExtensionBuilt,
   readApprovalCard,
@@ -27,7 +27,14 @@ import {
   waitForApprovalCard,
   waitForExtensionServiceWorker,
 } from '../support/browser.mjs';
-import { isolatedTest as sharedIsolatedTest, orphanToolCallProblems, toolCards, waitForSettledTurn } from '../support/session.mjs';
+import {
+  isolatedTest as sharedIsolatedTest,
+  orphanToolCallProblems,
+  toolCards,
+  waitForSettledTurn,
+  messageText,
+  scriptModel,
+} from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
@@ -125,23 +132,7 @@ function isolatedTest(name, options, body) {
   sharedIsolatedTest(test, name, options, body, { timeout: TEST_TIMEOUT });
 }
 
-async function scriptModel(mock, steps) {
-  const response = await fetch(`${mock.origin}/__control/script`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ steps }),
-  });
-  assert.equal(response.status, 200, await response.text());
-}
-
 const call = (name, args = {}) => ({ toolCalls: [{ name, arguments: args }] });
-
-function messageText(message) {
-  const content = message?.content;
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
-  return '';
-}
 
 /** The result the model received for each tool call, by tool name (the last request has them all). */
 function resultsByTool(request) {
@@ -256,16 +247,7 @@ isolatedTest(
     const { panel, mock } = session;
     await scriptModel(mock, [call('notes_wait'), { text: 'Not reached.' }]);
     await submitTask(panel, 'Wait for the CRM');
-    const progress = await waitFor(
-      async () => {
-        const log = (await portLog(panel)) ?? [];
-        return log
-          .filter((entry) => entry.dir === 'in' && entry.json)
-          .map((entry) => JSON.parse(entry.json))
-          .find((m) => m.type === 'item.delta' && m.delta?.kind === 'toolProgress');
-      },
-      { timeout: 60000, interval: 100, message: 'the host tool\'s progress' },
-    );
+    const progress = await waitForToolProgress(panel, { message: 'the host tool\'s progress' });
     assert.equal(progress.delta.text, 'waiting for the CRM');
     await panel.click('#stop-button');
     const final = await waitForSettledTurn(panel, { states: ['interrupted'] });

@@ -56,6 +56,7 @@ import {
   orphanToolCallProblems,
   saveArtifacts,
   isolatedTest as sharedIsolatedTest,
+  messageText,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -87,14 +88,6 @@ function describeState(panelState) {
 
 function assertNoOrphans(session) {
   assert.deepEqual(orphanToolCallProblems(session.mock.requests()), [], 'no_orphan_tool_calls on every provider request');
-}
-
-/** Text of a message's content (a string or an array of parts). */
-function messageText(message) {
-  const content = message?.content;
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
-  return '';
 }
 
 function requestMessages(request) {

@@ -46,6 +46,7 @@ import {
   orphanToolCallProblems,
   saveArtifacts,
   seededRandom,
+  messageText,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -646,14 +647,6 @@ isolatedTest('kill_during_click_never_retry_at_most_once', {}, async (session) =
 /** Messages of a provider request, as the mock received them. */
 function requestMessages(request) {
   return Array.isArray(request.body?.messages) ? request.body.messages : [];
-}
-
-/** Text of a message's content (a string or an array of parts). */
-function messageText(message) {
-  const content = message?.content;
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
-  return '';
 }
 
 /** Parsed Port-recorder entries of one direction (`out`: panel → engine, `in`: engine → panel). */

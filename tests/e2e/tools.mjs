@@ -19,6 +19,7 @@ import path from 'node:path';
 import {
   exitUnlessExtensionBuilt,
   portLog,
+  waitForToolProgress,
   readApprovalCard,
   submitTask,
   transcriptLines,
@@ -32,7 +33,17 @@ import {
   openPanel,
   updateExtension,
 } from '../support/browser.mjs';
-import { startSession, waitForSettledTurn, topLevelNodes, toolCards, orphanToolCallProblems, saveArtifacts, isolatedTest as sharedIsolatedTest } from '../support/session.mjs';
+import {
+  startSession,
+  waitForSettledTurn,
+  topLevelNodes,
+  toolCards,
+  orphanToolCallProblems,
+  saveArtifacts,
+  isolatedTest as sharedIsolatedTest,
+  messageText,
+  scriptModel,
+} from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
@@ -44,26 +55,7 @@ function isolatedTest(name, options, body) {
   sharedIsolatedTest(test, name, options, body, { timeout: TEST_TIMEOUT });
 }
 
-/** Replaces the mock's queue of responses through its HTTP control API. */
-async function scriptModel(mock, steps) {
-  const response = await fetch(`${mock.origin}/__control/script`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ steps }),
-  });
-  const body = await response.text();
-  assert.equal(response.status, 200, `POST /__control/script: ${body}`);
-  assert.equal(JSON.parse(body).pendingSteps, steps.length);
-}
-
 const call = (name, args = {}, text = undefined) => ({ ...(text ? { text } : {}), toolCalls: [{ name, arguments: args }] });
-
-function messageText(message) {
-  const content = message?.content;
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
-  return '';
-}
 
 /** Every tool call the model made in the conversation of `request`, with the result it got back. */
 function toolExchanges(request) {
@@ -353,16 +345,7 @@ isolatedTest('wait_for_interrupted_by_navigation_is_a_clear_tool_error', { page:
   ]);
   await submitTask(panel, 'Wait for the confirmation');
   // The content script reports progress every second; navigate once it is waiting.
-  const progress = await waitFor(
-    async () => {
-      const log = (await portLog(panel)) ?? [];
-      return log
-        .filter((entry) => entry.dir === 'in' && entry.json)
-        .map((entry) => JSON.parse(entry.json))
-        .find((m) => m.type === 'item.delta' && m.delta?.kind === 'toolProgress');
-    },
-    { timeout: 60000, interval: 100, message: 'a tool progress event of wait_for' },
-  );
+  const progress = await waitForToolProgress(panel, { message: 'a tool progress event of wait_for' });
   assert.match(progress.delta.text, /^waiting… 1 s \(for the text "This never appears"\)$/);
   await form.evaluate(() => {
     location.href = 'archive.html';

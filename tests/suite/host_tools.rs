@@ -87,6 +87,11 @@ fn host_world() -> ToolFn {
     })
 }
 
+/// How many times the world saw `name` run.
+fn ran(sim: &Sim, name: &str) -> usize {
+    sim.dispatches.iter().filter(|d| d.name == name).count()
+}
+
 fn waiting_for_the_note(seed: u64) -> (Sim, u64, String, sw_agent::model::ApprovalRecord) {
     let mut sim = Sim::new(seed, policy(), host_world());
     sim.config.registry = registry();
@@ -171,13 +176,7 @@ fn host_tools_join_the_catalog_run_without_a_page_and_every_write_asks() {
         approval_response("r2", &thread, &approval.id, ApprovalDecision::AcceptOnce),
     );
     sim.run(10_000);
-    assert_eq!(
-        sim.dispatches
-            .iter()
-            .filter(|d| d.name == "crm_note")
-            .count(),
-        1
-    );
+    assert_eq!(ran(&sim, "crm_note"), 1);
     assert_eq!(last_stop(&sim), Some(StopReason::End));
     check_invariants(&sim, &[]).unwrap();
 }
@@ -298,13 +297,7 @@ fn never_retry_at_most_once_a_host_write_running_at_a_crash_is_never_run_again()
     // The extension's function ran; its result never reached the store.
     sim.crash();
     sim.run(10_000);
-    assert_eq!(
-        sim.dispatches
-            .iter()
-            .filter(|d| d.name == "crm_note")
-            .count(),
-        1
-    );
+    assert_eq!(ran(&sim, "crm_note"), 1);
     let run = sim.store.runs.values().next().unwrap();
     assert_eq!(
         run.state,
@@ -362,13 +355,7 @@ fn an_approved_host_write_runs_once_after_a_crash_right_after_the_decision() {
     assert!(!sim.dispatches.iter().any(|d| d.name == "crm_note"));
     sim.crash();
     sim.run(10_000);
-    assert_eq!(
-        sim.dispatches
-            .iter()
-            .filter(|d| d.name == "crm_note")
-            .count(),
-        1
-    );
+    assert_eq!(ran(&sim, "crm_note"), 1);
     let run = sim.store.runs.values().next().unwrap();
     assert_eq!(
         run.state,

@@ -737,6 +737,20 @@ export async function portLog(panel) {
   return panel.evaluate(() => (globalThis.__portLog ? globalThis.__portLog.slice() : null));
 }
 
+/** Waits for the first `item.delta{toolProgress}` the panel received, and returns it. */
+export async function waitForToolProgress(panel, { timeout = 60000, message = 'a tool progress event' } = {}) {
+  return waitFor(
+    async () => {
+      const log = (await portLog(panel)) ?? [];
+      return log
+        .filter((entry) => entry.dir === 'in' && entry.json)
+        .map((entry) => JSON.parse(entry.json))
+        .find((m) => m.type === 'item.delta' && m.delta?.kind === 'toolProgress');
+    },
+    { timeout, interval: 100, message },
+  );
+}
+
 /**
  * Reads every object store of every IndexedDB database of the extension's
  * origin, from an extension page (same origin as the service worker).

@@ -272,3 +272,24 @@ export async function saveArtifacts(session, slug, error) {
   });
   return written;
 }
+
+/** Text of a message's content as the mock recorded it (a string or an array of parts). */
+export function messageText(message) {
+  const content = message?.content;
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.map((part) => (typeof part === 'string' ? part : part?.text ?? '')).join('');
+  return '';
+}
+
+/** Replaces the mock LLM's queue of responses through its HTTP control API (POST /__control/script). */
+export async function scriptModel(mock, steps) {
+  const response = await fetch(`${mock.origin}/__control/script`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ steps }),
+  });
+  const body = await response.text();
+  if (response.status !== 200) throw new Error(`POST /__control/script: ${response.status} ${body}`);
+  const pending = JSON.parse(body).pendingSteps;
+  if (pending !== steps.length) throw new Error(`POST /__control/script: ${pending} steps pending, ${steps.length} sent`);
+}
