@@ -594,6 +594,11 @@ impl Driver {
             retry_safe,
             ..
         } = call;
+        let waited_for = if binding == Binding::Host {
+            "The tool did not finish"
+        } else {
+            "The page did not answer"
+        };
         let work = async {
             match (binding, &target) {
                 (Binding::Page, _) => {
@@ -625,7 +630,7 @@ impl Driver {
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
             r = work => r,
-            _ = timeout => Err(format!("The page did not answer within {} seconds.", TOOL_TIMEOUT_MS / 1000)),
+            _ = timeout => Err(format!("{waited_for} within {} seconds.", TOOL_TIMEOUT_MS / 1000)),
         };
         self.metrics
             .borrow_mut()
