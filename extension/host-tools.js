@@ -21,7 +21,9 @@
 //                it happened, and it is never run twice by itself)
 //   execute      (params, { callId, signal, progress }) => result, or a
 //                Promise of it. The result is the text the model gets, or
-//                { content: text, details: any JSON for the side panel }.
+//                { content: text, details: JSON kept with the result for a
+//                UI; never sent to the model, and this side panel shows
+//                only the built-in kinds (a snapshot diff, a thumbnail) }.
 //                Throw (or reject) to give the model an error it can act on.
 //                `signal` aborts when the user stops the turn or after 60 s;
 //                `progress(text)` shows a line in the side panel while the
