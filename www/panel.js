@@ -931,7 +931,12 @@ function onTurnComplete(event) {
   }
   // Whatever still streams belonged to this turn and will not grow any more.
   for (const [itemId, entry] of view.streaming) {
-    if (entry.kind === "assistant_message") {
+    if (entry.kind === "assistant_message" && entry.element.hidden) {
+      // Stopped before its first word: nothing of it was stored, so nothing
+      // of it stays (a new panel's snapshot has no such message either).
+      entry.element.remove();
+      view.streaming.delete(itemId);
+    } else if (entry.kind === "assistant_message") {
       entry.element.classList.remove("streaming");
       entry.element.removeAttribute("aria-busy");
       view.streaming.delete(itemId);

@@ -222,6 +222,38 @@ const PLAN_QUESTION = 'Which plan should I subscribe you to?';
 const PLAN_OPTIONS = ['Basic', 'Pro (monthly)', 'Team <b>bold</b>'];
 
 isolatedTest(
+  'an_answer_stopped_before_its_first_word_leaves_no_message_behind',
+  // The second answer: headers, then nothing. It has started (item.start)
+  // and has no word yet when the user stops it.
+  { script: [{ text: 'Hello.' }, { stallMs: STALL_FOREVER_MS, stallAt: 'headers' }] },
+  async (session) => {
+    const { panel } = session;
+    // A first turn, so that the thread is shown and stays shown (a new
+    // thread's snapshot would redraw the panel and hide what is tested).
+    await submitTask(panel, 'Say hello');
+    const first = await waitForSettledTurn(panel);
+    assert.equal(first.state, 'completed', describeState(first));
+    const assistantStarts = async () =>
+      ((await portLog(panel)) ?? [])
+        .filter((entry) => entry.dir === 'in' && entry.json)
+        .map((entry) => JSON.parse(entry.json))
+        .filter((m) => m.type === 'item.start' && m.kind === 'assistant_message').length;
+    const before = await assistantStarts();
+    await submitTask(panel, 'Say something');
+    await waitFor(async () => (await assistantStarts()) > before, { timeout: 30000, interval: 50, message: "the second answer's item.start" });
+    await panel.click('#stop-button');
+    const final = await waitForSettledTurn(panel, { previousTurnId: first.turnId, states: ['interrupted'] });
+    const drawn = await panel.evaluate(() =>
+      [...document.querySelectorAll('#messages [data-kind="assistant_message"]')].map((e) => e.querySelector('.message-text')?.textContent.trim() ?? ''),
+    );
+    assert.deepEqual(drawn, ['Hello.'], `only the first answer is drawn, shown or hidden\n${describeState(final)}`);
+    // As stored, which a new panel is drawn from.
+    const stored = ((await dumpIndexedDb(panel))['sw-agent']?.nodes ?? []).map((entry) => entry.value);
+    assert.deepEqual(stored.filter((n) => n.kind === 'assistant_message').map((n) => n.text), ['Hello.']);
+  },
+);
+
+isolatedTest(
   'ask_user_answered_in_the_panel',
   {
     script: [
