@@ -1266,26 +1266,25 @@ impl EngineHandle {
                 .ok()
                 .and_then(|v| v.as_string())
         };
-        // The embedding extension's own tools join the built-in ones; a
-        // wrong definition is left out and named in the console.
-        let mut registry = crate::tools::ToolRegistry::page_tools();
+        let mut config = EngineConfig {
+            approver: Approver::Interactive,
+            build: text("build").filter(|b| is_token(b)).unwrap_or_default(),
+            epoch: text("epoch").filter(|e| is_token(e)),
+            ..EngineConfig::default()
+        };
+        // The embedding extension's own tools join the built-in ones (the
+        // default registry); a wrong definition is left out and named in
+        // the console.
         let (host_tools, refused) = host_tools::HostTools::register(
             &js_sys::Reflect::get(&prefetched, &JsValue::from_str("tools"))
                 .unwrap_or(JsValue::UNDEFINED),
-            &mut registry,
+            &mut config.registry,
         );
         for e in refused {
             web_sys::console::error_1(&JsValue::from_str(&format!(
                 "[sw-agent] a tool of extension/host-tools.js was left out: {e}"
             )));
         }
-        let config = EngineConfig {
-            approver: Approver::Interactive,
-            registry,
-            build: text("build").filter(|b| is_token(b)).unwrap_or_default(),
-            epoch: text("epoch").filter(|e| is_token(e)),
-            ..EngineConfig::default()
-        };
         let engine = Engine::new(config, profile, u64::from_le_bytes(seed), image, now());
         let driver = Rc::new_cyclic(|me| Driver {
             engine: RefCell::new(engine),
