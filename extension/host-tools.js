@@ -19,13 +19,19 @@
 //                "inspect-first" or "never-retry" (the default for writes:
 //                if the worker dies while it runs, the user is asked whether
 //                it happened, and it is never run twice by itself)
+//   timeoutMs    optional: how long a call may take, in ms (1 to 300000;
+//                default 60000). Past it the call's `signal` aborts and the
+//                model gets the error "The tool did not finish within …".
+//                Chrome stops a worker busy longer than 5 minutes; the
+//                tool's recovery then decides, as after any crash.
 //   execute      (params, { callId, signal, progress }) => result, or a
 //                Promise of it. The result is the text the model gets, or
 //                { content: text, details: JSON kept with the result for a
 //                UI; never sent to the model, and this side panel shows
 //                only the built-in kinds (a snapshot diff, a thumbnail) }.
 //                Throw (or reject) to give the model an error it can act on.
-//                `signal` aborts when the user stops the turn or after 60 s;
+//                `signal` aborts when the user stops the turn or at the
+//                time limit (timeoutMs);
 //                `progress(text)` shows a line in the side panel while the
 //                call runs (not after it returned). A call that returns
 //                nothing (undefined) is an error result: say what happened.

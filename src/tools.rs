@@ -57,7 +57,7 @@ pub enum Binding {
     /// Run by the engine itself (`ask_user`).
     Engine,
     /// Run by a function the embedding extension registered in its service
-    /// worker (`extension/host-tools.js`, [`ToolDescriptor::from_definition`]).
+    /// worker (`extension/host-tools.js`, [`HostDefinition::parse`]).
     Host,
 }
 
@@ -148,27 +148,77 @@ impl ToolDescriptor {
         self
     }
 
-    /// The descriptor of a tool the embedding extension defines in its
-    /// service worker (`extension/host-tools.js`): its definition without
-    /// the `execute` function, as JSON data. Errors name the tool and what to
-    /// fix; the registry still checks the name and the schema
-    /// ([`ToolRegistry::register`]).
+    /// The provider-facing schema.
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+        }
+    }
+
+    /// SHA-256 over schema, security metadata and binding (hex).
+    pub fn digest(&self) -> String {
+        let canonical = json!({
+            "name": self.name,
+            "parameters": self.parameters,
+            "level": self.level,
+            "effects": self.effects,
+            "recovery": self.recovery,
+            "binding": self.binding,
+            "parallelSafe": self.parallel_safe,
+            "requiresVision": self.requires_vision,
+        });
+        hex(&Sha256::digest(canonical.to_string().as_bytes()))
+    }
+}
+
+/// How long a tool's call may take when nothing else is said (ms): the page
+/// tools' limit, and a host tool's default.
+pub const TOOL_TIME_LIMIT_MS: u32 = 60_000;
+
+/// The longest `timeoutMs` a host tool may ask for (ms). Decision: five
+/// minutes, Chrome's own limit on one piece of a service worker's work; a
+/// worker stopped during a longer call is recovered like a crash (the
+/// tool's `recovery` says what happens), so a longer limit would promise
+/// what the browser does not keep.
+pub const HOST_TOOL_MAX_TIME_LIMIT_MS: u32 = 300_000;
+
+/// A tool the embedding extension defines in its service worker
+/// (`extension/host-tools.js`), read from its definition without the
+/// `execute` function, as JSON data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostDefinition {
+    pub descriptor: ToolDescriptor,
+    /// How long a call may take before it is given up (and its `signal`
+    /// aborted), ms: `timeoutMs`, or [`TOOL_TIME_LIMIT_MS`]. The driver's
+    /// business only: not in the descriptor, so not in the digest (a new
+    /// limit is not a different tool for a run that resumes).
+    pub time_limit_ms: u32,
+}
+
+impl HostDefinition {
+    /// Errors name the tool and what to fix; the registry still checks the
+    /// name and the schema ([`ToolRegistry::register`]).
     ///
     /// Decisions: `effects` has no default (it decides whether the user is
     /// asked, so it must be said); the recovery follows it unless given; a
     /// missing label is the name and missing parameters are none; unknown
-    /// fields are refused (a misspelt `effect` must not pass as a read). Such
-    /// tools run without a page, one at a time in the model's order: the
-    /// gatekeeper lets reads run and asks before every write, and their
-    /// approvals cannot become site rules.
-    pub fn from_definition(definition: &Value) -> Result<ToolDescriptor, RegistryError> {
-        const FIELDS: [&str; 7] = [
+    /// fields are refused (a misspelt `effect` must not pass as a read);
+    /// `timeoutMs` is a whole number of ms from 1 to
+    /// [`HOST_TOOL_MAX_TIME_LIMIT_MS`]. Such tools run without a page, one
+    /// at a time in the model's order: the gatekeeper lets reads run and
+    /// asks before every write, and their approvals cannot become site
+    /// rules.
+    pub fn parse(definition: &Value) -> Result<HostDefinition, RegistryError> {
+        const FIELDS: [&str; 8] = [
             "name",
             "label",
             "description",
             "parameters",
             "effects",
             "recovery",
+            "timeoutMs",
             "execute",
         ];
         let object = definition
@@ -227,31 +277,33 @@ impl ToolDescriptor {
                 ))
             }
         }
-        Ok(descriptor)
+        let time_limit_ms = match object.get("timeoutMs") {
+            None | Some(Value::Null) => TOOL_TIME_LIMIT_MS,
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .filter(|ms| (1..=u64::from(HOST_TOOL_MAX_TIME_LIMIT_MS)).contains(ms))
+                .map(|ms| ms as u32)
+                .ok_or_else(|| {
+                    fail(format!(
+                        "`timeoutMs` must be a whole number of milliseconds from 1 to {HOST_TOOL_MAX_TIME_LIMIT_MS}, not {n}"
+                    ))
+                })?,
+            Some(_) => return Err(fail("`timeoutMs` must be a number".to_string())),
+        };
+        Ok(HostDefinition {
+            descriptor,
+            time_limit_ms,
+        })
     }
+}
 
-    /// The provider-facing schema.
-    pub fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            parameters: self.parameters.clone(),
-        }
-    }
-
-    /// SHA-256 over schema, security metadata and binding (hex).
-    pub fn digest(&self) -> String {
-        let canonical = json!({
-            "name": self.name,
-            "parameters": self.parameters,
-            "level": self.level,
-            "effects": self.effects,
-            "recovery": self.recovery,
-            "binding": self.binding,
-            "parallelSafe": self.parallel_safe,
-            "requiresVision": self.requires_vision,
-        });
-        hex(&Sha256::digest(canonical.to_string().as_bytes()))
+/// A time limit as the model and the user read it: "1 second", "90
+/// seconds", "1500 ms".
+pub fn time_limit_text(ms: u32) -> String {
+    match ms {
+        1000 => "1 second".to_string(),
+        ms if ms % 1000 == 0 => format!("{} seconds", ms / 1000),
+        ms => format!("{ms} ms"),
     }
 }
 

@@ -2,7 +2,7 @@
 //! (`extension/host-tools.js`, passed to `Engine.start` as `tools`).
 //!
 //! Owns: reading their definitions (each checked by
-//! [`ToolDescriptor::from_definition`] and the registry; a wrong one is left
+//! [`HostDefinition::parse`] and the registry; a wrong one is left
 //! out, with a message naming the tool and what to fix), and calling their `execute`
 //! function: `execute(params, { callId, signal, progress })`, returning (or
 //! resolving to) the text for the model or `{ content, details }`; a throw or
@@ -21,13 +21,14 @@ use web_sys::AbortSignal;
 use super::boundary;
 use super::error::js_to_error;
 use crate::engine::ToolOutcome;
-use crate::tools::{ToolDescriptor, ToolRegistry};
+use crate::tools::{HostDefinition, ToolRegistry};
 use crate::vecmap::VecMap;
 
-/// The `execute` function of each tool the extension defined, by name.
+/// The `execute` function of each tool the extension defined, and its time
+/// limit (ms), by name.
 #[derive(Default)]
 pub struct HostTools {
-    functions: VecMap<String, Function>,
+    functions: VecMap<String, (Function, u32)>,
 }
 
 impl HostTools {
@@ -50,8 +51,8 @@ impl HostTools {
         };
         for (i, tool) in list.iter().enumerate() {
             match Self::one(i, &tool, registry) {
-                Ok((name, execute)) => {
-                    host.functions.insert(name, execute);
+                Ok((name, execute, time_limit_ms)) => {
+                    host.functions.insert(name, (execute, time_limit_ms));
                 }
                 Err(e) => errors.push(e),
             }
@@ -63,19 +64,27 @@ impl HostTools {
         i: usize,
         tool: &JsValue,
         registry: &mut ToolRegistry,
-    ) -> Result<(String, Function), String> {
+    ) -> Result<(String, Function, u32), String> {
         let name = Reflect::get(tool, &JsValue::from_str("name"))
             .ok()
             .and_then(|n| n.as_string())
             .unwrap_or_else(|| format!("#{i}"));
         let definition = definition_of(tool).map_err(|e| format!("host tool {name:?}: {e}"))?;
-        let descriptor = ToolDescriptor::from_definition(&definition).map_err(|e| e.0)?;
+        let HostDefinition {
+            descriptor,
+            time_limit_ms,
+        } = HostDefinition::parse(&definition).map_err(|e| e.0)?;
         let execute = Reflect::get(tool, &JsValue::from_str("execute"))
             .ok()
             .and_then(|f| f.dyn_into::<Function>().ok())
             .ok_or_else(|| format!("host tool {name:?}: `execute` must be a function"))?;
         registry.register(descriptor).map_err(|e| e.0)?;
-        Ok((name, execute))
+        Ok((name, execute, time_limit_ms))
+    }
+
+    /// How long a call of tool `name` may take (ms), if it is one of them.
+    pub fn time_limit_ms(&self, name: &str) -> Option<u32> {
+        self.functions.get(name).map(|(_, ms)| *ms)
     }
 
     /// Run tool `name` with `params`. `progress` is called with each text the
@@ -92,7 +101,7 @@ impl HostTools {
         let execute = self
             .functions
             .get(name)
-            .cloned()
+            .map(|(execute, _)| execute.clone())
             .ok_or_else(|| format!("{name} is not defined in this extension's worker."))?;
         let context = js_sys::Object::new();
         for (key, value) in [

@@ -44,7 +44,7 @@ use crate::provider::{
     http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
 };
 use crate::store::UnitOfWork;
-use crate::tools::Binding;
+use crate::tools::{time_limit_text, Binding, TOOL_TIME_LIMIT_MS};
 use crate::vecmap::VecMap;
 use error::JsError;
 use idb::IdbStore;
@@ -58,8 +58,6 @@ pub const HEARTBEAT_ALARM: &str = "sw-agent-heartbeat";
 /// leaves a third of that as margin (the alarm's own 30 s period, Chrome's
 /// minimum, leaves none).
 const KEEPALIVE_MS: u32 = 20_000;
-/// A page tool that does not answer within this time fails (ms).
-const TOOL_TIMEOUT_MS: u32 = 60_000;
 
 fn now() -> u64 {
     js_sys::Date::now() as u64
@@ -594,10 +592,16 @@ impl Driver {
             retry_safe,
             ..
         } = call;
-        let waited_for = if binding == Binding::Host {
-            "The tool did not finish"
+        // A page tool that does not answer within the limit fails; a host
+        // tool may set its own (`timeoutMs`).
+        let (waited_for, limit_ms) = if binding == Binding::Host {
+            let limit = self.host_tools.time_limit_ms(&name);
+            (
+                "The tool did not finish",
+                limit.unwrap_or(TOOL_TIME_LIMIT_MS),
+            )
         } else {
-            "The page did not answer"
+            ("The page did not answer", TOOL_TIME_LIMIT_MS)
         };
         let work = async {
             match (binding, &target) {
@@ -625,12 +629,12 @@ impl Driver {
             }
         }
         .fuse();
-        let timeout = TimeoutFuture::new(TOOL_TIMEOUT_MS).fuse();
+        let timeout = TimeoutFuture::new(limit_ms).fuse();
         let started = metrics::precise_now();
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
             r = work => r,
-            _ = timeout => Err(format!("{waited_for} within {} seconds.", TOOL_TIMEOUT_MS / 1000)),
+            _ = timeout => Err(format!("{waited_for} within {}.", time_limit_text(limit_ms))),
         };
         self.metrics
             .borrow_mut()

@@ -113,10 +113,26 @@ export const HOST_TOOLS = [
         });
       }),
   },
+  {
+    name: 'notes_slow',
+    label: 'Ask the slow CRM',
+    description: 'Ask the CRM, which may take long.',
+    effects: 'read',
+    timeoutMs: 1000,
+    execute: (params, { signal }) =>
+      new Promise((resolve, reject) => {
+        record('notes_slow', params);
+        signal.addEventListener('abort', () => {
+          chrome.storage.local.set({ slowAborted: true });
+          reject(new Error('stopped'));
+        });
+      }),
+  },
   // Wrong definitions: left out, named in the console; the others work.
   { name: 'notes_delete', description: 'Delete every note.', execute: () => 'deleted' },
   { name: 'click', description: 'Shadows a built-in tool.', effects: 'read', execute: () => 'no' },
   { name: 'notes_export', description: 'Export.', effects: 'read', execute: 'not a function' },
+  { name: 'notes_forever', description: 'Never ends.', effects: 'read', timeoutMs: 3600000, execute: () => 'no' },
 ];
 `;
 
@@ -191,7 +207,7 @@ isolatedTest(
     const requests = mock.requests();
     const offered = (requests[0].body.tools ?? []).map((t) => t.function?.name);
     for (const name of ['notes_read', 'notes_add', 'notes_sync', 'page_snapshot', 'click']) assert.ok(offered.includes(name), `${name} offered: ${offered}`);
-    for (const name of ['notes_delete', 'notes_export']) assert.ok(!offered.includes(name), `the wrong definition ${name} is left out`);
+    for (const name of ['notes_delete', 'notes_export', 'notes_forever']) assert.ok(!offered.includes(name), `the wrong definition ${name} is left out`);
     assert.equal(offered.filter((n) => n === 'click').length, 1, 'the built-in click, once');
     const addSchema = requests[0].body.tools.find((t) => t.function?.name === 'notes_add').function.parameters;
     assert.deepEqual(addSchema.required, ['text']);
@@ -212,10 +228,11 @@ isolatedTest(
     const worker = await waitForExtensionServiceWorker(context, { extensionId: session.extensionId });
     const errors = await worker.evaluate(() => globalThis.__consoleErrors);
     const leftOut = errors.filter((e) => e.includes('left out'));
-    assert.equal(leftOut.length, 3, errors.join('\n'));
+    assert.equal(leftOut.length, 4, errors.join('\n'));
     assert.match(leftOut[0], /"notes_delete".*`effects` must be "read" or "write"/);
     assert.match(leftOut[1], /"click" is already registered/);
     assert.match(leftOut[2], /"notes_export".*`execute` must be a function/);
+    assert.match(leftOut[3], /"notes_forever".*`timeoutMs` must be a whole number of milliseconds from 1 to 300000/);
   },
 );
 
@@ -258,5 +275,24 @@ isolatedTest(
     );
     assert.ok(aborted);
     assert.equal(mock.requests().length, 1, 'no request after the stop');
+  },
+);
+
+isolatedTest(
+  'a_host_tool_past_its_own_time_limit_is_aborted_and_the_model_is_told',
+  { launch: { extensionPath: extensionDir } },
+  async (session) => {
+    const { panel, mock } = session;
+    await scriptModel(mock, [call('notes_slow'), { text: 'The CRM is slow today.' }]);
+    await submitTask(panel, 'Ask the CRM');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const stored = await panel.evaluate(async () => chrome.storage.local.get(['hostCalls', 'slowAborted']));
+    assert.deepEqual(stored.hostCalls.map((c) => c.name), ['notes_slow'], 'it ran once');
+    assert.equal(stored.slowAborted, true, 'its signal was aborted at the limit');
+    const results = resultsByTool(mock.requests().at(-1));
+    assert.equal(results.notes_slow, 'Error: The tool did not finish within 1 second.');
+    const cards = toolCards(await readPanel(panel));
+    assert.equal(cards.find((c) => c.toolName === 'notes_slow')?.results[0]?.status, 'error');
   },
 );

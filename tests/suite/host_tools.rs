@@ -9,7 +9,9 @@ use sw_agent::model::{ApprovalStatus, NodeBody, RunState, StopReason, ToolStatus
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event};
 use sw_agent::provider::{ChatMessage, ProviderRequest, RawToolCall};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
-use sw_agent::tools::{Binding, Recovery, ToolDescriptor, ToolRegistry};
+use sw_agent::tools::{
+    time_limit_text, Binding, HostDefinition, Recovery, ToolRegistry, TOOL_TIME_LIMIT_MS,
+};
 
 use super::support::*;
 
@@ -42,7 +44,9 @@ fn registry() -> ToolRegistry {
             "effects": "write"
         }),
     ] {
-        let descriptor = ToolDescriptor::from_definition(&definition).expect("valid definition");
+        let descriptor = HostDefinition::parse(&definition)
+            .expect("valid definition")
+            .descriptor;
         registry.register(descriptor).expect("no clash");
     }
     registry
@@ -215,10 +219,15 @@ fn a_declined_host_write_names_no_site_to_the_model() {
 
 #[test]
 fn a_host_tool_definition_is_checked_field_by_field() {
-    let ok = ToolDescriptor::from_definition(&json!({
+    let parsed = HostDefinition::parse(&json!({
         "name": "crm_note", "description": "Add a note.", "effects": "write", "execute": {}
     }))
     .unwrap();
+    assert_eq!(
+        parsed.time_limit_ms, TOOL_TIME_LIMIT_MS,
+        "the page tools' limit by default"
+    );
+    let ok = parsed.descriptor;
     assert_eq!(ok.binding, Binding::Host);
     assert_eq!(ok.label, "crm_note", "the label defaults to the name");
     assert_eq!(
@@ -230,13 +239,33 @@ fn a_host_tool_definition_is_checked_field_by_field() {
         ok.parameters["type"], "object",
         "no parameters: an empty object schema"
     );
-    let read = ToolDescriptor::from_definition(&json!({
-        "name": "crm_lookup", "description": "Find.", "effects": "read", "recovery": "inspect-first"
+    let read = HostDefinition::parse(&json!({
+        "name": "crm_lookup", "description": "Find.", "effects": "read", "recovery": "inspect-first",
+        "timeoutMs": 300000
     }))
     .unwrap();
-    assert_eq!(read.recovery, Recovery::InspectFirst);
+    assert_eq!(read.descriptor.recovery, Recovery::InspectFirst);
+    assert_eq!(read.time_limit_ms, 300_000);
+    let quick = HostDefinition::parse(&json!({
+        "name": "crm_ping", "description": "Ping.", "effects": "read", "timeoutMs": 1
+    }))
+    .unwrap();
+    assert_eq!(quick.time_limit_ms, 1);
+    // How a limit reads in the error result the model gets.
+    assert_eq!(time_limit_text(TOOL_TIME_LIMIT_MS), "60 seconds");
+    assert_eq!(time_limit_text(1000), "1 second");
+    assert_eq!(time_limit_text(1500), "1500 ms");
+    assert_eq!(
+        quick.descriptor,
+        HostDefinition::parse(
+            &json!({ "name": "crm_ping", "description": "Ping.", "effects": "read" })
+        )
+        .unwrap()
+        .descriptor,
+        "the limit is not part of the tool's descriptor (nor its digest)"
+    );
 
-    let refused = |definition: Value| ToolDescriptor::from_definition(&definition).unwrap_err().0;
+    let refused = |definition: Value| HostDefinition::parse(&definition).unwrap_err().0;
     assert!(refused(json!("crm")).contains("must be an object"));
     assert!(refused(json!({ "description": "x", "effects": "read" })).contains("string `name`"));
     assert!(refused(json!({ "name": "t", "effects": "read" })).contains("needs a `description`"));
@@ -261,13 +290,29 @@ fn a_host_tool_definition_is_checked_field_by_field() {
         json!({ "name": "t", "description": "x", "effects": "read", "recovery": "maybe" })
     )
     .contains("`recovery` must be"));
+    for limit in [json!(0), json!(-5), json!(1.5), json!(300_001), json!(1e12)] {
+        let message = refused(
+            json!({ "name": "t", "description": "x", "effects": "read", "timeoutMs": limit }),
+        );
+        assert!(
+            message.contains("\"t\"")
+                && message.contains(
+                    "`timeoutMs` must be a whole number of milliseconds from 1 to 300000"
+                ),
+            "{limit}: {message}"
+        );
+    }
+    assert!(refused(
+        json!({ "name": "t", "description": "x", "effects": "read", "timeoutMs": "60s" })
+    )
+    .contains("`timeoutMs` must be a number"));
 
     // The registry checks what every tool must satisfy: the name, the
     // schema, and no clash with a built-in tool.
     let mut registry = ToolRegistry::page_tools();
     let register = |registry: &mut ToolRegistry, definition: Value| {
         registry
-            .register(ToolDescriptor::from_definition(&definition).unwrap())
+            .register(HostDefinition::parse(&definition).unwrap().descriptor)
             .unwrap_err()
             .0
     };
@@ -325,7 +370,7 @@ fn a_run_is_not_resumed_by_a_worker_whose_host_tools_changed() {
                 "effects": "read" }),
     ] {
         registry
-            .register(ToolDescriptor::from_definition(&definition).unwrap())
+            .register(HostDefinition::parse(&definition).unwrap().descriptor)
             .unwrap();
     }
     sim.config.registry = registry;
