@@ -28,6 +28,7 @@
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
 import { HOST_TOOLS } from "./host-tools.js";
+import { SETTINGS_DEFAULTS } from "./settings-defaults.js";
 import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
 import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 
@@ -137,7 +138,7 @@ const ready = Promise.all([prefetched, instantiated])
   .then(([early]) => Promise.all([...cacheReads]).then(() => early))
   .then((early) => {
     startCalledAt = performance.now();
-    return Engine.start({ ...early, build, epoch, tools: HOST_TOOLS });
+    return Engine.start({ ...early, build, epoch, tools: HOST_TOOLS, settingsDefaults: SETTINGS_DEFAULTS });
   })
   .then((started) => {
     engine = started;

@@ -14,6 +14,7 @@ pub mod gatekeeper;
 pub mod model;
 pub mod protocol;
 pub mod provider;
+pub mod settings;
 pub mod sim;
 pub mod sorting;
 pub mod store;

@@ -536,11 +536,23 @@ fn api_key_never_persisted_settings_split_keeps_key_out_of_profile() {
         r#"{"provider":"openai","baseUrl":" http://x/v1 ","model":"m","apiKey":"sk-secret","maxOutputTokens":null,"temperature":0.3}"#,
     )
     .unwrap();
-    let (profile, key) = sw_agent::platform::parse_settings(&settings);
+    let (profile, key) = sw_agent::platform::parse_settings(&settings, &Default::default());
     assert_eq!(key, "sk-secret");
     assert_eq!(profile.base_url, "http://x/v1");
     assert_eq!(profile.max_output_tokens, None);
     assert_eq!(profile.temperature_centi, Some(30));
+    // The extension's defaults fill what the user left unset (null), and a
+    // key among them never reaches fetch (`crate::settings`).
+    let (defaults, refused) = sw_agent::settings::check_defaults(&serde_json::json!({
+        "maxOutputTokens": 512, "model": "default-model", "apiKey": "sk-shipped"
+    }));
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    let (profile, key) = sw_agent::platform::parse_settings(&settings, &defaults);
+    assert_eq!(key, "sk-secret");
+    assert_eq!(profile.model, "m", "the stored value wins");
+    assert_eq!(profile.max_output_tokens, Some(512));
+    let (_, key) = sw_agent::platform::parse_settings(&JsValue::UNDEFINED, &defaults);
+    assert_eq!(key, "", "no key stored, none shipped");
     assert!(!serde_json::to_string(&profile)
         .unwrap()
         .contains("sk-secret"));

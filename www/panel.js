@@ -2839,11 +2839,60 @@ dom.messages.addEventListener("scroll", () => {
 
 // -------------------------------------------------------------- settings ---
 
+/**
+ * What each settings field may hold, as the engine checks the extension's
+ * defaults (src/settings.rs `check_defaults`); `apiKey` is never a default.
+ * @type {Record<string, (value: any) => boolean>}
+ */
+const DEFAULT_FIELD_OK = {
+  provider: (v) => v === "openai" || v === "anthropic",
+  baseUrl: (v) => typeof v === "string" && /^https?:\/\/./.test(v.trim()),
+  model: (v) => typeof v === "string" && v.trim() !== "",
+  maxOutputTokens: (v) => Number.isInteger(v) && v >= 1 && v <= 1000000,
+  temperature: (v) => typeof v === "number" && v >= 0 && v <= 2,
+  toolUse: (v) => typeof v === "boolean",
+  vision: (v) => typeof v === "boolean",
+  contextWindow: (v) => Number.isInteger(v) && v >= 1000 && v <= 100000000,
+  tokenBudget: (v) => Number.isInteger(v) && v >= 1 && v <= 1e12,
+};
+
+/** @type {Promise<Record<string, any>> | null} */
+let settingsDefaults = null;
+
+/**
+ * The embedding extension's settings defaults (extension/settings-defaults.js,
+ * the file the engine gets them from), without the fields the engine leaves
+ * out; {} when there are none or the file cannot be read.
+ * @returns {Promise<Record<string, any>>}
+ */
+function loadSettingsDefaults() {
+  settingsDefaults ??= import(chrome.runtime.getURL("settings-defaults.js"))
+    .then((module) => {
+      const raw = module.SETTINGS_DEFAULTS;
+      if (!raw || typeof raw !== "object") return {};
+      return Object.fromEntries(Object.entries(raw).filter(([key, value]) => DEFAULT_FIELD_OK[key]?.(value) === true));
+    })
+    .catch(() => ({}));
+  return settingsDefaults;
+}
+
+/**
+ * A stored field counts when it is set (not absent, null or empty text);
+ * otherwise the extension's default applies (src/settings.rs `effective`).
+ * @param {unknown} value
+ */
+function isSetSetting(value) {
+  return value !== undefined && value !== null && !(typeof value === "string" && value.trim() === "");
+}
+
 async function loadSettings() {
   try {
-    const { settings } = await chrome.storage.local.get("settings");
+    const [{ settings }, defaults] = await Promise.all([chrome.storage.local.get("settings"), loadSettingsDefaults()]);
     /** @type {Record<string, any>} */
-    const current = settings && typeof settings === "object" ? settings : {};
+    const current = { ...defaults };
+    if (settings && typeof settings === "object") {
+      for (const [key, value] of Object.entries(settings)) if (isSetSetting(value)) current[key] = value;
+    }
     const provider = current.provider === "anthropic" ? "anthropic" : "openai";
     dom.settingsProvider.value = provider;
     dom.settingsBaseUrl.value = typeof current.baseUrl === "string" ? current.baseUrl : DEFAULT_BASE_URLS[provider];
@@ -2937,9 +2986,13 @@ async function validateAndStoreSettings() {
   setSettingsStatus("Saving…", false);
   dom.settingsSave.disabled = true;
   try {
-    const { settings: previous } = await chrome.storage.local.get("settings");
+    const [{ settings: previous }, defaults] = await Promise.all([chrome.storage.local.get("settings"), loadSettingsDefaults()]);
     // Keep keys this form does not know about (written by a newer version).
+    /** @type {Record<string, any>} */
     const merged = { ...(previous && typeof previous === "object" ? previous : {}), ...settings };
+    // A value equal to the extension's default is not stored: a default
+    // changed by an update then reaches this user too.
+    for (const [key, value] of Object.entries(defaults)) if (merged[key] === value) delete merged[key];
     await chrome.storage.local.set({ settings: merged });
     setSettingsStatus("Saved", false);
     return settings;

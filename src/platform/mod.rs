@@ -43,6 +43,7 @@ use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
     http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
 };
+use crate::settings;
 use crate::store::UnitOfWork;
 use crate::tools::{time_limit_text, Binding, TOOL_TIME_LIMIT_MS};
 use crate::vecmap::VecMap;
@@ -67,67 +68,15 @@ fn warn(message: &str) {
     web_sys::console::warn_1(&JsValue::from_str(&format!("[sw-agent] {message}")));
 }
 
-/// Provider settings from `chrome.storage.local.settings`, split into the
-/// profile the engine may see and the API key only fetch may see.
-pub fn parse_settings(settings: &JsValue) -> (ProviderProfile, String) {
-    let value = boundary::from_js_value(settings.clone());
-    let text = |k: &str| {
-        value
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .trim()
-            .to_string()
-    };
-    let kind = match text("provider").as_str() {
-        "anthropic" => "anthropic".to_string(),
-        _ => "openai".to_string(),
-    };
-    let max_output_tokens = value
-        .get("maxOutputTokens")
-        .and_then(|v| {
-            v.as_f64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-        })
-        .filter(|n| *n >= 1.0 && *n <= 1_000_000.0)
-        .map(|n| n as u32);
-    let temperature_centi = value
-        .get("temperature")
-        .and_then(|v| {
-            v.as_f64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-        })
-        .filter(|t| (0.0..=2.0).contains(t))
-        .map(|t| (t * 100.0).round() as u32);
-    let number = |k: &str| {
-        value.get(k).and_then(|v| {
-            v.as_f64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-        })
-    };
-    let flag = |k: &str, default: bool| value.get(k).and_then(Value::as_bool).unwrap_or(default);
-    let profile = ProviderProfile {
-        kind,
-        base_url: text("baseUrl"),
-        model: text("model"),
-        max_output_tokens,
-        temperature_centi,
-        // Safe defaults: no images unless the user says the model sees them.
-        vision: flag("vision", false),
-        tool_use: flag("toolUse", true),
-        token_budget: value
-            .get("tokenBudget")
-            .and_then(|v| {
-                v.as_f64()
-                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-            })
-            .filter(|n| *n >= 1.0)
-            .map(|n| n as u64),
-        context_window: number("contextWindow")
-            .filter(|n| *n >= 1_000.0)
-            .map(|n| n as u64),
-    };
-    (profile, text("apiKey"))
+/// Provider settings from `chrome.storage.local.settings` over the
+/// extension's checked defaults (`crate::settings`), split into the profile
+/// the engine may see and the API key only fetch may see.
+pub fn parse_settings(
+    stored: &JsValue,
+    defaults: &serde_json::Map<String, Value>,
+) -> (ProviderProfile, String) {
+    let stored = boundary::from_js_value(stored.clone());
+    settings::profile_of(&settings::effective(&stored, defaults))
 }
 
 /// How many outbound views keep their request bodies (see `Driver::bodies`).
@@ -150,6 +99,9 @@ struct Driver {
     /// The tools the embedding extension defined (`extension/host-tools.js`)
     /// and, per running call, the controller of the signal it was given.
     host_tools: host_tools::HostTools,
+    /// The embedding extension's settings defaults, checked
+    /// (`extension/settings-defaults.js`, `crate::settings`).
+    settings_defaults: serde_json::Map<String, Value>,
     host_aborts: RefCell<VecMap<u64, AbortController>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
@@ -475,7 +427,7 @@ impl Driver {
         // is asked for at the same time.
         let (settings, tab) = futures::join!(chrome::load_settings(), target_tab());
         let settings = settings.unwrap_or(JsValue::UNDEFINED);
-        let (_, api_key) = parse_settings(&settings);
+        let (_, api_key) = parse_settings(&settings, &self.settings_defaults);
         let transport = Transport::from_kind(&request.profile.kind);
         let context = DynamicContext {
             now_ms: now(),
@@ -1232,6 +1184,9 @@ impl EngineHandle {
     /// (the database connection and the start image's records, or null) and
     /// `storage` the result of `chrome.storage.local.get("settings")` (or
     /// null). Whatever is missing or does not check out is read here.
+    /// `tools` are the extension's own tools (`extension/host-tools.js`) and
+    /// `settingsDefaults` its provider settings defaults
+    /// (`extension/settings-defaults.js`).
     pub async fn start(prefetched: JsValue) -> Result<EngineHandle, wasm_bindgen::JsError> {
         let started = metrics::precise_now();
         let field = |key: &str| {
@@ -1259,7 +1214,24 @@ impl EngineHandle {
             None => chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED),
         };
         let settled = metrics::precise_now();
-        let (profile, _) = parse_settings(&settings);
+        // The embedding extension's settings defaults
+        // (`extension/settings-defaults.js`): a wrong field is left out and
+        // named in the console, like a wrong tool.
+        let defaults = js_sys::Reflect::get(&prefetched, &JsValue::from_str("settingsDefaults"))
+            .unwrap_or(JsValue::UNDEFINED);
+        let defaults = if defaults.is_undefined() || defaults.is_null() {
+            Value::Null
+        } else {
+            // Not JSON data (a function in it): refused as a whole, by name.
+            serde_wasm_bindgen::from_value(defaults).unwrap_or(Value::Bool(false))
+        };
+        let (settings_defaults, refused) = settings::check_defaults(&defaults);
+        for e in refused {
+            web_sys::console::error_1(&JsValue::from_str(&format!(
+                "[sw-agent] a field of extension/settings-defaults.js was left out: {e}"
+            )));
+        }
+        let (profile, _) = parse_settings(&settings, &settings_defaults);
         let mut seed = [0u8; 8];
         getrandom::fill(&mut seed).map_err(|e| wasm_bindgen::JsError::new(&e.to_string()))?;
         // The side panel answers approval requests. The build and the epoch
@@ -1298,6 +1270,7 @@ impl EngineHandle {
             provider_aborts: RefCell::new(VecMap::new()),
             page_ports: RefCell::new(VecMap::new()),
             host_tools,
+            settings_defaults,
             host_aborts: RefCell::new(VecMap::new()),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
@@ -1362,7 +1335,7 @@ impl EngineHandle {
     /// engine started, so a change made while the engine starts (after the
     /// settings were read for it) is queued for it instead of lost.
     pub fn on_settings(&self, settings: JsValue) {
-        let (profile, _) = parse_settings(&settings);
+        let (profile, _) = parse_settings(&settings, &self.driver.settings_defaults);
         self.driver.input(|e, _| e.handle_settings(profile));
     }
 

@@ -13,6 +13,7 @@ mod protocol_ts;
 mod recovery;
 mod retention;
 mod retry;
+mod settings;
 mod simulation;
 mod snapshot_cache;
 mod steering;

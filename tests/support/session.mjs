@@ -31,9 +31,12 @@ export const SETTLED_STATES = ['completed', 'failed', 'interrupted', 'budget_pau
  * Starts everything and returns handles. The shop page is the active tab when
  * this resolves (the panel tab stays open in the background and is driven
  * from there), so "the active tab" the engine acts on is the test page.
- * `launch` goes to launchWithExtension (e.g. `{ extraArgs }`).
+ * `launch` goes to launchWithExtension (e.g. `{ extraArgs }`); a function
+ * `(session) => options` is called once the mock LLM and the page server
+ * run (e.g. to write an extension that names the mock's address).
+ * `configure: false` leaves the panel's settings untouched.
  */
-export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html', launch = {}, provider = 'openai' } = {}) {
+export async function startSession({ script = null, apiKey = TEST_API_KEY, model = TEST_MODEL, page = 'shop.html', launch = {}, provider = 'openai', configure = true } = {}) {
   const closers = [];
   const session = { closers };
   try {
@@ -42,7 +45,7 @@ export async function startSession({ script = null, apiKey = TEST_API_KEY, model
     if (script) session.mock.setScript(script);
     session.pages = await startStaticServer();
     closers.push(() => session.pages.close());
-    session.browser = await launchWithExtension(launch);
+    session.browser = await launchWithExtension(typeof launch === 'function' ? await launch(session) : launch);
     closers.push(() => session.browser.close());
     session.context = session.browser.context;
     session.extensionId = session.browser.extensionId;
@@ -50,7 +53,7 @@ export async function startSession({ script = null, apiKey = TEST_API_KEY, model
     session.shop = session.context.pages()[0] ?? (await session.context.newPage());
     await session.shop.goto(session.pages.url(page));
     session.panel = await openPanel(session.context, session.extensionId);
-    await configureProvider(session.panel, { provider, baseUrl: session.mock.url, model, apiKey });
+    if (configure) await configureProvider(session.panel, { provider, baseUrl: session.mock.url, model, apiKey });
     // The panel opened as a tab is the active tab now; the task is about the page.
     await session.shop.bringToFront();
   } catch (error) {
