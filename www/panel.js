@@ -1112,6 +1112,7 @@ function renderUserMessage(node) {
   // Only the message that opened a turn can be edited: the new version replaces that turn.
   const opensTurn = !node.steered && view.kindById.get(node.parentId) === "turn_context";
   element.append(messageActions(opensTurn));
+  messageSource.set(element, body.textContent);
   return element;
 }
 
@@ -1133,6 +1134,8 @@ function renderAssistantMessage(node) {
   // nothing to read: no empty bubble. The status line tells about an interrupt.
   if (!text && !reasoning) element.hidden = true;
   else element.append(messageActions(false));
+  // Copy gives the answer as written (Markdown), not its rendering.
+  messageSource.set(element, text);
   return element;
 }
 
@@ -1198,15 +1201,47 @@ function badge(text, title) {
 // is kept), and switch between versions. The engine answers an edit or a
 // switch with a fresh `initialized`, which redraws the thread.
 
-/** The actions row under a message: Edit (only where `editable`) and Fork from here. */
+/**
+ * The text Copy puts on the clipboard, per drawn message: a user message's
+ * text, an answer's Markdown source (without its reasoning).
+ * @type {WeakMap<Element, string>}
+ */
+const messageSource = new WeakMap();
+/** How long a Copy button says "Copied" (or that it failed). */
+const COPY_FEEDBACK_MS = 2000;
+
+/** The actions row under a message: Copy, Edit (only where `editable`) and Fork from here. */
 function messageActions(editable) {
   const bar = document.createElement("div");
   bar.className = "node-actions";
+  bar.append(actionButton("copy", "Copy", "Copy this message's text"));
   if (editable) {
     bar.append(actionButton("edit", "Edit", "Edit this message and send it again as a new version (the current version is kept)"));
   }
   bar.append(actionButton("fork", "Fork from here", "Start a new thread with the conversation up to this message"));
   return bar;
+}
+
+/**
+ * Puts a message's text on the clipboard; the button says how it went for a
+ * moment (and screen readers hear it: the button's name changes).
+ * @param {HTMLButtonElement} button
+ * @param {string} text
+ */
+async function copyMessage(button, text) {
+  let said = "Copied";
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    // No clipboard access (the panel lost focus, a policy): say so, keep the text.
+    said = "Could not copy";
+  }
+  button.textContent = said;
+  clearTimeout(Number(button.dataset.resetTimer || 0));
+  button.dataset.resetTimer = String(setTimeout(() => {
+    button.textContent = "Copy";
+    delete button.dataset.resetTimer;
+  }, COPY_FEEDBACK_MS));
 }
 
 function actionButton(action, text, title) {
@@ -1386,6 +1421,9 @@ function onMessageAction(event) {
   const nodeId = element ? element.dataset.nodeId : "";
   if (!element || !nodeId || state.threadId === null) return;
   switch (button.dataset.action) {
+    case "copy":
+      copyMessage(button, messageSource.get(element) ?? "");
+      break;
     case "edit":
       openEditor(element, nodeId, null, true);
       break;

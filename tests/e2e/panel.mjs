@@ -1092,6 +1092,41 @@ const Q2 = 'Question two [versions-e2e]';
 const FORK_FOLLOW_UP = 'A follow-up in the fork [versions-e2e]';
 
 isolatedTest(
+  'copy_puts_a_message_s_text_on_the_clipboard_an_answer_as_its_markdown',
+  { script: [{ text: '**Done.** Run `make test`:\n\n- one\n- two' }] },
+  async (session) => {
+    const { panel, context, shop, pages } = session;
+    // The browser's one clipboard, read from the test page (CDP grants no
+    // permission to an extension's origin); each side needs the focus.
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new URL(pages.url('shop.html')).origin });
+    const clipboard = async () => {
+      await shop.bringToFront();
+      const text = await shop.evaluate(() => navigator.clipboard.readText());
+      await panel.bringToFront();
+      return text;
+    };
+    await panel.bringToFront();
+    await panel.focus('#task-input');
+    await typeAndPress(panel, 'How do I <test> it?', 'Enter');
+    await waitForSettledTurn(panel);
+
+    const answer = panel.locator('#messages .node.assistant').last();
+    assert.equal(await answer.locator('strong').count(), 1, 'the answer is drawn as Markdown');
+    await answer.getByRole('button', { name: 'Copy', exact: true }).click();
+    assert.equal(await clipboard(), '**Done.** Run `make test`:\n\n- one\n- two', 'the Markdown source, not the drawing');
+    await waitFor(async () => (await answer.getByRole('button', { name: 'Copied' }).count()) === 1, { timeout: 5000, message: 'the button to say Copied' });
+    await waitFor(async () => (await answer.getByRole('button', { name: 'Copy', exact: true }).count()) === 1, { timeout: 10000, message: 'the button to read Copy again' });
+
+    const question = panel.locator('#messages .node.user').last();
+    await pressOn(question.getByRole('button', { name: 'Copy', exact: true }));
+    assert.equal(await clipboard(), 'How do I <test> it?', 'the user\'s text as typed');
+    const after = await readPanel(panel);
+    assert.equal(after.state, 'completed', 'copying sent nothing');
+    assert.equal((await conversation(panel)).length, 2, 'copying changed no message');
+  },
+);
+
+isolatedTest(
   'edit_and_resend_switch_versions_and_fork_from_the_panel',
   {
     script: [
