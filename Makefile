@@ -31,7 +31,7 @@ test-e2e:
 	node tests/e2e/run.mjs
 	node tests/e2e/tools.mjs
 	node tests/e2e/host-tools.mjs
-	node tests/e2e/settings-defaults.mjs
+	node tests/e2e/embedding.mjs
 	node tests/e2e/long.mjs
 	node tests/e2e/lifetime.mjs
 	node tests/e2e/panel.mjs

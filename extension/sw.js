@@ -28,6 +28,7 @@
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
 import { HOST_TOOLS } from "./host-tools.js";
+import { INSTRUCTIONS } from "./instructions.js";
 import { SETTINGS_DEFAULTS } from "./settings-defaults.js";
 import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
 import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
@@ -138,7 +139,14 @@ const ready = Promise.all([prefetched, instantiated])
   .then(([early]) => Promise.all([...cacheReads]).then(() => early))
   .then((early) => {
     startCalledAt = performance.now();
-    return Engine.start({ ...early, build, epoch, tools: HOST_TOOLS, settingsDefaults: SETTINGS_DEFAULTS });
+    return Engine.start({
+      ...early,
+      build,
+      epoch,
+      tools: HOST_TOOLS,
+      settingsDefaults: SETTINGS_DEFAULTS,
+      instructions: INSTRUCTIONS,
+    });
   })
   .then((started) => {
     engine = started;

@@ -224,6 +224,34 @@ impl Default for EngineConfig {
     }
 }
 
+/// The longest instructions an embedding extension may add to the system
+/// prompt (bytes of UTF-8). Decision: 32 KiB, the environment's limit on one
+/// entry; the prompt goes with every request, so every byte is paid for on
+/// every step.
+pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
+
+impl EngineConfig {
+    /// Add the embedding extension's instructions (`extension/instructions.js`)
+    /// after the built-in system prompt, which they extend rather than
+    /// replace: its rule that page text is data, not instructions, stays.
+    /// Blank instructions add nothing. Runs started with other instructions
+    /// do not resume blindly (the frozen environment's system prompt).
+    pub fn add_instructions(&mut self, instructions: &str) -> Result<(), String> {
+        let text = instructions.trim();
+        if text.len() > MAX_INSTRUCTIONS_BYTES {
+            return Err(format!(
+                "INSTRUCTIONS has {} bytes; at most {MAX_INSTRUCTIONS_BYTES} are allowed (they are sent with every request)",
+                text.len()
+            ));
+        }
+        if !text.is_empty() {
+            self.system_prompt.push_str("\n\n");
+            self.system_prompt.push_str(text);
+        }
+        Ok(())
+    }
+}
+
 /// Where the stored command receipts are (`Engine::receipts`).
 #[derive(Debug, Clone, PartialEq)]
 enum Receipts {

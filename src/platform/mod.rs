@@ -1184,9 +1184,10 @@ impl EngineHandle {
     /// (the database connection and the start image's records, or null) and
     /// `storage` the result of `chrome.storage.local.get("settings")` (or
     /// null). Whatever is missing or does not check out is read here.
-    /// `tools` are the extension's own tools (`extension/host-tools.js`) and
+    /// `tools` are the extension's own tools (`extension/host-tools.js`),
     /// `settingsDefaults` its provider settings defaults
-    /// (`extension/settings-defaults.js`).
+    /// (`extension/settings-defaults.js`) and `instructions` what it adds to
+    /// the system prompt (`extension/instructions.js`).
     pub async fn start(prefetched: JsValue) -> Result<EngineHandle, wasm_bindgen::JsError> {
         let started = metrics::precise_now();
         let field = |key: &str| {
@@ -1248,6 +1249,20 @@ impl EngineHandle {
             epoch: text("epoch").filter(|e| is_token(e)),
             ..EngineConfig::default()
         };
+        // The embedding extension's instructions extend the system prompt
+        // (`extension/instructions.js`); wrong ones are left out, named.
+        let instructions = js_sys::Reflect::get(&prefetched, &JsValue::from_str("instructions"))
+            .unwrap_or(JsValue::UNDEFINED);
+        let added = match instructions.as_string() {
+            Some(text) => config.add_instructions(&text),
+            None if instructions.is_undefined() || instructions.is_null() => Ok(()),
+            None => Err("INSTRUCTIONS must be a string".to_string()),
+        };
+        if let Err(e) = added {
+            web_sys::console::error_1(&JsValue::from_str(&format!(
+                "[sw-agent] extension/instructions.js was left out: {e}"
+            )));
+        }
         // The embedding extension's own tools join the built-in ones (the
         // default registry); a wrong definition is left out and named in
         // the console.

@@ -295,3 +295,68 @@ fn steps_of_a_run_share_one_system_prompt_and_one_tool_list() {
     assert_eq!(after.tools, steps[0].tools);
     assert_eq!(after.system, steps[0].system);
 }
+
+#[test]
+fn an_extension_s_instructions_extend_the_system_prompt_and_a_change_is_drift() {
+    use sw_agent::engine::{DEFAULT_SYSTEM_PROMPT, MAX_INSTRUCTIONS_BYTES};
+    let instructions = "You work for Acme support. Look customers up with crm_lookup.";
+    let mut config = EngineConfig::default();
+    config
+        .add_instructions(&format!("\n  {instructions}\n"))
+        .unwrap();
+    assert_eq!(
+        config.system_prompt,
+        format!("{DEFAULT_SYSTEM_PROMPT}\n\n{instructions}"),
+        "after the engine's own prompt, trimmed: its page-text rule stays"
+    );
+
+    // Blank adds nothing; too long is refused and changes nothing.
+    let mut blank = EngineConfig::default();
+    blank.add_instructions(" \n ").unwrap();
+    assert_eq!(blank.system_prompt, DEFAULT_SYSTEM_PROMPT);
+    let mut long = EngineConfig::default();
+    let error = long
+        .add_instructions(&"x".repeat(MAX_INSTRUCTIONS_BYTES + 1))
+        .unwrap_err();
+    assert!(error.contains("at most 32768"), "{error}");
+    assert_eq!(long.system_prompt, DEFAULT_SYSTEM_PROMPT);
+
+    // The model gets them with every request of a run.
+    let mut sim = Sim::new(73, agent_policy(), page_tools());
+    sim.config = config.clone();
+    sim.crash(); // a worker started with this configuration
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    // (Every step request; a title request has its own prompt.)
+    let steps: Vec<_> = sim
+        .requests
+        .iter()
+        .filter(|r| !r.tools.is_empty())
+        .collect();
+    assert!(steps.len() >= 2, "{} step requests", steps.len());
+    for request in steps {
+        assert!(request.system.ends_with(instructions), "{}", request.system);
+    }
+
+    // A run that started with them resumes under the same ones, and not
+    // under others (an update changed instructions.js).
+    let started_with = |seed: u64| {
+        let mut sim = Sim::new(seed, agent_policy(), page_tools());
+        sim.config = config.clone();
+        sim.crash();
+        let conn = sim.connect();
+        sim.send(conn, submit("s1", None, "go"));
+        while sim.requests.is_empty() {
+            assert!(sim.step());
+        }
+        sim
+    };
+    let mut same = started_with(74);
+    assert_eq!(resume_with(&mut same, config.clone()), RunState::Completed);
+    let mut changed = EngineConfig::default();
+    changed.add_instructions("You work for Globex.").unwrap();
+    let mut other = started_with(75);
+    assert_eq!(resume_with(&mut other, changed), RunState::Failed);
+    assert!(drift_message(&other).contains("system prompt changed"));
+}
