@@ -81,13 +81,11 @@ fn check_field(key: &str, value: &Value) -> Result<(), String> {
             Some("openai" | "anthropic") => Ok(()),
             _ => Err("must be \"openai\" or \"anthropic\"".to_string()),
         },
-        "baseUrl" => match value.as_str().map(str::trim) {
-            Some(url)
-                if (url.starts_with("https://") || url.starts_with("http://"))
-                    && url.len() > "https://".len() =>
-            {
-                Ok(())
-            }
+        "baseUrl" => match value.as_str().map(str::trim).and_then(|url| {
+            url.strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"))
+        }) {
+            Some(rest) if !rest.is_empty() => Ok(()),
             _ => Err("must be an http(s) address, like https://api.openai.com/v1".to_string()),
         },
         "model" => match value.as_str().map(str::trim) {

@@ -99,10 +99,10 @@ struct Driver {
     /// The tools the embedding extension defined (`extension/host-tools.js`)
     /// and, per running call, the controller of the signal it was given.
     host_tools: host_tools::HostTools,
+    host_aborts: RefCell<VecMap<u64, AbortController>>,
     /// The embedding extension's settings defaults, checked
     /// (`extension/settings-defaults.js`, `crate::settings`).
     settings_defaults: serde_json::Map<String, Value>,
-    host_aborts: RefCell<VecMap<u64, AbortController>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
     /// Request bodies kept between steps, one per outbound view (a thread's

@@ -22,6 +22,12 @@ fn the_user_s_stored_settings_win_field_by_field_over_the_extension_s_defaults()
         "contextWindow": 200000,
     }));
 
+    // The shortest addresses are addresses; a scheme alone is not.
+    assert!(check_defaults(&json!({ "baseUrl": "http://x" }))
+        .1
+        .is_empty());
+    assert_eq!(check_defaults(&json!({ "baseUrl": "https://" })).1.len(), 1);
+
     // Nothing stored: the defaults alone make a configured profile.
     let (profile, key) = profile_of(&effective(&Value::Null, &defaults));
     assert!(profile.is_configured());
