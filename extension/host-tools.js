@@ -19,6 +19,10 @@
 //                "inspect-first" or "never-retry" (the default for writes:
 //                if the worker dies while it runs, the user is asked whether
 //                it happened, and it is never run twice by itself)
+//   parallelSafe optional, for reads that are safe to run again (recovery
+//                "retry-safe"): true lets neighbouring calls of such reads
+//                (yours and the page reads) run together, up to 4 at once;
+//                otherwise calls run one at a time in the model's order
 //   timeoutMs    optional: how long a call may take, in ms (1 to 300000;
 //                default 60000). Past it the call's `signal` aborts and the
 //                model gets the error "The tool did not finish within …".

@@ -206,18 +206,20 @@ impl HostDefinition {
     /// missing label is the name and missing parameters are none; unknown
     /// fields are refused (a misspelt `effect` must not pass as a read);
     /// `timeoutMs` is a whole number of ms from 1 to
-    /// [`HOST_TOOL_MAX_TIME_LIMIT_MS`]. Such tools run without a page, one
-    /// at a time in the model's order: the gatekeeper lets reads run and
-    /// asks before every write, and their approvals cannot become site
-    /// rules.
+    /// [`HOST_TOOL_MAX_TIME_LIMIT_MS`]; `parallelSafe` only for retry-safe
+    /// reads. Such tools run without a page, one at a time in the model's
+    /// order, except neighbouring parallel-safe reads (theirs and the page
+    /// reads), which run together: the gatekeeper lets reads run and asks
+    /// before every write, and their approvals cannot become site rules.
     pub fn parse(definition: &Value) -> Result<HostDefinition, RegistryError> {
-        const FIELDS: [&str; 8] = [
+        const FIELDS: [&str; 9] = [
             "name",
             "label",
             "description",
             "parameters",
             "effects",
             "recovery",
+            "parallelSafe",
             "timeoutMs",
             "execute",
         ];
@@ -276,6 +278,21 @@ impl HostDefinition {
                         .to_string(),
                 ))
             }
+        }
+        match object.get("parallelSafe") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true))
+                if effects == Effects::Read && descriptor.recovery == Recovery::RetrySafe =>
+            {
+                descriptor.parallel_safe = true;
+            }
+            Some(Value::Bool(true)) => {
+                return Err(fail(
+                    "`parallelSafe` is for reads that are safe to run again (effects \"read\", recovery \"retry-safe\")"
+                        .to_string(),
+                ))
+            }
+            Some(_) => return Err(fail("`parallelSafe` must be true or false".to_string())),
         }
         let time_limit_ms = match object.get("timeoutMs") {
             None | Some(Value::Null) => TOOL_TIME_LIMIT_MS,

@@ -344,7 +344,8 @@ impl Engine {
 
 impl Engine {
     /// The calls from `index` on that may run together: valid, parallel-safe
-    /// reads that act on the tab, at most `parallel_reads` of them.
+    /// reads that act on the tab or are the extension's own (no page), at
+    /// most `parallel_reads` of them.
     pub(super) fn parallel_batch(&self, tid: &str, index: usize) -> Vec<usize> {
         let exec = self.threads[tid].exec.as_ref().expect("active run");
         exec.calls
@@ -354,19 +355,25 @@ impl Engine {
             .take_while(|(_, c)| {
                 !c.done
                     && c.params.is_ok()
-                    && self
-                        .config
-                        .registry
-                        .get(&c.name)
-                        .is_some_and(|d| d.parallel_safe && d.binding.targets_tab())
+                    && self.config.registry.get(&c.name).is_some_and(|d| {
+                        d.parallel_safe
+                            && (d.binding.targets_tab() || d.binding == crate::tools::Binding::Host)
+                    })
             })
             .map(|(i, _)| i)
             .take(self.config.parallel_reads.max(1))
             .collect()
     }
 
-    pub(super) fn start_batch(&mut self, tid: &str, indices: Vec<usize>) {
+    pub(super) fn start_batch(&mut self, now: u64, tid: &str, indices: Vec<usize>) {
         let resolve_id = self.next_handle();
+        let exec = self.threads[tid].exec.as_ref().expect("active run");
+        let on_page = indices.iter().any(|&i| {
+            self.config
+                .registry
+                .get(&exec.calls[i].name)
+                .is_some_and(|d| d.binding.targets_tab())
+        });
         self.set_phase(
             tid,
             Phase::Batch {
@@ -376,7 +383,12 @@ impl Engine {
                 indices,
             },
         );
-        // Parallel reads (page_snapshot, read_page) take no ref: the top document.
+        if !on_page {
+            // Only the extension's own reads: no page to find.
+            self.dispatch_batch(now, tid, resolve_id, None);
+            return;
+        }
+        // Parallel page reads (page_snapshot, read_page) take no ref: the top document.
         self.effects.push_back(Effect::ResolveTarget {
             resolve_id,
             thread_id: tid.to_string(),
@@ -395,22 +407,42 @@ impl Engine {
             self.threads
                 .iter()
                 .find_map(|(id, t)| match t.exec.as_ref().map(|e| &e.phase) {
-                    Some(Phase::Batch {
-                        resolve_id: r,
-                        indices,
-                        ..
-                    }) if *r == resolve_id => Some((id.clone(), indices.clone())),
+                    Some(Phase::Batch { resolve_id: r, .. }) if *r == resolve_id => {
+                        Some(id.clone())
+                    }
                     _ => None,
                 });
-        let Some((tid, indices)) = found else { return };
+        if let Some(tid) = found {
+            self.dispatch_batch(now, &tid, resolve_id, Some(target));
+        }
+    }
+
+    /// Gate each read of the batch and dispatch the allowed ones together.
+    /// `target` is the page the batch's page reads act on (None when it has
+    /// none: the extension's own reads act on no page, whatever it is).
+    fn dispatch_batch(
+        &mut self,
+        now: u64,
+        tid: &str,
+        resolve_id: u64,
+        target: Option<Result<TargetInfo, String>>,
+    ) {
+        let indices = match self.threads[tid].exec.as_ref().map(|e| &e.phase) {
+            Some(Phase::Batch { indices, .. }) => indices.clone(),
+            _ => return,
+        };
+        let tid = tid.to_string();
         let mut running = Vec::new();
         let mut results = Vec::new();
         for index in indices.iter().copied() {
             let exec = self.threads[&tid].exec.as_ref().expect("active run");
             let call = exec.calls[index].clone();
-            let target = match &target {
-                Ok(t) => t.clone(),
-                Err(message) => {
+            let descriptor = self.config.registry.get(&call.name).cloned();
+            let on_page = descriptor.as_ref().is_some_and(|d| d.binding.targets_tab());
+            let target = match (&target, on_page) {
+                (_, false) => None,
+                (Some(Ok(t)), true) => Some(t.clone()),
+                (Some(Err(message)), true) => {
                     results.push(ResultParts::new(
                         index,
                         ToolStatus::Error,
@@ -419,18 +451,31 @@ impl Engine {
                     ));
                     continue;
                 }
+                (None, true) => {
+                    results.push(ResultParts::new(
+                        index,
+                        ToolStatus::Error,
+                        "No page was resolved for this tool.".to_string(),
+                        None,
+                    ));
+                    continue;
+                }
             };
-            let descriptor = self.config.registry.get(&call.name).cloned();
             let verdict = descriptor
                 .as_ref()
-                .map(|d| gatekeeper::verdict(d, Some(&target), self.site_rules.get(&target.origin)))
+                .map(|d| {
+                    let rule = target.as_ref().and_then(|t| self.site_rules.get(&t.origin));
+                    gatekeeper::verdict(d, target.as_ref(), rule)
+                })
                 .unwrap_or(Verdict::Deny("Unknown tool.".into()));
             let exec = self
                 .threads
                 .get_mut(&tid)
                 .and_then(|t| t.exec.as_mut())
                 .expect("active run");
-            exec.targets.insert(index, target.clone());
+            if let Some(target) = &target {
+                exec.targets.insert(index, target.clone());
+            }
             match verdict {
                 Verdict::Allow => {
                     let dispatch_id = self.next_handle();
@@ -442,7 +487,7 @@ impl Engine {
                         call_id: call.call_id,
                         name: call.name,
                         params: call.params.unwrap_or(Value::Null),
-                        target: Some(target),
+                        target,
                         binding: descriptor
                             .map(|d| d.binding)
                             .unwrap_or(crate::tools::Binding::Page),

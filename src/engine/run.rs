@@ -569,18 +569,19 @@ pick a different element or tool, or explain the problem to the user.",
             Err(message) => {
                 self.persist_tool_result(now, tid, index, ToolStatus::Error, message, None)
             }
-            // Tab tools go through the gatekeeper once their page is known;
-            // browser-wide tools right away. Neighbouring parallel-safe reads
-            // run together.
-            Ok(_) if targets_tab => {
+            // Neighbouring parallel-safe reads run together. Otherwise tab
+            // tools go through the gatekeeper once their page is known;
+            // browser-wide tools and the extension's own right away.
+            Ok(_) => {
                 let batch = self.parallel_batch(tid, index);
                 if batch.len() > 1 {
-                    self.start_batch(tid, batch)
-                } else {
+                    self.start_batch(now, tid, batch)
+                } else if targets_tab {
                     self.resolve_target(tid, index)
+                } else {
+                    self.gate(now, tid, index, None)
                 }
             }
-            Ok(_) => self.gate(now, tid, index, None),
         }
     }
 

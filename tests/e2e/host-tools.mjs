@@ -128,6 +128,20 @@ export const HOST_TOOLS = [
         });
       }),
   },
+  // Two reads that may run together: each waits (up to 3 s) for the other
+  // to have started, so run one after the other each would say "alone".
+  ...['orders', 'tickets'].map((what) => ({
+    name: 'crm_' + what,
+    description: "List the customer's " + what + ".",
+    effects: 'read',
+    parallelSafe: true,
+    execute: async () => {
+      globalThis.__crmStarted = (globalThis.__crmStarted ?? 0) + 1;
+      const until = Date.now() + 3000;
+      while (globalThis.__crmStarted < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      return what + ': ' + (globalThis.__crmStarted >= 2 ? 'together' : 'alone');
+    },
+  })),
   // Wrong definitions: left out, named in the console; the others work.
   { name: 'notes_delete', description: 'Delete every note.', execute: () => 'deleted' },
   { name: 'click', description: 'Shadows a built-in tool.', effects: 'read', execute: () => 'no' },
@@ -294,5 +308,23 @@ isolatedTest(
     assert.equal(results.notes_slow, 'Error: The tool did not finish within 1 second.');
     const cards = toolCards(await readPanel(panel));
     assert.equal(cards.find((c) => c.toolName === 'notes_slow')?.results[0]?.status, 'error');
+  },
+);
+
+isolatedTest(
+  'parallel_safe_host_reads_run_together_in_the_worker',
+  { launch: { extensionPath: extensionDir } },
+  async (session) => {
+    const { panel, mock } = session;
+    await scriptModel(mock, [
+      { toolCalls: [{ name: 'crm_orders', arguments: {} }, { name: 'crm_tickets', arguments: {} }] },
+      { text: 'Both listed.' },
+    ]);
+    await submitTask(panel, 'What does the customer have open?');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const results = resultsByTool(mock.requests().at(-1));
+    assert.equal(results.crm_orders, 'orders: together');
+    assert.equal(results.crm_tickets, 'tickets: together');
   },
 );

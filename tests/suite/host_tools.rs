@@ -306,6 +306,24 @@ fn a_host_tool_definition_is_checked_field_by_field() {
         json!({ "name": "t", "description": "x", "effects": "read", "timeoutMs": "60s" })
     )
     .contains("`timeoutMs` must be a number"));
+    for definition in [
+        json!({ "name": "t", "description": "x", "effects": "write", "parallelSafe": true }),
+        json!({ "name": "t", "description": "x", "effects": "read", "recovery": "inspect-first", "parallelSafe": true }),
+    ] {
+        assert!(
+            refused(definition).contains("`parallelSafe` is for reads that are safe to run again"),
+        );
+    }
+    assert!(refused(
+        json!({ "name": "t", "description": "x", "effects": "read", "parallelSafe": "yes" })
+    )
+    .contains("`parallelSafe` must be true or false"));
+    let parallel = HostDefinition::parse(
+        &json!({ "name": "t", "description": "x", "effects": "read", "parallelSafe": true }),
+    )
+    .unwrap()
+    .descriptor;
+    assert!(parallel.parallel_safe);
 
     // The registry checks what every tool must satisfy: the name, the
     // schema, and no clash with a built-in tool.
@@ -408,4 +426,143 @@ fn an_approved_host_write_runs_once_after_a_crash_right_after_the_decision() {
         "the turn went on to the end"
     );
     check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn parallel_safe_host_reads_run_together_with_page_reads_and_writes_stay_barriers() {
+    let mut registry = registry();
+    for name in ["crm_orders", "crm_tickets"] {
+        registry
+            .register(
+                HostDefinition::parse(&json!({
+                    "name": name, "description": "List them.", "effects": "read", "parallelSafe": true
+                }))
+                .unwrap()
+                .descriptor,
+            )
+            .unwrap();
+    }
+    let calls = vec![
+        RawToolCall {
+            id: "a".into(),
+            name: "crm_orders".into(),
+            arguments: "{}".into(),
+        },
+        RawToolCall {
+            id: "b".into(),
+            name: "page_snapshot".into(),
+            arguments: "{}".into(),
+        },
+        RawToolCall {
+            id: "c".into(),
+            name: "crm_tickets".into(),
+            arguments: "{}".into(),
+        },
+        // Not parallel-safe: after the batch, alone.
+        RawToolCall {
+            id: "d".into(),
+            name: "crm_lookup".into(),
+            arguments: r#"{"email":"ada@example.com"}"#.into(),
+        },
+        RawToolCall {
+            id: "e".into(),
+            name: "crm_orders".into(),
+            arguments: "{}".into(),
+        },
+    ];
+    let mut sent = false;
+    let policy: Policy = Box::new(move |_: &ProviderRequest| {
+        if std::mem::replace(&mut sent, true) {
+            Reply::text("Done.")
+        } else {
+            Reply::ToolCalls {
+                text: String::new(),
+                calls: calls.clone(),
+                stop: StopReason::ToolUse,
+            }
+        }
+    });
+    let world: ToolFn =
+        Box::new(|name: &str, _: &Value| ToolOutcome::text(true, format!("{name} ok")));
+    let mut sim = Sim::new(405, policy, world);
+    sim.config.registry = registry;
+    sim.reconfigure();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "What does Ada have open?"));
+    // Until the first result is durable, the three reads were all out.
+    let results = |sim: &Sim| {
+        paths(sim)
+            .first()
+            .map(|p| {
+                p.iter()
+                    .filter_map(|n| match &n.body {
+                        NodeBody::ToolResult { call_id, .. } => Some(call_id.clone()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    while results(&sim).is_empty() {
+        assert!(sim.step());
+    }
+    let out: Vec<(&str, bool)> = sim
+        .dispatches
+        .iter()
+        .map(|d| (d.call_id.as_str(), d.target.is_some()))
+        .collect();
+    assert_eq!(
+        out,
+        vec![("a", false), ("b", true), ("c", false)],
+        "one batch: the extension's reads without a page, the page read on it"
+    );
+    assert_eq!(results(&sim), vec!["a", "b", "c"], "model order");
+    sim.run(10_000);
+    let order: Vec<&str> = sim.dispatches.iter().map(|d| d.call_id.as_str()).collect();
+    assert_eq!(order, vec!["a", "b", "c", "d", "e"]);
+    assert_eq!(results(&sim), vec!["a", "b", "c", "d", "e"]);
+    check_invariants(&sim, &[]).unwrap();
+
+    // Only the extension's reads in a row: a batch without asking for a page.
+    let only_host = vec![
+        RawToolCall {
+            id: "x".into(),
+            name: "crm_orders".into(),
+            arguments: "{}".into(),
+        },
+        RawToolCall {
+            id: "y".into(),
+            name: "crm_tickets".into(),
+            arguments: "{}".into(),
+        },
+    ];
+    let mut sent = false;
+    let policy: Policy = Box::new(move |_: &ProviderRequest| {
+        if std::mem::replace(&mut sent, true) {
+            Reply::text("Done.")
+        } else {
+            Reply::ToolCalls {
+                text: String::new(),
+                calls: only_host.clone(),
+                stop: StopReason::ToolUse,
+            }
+        }
+    });
+    let mut sim2 = Sim::new(
+        406,
+        policy,
+        Box::new(|name: &str, _: &Value| ToolOutcome::text(true, name.to_string())),
+    );
+    sim2.config.registry = sim.config.registry.clone();
+    sim2.reconfigure();
+    let conn = sim2.connect();
+    sim2.send(conn, submit("s1", None, "go"));
+    while results(&sim2).is_empty() {
+        assert!(sim2.step());
+    }
+    assert_eq!(sim2.dispatches.len(), 2, "both out before either result");
+    assert!(sim2.dispatches.iter().all(|d| d.target.is_none()));
+    sim2.run(10_000);
+    assert_eq!(results(&sim2), vec!["x", "y"]);
+    check_invariants(&sim2, &[]).unwrap();
 }
