@@ -57,3 +57,13 @@
 
 /** @type {Array<object>} */
 export const HOST_TOOLS = [];
+
+// The built-in tools the agent keeps next to yours, by name; null keeps all
+// of them: page_snapshot, read_page, click, type, select, scroll, wait_for,
+// navigate, go_back, screenshot, list_tabs, switch_tab, ask_user. For
+// example ["page_snapshot", "read_page", "ask_user"] lets the agent read
+// pages and ask the user, but not act on pages. A name that is not a
+// built-in tool is named in the worker's console. A name left out may be
+// used by one of your own tools.
+/** @type {string[] | null} */
+export const BUILT_IN_TOOLS = null;

@@ -27,7 +27,9 @@
 // (registration fails), and awaiting before addListener would lose the very
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
-import { HOST_TOOLS } from "./host-tools.js";
+// The embedding extension's own files. A namespace import: a file written
+// for an earlier version (without a newer export) still loads.
+import * as hostTools from "./host-tools.js";
 import { INSTRUCTIONS } from "./instructions.js";
 import { SETTINGS_DEFAULTS } from "./settings-defaults.js";
 import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
@@ -143,7 +145,8 @@ const ready = Promise.all([prefetched, instantiated])
       ...early,
       build,
       epoch,
-      tools: HOST_TOOLS,
+      tools: hostTools.HOST_TOOLS,
+      builtInTools: hostTools.BUILT_IN_TOOLS ?? null,
       settingsDefaults: SETTINGS_DEFAULTS,
       instructions: INSTRUCTIONS,
     });

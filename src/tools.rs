@@ -597,6 +597,24 @@ impl ToolRegistry {
         self.tools.iter().find(|t| t.name == name)
     }
 
+    /// Keep only the tools named in `names` (the embedding extension's
+    /// `BUILT_IN_TOOLS`, applied before its own tools are registered). A
+    /// name that is not registered is returned, for the console: it offers
+    /// nothing, and the names that are registered still apply.
+    ///
+    /// Decision: a name given up this way may be taken by one of the
+    /// extension's own tools (its own `click`): the run's frozen catalog
+    /// tells them apart, so a run started with the other is not resumed.
+    pub fn retain_named(&mut self, names: &[String]) -> Vec<String> {
+        let unknown = names
+            .iter()
+            .filter(|n| self.get(n).is_none())
+            .cloned()
+            .collect();
+        self.tools.retain(|t| names.contains(&t.name));
+        unknown
+    }
+
     /// Every registered tool, in registration order.
     pub fn descriptors(&self) -> &[ToolDescriptor] {
         &self.tools

@@ -1184,7 +1184,8 @@ impl EngineHandle {
     /// (the database connection and the start image's records, or null) and
     /// `storage` the result of `chrome.storage.local.get("settings")` (or
     /// null). Whatever is missing or does not check out is read here.
-    /// `tools` are the extension's own tools (`extension/host-tools.js`),
+    /// `tools` are the extension's own tools and `builtInTools` the built-in
+    /// ones it keeps (`extension/host-tools.js`),
     /// `settingsDefaults` its provider settings defaults
     /// (`extension/settings-defaults.js`) and `instructions` what it adds to
     /// the system prompt (`extension/instructions.js`).
@@ -1262,6 +1263,43 @@ impl EngineHandle {
             web_sys::console::error_1(&JsValue::from_str(&format!(
                 "[sw-agent] extension/instructions.js was left out: {e}"
             )));
+        }
+        // The built-in tools the embedding extension keeps (`BUILT_IN_TOOLS`
+        // of `extension/host-tools.js`; undefined or null: all of them).
+        let built_in = js_sys::Reflect::get(&prefetched, &JsValue::from_str("builtInTools"))
+            .unwrap_or(JsValue::UNDEFINED);
+        if !built_in.is_undefined() && !built_in.is_null() {
+            let names: Option<Vec<String>> = js_sys::Array::is_array(&built_in).then(|| {
+                js_sys::Array::from(&built_in)
+                    .iter()
+                    .map(|n| n.as_string().unwrap_or_default())
+                    .collect()
+            });
+            // (Before any is given up: the registry holds the built-in ones.)
+            let known = config
+                .registry
+                .descriptors()
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let problems = match names {
+                Some(names) => config
+                    .registry
+                    .retain_named(&names)
+                    .into_iter()
+                    .map(|name| format!("names no built-in tool: {name:?} (known: {known})"))
+                    .collect(),
+                None => vec![
+                    "must be an array of tool names, or null for all of them; all are kept"
+                        .to_string(),
+                ],
+            };
+            for problem in problems {
+                web_sys::console::error_1(&JsValue::from_str(&format!(
+                    "[sw-agent] BUILT_IN_TOOLS of extension/host-tools.js {problem}"
+                )));
+            }
         }
         // The embedding extension's own tools join the built-in ones (the
         // default registry); a wrong definition is left out and named in

@@ -179,7 +179,10 @@ function resultsByTool(request) {
 }
 
 const extensionDir = extensionWithHostTools();
-test.after(() => rmSync(extensionDir, { recursive: true, force: true }));
+const keptDirs = [extensionDir];
+test.after(() => {
+  for (const dir of keptDirs) rmSync(dir, { recursive: true, force: true });
+});
 
 isolatedTest(
   'host_tools_are_offered_run_without_a_page_and_their_writes_ask_once_without_a_site',
@@ -326,5 +329,49 @@ isolatedTest(
     const results = resultsByTool(mock.requests().at(-1));
     assert.equal(results.crm_orders, 'orders: together');
     assert.equal(results.crm_tickets, 'tickets: together');
+  },
+);
+
+// A worker that keeps three built-in tools (one misspelt) next to its own.
+const KEEP_SOME_JS = `
+const errors = (globalThis.__consoleErrors = []);
+const consoleError = console.error.bind(console);
+console.error = (...args) => {
+  errors.push(args.map(String).join(' '));
+  consoleError(...args);
+};
+export const BUILT_IN_TOOLS = ['read_page', 'ask_user', 'clik'];
+export const HOST_TOOLS = [
+  { name: 'click', label: 'Click in the CRM', description: 'Click a button of the CRM.', effects: 'read', execute: () => 'clicked in the CRM' },
+];
+`;
+
+isolatedTest(
+  'an_extension_keeps_only_the_built_in_tools_it_names',
+  {
+    launch: () => {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-built-ins-'));
+      cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
+      writeFileSync(path.join(dir, 'host-tools.js'), KEEP_SOME_JS);
+      keptDirs.push(dir);
+      return { extensionPath: dir };
+    },
+  },
+  async (session) => {
+    const { panel, mock, context, shop } = session;
+    await scriptModel(mock, [call('click'), { text: 'Clicked.' }]);
+    await submitTask(panel, 'Click it');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const requests = mock.requests();
+    const offered = (requests[0].body.tools ?? []).map((t) => t.function?.name).sort();
+    assert.deepEqual(offered, ['ask_user', 'click', 'read_page'], 'the kept built-ins and the extension\'s own click');
+    assert.equal(resultsByTool(requests.at(-1)).click, 'clicked in the CRM', 'the extension\'s click ran, not a page click');
+    assert.equal(Number(await shop.evaluate(() => document.body.dataset.subscribeClicks ?? 0)), 0, 'nothing was clicked on the page');
+    const worker = await waitForExtensionServiceWorker(context, { extensionId: session.extensionId });
+    const errors = await worker.evaluate(() => globalThis.__consoleErrors);
+    const named = errors.filter((e) => e.includes('BUILT_IN_TOOLS'));
+    assert.equal(named.length, 1, errors.join('\n'));
+    assert.match(named[0], /names no built-in tool: "clik" \(known: page_snapshot, read_page, click/);
   },
 );

@@ -566,3 +566,33 @@ fn parallel_safe_host_reads_run_together_with_page_reads_and_writes_stay_barrier
     assert_eq!(results(&sim2), vec!["x", "y"]);
     check_invariants(&sim2, &[]).unwrap();
 }
+
+#[test]
+fn an_extension_keeps_only_the_built_in_tools_it_names_and_may_reuse_a_freed_name() {
+    let mut registry = ToolRegistry::page_tools();
+    let unknown = registry.retain_named(&[
+        "read_page".to_string(),
+        "ask_user".to_string(),
+        "clik".to_string(),
+    ]);
+    assert_eq!(unknown, vec!["clik".to_string()], "named for the console");
+    let names: Vec<&str> = registry
+        .descriptors()
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, vec!["read_page", "ask_user"]);
+    // The extension's own `click` may take the freed name; it asks as a
+    // write of the extension's, not as a page click.
+    let own_click = HostDefinition::parse(&json!({
+        "name": "click", "description": "Click in our own app.", "effects": "write"
+    }))
+    .unwrap()
+    .descriptor;
+    registry.register(own_click).unwrap();
+    assert_eq!(registry.get("click").unwrap().binding, Binding::Host);
+    // None named: only the extension's own tools remain.
+    let mut none = ToolRegistry::page_tools();
+    assert!(none.retain_named(&[]).is_empty());
+    assert!(none.descriptors().is_empty());
+}
