@@ -324,7 +324,7 @@ fn an_extension_s_instructions_extend_the_system_prompt_and_a_change_is_drift() 
     // The model gets them with every request of a run.
     let mut sim = Sim::new(73, agent_policy(), page_tools());
     sim.config = config.clone();
-    sim.crash(); // a worker started with this configuration
+    sim.reconfigure();
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "go"));
     sim.run(10_000);
@@ -344,7 +344,7 @@ fn an_extension_s_instructions_extend_the_system_prompt_and_a_change_is_drift() 
     let started_with = |seed: u64| {
         let mut sim = Sim::new(seed, agent_policy(), page_tools());
         sim.config = config.clone();
-        sim.crash();
+        sim.reconfigure();
         let conn = sim.connect();
         sim.send(conn, submit("s1", None, "go"));
         while sim.requests.is_empty() {

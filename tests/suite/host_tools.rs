@@ -443,67 +443,23 @@ fn parallel_safe_host_reads_run_together_with_page_reads_and_writes_stay_barrier
             .unwrap();
     }
     let calls = vec![
-        RawToolCall {
-            id: "a".into(),
-            name: "crm_orders".into(),
-            arguments: "{}".into(),
-        },
-        RawToolCall {
-            id: "b".into(),
-            name: "page_snapshot".into(),
-            arguments: "{}".into(),
-        },
-        RawToolCall {
-            id: "c".into(),
-            name: "crm_tickets".into(),
-            arguments: "{}".into(),
-        },
+        call("a", "crm_orders", "{}"),
+        call("b", "page_snapshot", "{}"),
+        call("c", "crm_tickets", "{}"),
         // Not parallel-safe: after the batch, alone.
-        RawToolCall {
-            id: "d".into(),
-            name: "crm_lookup".into(),
-            arguments: r#"{"email":"ada@example.com"}"#.into(),
-        },
-        RawToolCall {
-            id: "e".into(),
-            name: "crm_orders".into(),
-            arguments: "{}".into(),
-        },
+        call("d", "crm_lookup", r#"{"email":"ada@example.com"}"#),
+        call("e", "crm_orders", "{}"),
     ];
-    let mut sent = false;
-    let policy: Policy = Box::new(move |_: &ProviderRequest| {
-        if std::mem::replace(&mut sent, true) {
-            Reply::text("Done.")
-        } else {
-            Reply::ToolCalls {
-                text: String::new(),
-                calls: calls.clone(),
-                stop: StopReason::ToolUse,
-            }
-        }
-    });
-    let world: ToolFn =
-        Box::new(|name: &str, _: &Value| ToolOutcome::text(true, format!("{name} ok")));
-    let mut sim = Sim::new(405, policy, world);
-    sim.config.registry = registry;
+    let world = || -> ToolFn {
+        Box::new(|name: &str, _: &Value| ToolOutcome::text(true, format!("{name} ok")))
+    };
+    let mut sim = Sim::new(405, once(calls), world());
+    sim.config.registry = registry.clone();
     sim.reconfigure();
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "What does Ada have open?"));
     // Until the first result is durable, the three reads were all out.
-    let results = |sim: &Sim| {
-        paths(sim)
-            .first()
-            .map(|p| {
-                p.iter()
-                    .filter_map(|n| match &n.body {
-                        NodeBody::ToolResult { call_id, .. } => Some(call_id.clone()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-    };
-    while results(&sim).is_empty() {
+    while result_ids(&sim).is_empty() {
         assert!(sim.step());
     }
     let out: Vec<(&str, bool)> = sim
@@ -516,54 +472,30 @@ fn parallel_safe_host_reads_run_together_with_page_reads_and_writes_stay_barrier
         vec![("a", false), ("b", true), ("c", false)],
         "one batch: the extension's reads without a page, the page read on it"
     );
-    assert_eq!(results(&sim), vec!["a", "b", "c"], "model order");
+    assert_eq!(result_ids(&sim), vec!["a", "b", "c"], "model order");
     sim.run(10_000);
     let order: Vec<&str> = sim.dispatches.iter().map(|d| d.call_id.as_str()).collect();
     assert_eq!(order, vec!["a", "b", "c", "d", "e"]);
-    assert_eq!(results(&sim), vec!["a", "b", "c", "d", "e"]);
+    assert_eq!(result_ids(&sim), vec!["a", "b", "c", "d", "e"]);
     check_invariants(&sim, &[]).unwrap();
 
     // Only the extension's reads in a row: a batch without asking for a page.
     let only_host = vec![
-        RawToolCall {
-            id: "x".into(),
-            name: "crm_orders".into(),
-            arguments: "{}".into(),
-        },
-        RawToolCall {
-            id: "y".into(),
-            name: "crm_tickets".into(),
-            arguments: "{}".into(),
-        },
+        call("x", "crm_orders", "{}"),
+        call("y", "crm_tickets", "{}"),
     ];
-    let mut sent = false;
-    let policy: Policy = Box::new(move |_: &ProviderRequest| {
-        if std::mem::replace(&mut sent, true) {
-            Reply::text("Done.")
-        } else {
-            Reply::ToolCalls {
-                text: String::new(),
-                calls: only_host.clone(),
-                stop: StopReason::ToolUse,
-            }
-        }
-    });
-    let mut sim2 = Sim::new(
-        406,
-        policy,
-        Box::new(|name: &str, _: &Value| ToolOutcome::text(true, name.to_string())),
-    );
-    sim2.config.registry = sim.config.registry.clone();
+    let mut sim2 = Sim::new(406, once(only_host), world());
+    sim2.config.registry = registry;
     sim2.reconfigure();
     let conn = sim2.connect();
     sim2.send(conn, submit("s1", None, "go"));
-    while results(&sim2).is_empty() {
+    while result_ids(&sim2).is_empty() {
         assert!(sim2.step());
     }
     assert_eq!(sim2.dispatches.len(), 2, "both out before either result");
     assert!(sim2.dispatches.iter().all(|d| d.target.is_none()));
     sim2.run(10_000);
-    assert_eq!(results(&sim2), vec!["x", "y"]);
+    assert_eq!(result_ids(&sim2), vec!["x", "y"]);
     check_invariants(&sim2, &[]).unwrap();
 }
 

@@ -1,50 +1,11 @@
 //! Parallel reads: consecutive parallel-safe reads run together (bounded),
 //! writes are barriers, results persist and reach the model in model order.
 
-use sw_agent::model::{NodeBody, StopReason, ToolStatus};
-use sw_agent::provider::{ChatMessage, ProviderRequest, RawToolCall};
-use sw_agent::sim::{Reply, Sim};
+use sw_agent::model::{NodeBody, ToolStatus};
+use sw_agent::provider::{ChatMessage, RawToolCall};
+use sw_agent::sim::Sim;
 
 use super::support::*;
-
-fn call(id: &str, name: &str, args: &str) -> RawToolCall {
-    RawToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: args.into(),
-    }
-}
-
-fn once(calls: Vec<RawToolCall>) -> sw_agent::sim::Policy {
-    let mut sent = false;
-    Box::new(move |_: &ProviderRequest| {
-        if sent {
-            Reply::text("done")
-        } else {
-            sent = true;
-            Reply::ToolCalls {
-                text: String::new(),
-                calls: calls.clone(),
-                stop: StopReason::ToolUse,
-            }
-        }
-    })
-}
-
-/// Results persisted so far, in path order.
-fn result_ids(sim: &Sim) -> Vec<String> {
-    paths(sim)
-        .first()
-        .map(|p| {
-            p.iter()
-                .filter_map(|n| match &n.body {
-                    NodeBody::ToolResult { call_id, .. } => Some(call_id.clone()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[test]
 fn consecutive_reads_are_dispatched_together_and_persisted_in_model_order() {

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use sw_agent::engine::ToolOutcome;
 use sw_agent::model::{path_to_leaf, Node, NodeBody, StopReason};
 use sw_agent::protocol::{ErrorInfo, Event, Op, Submission, UncertainChoice, UserInput};
-use sw_agent::provider::{ChatMessage, ProviderRequest};
+use sw_agent::provider::{ChatMessage, ProviderRequest, RawToolCall};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
 
 pub fn submission(id: &str) -> Submission {
@@ -799,4 +799,45 @@ pub fn delete(id: &str, thread: &str) -> Op {
         submission: submission(id),
         thread_id: thread.into(),
     }
+}
+
+/// A tool call as the model sends it.
+pub fn call(id: &str, name: &str, args: &str) -> RawToolCall {
+    RawToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args.into(),
+    }
+}
+
+/// A model that calls `calls` at once, then answers "done".
+pub fn once(calls: Vec<RawToolCall>) -> sw_agent::sim::Policy {
+    let mut sent = false;
+    Box::new(move |_: &ProviderRequest| {
+        if sent {
+            Reply::text("done")
+        } else {
+            sent = true;
+            Reply::ToolCalls {
+                text: String::new(),
+                calls: calls.clone(),
+                stop: StopReason::ToolUse,
+            }
+        }
+    })
+}
+
+/// Results persisted so far, in path order.
+pub fn result_ids(sim: &Sim) -> Vec<String> {
+    paths(sim)
+        .first()
+        .map(|p| {
+            p.iter()
+                .filter_map(|n| match &n.body {
+                    NodeBody::ToolResult { call_id, .. } => Some(call_id.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
