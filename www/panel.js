@@ -2894,6 +2894,9 @@ const DEFAULT_FIELD_OK = {
   tokenBudget: (v) => Number.isInteger(v) && v >= 1 && v <= 1e12,
 };
 
+/** The engine's own defaults of the checkbox fields (src/settings.rs `profile_of`). */
+const ENGINE_FLAG_DEFAULTS = { toolUse: true, vision: false };
+
 /** @type {Promise<Record<string, any>> | null} */
 let settingsDefaults = null;
 
@@ -3028,9 +3031,13 @@ async function validateAndStoreSettings() {
     // Keep keys this form does not know about (written by a newer version).
     /** @type {Record<string, any>} */
     const merged = { ...(previous && typeof previous === "object" ? previous : {}), ...settings };
-    // A value equal to the extension's default is not stored: a default
-    // changed by an update then reaches this user too.
-    for (const [key, value] of Object.entries(defaults)) if (merged[key] === value) delete merged[key];
+    // A value equal to its default is not stored: a default changed by an
+    // update (or one the extension adds later) then reaches this user too.
+    // The checkboxes have no "unset" state: left as the engine's own
+    // default, they are not stored either.
+    /** @type {Record<string, any>} */
+    const effectiveDefaults = { ...ENGINE_FLAG_DEFAULTS, ...defaults };
+    for (const [key, value] of Object.entries(effectiveDefaults)) if (merged[key] === value) delete merged[key];
     await chrome.storage.local.set({ settings: merged });
     setSettingsStatus("Saved", false);
     return settings;

@@ -137,7 +137,7 @@ isolatedTest(
       message: 'the settings to be saved',
     });
     const saved = await stored();
-    for (const key of ['provider', 'baseUrl', 'model', 'maxOutputTokens', 'contextWindow']) {
+    for (const key of ['provider', 'baseUrl', 'model', 'maxOutputTokens', 'contextWindow', 'toolUse', 'vision']) {
       assert.ok(!(key in saved), `${key} equals its default and is not stored: ${JSON.stringify(saved)}`);
     }
     assert.equal(saved.apiKey, 'sk-user-key');
