@@ -384,8 +384,10 @@ impl Engine {
             },
         );
         if !on_page {
-            // Only the extension's own reads: no page to find.
-            self.dispatch_batch(now, tid, resolve_id, None);
+            // Only the extension's own reads: no page to find (and none of
+            // them needs one).
+            let none = Err("No page was resolved for this tool.".to_string());
+            self.dispatch_batch(now, tid, resolve_id, none);
             return;
         }
         // Parallel page reads (page_snapshot, read_page) take no ref: the top document.
@@ -413,19 +415,19 @@ impl Engine {
                     _ => None,
                 });
         if let Some(tid) = found {
-            self.dispatch_batch(now, &tid, resolve_id, Some(target));
+            self.dispatch_batch(now, &tid, resolve_id, target);
         }
     }
 
     /// Gate each read of the batch and dispatch the allowed ones together.
-    /// `target` is the page the batch's page reads act on (None when it has
-    /// none: the extension's own reads act on no page, whatever it is).
+    /// `target` is the page the batch's page reads act on, or why there is
+    /// none; the extension's own reads act on no page, whatever it is.
     fn dispatch_batch(
         &mut self,
         now: u64,
         tid: &str,
         resolve_id: u64,
-        target: Option<Result<TargetInfo, String>>,
+        target: Result<TargetInfo, String>,
     ) {
         let indices = match self.threads[tid].exec.as_ref().map(|e| &e.phase) {
             Some(Phase::Batch { indices, .. }) => indices.clone(),
@@ -441,21 +443,12 @@ impl Engine {
             let on_page = descriptor.as_ref().is_some_and(|d| d.binding.targets_tab());
             let target = match (&target, on_page) {
                 (_, false) => None,
-                (Some(Ok(t)), true) => Some(t.clone()),
-                (Some(Err(message)), true) => {
+                (Ok(t), true) => Some(t.clone()),
+                (Err(message), true) => {
                     results.push(ResultParts::new(
                         index,
                         ToolStatus::Error,
                         message.clone(),
-                        None,
-                    ));
-                    continue;
-                }
-                (None, true) => {
-                    results.push(ResultParts::new(
-                        index,
-                        ToolStatus::Error,
-                        "No page was resolved for this tool.".to_string(),
                         None,
                     ));
                     continue;

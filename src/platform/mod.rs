@@ -68,6 +68,11 @@ fn warn(message: &str) {
     web_sys::console::warn_1(&JsValue::from_str(&format!("[sw-agent] {message}")));
 }
 
+/// What the embedding extension must fix, in the worker's console.
+fn console_error(message: &str) {
+    web_sys::console::error_1(&JsValue::from_str(&format!("[sw-agent] {message}")));
+}
+
 /// Provider settings from `chrome.storage.local.settings` over the
 /// extension's checked defaults (`crate::settings`), split into the profile
 /// the engine may see and the API key only fetch may see.
@@ -1229,9 +1234,9 @@ impl EngineHandle {
         };
         let (settings_defaults, refused) = settings::check_defaults(&defaults);
         for e in refused {
-            web_sys::console::error_1(&JsValue::from_str(&format!(
-                "[sw-agent] a field of extension/settings-defaults.js was left out: {e}"
-            )));
+            console_error(&format!(
+                "a field of extension/settings-defaults.js was left out: {e}"
+            ));
         }
         let (profile, _) = parse_settings(&settings, &settings_defaults);
         let mut seed = [0u8; 8];
@@ -1260,9 +1265,7 @@ impl EngineHandle {
             None => Err("INSTRUCTIONS must be a string".to_string()),
         };
         if let Err(e) = added {
-            web_sys::console::error_1(&JsValue::from_str(&format!(
-                "[sw-agent] extension/instructions.js was left out: {e}"
-            )));
+            console_error(&format!("extension/instructions.js was left out: {e}"));
         }
         // The built-in tools the embedding extension keeps (`BUILT_IN_TOOLS`
         // of `extension/host-tools.js`; undefined or null: all of them).
@@ -1296,9 +1299,9 @@ impl EngineHandle {
                 ],
             };
             for problem in problems {
-                web_sys::console::error_1(&JsValue::from_str(&format!(
-                    "[sw-agent] BUILT_IN_TOOLS of extension/host-tools.js {problem}"
-                )));
+                console_error(&format!(
+                    "BUILT_IN_TOOLS of extension/host-tools.js {problem}"
+                ));
             }
         }
         // The embedding extension's own tools join the built-in ones (the
@@ -1310,9 +1313,9 @@ impl EngineHandle {
             &mut config.registry,
         );
         for e in refused {
-            web_sys::console::error_1(&JsValue::from_str(&format!(
-                "[sw-agent] a tool of extension/host-tools.js was left out: {e}"
-            )));
+            console_error(&format!(
+                "a tool of extension/host-tools.js was left out: {e}"
+            ));
         }
         let engine = Engine::new(config, profile, u64::from_le_bytes(seed), image, now());
         let driver = Rc::new_cyclic(|me| Driver {
