@@ -193,6 +193,23 @@ pub enum Op {
         submission: Submission,
         profile: crate::model::ProviderProfile,
     },
+    /// The sites where write tools run without asking (rules made by
+    /// `acceptForSite`) → `command.ack{rules: [{origin, allowWrites,
+    /// createdAt}]}`, by origin. Reads only; no receipt.
+    #[serde(rename = "siteRules.list")]
+    SiteRulesList {
+        #[serde(flatten)]
+        submission: Submission,
+    },
+    /// Remove a site's rule → `command.ack{origin}` once the removal is
+    /// saved: from then on every write tool on that origin asks again.
+    /// `not_found` when the site has no rule.
+    #[serde(rename = "siteRule.revoke")]
+    SiteRuleRevoke {
+        #[serde(flatten)]
+        submission: Submission,
+        origin: String,
+    },
     /// Decide a `paused_uncertain` write → `command.ack`, then the run continues.
     #[serde(rename = "run.resolveUncertain")]
     RunResolveUncertain {
@@ -255,6 +272,8 @@ impl Op {
             | Op::RunResume { submission, .. }
             | Op::ApprovalResponse { submission, .. }
             | Op::InteractionResponse { submission, .. }
+            | Op::SiteRulesList { submission }
+            | Op::SiteRuleRevoke { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
         }
     }
@@ -279,12 +298,14 @@ impl Op {
             Op::RunResolveUncertain { .. } => "run.resolveUncertain",
             Op::ApprovalResponse { .. } => "approval.response",
             Op::InteractionResponse { .. } => "interaction.response",
+            Op::SiteRulesList { .. } => "siteRules.list",
+            Op::SiteRuleRevoke { .. } => "siteRule.revoke",
         }
     }
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 17] = [
+pub const OP_TYPES: [&str; 19] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -302,6 +323,17 @@ pub const OP_TYPES: [&str; 17] = [
     "approval.response",
     "interaction.response",
     "provider.test",
+    "siteRules.list",
+    "siteRule.revoke",
+];
+
+/// The ops that only read: they keep no receipt, so a retry reads again
+/// (every other ACKed op replays its first answer).
+pub const READ_OP_TYPES: [&str; 4] = [
+    "initialize",
+    "thread.history",
+    "provider.test",
+    "siteRules.list",
 ];
 
 /// A message's `type` and its other fields: what every hand-written decoder
@@ -456,6 +488,11 @@ impl Op {
             "provider.test" => Op::ProviderTest {
                 submission,
                 profile: f.req("profile")?,
+            },
+            "siteRules.list" => Op::SiteRulesList { submission },
+            "siteRule.revoke" => Op::SiteRuleRevoke {
+                submission,
+                origin: f.req("origin")?,
             },
             other => return Err(format!("unknown variant `{other}`")),
         })

@@ -868,10 +868,7 @@ impl Sim {
             } => {
                 // Reads: no receipt, nothing written. Every other ACK,
                 // even one that changed nothing, has its receipt.
-                let nothing_written = matches!(
-                    op_type.as_str(),
-                    "initialize" | "thread.history" | "provider.test"
-                );
+                let nothing_written = crate::protocol::READ_OP_TYPES.contains(&op_type.as_str());
                 let suffix = format!("\u{1f}{submission_id}");
                 if !nothing_written && !self.store.receipts.keys().any(|k| k.ends_with(&suffix)) {
                     self.violations

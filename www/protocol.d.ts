@@ -142,6 +142,23 @@ export type Op =
     type: "provider.test";
     profile: ProviderProfile;
   } & Submission
+  /**
+   * The sites where write tools run without asking (rules made by
+   * `acceptForSite`) → `command.ack{rules: [{origin, allowWrites,
+   * createdAt}]}`, by origin. Reads only; no receipt.
+   */
+  | {
+    type: "siteRules.list";
+  } & Submission
+  /**
+   * Remove a site's rule → `command.ack{origin}` once the removal is
+   * saved: from then on every write tool on that origin asks again.
+   * `not_found` when the site has no rule.
+   */
+  | {
+    type: "siteRule.revoke";
+    origin: string;
+  } & Submission
   /** Decide a `paused_uncertain` write → `command.ack`, then the run continues. */
   | {
     type: "run.resolveUncertain";

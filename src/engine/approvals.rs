@@ -340,6 +340,44 @@ impl Engine {
             params,
         });
     }
+
+    /// The sites whose writes run without asking, by origin (reads only).
+    #[inline(never)]
+    pub(super) fn op_site_rules_list(&mut self, reply: Reply) {
+        let mut rules: Vec<&SiteRule> = self.site_rules.values().collect();
+        crate::sorting::sort_by(&mut rules, |a, b| a.origin.cmp(&b.origin));
+        let rules: Vec<Value> = rules
+            .into_iter()
+            .map(|r| {
+                json!({
+                    "origin": r.origin,
+                    "allowWrites": r.allow_writes,
+                    "createdAt": r.created_at,
+                })
+            })
+            .collect();
+        self.ack(&reply, json!({ "rules": rules }));
+    }
+
+    /// Remove a site's rule. The ACK follows the saved removal; the rule
+    /// leaves memory with it (`apply_to_memory`), so from the ACK on every write
+    /// on that origin asks again. A call the rule already let through (its
+    /// gate passed before this op arrived) still runs.
+    #[inline(never)]
+    pub(super) fn op_site_rule_revoke(&mut self, now: u64, reply: Reply, origin: &str) {
+        if !self.site_rules.contains_key(origin) {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "This site has no rule: its actions already ask first.",
+            );
+        }
+        let mut unit = UnitOfWork::new();
+        unit.delete(stores::SITE_RULES, origin);
+        let result = json!({ "origin": origin });
+        // Of no thread: the rule is the profile's.
+        self.command(now, "", unit, reply, result, Follow::AckOnly);
+    }
 }
 
 impl Engine {

@@ -1467,6 +1467,8 @@ impl Engine {
                 thread_id, node_id, ..
             } => self.op_select_branch(now, reply, &thread_id, &node_id),
             Op::ProviderTest { profile, .. } => self.op_provider_test(now, reply, profile),
+            Op::SiteRulesList { .. } => self.op_site_rules_list(reply),
+            Op::SiteRuleRevoke { origin, .. } => self.op_site_rule_revoke(now, reply, &origin),
             Op::ThreadHistory {
                 thread_id,
                 before_node_id,

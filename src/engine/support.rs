@@ -762,6 +762,9 @@ impl Engine {
                         t.queue.retain(|q| q.id != key.key);
                     }
                 }
+                stores::SITE_RULES => {
+                    self.site_rules.remove(&key.key);
+                }
                 _ => {}
             }
         }
@@ -786,7 +789,10 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         | Op::TurnSteer { thread_id, .. }
         | Op::TurnEnqueue { thread_id, .. }
         | Op::RunResume { thread_id, .. } => Some(thread_id),
-        Op::ThreadCreate { .. } | Op::ProviderTest { .. } => None,
+        Op::ThreadCreate { .. }
+        | Op::ProviderTest { .. }
+        | Op::SiteRulesList { .. }
+        | Op::SiteRuleRevoke { .. } => None,
     }
 }
 

@@ -529,3 +529,131 @@ fn a_connected_side_panel_keeps_the_heartbeat_and_an_untrusted_client_does_not()
     sim.disconnect(page);
     assert_eq!(sim.heartbeat, Heartbeat::Off);
 }
+
+/// The origins `siteRules.list` answered `id` with, each with `allowWrites`.
+fn listed_rules(sim: &Sim, conn: u64, id: &str) -> Vec<(String, bool)> {
+    let result = answer(sim, conn, id).expect("answered").expect("acked");
+    result["rules"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| {
+            assert!(r["createdAt"].as_u64().is_some(), "{r}");
+            (
+                r["origin"].as_str().unwrap().to_string(),
+                r["allowWrites"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_revoked_site_rule_asks_again_and_stays_revoked_after_a_crash() {
+    let (mut sim, conn, thread, approval) = waiting(74);
+    sim.send(
+        conn,
+        respond("r1", &thread, &approval, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(10_000);
+    sim.send(conn, list_site_rules("l1"));
+    sim.run(10_000);
+    assert_eq!(
+        listed_rules(&sim, conn, "l1"),
+        [("https://shop.example".to_string(), true)]
+    );
+
+    // The ACK follows the saved removal.
+    sim.hold_persists = true;
+    sim.send(conn, revoke_site_rule("v1", "https://shop.example"));
+    sim.run(10_000);
+    assert!(
+        answer(&sim, conn, "v1").is_none(),
+        "acked before it was saved"
+    );
+    assert!(sim.store.site_rules.contains_key("https://shop.example"));
+    sim.hold_persists = false;
+    sim.release_persists();
+    sim.run(10_000);
+    assert_eq!(
+        answer(&sim, conn, "v1").unwrap().unwrap(),
+        json!({ "origin": "https://shop.example" })
+    );
+    assert!(sim.store.site_rules.is_empty());
+    check_invariants(&sim, &[]).unwrap();
+
+    // The same submission again replays its answer; a new one finds no rule.
+    sim.send(conn, revoke_site_rule("v1", "https://shop.example"));
+    sim.send(conn, revoke_site_rule("v2", "https://shop.example"));
+    sim.send(conn, list_site_rules("l2"));
+    sim.run(10_000);
+    let v1_answers = answers(&sim, conn)
+        .into_iter()
+        .filter(|(id, _)| id == "v1")
+        .collect::<Vec<_>>();
+    assert_eq!(v1_answers.len(), 2);
+    assert_eq!(v1_answers[0], v1_answers[1]);
+    assert_eq!(
+        answer(&sim, conn, "v2").unwrap().unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    assert!(listed_rules(&sim, conn, "l2").is_empty());
+
+    // The site asks again, in this worker and in the next one.
+    sim.send(conn, submit("s2", Some(&thread), "Subscribe again"));
+    sim.run(10_000);
+    assert_eq!(
+        approval_requests(&sim).len(),
+        2,
+        "asks again after the removal"
+    );
+    sim.crash();
+    let conn = reconnect(&mut sim);
+    sim.run(10_000);
+    sim.send(conn, list_site_rules("l3"));
+    sim.run(10_000);
+    assert!(listed_rules(&sim, conn, "l3").is_empty());
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn revoking_one_site_keeps_the_others_and_the_list_is_by_origin() {
+    let (mut sim, conn, thread, approval) = waiting(75);
+    sim.send(
+        conn,
+        respond("r1", &thread, &approval, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(10_000);
+    sim.target = Ok(Sim::page("https://another.example/"));
+    sim.send(conn, submit("s2", Some(&thread), "And there"));
+    sim.run(10_000);
+    let second = approval_requests(&sim).pop().unwrap();
+    assert_eq!(second.origin, "https://another.example");
+    sim.send(
+        conn,
+        respond("r2", &thread, &second.id, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(10_000);
+    sim.send(conn, list_site_rules("l1"));
+    sim.run(10_000);
+    assert_eq!(
+        listed_rules(&sim, conn, "l1"),
+        [
+            ("https://another.example".to_string(), true),
+            ("https://shop.example".to_string(), true)
+        ]
+    );
+    sim.send(conn, revoke_site_rule("v1", "https://another.example"));
+    sim.run(10_000);
+    sim.send(conn, list_site_rules("l2"));
+    sim.run(10_000);
+    assert_eq!(
+        listed_rules(&sim, conn, "l2"),
+        [("https://shop.example".to_string(), true)]
+    );
+    // The kept rule still lets writes through without asking.
+    sim.target = Ok(Sim::page("https://shop.example/"));
+    sim.send(conn, submit("s3", Some(&thread), "Subscribe again"));
+    sim.run(10_000);
+    assert_eq!(approval_requests(&sim).len(), 2);
+    check_invariants(&sim, &[]).unwrap();
+}

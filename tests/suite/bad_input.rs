@@ -139,6 +139,11 @@ fn every_op(id: &str, t: &str, r: &str, n: &str) -> Vec<serde_json::Value> {
             "run.resolveUncertain",
             json!({ "threadId": t, "choice": "markDone" }),
         ),
+        s("siteRules.list"),
+        with(
+            "siteRule.revoke",
+            json!({ "origin": "https://shop.example" }),
+        ),
     ]
 }
 

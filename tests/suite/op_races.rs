@@ -117,7 +117,7 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
     } else {
         format!("text {id}")
     };
-    match gen.below(19) {
+    match gen.below(21) {
         0 => submit(id, None, &text),
         1 | 2 => submit(id, Some(&tid), &text),
         3 => Op::TurnSubmit {
@@ -157,6 +157,16 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
         15 => select_branch(id, &tid, &node.unwrap_or_default()),
         16 => delete(id, &tid),
         17 => initialize(id, [Some(tid.as_str()), None][gen.below(2)]),
+        // A site's rule removed while its writes are judged.
+        18 => revoke_site_rule(
+            id,
+            sim.store
+                .site_rules
+                .keys()
+                .next()
+                .map_or("https://shop.example", String::as_str),
+        ),
+        19 => list_site_rules(id),
         _ => match node {
             Some(node) => history(id, &tid, &node, Some(3)),
             None => initialize(id, Some(&tid)),
@@ -347,7 +357,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         for (id, conn, lived) in &resends {
             let (panel, op_type, _) = &sent[id];
             // Reads keep no receipt: sent again, they read again.
-            if ["initialize", "thread.history", "provider.test"].contains(op_type) {
+            if sw_agent::protocol::READ_OP_TYPES.contains(op_type) {
                 continue;
             }
             let first = answered[panel].iter().find(|(a, _)| a == id);
@@ -618,6 +628,8 @@ fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant()
         "thread.selectBranch",
         "thread.delete",
         "thread.history",
+        "siteRules.list",
+        "siteRule.revoke",
     ] {
         assert!(
             acked.get(op_type).copied().unwrap_or(0) > 0,

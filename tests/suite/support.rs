@@ -801,6 +801,19 @@ pub fn delete(id: &str, thread: &str) -> Op {
     }
 }
 
+pub fn list_site_rules(id: &str) -> Op {
+    Op::SiteRulesList {
+        submission: submission(id),
+    }
+}
+
+pub fn revoke_site_rule(id: &str, origin: &str) -> Op {
+    Op::SiteRuleRevoke {
+        submission: submission(id),
+        origin: origin.into(),
+    }
+}
+
 /// A tool call as the model sends it.
 pub fn call(id: &str, name: &str, args: &str) -> RawToolCall {
     RawToolCall {
