@@ -65,6 +65,10 @@ const dom = {
   settingsSave: $button("settings-save"),
   settingsTest: $button("settings-test"),
   settingsTestResult: $("settings-test-result"),
+  siteRulesHeading: $("site-rules-heading"),
+  siteRulesEmpty: $("site-rules-empty"),
+  siteRulesList: $("site-rules-list"),
+  siteRulesStatus: $("site-rules-status"),
   status: $("status"),
   statusText: $("status-text"),
   usageText: $("usage-text"),
@@ -180,6 +184,8 @@ const OP_VERBS = {
   "run.resolveUncertain": "record your answer about the interrupted action",
   "approval.response": "record your answer to the approval request",
   "interaction.response": "send your answer to the agent's question",
+  "siteRules.list": "list the sites where the agent acts without asking",
+  "siteRule.revoke": "remove the site",
 };
 const APPROVAL_DECISION_TEXT = {
   acceptOnce: "Allowing once…",
@@ -753,6 +759,15 @@ function onAck(event) {
     case "thread.history":
       prependHistory(result);
       break;
+    case "siteRules.list":
+      if (event.submissionId === siteRulesSubmission) renderSiteRules(result.rules);
+      break;
+    case "siteRule.revoke":
+      if (typeof result.origin === "string") {
+        forgetSiteRule(result.origin);
+        setSiteRulesStatus(`Removed ${result.origin}: the agent asks before acting there again.`, false);
+      }
+      break;
     case "turn.submit":
       if (pending.editNodeId) {
         // The edited message is a new version now: the snapshot that comes with it redraws the thread.
@@ -821,6 +836,10 @@ function onReject(event) {
     return;
   }
   if (opType === "thread.history") resetEarlierButton();
+  if (opType === "siteRules.list" || opType === "siteRule.revoke") {
+    onSiteRuleReject(opType, pending ? pending.message : null, event.error);
+    return;
+  }
   const editor = view.editor;
   if (editor && editor.submissionId === event.submissionId) {
     // Said where the user is looking; the text stays in the editor.
@@ -2205,6 +2224,8 @@ function onApprovalRequest(event) {
 /** @param {EventOf<"approval.resolved">} event */
 function onApprovalResolved(event) {
   const status = typeof event.status === "string" ? event.status : "";
+  // A site allowed meanwhile joins the list Settings shows.
+  if (status === "accepted_for_site" && !dom.settingsSection.hidden) requestSiteRules();
   const shown = state.approval && state.approval.id === event.approvalId ? state.approval : null;
   if (shown) markApprovalOnCard(shown.callId, status);
   if (!shown) return;
@@ -3177,7 +3198,110 @@ function openSettings() {
   dom.settingsSection.hidden = false;
   dom.settingsToggle.setAttribute("aria-expanded", "true");
   setSettingsStatus("", false);
+  requestSiteRules();
   return loadSettings();
+}
+
+// ------------------------------------------------------------ site rules ---
+// The sites where "Allow on this site" lets the agent's page changes run
+// without asking (`siteRules.list`), each with Remove (`siteRule.revoke`):
+// asked for whenever Settings opens, and again when this panel sees a site
+// allowed meanwhile.
+
+/** The `siteRules.list` whose answer is drawn (an older one is ignored). */
+let siteRulesSubmission = null;
+
+function requestSiteRules() {
+  siteRulesSubmission = sendOp("siteRules.list", {});
+}
+
+/** @param {string} text @param {boolean} isError */
+function setSiteRulesStatus(text, isError) {
+  dom.siteRulesStatus.textContent = text;
+  dom.siteRulesStatus.classList.toggle("error", isError);
+}
+
+/** @param {unknown} rules the `rules` of a `siteRules.list` answer */
+function renderSiteRules(rules) {
+  const shown = Array.isArray(rules)
+    ? rules.filter((rule) => rule !== null && typeof rule === "object" && typeof rule.origin === "string" && rule.allowWrites === true)
+    : [];
+  dom.siteRulesList.replaceChildren(...shown.map(siteRuleItem));
+  showSiteRulesEmpty();
+}
+
+function showSiteRulesEmpty() {
+  const none = dom.siteRulesList.children.length === 0;
+  dom.siteRulesList.hidden = none;
+  dom.siteRulesEmpty.hidden = !none;
+}
+
+/** @param {{ origin: string, createdAt?: unknown }} rule */
+function siteRuleItem(rule) {
+  const item = document.createElement("li");
+  item.dataset.origin = rule.origin;
+  const origin = document.createElement("span");
+  origin.className = "site-origin";
+  origin.textContent = rule.origin;
+  if (typeof rule.createdAt === "number" && Number.isFinite(rule.createdAt)) {
+    origin.title = `Allowed ${new Date(rule.createdAt).toLocaleString()}`;
+  }
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.textContent = "Remove";
+  remove.setAttribute("aria-label", `Remove ${rule.origin}: the agent will ask before acting there`);
+  remove.addEventListener("click", () => {
+    remove.disabled = true;
+    setSiteRulesStatus(`Removing ${rule.origin}…`, false);
+    sendOp("siteRule.revoke", { origin: rule.origin });
+  });
+  item.append(origin, remove);
+  return item;
+}
+
+/**
+ * Takes a removed site off the list. Focus on its button moves to the next
+ * site's, the one before, or the heading, never to the page's start.
+ * @param {string} origin
+ */
+function forgetSiteRule(origin) {
+  for (const item of dom.siteRulesList.querySelectorAll("li")) {
+    if (item.dataset.origin !== origin) continue;
+    const hadFocus = item.contains(document.activeElement);
+    const neighbour = item.nextElementSibling ?? item.previousElementSibling;
+    item.remove();
+    if (hadFocus) {
+      const button = neighbour ? neighbour.querySelector("button") : null;
+      (button ?? dom.siteRulesHeading).focus();
+    }
+  }
+  showSiteRulesEmpty();
+}
+
+/**
+ * @param {string} opType
+ * @param {Op | null} message the op as sent
+ * @param {ErrorInfo} error
+ */
+function onSiteRuleReject(opType, message, error) {
+  const { kind, text } = explainError(error);
+  if (opType === "siteRules.list") {
+    if (message && message.submissionId === siteRulesSubmission) {
+      setSiteRulesStatus(`Could not list the sites: ${text}`, true);
+    }
+    return;
+  }
+  const origin = message && message.type === "siteRule.revoke" ? message.origin : "";
+  if (kind === "not_found") {
+    // Removed already (another panel, an earlier try): the list says so.
+    forgetSiteRule(origin);
+    setSiteRulesStatus(`${origin} was already removed.`, false);
+    return;
+  }
+  for (const item of dom.siteRulesList.querySelectorAll("li")) {
+    if (item.dataset.origin === origin) item.querySelector("button")?.removeAttribute("disabled");
+  }
+  setSiteRulesStatus(`Could not remove ${origin}: ${text}`, true);
 }
 
 dom.settingsToggle.addEventListener("click", () => {

@@ -1051,8 +1051,17 @@ isolatedTest(
   },
 );
 
-isolatedTest('approval_accept_for_site_second_click_does_not_ask', {}, async (session) => {
-  const { panel, shop, mock, pages } = session;
+/** The `siteRules.list` answers the panel received, oldest first. */
+async function siteRuleLists(panel) {
+  return ((await portLog(panel)) ?? [])
+    .filter((entry) => entry.dir === 'in' && entry.json)
+    .map((entry) => JSON.parse(entry.json))
+    .filter((m) => m.type === 'command.ack' && m.opType === 'siteRules.list')
+    .map((m) => m.result.rules);
+}
+
+isolatedTest('approval_accept_for_site_second_click_does_not_ask_until_the_site_is_removed', {}, async (session) => {
+  const { panel, shop, mock, pages, context, extensionId } = session;
   await watchApprovalCard(panel);
   await submitTask(panel, TASK);
   const first = await answerApprovalInPanel(panel, 'acceptForSite');
@@ -1078,6 +1087,42 @@ isolatedTest('approval_accept_for_site_second_click_does_not_ask', {}, async (se
   assert.ok(clicks.every((c) => c.status === 'ok'));
   assert.equal(mock.requests().length - requestsAfterFirst, 3, 'read_page, click, final answer');
   assert.equal((await storedApprovals(panel)).approvals.length, 1, 'no second approval record');
+
+  // Settings lists the site; Remove makes its clicks ask again.
+  await panel.click('#settings-toggle');
+  const listed = panel.locator('#site-rules-list li');
+  await panel.locator(`#site-rules-list li[data-origin="${pages.origin}"]`).waitFor({ timeout: 30000 });
+  assert.equal(await listed.count(), 1);
+  assert.equal(await panel.locator('#site-rules-empty').isVisible(), false);
+  await panel.getByRole('button', { name: `Remove ${pages.origin}: the agent will ask before acting there` }).click();
+  await waitFor(async () => (await listed.count()) === 0 && (await panel.locator('#site-rules-empty').isVisible()), {
+    timeout: 30000,
+    message: 'the site to leave the list',
+  });
+  assert.match(await panel.locator('#site-rules-status').textContent(), /^Removed http:\/\/127\.0\.0\.1:\d+: the agent asks before acting there again\.$/);
+  assert.equal(await panel.evaluate(() => document.activeElement?.id), 'site-rules-heading', 'focus stays in the list');
+  assert.deepEqual((await storedApprovals(panel)).siteRules, [], 'the removal is saved before it is shown');
+
+  // A new worker lists none either.
+  await killServiceWorker(context, extensionId, { page: panel });
+  await panel.click('#settings-toggle');
+  await panel.click('#settings-toggle');
+  const lists = await waitFor(async () => {
+    const seen = await siteRuleLists(panel);
+    return seen.length >= 2 ? seen : null;
+  }, { timeout: 30000, message: 'the list asked for again' });
+  assert.deepEqual(lists.at(-1), []);
+  assert.equal(await listed.count(), 0);
+
+  // The next click on the site asks again.
+  await submitTask(panel, 'Subscribe to the newsletter once more');
+  const third = await answerApprovalInPanel(panel, 'acceptOnce');
+  assert.notEqual(third.approvalId, first.approvalId);
+  assert.equal(third.origin, pages.origin);
+  const thirdTurn = await waitForSettledTurn(panel, { previousTurnId: secondTurn.turnId });
+  assert.equal(thirdTurn.state, 'completed', describeState(thirdTurn));
+  assert.equal(await subscribeClicks(shop), 3);
+  assert.deepEqual((await storedApprovals(panel)).siteRules, [], 'allowed once: no rule');
   assertNoOrphans(session);
 });
 
