@@ -193,6 +193,15 @@ pub enum Op {
         submission: Submission,
         profile: crate::model::ProviderProfile,
     },
+    /// The embedding extension's provider settings defaults, as the engine
+    /// checked them (`extension/settings-defaults.js`; never an `apiKey`)
+    /// → `command.ack{defaults}`: what a settings form shows for the fields
+    /// the user has not set. Reads only; no receipt.
+    #[serde(rename = "settings.defaults")]
+    SettingsDefaults {
+        #[serde(flatten)]
+        submission: Submission,
+    },
     /// The sites where write tools run without asking (rules made by
     /// `acceptForSite`) → `command.ack{rules: [{origin, allowWrites,
     /// createdAt}]}`, by origin. Reads only; no receipt.
@@ -273,6 +282,7 @@ impl Op {
             | Op::ApprovalResponse { submission, .. }
             | Op::InteractionResponse { submission, .. }
             | Op::SiteRulesList { submission }
+            | Op::SettingsDefaults { submission }
             | Op::SiteRuleRevoke { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
         }
@@ -299,13 +309,14 @@ impl Op {
             Op::ApprovalResponse { .. } => "approval.response",
             Op::InteractionResponse { .. } => "interaction.response",
             Op::SiteRulesList { .. } => "siteRules.list",
+            Op::SettingsDefaults { .. } => "settings.defaults",
             Op::SiteRuleRevoke { .. } => "siteRule.revoke",
         }
     }
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 19] = [
+pub const OP_TYPES: [&str; 20] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -325,15 +336,17 @@ pub const OP_TYPES: [&str; 19] = [
     "provider.test",
     "siteRules.list",
     "siteRule.revoke",
+    "settings.defaults",
 ];
 
 /// The ops that only read: they keep no receipt, so a retry reads again
 /// (every other ACKed op replays its first answer).
-pub const READ_OP_TYPES: [&str; 4] = [
+pub const READ_OP_TYPES: [&str; 5] = [
     "initialize",
     "thread.history",
     "provider.test",
     "siteRules.list",
+    "settings.defaults",
 ];
 
 /// A message's `type` and its other fields: what every hand-written decoder
@@ -490,6 +503,7 @@ impl Op {
                 profile: f.req("profile")?,
             },
             "siteRules.list" => Op::SiteRulesList { submission },
+            "settings.defaults" => Op::SettingsDefaults { submission },
             "siteRule.revoke" => Op::SiteRuleRevoke {
                 submission,
                 origin: f.req("origin")?,

@@ -186,6 +186,7 @@ const OP_VERBS = {
   "interaction.response": "send your answer to the agent's question",
   "siteRules.list": "list the sites where the agent acts without asking",
   "siteRule.revoke": "remove the site",
+  "settings.defaults": "read the extension's settings defaults",
 };
 const APPROVAL_DECISION_TEXT = {
   acceptOnce: "Allowing once…",
@@ -274,7 +275,8 @@ const clientId = crypto.randomUUID();
 
 /**
  * What the panel remembers about an op it sent.
- * @typedef {{ text?: string, editNodeId?: string, queueItemId?: string }} PendingMeta
+ * `quiet`: a read the user did not ask for, sent without "Not connected yet".
+ * @typedef {{ text?: string, editNodeId?: string, queueItemId?: string, quiet?: boolean }} PendingMeta
  */
 
 const state = {
@@ -558,7 +560,7 @@ function creatingThread() {
 function sendOp(type, fields, meta = {}) {
   const message = /** @type {Op} */ (/** @type {unknown} */ ({ type, clientId, submissionId: crypto.randomUUID(), ...fields }));
   state.pendingOps.set(message.submissionId, { message, ...meta });
-  if (!post(message)) setNote("Not connected yet; it will be sent when the connection is back.");
+  if (!post(message) && !meta.quiet) setNote("Not connected yet; it will be sent when the connection is back.");
   return message.submissionId;
 }
 
@@ -762,6 +764,9 @@ function onAck(event) {
     case "siteRules.list":
       if (event.submissionId === siteRulesSubmission) renderSiteRules(result.rules);
       break;
+    case "settings.defaults":
+      onSettingsDefaults(result.defaults ?? {});
+      break;
     case "siteRule.revoke":
       if (typeof result.origin === "string") {
         forgetSiteRule(result.origin);
@@ -836,6 +841,10 @@ function onReject(event) {
     return;
   }
   if (opType === "thread.history") resetEarlierButton();
+  if (opType === "settings.defaults") {
+    onSettingsDefaults(null);
+    return;
+  }
   if (opType === "siteRules.list" || opType === "siteRule.revoke") {
     onSiteRuleReject(opType, pending ? pending.message : null, event.error);
     return;
@@ -2898,44 +2907,35 @@ dom.messages.addEventListener("scroll", () => {
 
 // -------------------------------------------------------------- settings ---
 
-/**
- * What each settings field may hold, as the engine checks the extension's
- * defaults (src/settings.rs `check_defaults`); `apiKey` is never a default.
- * @type {Record<string, (value: any) => boolean>}
- */
-const DEFAULT_FIELD_OK = {
-  provider: (v) => v === "openai" || v === "anthropic",
-  baseUrl: (v) => typeof v === "string" && /^https?:\/\/./.test(v.trim()),
-  model: (v) => typeof v === "string" && v.trim() !== "",
-  maxOutputTokens: (v) => Number.isInteger(v) && v >= 1 && v <= 1000000,
-  temperature: (v) => typeof v === "number" && v >= 0 && v <= 2,
-  toolUse: (v) => typeof v === "boolean",
-  vision: (v) => typeof v === "boolean",
-  contextWindow: (v) => Number.isInteger(v) && v >= 1000 && v <= 100000000,
-  tokenBudget: (v) => Number.isInteger(v) && v >= 1 && v <= 1e12,
-};
-
 /** The engine's own defaults of the checkbox fields (src/settings.rs `profile_of`). */
 const ENGINE_FLAG_DEFAULTS = { toolUse: true, vision: false };
 
 /** @type {Promise<Record<string, any>> | null} */
 let settingsDefaults = null;
+/** Settles `settingsDefaults` with the engine's answer. @type {((defaults: Record<string, any>) => void) | null} */
+let settingsDefaultsArrived = null;
 
 /**
- * The embedding extension's settings defaults (extension/settings-defaults.js,
- * the file the engine gets them from), without the fields the engine leaves
- * out; {} when there are none or the file cannot be read.
+ * The embedding extension's settings defaults (extension/settings-defaults.js)
+ * as the engine kept them (`settings.defaults`): it checked each field, so
+ * the form never shows one the engine left out. {} when there are none or
+ * the engine refused the question (asked again the next time).
  * @returns {Promise<Record<string, any>>}
  */
 function loadSettingsDefaults() {
-  settingsDefaults ??= import(chrome.runtime.getURL("settings-defaults.js"))
-    .then((module) => {
-      const raw = module.SETTINGS_DEFAULTS;
-      if (!raw || typeof raw !== "object") return {};
-      return Object.fromEntries(Object.entries(raw).filter(([key, value]) => DEFAULT_FIELD_OK[key]?.(value) === true));
-    })
-    .catch(() => ({}));
+  settingsDefaults ??= new Promise((resolve) => {
+    settingsDefaultsArrived = resolve;
+    sendOp("settings.defaults", {}, { quiet: true });
+  });
   return settingsDefaults;
+}
+
+/** @param {unknown} defaults the `defaults` of the engine's answer; null when refused */
+function onSettingsDefaults(defaults) {
+  const arrived = settingsDefaultsArrived;
+  settingsDefaultsArrived = null;
+  if (defaults === null) settingsDefaults = null;
+  if (arrived) arrived(defaults !== null && typeof defaults === "object" && !Array.isArray(defaults) ? defaults : {});
 }
 
 /**
@@ -3316,7 +3316,8 @@ dom.settingsToggle.addEventListener("click", () => {
 // ----------------------------------------------------------------- start ---
 
 renderRunState();
-loadSettings();
 document.addEventListener("visibilitychange", onVisibilityChange);
 connect();
+// After connect(): the form waits for the engine's answer about defaults.
+loadSettings();
 if (document.visibilityState === "hidden") onVisibilityChange();

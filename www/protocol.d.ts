@@ -143,6 +143,15 @@ export type Op =
     profile: ProviderProfile;
   } & Submission
   /**
+   * The embedding extension's provider settings defaults, as the engine
+   * checked them (`extension/settings-defaults.js`; never an `apiKey`)
+   * → `command.ack{defaults}`: what a settings form shows for the fields
+   * the user has not set. Reads only; no receipt.
+   */
+  | {
+    type: "settings.defaults";
+  } & Submission
+  /**
    * The sites where write tools run without asking (rules made by
    * `acceptForSite`) → `command.ack{rules: [{origin, allowWrites,
    * createdAt}]}`, by origin. Reads only; no receipt.

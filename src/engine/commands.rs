@@ -506,6 +506,13 @@ impl Engine {
         self.ack(&reply, result);
     }
 
+    /// The embedding extension's checked settings defaults (reads only).
+    #[inline(never)]
+    pub(super) fn op_settings_defaults(&mut self, reply: Reply) {
+        let defaults = Value::Object(self.config.settings_defaults.clone());
+        self.ack(&reply, json!({ "defaults": defaults }));
+    }
+
     /// "Test connection": one tiny request with the given settings.
     #[inline(never)]
     pub(super) fn op_provider_test(&mut self, now: u64, reply: Reply, profile: ProviderProfile) {

@@ -174,6 +174,11 @@ pub struct EngineConfig {
     /// it again; once one commits, the thread is read back from the store
     /// and its run resumed there, in this worker, as a new worker would.
     pub stall_probe: RetryPolicy,
+    /// The embedding extension's provider settings defaults, as checked by
+    /// `crate::settings::check_defaults` (never an `apiKey`): the driver
+    /// reads the settings over them, and a client's form shows them
+    /// (`settings.defaults`).
+    pub settings_defaults: serde_json::Map<String, Value>,
 }
 
 /// The most records one start (or one thread load) deletes (the rest go
@@ -220,6 +225,7 @@ impl Default for EngineConfig {
                 base_delay_ms: 5_000,
                 max_delay_ms: 60_000,
             },
+            settings_defaults: serde_json::Map::new(),
         }
     }
 }
@@ -1263,6 +1269,12 @@ impl Engine {
     }
 
     /// The random id of this engine instance (events carry it).
+    /// The embedding extension's checked settings defaults
+    /// (`EngineConfig::settings_defaults`).
+    pub fn settings_defaults(&self) -> &serde_json::Map<String, Value> {
+        &self.config.settings_defaults
+    }
+
     pub fn epoch(&self) -> &str {
         &self.epoch
     }
@@ -1468,6 +1480,7 @@ impl Engine {
             } => self.op_select_branch(now, reply, &thread_id, &node_id),
             Op::ProviderTest { profile, .. } => self.op_provider_test(now, reply, profile),
             Op::SiteRulesList { .. } => self.op_site_rules_list(reply),
+            Op::SettingsDefaults { .. } => self.op_settings_defaults(reply),
             Op::SiteRuleRevoke { origin, .. } => self.op_site_rule_revoke(now, reply, &origin),
             Op::ThreadHistory {
                 thread_id,

@@ -792,6 +792,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         Op::ThreadCreate { .. }
         | Op::ProviderTest { .. }
         | Op::SiteRulesList { .. }
+        | Op::SettingsDefaults { .. }
         | Op::SiteRuleRevoke { .. } => None,
     }
 }

@@ -105,9 +105,6 @@ struct Driver {
     /// and, per running call, the controller of the signal it was given.
     host_tools: host_tools::HostTools,
     host_aborts: RefCell<VecMap<u64, AbortController>>,
-    /// The embedding extension's settings defaults, checked
-    /// (`extension/settings-defaults.js`, `crate::settings`).
-    settings_defaults: serde_json::Map<String, Value>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
     /// Request bodies kept between steps, one per outbound view (a thread's
@@ -432,7 +429,7 @@ impl Driver {
         // is asked for at the same time.
         let (settings, tab) = futures::join!(chrome::load_settings(), target_tab());
         let settings = settings.unwrap_or(JsValue::UNDEFINED);
-        let (_, api_key) = parse_settings(&settings, &self.settings_defaults);
+        let (_, api_key) = parse_settings(&settings, self.engine.borrow().settings_defaults());
         let transport = Transport::from_kind(&request.profile.kind);
         let context = DynamicContext {
             now_ms: now(),
@@ -1253,6 +1250,7 @@ impl EngineHandle {
             approver: Approver::Interactive,
             build: text("build").filter(|b| is_token(b)).unwrap_or_default(),
             epoch: text("epoch").filter(|e| is_token(e)),
+            settings_defaults,
             ..EngineConfig::default()
         };
         // The embedding extension's instructions extend the system prompt
@@ -1326,7 +1324,6 @@ impl EngineHandle {
             provider_aborts: RefCell::new(VecMap::new()),
             page_ports: RefCell::new(VecMap::new()),
             host_tools,
-            settings_defaults,
             host_aborts: RefCell::new(VecMap::new()),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
@@ -1391,7 +1388,8 @@ impl EngineHandle {
     /// engine started, so a change made while the engine starts (after the
     /// settings were read for it) is queued for it instead of lost.
     pub fn on_settings(&self, settings: JsValue) {
-        let (profile, _) = parse_settings(&settings, &self.driver.settings_defaults);
+        let (profile, _) =
+            parse_settings(&settings, self.driver.engine.borrow().settings_defaults());
         self.driver.input(|e, _| e.handle_settings(profile));
     }
 

@@ -140,6 +140,7 @@ fn every_op(id: &str, t: &str, r: &str, n: &str) -> Vec<serde_json::Value> {
             json!({ "threadId": t, "choice": "markDone" }),
         ),
         s("siteRules.list"),
+        s("settings.defaults"),
         with(
             "siteRule.revoke",
             json!({ "origin": "https://shop.example" }),

@@ -130,3 +130,50 @@ fn wrong_settings_defaults_are_left_out_one_by_one_and_named() {
     }
     assert_eq!(check_defaults(&Value::Null), (Map::new(), Vec::new()));
 }
+
+#[test]
+fn a_client_is_answered_the_defaults_the_engine_kept_and_nothing_else() {
+    use super::support::*;
+    use sw_agent::protocol::Op;
+    use sw_agent::sim::Sim;
+
+    let (kept, refused) = check_defaults(&json!({
+        "model": "acme-1",
+        "temperature": 5,
+        "apiKey": "sk-shipped",
+        "modle": "typo",
+        "toolUse": false,
+    }));
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    let mut sim = Sim::new(3, agent_policy(), page_tools());
+    sim.config.settings_defaults = kept;
+    sim.reconfigure();
+    let conn = sim.connect();
+    sim.send(
+        conn,
+        Op::SettingsDefaults {
+            submission: submission("d1"),
+        },
+    );
+    sim.run(1_000);
+    assert_eq!(
+        answer(&sim, conn, "d1").unwrap().unwrap(),
+        json!({ "defaults": { "model": "acme-1", "toolUse": false } })
+    );
+    assert!(sim.store.receipts.is_empty(), "a read keeps no receipt");
+
+    // Without any: an empty object.
+    let mut sim = Sim::new(4, agent_policy(), page_tools());
+    let conn = sim.connect();
+    sim.send(
+        conn,
+        Op::SettingsDefaults {
+            submission: submission("d2"),
+        },
+    );
+    sim.run(1_000);
+    assert_eq!(
+        answer(&sim, conn, "d2").unwrap().unwrap(),
+        json!({ "defaults": {} })
+    );
+}
