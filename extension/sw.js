@@ -27,11 +27,13 @@
 // (registration fails), and awaiting before addListener would lose the very
 // event that woke the worker.
 import init, { Engine } from "./pkg/sw_agent.js";
-// The embedding extension's own files. A namespace import: a file written
-// for an earlier version (without a newer export) still loads.
+// The embedding extension's own files, as namespaces: a file without one
+// of the exports (written for an earlier version, or a typo in the name)
+// still loads, where a missing named import would stop the worker. A syntax
+// error still does; `scripts/build.sh` checks for one before it builds.
 import * as hostTools from "./host-tools.js";
-import { INSTRUCTIONS } from "./instructions.js";
-import { SETTINGS_DEFAULTS } from "./settings-defaults.js";
+import * as instructions from "./instructions.js";
+import * as settingsDefaults from "./settings-defaults.js";
 import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
 import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
 
@@ -147,8 +149,8 @@ const ready = Promise.all([prefetched, instantiated])
       epoch,
       tools: hostTools.HOST_TOOLS,
       builtInTools: hostTools.BUILT_IN_TOOLS ?? null,
-      settingsDefaults: SETTINGS_DEFAULTS,
-      instructions: INSTRUCTIONS,
+      settingsDefaults: settingsDefaults.SETTINGS_DEFAULTS ?? null,
+      instructions: instructions.INSTRUCTIONS ?? null,
     });
   })
   .then((started) => {

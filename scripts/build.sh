@@ -13,6 +13,10 @@ case "$WP_BUILD_PROFILE" in
   *) echo "wasm-pack.toml: unknown build.profile $WP_BUILD_PROFILE" >&2; exit 1 ;;
 esac
 
+# A module the worker imports that does not parse would stop it at every
+# start (the embedding extension's files above all): fail here instead.
+node scripts/check-js.mjs extension
+
 # --no-opt: wasm-pack would download binaryen; we run npm's wasm-opt below.
 wasm-pack build --mode no-install --target "$WP_BUILD_TARGET" "$profile_flag" \
   --out-dir "$WP_BUILD_OUT_DIR" --out-name "$WP_BUILD_OUT_NAME" --no-opt --no-pack

@@ -195,3 +195,28 @@ isolatedTest(
     assert.equal(form.model, 'acme-model-1');
   },
 );
+
+isolatedTest(
+  'files_without_their_exports_still_let_the_worker_start',
+  {
+    configure: true,
+    launch: () => ({
+      // Written for a version before these exports existed (or with a typo
+      // in the name): imported as namespaces, they take nothing.
+      extensionPath: extensionWithDefaults(
+        '// No defaults yet.\nexport const SOMETHING_ELSE = 1;\n',
+        'export const INSTRUKTIONS = "a typo in the name";\n',
+      ),
+    }),
+  },
+  async (session) => {
+    const { panel, mock } = session;
+    await scriptModel(mock, [{ text: 'Works without them.' }]);
+    await submitTask(panel, 'Say hello');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const request = mock.requests().at(-1);
+    assert.match(systemPrompt(request), /answer briefly with what you did\.$/, 'the engine\'s own prompt alone');
+    assert.doesNotMatch(systemPrompt(request), /typo/);
+  },
+);
