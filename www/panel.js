@@ -3251,7 +3251,10 @@ function siteRuleItem(rule) {
   remove.textContent = "Remove";
   remove.setAttribute("aria-label", `Remove ${rule.origin}: the agent will ask before acting there`);
   remove.addEventListener("click", () => {
-    remove.disabled = true;
+    // aria-disabled, not disabled: a disabled button loses focus, which
+    // then could not move on to the next site once this one is gone.
+    if (remove.getAttribute("aria-disabled") === "true") return;
+    remove.setAttribute("aria-disabled", "true");
     setSiteRulesStatus(`Removing ${rule.origin}…`, false);
     sendOp("siteRule.revoke", { origin: rule.origin });
   });
@@ -3299,7 +3302,7 @@ function onSiteRuleReject(opType, message, error) {
     return;
   }
   for (const item of dom.siteRulesList.querySelectorAll("li")) {
-    if (item.dataset.origin === origin) item.querySelector("button")?.removeAttribute("disabled");
+    if (item.dataset.origin === origin) item.querySelector("button")?.removeAttribute("aria-disabled");
   }
   setSiteRulesStatus(`Could not remove ${origin}: ${text}`, true);
 }
