@@ -2915,22 +2915,31 @@ let settingsDefaults = null;
 /** Settles `settingsDefaults` with the engine's answer. @type {((defaults: Record<string, any>) => void) | null} */
 let settingsDefaultsArrived = null;
 
+/** How long the form waits for the engine's defaults before it goes on without them. */
+const SETTINGS_DEFAULTS_WAIT_MS = 5000;
+
 /**
  * The embedding extension's settings defaults (extension/settings-defaults.js)
  * as the engine kept them (`settings.defaults`): it checked each field, so
- * the form never shows one the engine left out. {} when there are none or
- * the engine refused the question (asked again the next time).
+ * the form never shows one the engine left out. {} when there are none, when
+ * the engine refused the question, or when it did not answer within
+ * SETTINGS_DEFAULTS_WAIT_MS (a worker that cannot start must not hold the
+ * form or a save; without the defaults a save stores every field, which is
+ * what the engine would have used anyway). Asked again the next time then.
  * @returns {Promise<Record<string, any>>}
  */
 function loadSettingsDefaults() {
   settingsDefaults ??= new Promise((resolve) => {
     settingsDefaultsArrived = resolve;
     sendOp("settings.defaults", {}, { quiet: true });
+    setTimeout(() => {
+      if (settingsDefaultsArrived === resolve) onSettingsDefaults(null);
+    }, SETTINGS_DEFAULTS_WAIT_MS);
   });
   return settingsDefaults;
 }
 
-/** @param {unknown} defaults the `defaults` of the engine's answer; null when refused */
+/** @param {unknown} defaults the `defaults` of the engine's answer; null when refused or late */
 function onSettingsDefaults(defaults) {
   const arrived = settingsDefaultsArrived;
   settingsDefaultsArrived = null;

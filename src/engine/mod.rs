@@ -1268,13 +1268,13 @@ impl Engine {
             .min()
     }
 
-    /// The random id of this engine instance (events carry it).
     /// The embedding extension's checked settings defaults
     /// (`EngineConfig::settings_defaults`).
     pub fn settings_defaults(&self) -> &serde_json::Map<String, Value> {
         &self.config.settings_defaults
     }
 
+    /// The random id of this engine instance (events carry it).
     pub fn epoch(&self) -> &str {
         &self.epoch
     }
