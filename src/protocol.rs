@@ -77,6 +77,19 @@ pub enum Op {
         thread_id: String,
         node_id: String,
     },
+    /// Give a thread the title the user chose → `command.ack{threadId,
+    /// title}` once saved, then `threads.updated`. The title is trimmed, its
+    /// runs of white space made one space; empty or longer than
+    /// `engine::MAX_TITLE_CHARS` (80) is `invalid_command`, and so is a
+    /// rename while the thread's turn runs or a change of it is being
+    /// saved. From then on no model title replaces it.
+    #[serde(rename = "thread.rename")]
+    ThreadRename {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        title: String,
+    },
     /// Delete a thread and everything in it → `command.ack`, `threads.updated`.
     #[serde(rename = "thread.delete")]
     ThreadDelete {
@@ -273,6 +286,7 @@ impl Op {
             | Op::ProviderTest { submission, .. }
             | Op::ThreadHistory { submission, .. }
             | Op::ThreadDelete { submission, .. }
+            | Op::ThreadRename { submission, .. }
             | Op::TurnSubmit { submission, .. }
             | Op::TurnSteer { submission, .. }
             | Op::TurnEnqueue { submission, .. }
@@ -299,6 +313,7 @@ impl Op {
             Op::ProviderTest { .. } => "provider.test",
             Op::ThreadHistory { .. } => "thread.history",
             Op::ThreadDelete { .. } => "thread.delete",
+            Op::ThreadRename { .. } => "thread.rename",
             Op::TurnSubmit { .. } => "turn.submit",
             Op::TurnSteer { .. } => "turn.steer",
             Op::TurnEnqueue { .. } => "turn.enqueue",
@@ -316,12 +331,13 @@ impl Op {
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 20] = [
+pub const OP_TYPES: [&str; 21] = [
     "initialize",
     "thread.create",
     "thread.fork",
     "thread.selectBranch",
     "thread.delete",
+    "thread.rename",
     "thread.history",
     "turn.submit",
     "turn.steer",
@@ -437,6 +453,11 @@ impl Op {
             "thread.delete" => Op::ThreadDelete {
                 submission,
                 thread_id: f.req("threadId")?,
+            },
+            "thread.rename" => Op::ThreadRename {
+                submission,
+                thread_id: f.req("threadId")?,
+                title: f.req("title")?,
             },
             "thread.history" => Op::ThreadHistory {
                 submission,
@@ -1070,6 +1091,21 @@ mod tests {
                     model: "m".into(),
                     ..Default::default()
                 },
+            },
+            Op::ThreadRename {
+                submission: submission(),
+                thread_id: t(),
+                title: "Groceries".into(),
+            },
+            Op::SiteRulesList {
+                submission: submission(),
+            },
+            Op::SiteRuleRevoke {
+                submission: submission(),
+                origin: "https://shop.example".into(),
+            },
+            Op::SettingsDefaults {
+                submission: submission(),
             },
         ]
     }

@@ -160,6 +160,10 @@ pub struct Sim {
     pub realistic_usage: bool,
     /// When set, persists are parked in `held` instead of committed (a slow disk).
     pub hold_persists: bool,
+    /// Requests this says yes to are answered only at `release_replies`
+    /// (a slow model): their replies wait in `held_replies`.
+    pub hold_replies_to: Option<fn(&ProviderRequest) -> bool>,
+    held_replies: Vec<(u64, Reply)>,
     /// Start the engine without receipts and deliver them as an input after
     /// whatever was already queued, as the browser's start does (true).
     pub defer_receipts: bool,
@@ -224,6 +228,8 @@ impl Sim {
             policy,
             tool,
             inputs: VecDeque::new(),
+            hold_replies_to: None,
+            held_replies: Vec::new(),
             seed,
             next_conn: 1,
             connected: Vec::new(),
@@ -322,6 +328,7 @@ impl Sim {
     pub fn crash(&mut self) {
         self.crashes += 1;
         self.inputs.clear();
+        self.held_replies.clear();
         self.parked_receipts = None;
         self.seed = self
             .seed
@@ -389,6 +396,13 @@ impl Sim {
             return true;
         }
         false
+    }
+
+    /// Answer the requests `hold_replies_to` held, in the order they were made.
+    pub fn release_replies(&mut self) {
+        for (request_id, reply) in std::mem::take(&mut self.held_replies) {
+            self.queue_reply(request_id, reply);
+        }
     }
 
     /// Commit and acknowledge every parked persist, in order.
@@ -687,6 +701,7 @@ impl Sim {
                 ..
             } => {
                 let reply = (self.policy)(&request);
+                let held = self.hold_replies_to.is_some_and(|hold| hold(&request));
                 let input = self
                     .realistic_usage
                     .then(|| crate::engine::estimate_tokens(&request));
@@ -699,6 +714,10 @@ impl Sim {
                         ..(*request).clone()
                     })
                 });
+                if held {
+                    self.held_replies.push((request_id, reply));
+                    return;
+                }
                 self.queue_reply(request_id, reply);
                 if let Some(input) = input {
                     self.set_reported_input(request_id, input);

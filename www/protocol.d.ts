@@ -40,6 +40,19 @@ export type Op =
     threadId: string;
     nodeId: string;
   } & Submission
+  /**
+   * Give a thread the title the user chose → `command.ack{threadId,
+   * title}` once saved, then `threads.updated`. The title is trimmed, its
+   * runs of white space made one space; empty or longer than
+   * `engine::MAX_TITLE_CHARS` (80) is `invalid_command`, and so is a
+   * rename while the thread's turn runs or a change of it is being
+   * saved. From then on no model title replaces it.
+   */
+  | {
+    type: "thread.rename";
+    threadId: string;
+    title: string;
+  } & Submission
   /** Delete a thread and everything in it → `command.ack`, `threads.updated`. */
   | {
     type: "thread.delete";

@@ -283,6 +283,79 @@ impl Engine {
         }
     }
 
+    /// The user's title for a thread, written with the thread's record as
+    /// memory holds it. So only while nothing else of the thread is being
+    /// saved: a running turn's checkpoints write the record with the
+    /// conversation's new end, and this one, committed after such a
+    /// checkpoint, would move the end back. Set in memory at once, as a
+    /// model title is (`pending_title`), so a model title that was asked
+    /// for before cannot replace it (`on_title`).
+    #[inline(never)]
+    pub(super) fn op_thread_rename(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        title: &str,
+    ) {
+        let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+        if title.is_empty() {
+            return self.reject(&reply, ErrorKind::InvalidCommand, "The title is empty.");
+        }
+        if title.chars().count() > MAX_TITLE_CHARS {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "A title has at most 80 characters.",
+            );
+        }
+        let saving = self.pending.values().any(|p| p.thread_id == thread_id);
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        if t.exec.is_some() {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This thread has a running turn; rename it once the turn has finished.",
+            );
+        }
+        if saving || t.queue_inflight > 0 {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This thread is still saving a change; rename it again in a moment.",
+            );
+        }
+        let previous = std::mem::replace(&mut t.thread.title, title.clone());
+        t.pending_title = Some(title.clone());
+        let mut thread = t.thread.clone();
+        thread.revision += 1;
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Thread(thread));
+        let result = json!({ "threadId": thread_id, "title": title });
+        self.command(
+            now,
+            thread_id,
+            unit,
+            reply,
+            result,
+            Follow::ThreadRenamed { previous },
+        );
+    }
+
+    /// A rename whose save failed (refused to the client): the title goes
+    /// back unless something replaced it since.
+    pub(super) fn rename_unsaved(&mut self, thread_id: &str, previous: String) {
+        let Some(t) = self.threads.get_mut(thread_id) else {
+            return;
+        };
+        if t.pending_title.as_deref() == Some(t.thread.title.as_str()) {
+            t.thread.title = previous;
+            t.pending_title = None;
+        }
+    }
+
     #[inline(never)]
     pub(super) fn op_submit(
         &mut self,

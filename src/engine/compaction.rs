@@ -344,13 +344,17 @@ impl Engine {
             return;
         }
         let Some(first) = t.path.iter().find_map(|n| match &n.body {
-            NodeBody::UserMessage { text, .. } => {
-                Some(text.chars().take(2_000).collect::<String>())
-            }
+            NodeBody::UserMessage { text, .. } => Some(text),
             _ => None,
         }) else {
             return;
         };
+        // A title the user gave (`thread.rename`) is not replaced.
+        if t.thread.title != title_from(first) {
+            return;
+        }
+        let first: String = first.chars().take(2_000).collect();
+        let asked_over = t.thread.title.clone();
         let mut profile = run.profile.clone();
         profile.max_output_tokens = Some(32);
         let request = ProviderRequest {
@@ -361,7 +365,8 @@ impl Engine {
             tools: Default::default(),
         };
         let request_id = self.next_handle();
-        self.title_requests.insert(request_id, tid.to_string());
+        self.title_requests
+            .insert(request_id, (tid.to_string(), asked_over));
         self.effects.push_back(Effect::CallProvider {
             request_id,
             request: request.into(),
@@ -369,10 +374,13 @@ impl Engine {
         });
     }
 
+    /// The model's title replaces `asked_over`, the title the thread had
+    /// when it was asked for, unless the user renamed the thread meanwhile.
     pub(super) fn on_title(
         &mut self,
         now: u64,
         tid: &str,
+        asked_over: &str,
         result: Result<ProviderResponse, ProviderError>,
     ) {
         let Ok(response) = result else { return };
@@ -387,13 +395,13 @@ impl Engine {
             .find(|l| !l.is_empty())
             .unwrap_or("")
             .chars()
-            .take(80)
+            .take(MAX_TITLE_CHARS)
             .collect();
         // Nothing of a thread being deleted is written again.
         let Some(t) = self.threads.get(tid).filter(|t| !t.deleting) else {
             return;
         };
-        if title.is_empty() || title == t.thread.title {
+        if title.is_empty() || title == t.thread.title || t.thread.title != asked_over {
             return;
         }
         let running = t.exec.is_some();

@@ -954,6 +954,10 @@ enum Follow {
     QueueUpdated,
     ThreadCreated,
     ThreadDeleted,
+    /// A title the user chose (the one it replaced, restored if the save fails).
+    ThreadRenamed {
+        previous: String,
+    },
     StartQueued,
 }
 
@@ -1005,8 +1009,8 @@ pub struct Engine {
     /// request's lineage names its view, unique among this engine's.
     last_view_id: u64,
     heartbeat: Heartbeat,
-    /// Title requests in flight: request id → thread id.
-    title_requests: VecMap<u64, String>,
+    /// Title requests in flight: request id → (thread id, the title it replaces).
+    title_requests: VecMap<u64, (String, String)>,
     /// `provider.test` requests in flight: request id → (reply, model, started at).
     test_requests: VecMap<u64, (Reply, String, u64)>,
     /// What is known of the snapshot cache (`snapshot_cache.rs`).
@@ -1463,6 +1467,9 @@ impl Engine {
                 thread_id, node_id, ..
             } => self.op_thread_fork(now, reply, &thread_id, node_id),
             Op::ThreadDelete { thread_id, .. } => self.op_thread_delete(reply, &thread_id),
+            Op::ThreadRename {
+                thread_id, title, ..
+            } => self.op_thread_rename(now, reply, &thread_id, &title),
             Op::TurnSubmit {
                 thread_id,
                 input,
@@ -1796,6 +1803,9 @@ impl Engine {
                     t.deleting = false;
                 }
             }
+            Then::Command {
+                follow: Follow::ThreadRenamed { previous },
+            } => self.rename_unsaved(&tid, previous),
             Then::Command { .. } => {}
             Then::RunStarted => self.drop_exec_if_unstarted(now, &tid),
             // Not a run checkpoint: the run keeps going; the next start tries again.
@@ -1893,8 +1903,8 @@ impl Engine {
         request_id: u64,
         result: Result<ProviderResponse, ProviderError>,
     ) {
-        if let Some(tid) = self.title_requests.remove(&request_id) {
-            return self.on_title(now, &tid, result);
+        if let Some((tid, asked_over)) = self.title_requests.remove(&request_id) {
+            return self.on_title(now, &tid, &asked_over, result);
         }
         if let Some((reply, model, started)) = self.test_requests.remove(&request_id) {
             return self.on_provider_test(now, reply, model, started, result);
@@ -2115,6 +2125,10 @@ fn put_thread(unit: &mut UnitOfWork, thread: Thread) {
     unit.put(Record::Thread(thread));
 }
 
+/// The most characters of a title a user gives (`thread.rename`), a model
+/// title, or the first line a thread is named after (which then ends in `…`).
+pub const MAX_TITLE_CHARS: usize = 80;
+
 /// The first line of the first message, trimmed to a short title.
 pub fn title_from(text: &str) -> String {
     let line = text
@@ -2122,8 +2136,8 @@ pub fn title_from(text: &str) -> String {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("");
-    let mut title: String = line.chars().take(80).collect();
-    if line.chars().count() > 80 {
+    let mut title: String = line.chars().take(MAX_TITLE_CHARS).collect();
+    if line.chars().count() > MAX_TITLE_CHARS {
         title.push('…');
     }
     title

@@ -1180,7 +1180,7 @@ pick a different element or tool, or explain the problem to the user.",
                         self.show_thread(conn, Some(tid.clone()));
                     }
                 }
-                Follow::ThreadDeleted => self.broadcast_threads(),
+                Follow::ThreadDeleted | Follow::ThreadRenamed { .. } => self.broadcast_threads(),
             },
             Then::SteerAdmitted { seq } => {
                 if let Some(t) = self.threads.get_mut(&tid) {

@@ -777,6 +777,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
     match op {
         Op::Initialize { thread_id, .. } | Op::TurnSubmit { thread_id, .. } => thread_id.as_deref(),
         Op::ThreadDelete { thread_id, .. }
+        | Op::ThreadRename { thread_id, .. }
         | Op::ThreadFork { thread_id, .. }
         | Op::ApprovalResponse { thread_id, .. }
         | Op::InteractionResponse { thread_id, .. }

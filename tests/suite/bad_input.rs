@@ -106,6 +106,10 @@ fn every_op(id: &str, t: &str, r: &str, n: &str) -> Vec<serde_json::Value> {
         with("thread.fork", json!({ "threadId": t, "nodeId": n })),
         with("thread.selectBranch", json!({ "threadId": t, "nodeId": n })),
         with("thread.delete", json!({ "threadId": t })),
+        with(
+            "thread.rename",
+            json!({ "threadId": t, "title": "Renamed" }),
+        ),
         with("turn.submit", json!({ "threadId": t, "input": input })),
         with(
             "turn.steer",

@@ -117,7 +117,7 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
     } else {
         format!("text {id}")
     };
-    match gen.below(21) {
+    match gen.below(22) {
         0 => submit(id, None, &text),
         1 | 2 => submit(id, Some(&tid), &text),
         3 => Op::TurnSubmit {
@@ -167,6 +167,8 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
                 .map_or("https://shop.example", String::as_str),
         ),
         19 => list_site_rules(id),
+        // A title while turns, titles from the model and deletes race.
+        20 => rename(id, &tid, &format!("Title {id}")),
         _ => match node {
             Some(node) => history(id, &tid, &node, Some(3)),
             None => initialize(id, Some(&tid)),
@@ -630,6 +632,7 @@ fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant()
         "thread.history",
         "siteRules.list",
         "siteRule.revoke",
+        "thread.rename",
     ] {
         assert!(
             acked.get(op_type).copied().unwrap_or(0) > 0,

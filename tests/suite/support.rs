@@ -854,3 +854,11 @@ pub fn result_ids(sim: &Sim) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+pub fn rename(id: &str, thread: &str, title: &str) -> Op {
+    Op::ThreadRename {
+        submission: submission(id),
+        thread_id: thread.into(),
+        title: title.into(),
+    }
+}

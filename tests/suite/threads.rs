@@ -1,6 +1,6 @@
 //! Thread operations: fork at a message.
 
-use sw_agent::model::{Node, NodeBody, RunState};
+use sw_agent::model::{Node, NodeBody, RunState, StopReason};
 use sw_agent::protocol::{ErrorKind, Event, Op};
 use sw_agent::sim::Sim;
 
@@ -1016,4 +1016,158 @@ fn receipt_replay_or_reject_a_create_sent_again_while_it_saves_shows_the_new_thr
     let created = acked_thread(&sim, second, "c1").expect("acked");
     assert_eq!(last_view(&sim, second).id, created);
     assert_eq!(sim.store.threads.len(), 1);
+}
+
+/// A policy that answers title requests with "A model title" and acts as
+/// the agent otherwise, in a simulation that asks for model titles.
+fn titled_sim(seed: u64) -> Sim {
+    use sw_agent::engine::TITLE_PROMPT;
+    let mut inner = agent_policy();
+    let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+        if *request.system == *TITLE_PROMPT {
+            return sw_agent::sim::Reply::text("A model title");
+        }
+        inner(request)
+    });
+    let mut sim = Sim::new(seed, policy, page_tools());
+    sim.config.model_titles = true;
+    sim.reconfigure();
+    sim
+}
+
+fn listed_title(sim: &Sim, conn: u64, tid: &str) -> Option<String> {
+    sim.events_for(conn).iter().rev().find_map(|e| match e {
+        Event::ThreadsUpdated { threads } => threads
+            .iter()
+            .find(|t| t.id == tid)
+            .map(|t| t.title.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_renamed_thread_is_acked_once_saved_listed_and_kept_after_a_crash() {
+    let (mut sim, conn) = one_turn(140, "Subscribe me");
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+
+    sim.hold_persists = true;
+    sim.send(conn, rename("n1", &tid, "  Newsletter\n  at   the shop "));
+    sim.run(10_000);
+    assert!(
+        answer(&sim, conn, "n1").is_none(),
+        "acked before it was saved"
+    );
+    sim.hold_persists = false;
+    sim.release_persists();
+    sim.run(10_000);
+    assert_eq!(
+        answer(&sim, conn, "n1").unwrap().unwrap(),
+        serde_json::json!({ "threadId": tid, "title": "Newsletter at the shop" })
+    );
+    assert_eq!(sim.store.threads[&tid].title, "Newsletter at the shop");
+    assert_eq!(
+        listed_title(&sim, conn, &tid).as_deref(),
+        Some("Newsletter at the shop")
+    );
+
+    // Wrong titles change nothing.
+    sim.send(conn, rename("n2", &tid, " \n\t "));
+    sim.send(conn, rename("n3", &tid, &"x".repeat(81)));
+    sim.send(conn, rename("n4", "t-none", "Elsewhere"));
+    sim.run(10_000);
+    for (id, kind) in [
+        ("n2", ErrorKind::InvalidCommand),
+        ("n3", ErrorKind::InvalidCommand),
+        ("n4", ErrorKind::NotFound),
+    ] {
+        assert_eq!(
+            answer(&sim, conn, id).unwrap().unwrap_err().kind,
+            kind,
+            "{id}"
+        );
+    }
+    assert_eq!(sim.store.threads[&tid].title, "Newsletter at the shop");
+
+    // A second turn and a restart keep it.
+    sim.send(conn, submit("s2", Some(&tid), "Subscribe me again"));
+    sim.run(10_000);
+    sim.crash();
+    let conn = reconnect(&mut sim);
+    sim.run(10_000);
+    assert_eq!(sim.store.threads[&tid].title, "Newsletter at the shop");
+    let snapshot_title = sim.events_for(conn).iter().find_map(|e| match e {
+        Event::Initialized { snapshot } => snapshot
+            .threads
+            .iter()
+            .find(|t| t.id == tid)
+            .map(|t| t.title.clone()),
+        _ => None,
+    });
+    assert_eq!(snapshot_title.as_deref(), Some("Newsletter at the shop"));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_user_s_title_is_never_replaced_by_a_model_title() {
+    use sw_agent::engine::TITLE_PROMPT;
+    // Named before its first message: no model title is asked for.
+    let mut sim = titled_sim(141);
+    let conn = sim.connect();
+    sim.send(
+        conn,
+        Op::ThreadCreate {
+            submission: submission("c1"),
+        },
+    );
+    sim.run(10_000);
+    let tid = acked_thread(&sim, conn, "c1").unwrap();
+    sim.send(conn, rename("n1", &tid, "Shopping"));
+    sim.send(conn, submit("s1", Some(&tid), "please subscribe me"));
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    assert_eq!(sim.store.threads[&tid].title, "Shopping");
+    assert!(!sim.requests.iter().any(|r| *r.system == *TITLE_PROMPT));
+
+    // Renamed after the turn, while the model's title is still on its way
+    // (a slow title model): the user's stays.
+    let mut sim = titled_sim(142);
+    sim.hold_replies_to = Some(|r| *r.system == *TITLE_PROMPT);
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "please subscribe me"));
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    assert!(sim.requests.iter().any(|r| *r.system == *TITLE_PROMPT));
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, rename("n1", &tid, "Mine"));
+    sim.run(10_000);
+    assert_eq!(answer(&sim, conn, "n1").unwrap().unwrap()["title"], "Mine");
+    sim.release_replies();
+    sim.run(10_000);
+    assert_eq!(sim.store.threads[&tid].title, "Mine");
+    assert_eq!(listed_title(&sim, conn, &tid).as_deref(), Some("Mine"));
+    check_invariants(&sim, &[]).unwrap();
+
+    // While the turn runs, a rename is refused (its record would race the
+    // turn's checkpoints) and changes nothing.
+    let mut sim = titled_sim(144);
+    sim.auto_approve = None;
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, rename("n1", &tid, "Mine"));
+    sim.run(10_000);
+    assert_eq!(
+        reject_message(&sim, conn, "n1").as_deref(),
+        Some("This thread has a running turn; rename it once the turn has finished.")
+    );
+    assert_ne!(sim.store.threads[&tid].title, "Mine");
+
+    // Without a rename the model's title replaces the first line.
+    let mut sim = titled_sim(143);
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "please subscribe me"));
+    sim.run(10_000);
+    let thread = sim.store.threads.values().next().unwrap();
+    assert_eq!(thread.title, "A model title");
 }
