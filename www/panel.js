@@ -47,6 +47,8 @@ const dom = {
   newThread: $button("new-thread-button"),
   threadList: $select("thread-list"),
   deleteThread: $button("delete-thread-button"),
+  renameThread: $button("rename-thread-button"),
+  threadTitleInput: $input("thread-title-input"),
   deleteNote: $("delete-thread-note"),
   settingsToggle: $("settings-toggle"),
   settingsSection: $("settings-section"),
@@ -170,6 +172,7 @@ const OP_VERBS = {
   "initialize": "load the thread",
   "thread.create": "create a thread",
   "thread.delete": "delete the thread",
+  "thread.rename": "rename the thread",
   "turn.submit": "send the message",
   "turn.steer": "steer the running turn",
   "turn.enqueue": "queue the message",
@@ -761,6 +764,16 @@ function onAck(event) {
     case "thread.history":
       prependHistory(result);
       break;
+    case "thread.rename":
+      if (renaming && renaming.submissionId === event.submissionId) {
+        // Shown at once; threads.updated follows with the same title.
+        const threadId = renaming.threadId;
+        state.threads = state.threads.map((t) => (t.id === threadId && typeof result.title === "string" ? { ...t, title: result.title } : t));
+        const hadFocus = document.activeElement === dom.threadTitleInput;
+        closeRename(hadFocus);
+        renderThreads(null);
+      }
+      break;
     case "siteRules.list":
       if (event.submissionId === siteRulesSubmission) renderSiteRules(result.rules);
       break;
@@ -841,6 +854,10 @@ function onReject(event) {
     return;
   }
   if (opType === "thread.history") resetEarlierButton();
+  if (opType === "thread.rename" && renaming && renaming.submissionId === event.submissionId) {
+    onRenameRefused(event.error);
+    return;
+  }
   if (opType === "settings.defaults") {
     onSettingsDefaults(null);
     return;
@@ -1991,6 +2008,9 @@ function renderThreads(threads) {
   const title = state.threads.find((thread) => thread.id === state.threadId);
   dom.deleteThread.disabled = !title;
   dom.deleteThread.setAttribute("aria-label", title ? `Delete thread: ${clipText(title.title || "Untitled thread", 60)}` : "Delete thread");
+  // A rename is for the thread it started on.
+  if (renaming && renaming.threadId !== state.threadId) closeRename(false);
+  renderRenameButton();
   // A confirmation is for the thread it asked about.
   if (dom.deleteThread.dataset.threadId !== state.threadId) cancelDelete();
 }
@@ -2012,6 +2032,70 @@ function askOrDelete() {
   cancelDelete();
   hideError();
   sendOp("thread.delete", { threadId });
+}
+
+// ---------------------------------------------------------- rename thread ---
+// Rename swaps the thread list for a field holding the title: Enter (or
+// leaving the field) saves, Esc cancels. The engine refuses a rename while
+// the thread's turn runs, so the button is offered only when none does.
+
+/** The rename under way. @type {{ threadId: string, original: string, submissionId: string | null } | null} */
+let renaming = null;
+
+function renderRenameButton() {
+  const thread = state.threads.find((t) => t.id === state.threadId);
+  dom.renameThread.disabled = !thread || isRunning();
+  dom.renameThread.title = thread && isRunning() ? "Rename the thread once the turn has finished" : "";
+  dom.renameThread.setAttribute("aria-label", thread ? `Rename thread: ${clipText(thread.title || "Untitled thread", 60)}` : "Rename thread");
+}
+
+function openRename() {
+  if (state.threadId === null || refusedWhileOpening() || isRunning()) return;
+  const thread = state.threads.find((t) => t.id === state.threadId);
+  if (!thread) return;
+  cancelDelete();
+  renaming = { threadId: thread.id, original: thread.title || "", submissionId: null };
+  dom.threadTitleInput.value = thread.title || "";
+  dom.threadTitleInput.readOnly = false;
+  dom.threadList.hidden = true;
+  dom.threadTitleInput.hidden = false;
+  dom.threadTitleInput.focus();
+  dom.threadTitleInput.select();
+}
+
+/** @param {boolean} focusButton give the keyboard back to Rename */
+function closeRename(focusButton) {
+  if (!renaming) return;
+  renaming = null;
+  dom.threadTitleInput.hidden = true;
+  dom.threadTitleInput.readOnly = false;
+  dom.threadList.hidden = false;
+  if (dom.deleteNote.dataset.from === "rename") {
+    dom.deleteNote.textContent = "";
+    delete dom.deleteNote.dataset.from;
+  }
+  if (focusButton) dom.renameThread.focus();
+}
+
+function saveRename() {
+  if (!renaming || renaming.submissionId !== null) return;
+  const title = dom.threadTitleInput.value.replace(/\s+/g, " ").trim();
+  if (title === "" || title === renaming.original) {
+    closeRename(document.activeElement === dom.threadTitleInput);
+    return;
+  }
+  renaming.submissionId = sendOp("thread.rename", { threadId: renaming.threadId, title });
+  dom.threadTitleInput.readOnly = true;
+}
+
+/** The engine refused the rename: said under the field, which stays open. @param {ErrorInfo} error */
+function onRenameRefused(error) {
+  if (!renaming) return;
+  renaming.submissionId = null;
+  dom.threadTitleInput.readOnly = false;
+  dom.deleteNote.dataset.from = "rename";
+  dom.deleteNote.textContent = `Not renamed: ${explainError(error).text}`;
+  dom.threadTitleInput.focus();
 }
 
 function cancelDelete() {
@@ -2204,6 +2288,7 @@ function renderRunState() {
     && (state.runState === "interrupted" || state.runState === "failed" || state.lastStopReason === "interrupted");
   dom.continue.hidden = !canContinue;
   dom.interruptedBanner.hidden = !(canContinue && (state.runState === "interrupted" || state.lastStopReason === "interrupted"));
+  renderRenameButton();
   renderApproval();
   renderInteraction();
   renderUncertain();
@@ -2887,6 +2972,18 @@ dom.threadList.addEventListener("change", () => {
 });
 dom.messages.addEventListener("click", onMessageAction);
 dom.deleteThread.addEventListener("click", askOrDelete);
+dom.renameThread.addEventListener("click", openRename);
+dom.threadTitleInput.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.isComposing) {
+    event.preventDefault();
+    saveRename();
+  } else if (event.key === "Escape") {
+    event.preventDefault();
+    closeRename(true);
+  }
+});
+// Leaving the field saves, as Enter does (Esc closed it first to cancel).
+dom.threadTitleInput.addEventListener("blur", saveRename);
 dom.deleteThread.addEventListener("blur", cancelDelete);
 dom.deleteThread.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && dom.deleteThread.dataset.confirm === "true") {

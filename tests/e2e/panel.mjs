@@ -2056,3 +2056,54 @@ isolatedTest('long_thread_streaming_touches_only_the_growing_element', {}, async
   const autoPages = (await historyOpsSent()).length;
   assert.ok(autoPages >= 1 && autoPages < pages, `${autoPages} of ${pages} pages loaded by themselves`);
 });
+
+isolatedTest(
+  'a_thread_is_renamed_from_the_picker_and_keeps_its_name',
+  // The second answer stalls: Rename is not offered while it runs.
+  { script: [{ text: 'Two plans.' }, { stallMs: STALL_FOREVER_MS, stallAt: 'headers' }] },
+  async (session) => {
+    const { panel } = session;
+    await submitTask(panel, 'Compare the plans');
+    const first = await waitForSettledTurn(panel);
+    assert.equal(first.state, 'completed', describeState(first));
+    const selectedTitle = () => panel.evaluate(() => document.querySelector('#thread-list').selectedOptions[0]?.textContent ?? '');
+    const titleBefore = await selectedTitle();
+    const rename = panel.getByRole('button', { name: /^Rename thread: / });
+
+    // Esc cancels: nothing is sent, the list is back, focus on Rename.
+    await pressOn(rename);
+    assert.equal((await focused(panel)).id, 'thread-title-input');
+    assert.equal(await panel.inputValue('#thread-title-input'), titleBefore);
+    assert.equal(await panel.locator('#thread-list').isVisible(), false);
+    await panel.keyboard.type('Not this');
+    await panel.keyboard.press('Escape');
+    assert.equal(await panel.locator('#thread-title-input').isVisible(), false);
+    assert.equal(await panel.locator('#thread-list').isVisible(), true);
+    assert.equal((await focused(panel)).id, 'rename-thread-button');
+    assert.equal((await sentOps(panel, 'thread.rename')).length, 0);
+    assert.equal((await readPanel(panel)).state, 'completed', 'Esc in the field did not touch the turn');
+
+    // Enter saves the title, its white space tidied.
+    await panel.keyboard.press('Enter');
+    await panel.keyboard.press('Control+A');
+    await panel.keyboard.type('  Plans   compared ');
+    await panel.keyboard.press('Enter');
+    const [sent] = await sentOps(panel, 'thread.rename');
+    assert.equal(sent.title, 'Plans compared');
+    assert.equal((await answerTo(panel, sent.submissionId, 'the rename')).type, 'command.ack');
+    await waitFor(async () => (await selectedTitle()) === 'Plans compared', { timeout: 30000, message: 'the new title in the list' });
+    assert.equal((await focused(panel)).id, 'rename-thread-button');
+    assert.deepEqual((await stored(panel, 'threads')).map((t) => t.title), ['Plans compared']);
+    await screenshot(panel, 'thread-renamed');
+
+    // While a turn runs, Rename is not offered; a new panel shows the name.
+    await submitTask(panel, 'And the prices?');
+    await waitForRunState(panel, ['streaming_model']);
+    assert.equal(await panel.locator('#rename-thread-button').isDisabled(), true);
+    await panel.click('#stop-button');
+    await waitForSettledTurn(panel, { previousTurnId: first.turnId, states: ['interrupted'] });
+    assert.equal(await panel.locator('#rename-thread-button').isDisabled(), false);
+    await panel.reload();
+    await waitFor(async () => (await selectedTitle()) === 'Plans compared', { timeout: 30000, message: 'the title after a reload' });
+  },
+);
