@@ -404,14 +404,18 @@ impl Engine {
         if title.is_empty() || title == t.thread.title || t.thread.title != asked_over {
             return;
         }
-        let running = t.exec.is_some();
+        // A record of the thread written now from memory would carry the
+        // committed state; one in flight (a running turn's checkpoint, a
+        // branch switch) commits first and would be undone by it.
+        let busy = t.exec.is_some() || self.pending.values().any(|p| p.thread_id == tid);
         let t = self.threads.get_mut(tid).expect("exists");
         // In memory at once, so every thread record written from now on
         // carries it; a record already in flight cannot undo it.
         t.thread.title = title.clone();
         t.pending_title = Some(title);
-        if running {
-            // The run's next checkpoint writes it.
+        if busy {
+            // The run's next checkpoint writes it, or `persist_pending_title`
+            // once the thread's last save committed.
             return self.broadcast_threads();
         }
         let mut thread = t.thread.clone();
@@ -422,12 +426,16 @@ impl Engine {
         self.persist(tid, unit, Then::TitleUpdated);
     }
 
-    /// A title that arrived while the run's last checkpoint was in flight.
+    /// A title that arrived while the run's last checkpoint, or another
+    /// save of the thread, was in flight: written once none is.
     pub(super) fn persist_pending_title(&mut self, now: u64, tid: &str) {
         let Some(t) = self.threads.get(tid) else {
             return;
         };
-        if t.pending_title.is_none() || t.exec.is_some() {
+        if t.pending_title.is_none()
+            || t.exec.is_some()
+            || self.pending.values().any(|p| p.thread_id == tid)
+        {
             return;
         }
         let mut thread = t.thread.clone();

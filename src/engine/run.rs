@@ -1160,6 +1160,8 @@ pick a different element or tool, or explain the problem to the user.",
             Some((reply, result)) => self.ack(&reply, result),
             None => Vec::new(),
         };
+        // A model title kept in memory while this save was in flight.
+        self.persist_pending_title(now, &tid);
         match then {
             Then::Command { follow } => match follow {
                 Follow::AckOnly => {}

@@ -1171,3 +1171,53 @@ fn a_user_s_title_is_never_replaced_by_a_model_title() {
     let thread = sim.store.threads.values().next().unwrap();
     assert_eq!(thread.title, "A model title");
 }
+
+#[test]
+fn a_model_title_arriving_while_a_branch_switch_is_saved_does_not_switch_back() {
+    use sw_agent::engine::TITLE_PROMPT;
+    let mut sim = titled_sim(145);
+    sim.hold_replies_to = Some(|r| *r.system == *TITLE_PROMPT);
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "please subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    let first_user = paths(&sim)[0]
+        .iter()
+        .find(|n| matches!(n.body, NodeBody::UserMessage { .. }))
+        .unwrap()
+        .id
+        .clone();
+    let first_leaf = sim.store.threads[&tid].leaf_id.clone();
+    // A second version of the first message.
+    sim.send(
+        conn,
+        Op::TurnSubmit {
+            submission: submission("s2"),
+            thread_id: Some(tid.clone()),
+            input: sw_agent::protocol::UserInput {
+                text: "please subscribe me twice".into(),
+            },
+            replaces: Some(first_user.clone()),
+        },
+    );
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    let second_leaf = sim.store.threads[&tid].leaf_id.clone();
+
+    // Back to the first version; its save is in flight when the model's
+    // title (asked for at the first turn) arrives.
+    sim.hold_persists = true;
+    sim.send(conn, select_branch("b1", &tid, &first_user));
+    sim.run(10_000);
+    sim.release_replies();
+    sim.run(10_000);
+    sim.hold_persists = false;
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(answer(&sim, conn, "b1").unwrap().is_ok());
+    let thread = &sim.store.threads[&tid];
+    assert_ne!(first_leaf, second_leaf);
+    assert_eq!(thread.leaf_id, first_leaf, "the branch switch was undone");
+    assert_eq!(thread.title, "A model title");
+    check_invariants(&sim, &[]).unwrap();
+}
