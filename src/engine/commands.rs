@@ -231,27 +231,35 @@ impl Engine {
         self.start_turn_at(now, &tid, text, Some(reply), None, Some(parent));
     }
 
+    /// Why the thread's records cannot be written (or deleted) whole from
+    /// memory now: a running turn's checkpoints, or another save of the
+    /// thread still in flight (a queued turn, a title, a branch switch),
+    /// would commit around them and undo the change or write records again.
+    /// `doing` names the op ("deleting the thread"), `again` its retry
+    /// ("delete it again").
+    fn unsettled_reason(&self, thread_id: &str, doing: &str, again: &str) -> Option<String> {
+        let t = self.threads.get(thread_id)?;
+        if t.exec.is_some() {
+            return Some(format!(
+                "This thread has a running turn; stop it before {doing}."
+            ));
+        }
+        let saving =
+            t.queue_inflight > 0 || self.pending.values().any(|p| p.thread_id == thread_id);
+        saving.then(|| format!("This thread is still saving a change; {again} in a moment."))
+    }
+
     #[inline(never)]
     pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
-        let Some(t) = self.threads.get(thread_id) else {
+        if !self.threads.contains_key(thread_id) {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
-        };
-        if t.exec.is_some() {
-            return self.reject(
-                &reply,
-                ErrorKind::InvalidCommand,
-                "This thread has a running turn; stop it before deleting the thread.",
-            );
         }
-        // A commit of this thread still in flight (a queued turn, a title)
-        // would write its records again after the delete.
-        if t.queue_inflight > 0 || self.pending.values().any(|p| p.thread_id == thread_id) {
-            return self.reject(
-                &reply,
-                ErrorKind::InvalidCommand,
-                "This thread is still saving a change; delete it again in a moment.",
-            );
+        if let Some(why) =
+            self.unsettled_reason(thread_id, "deleting the thread", "delete it again")
+        {
+            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
         }
+        let t = &self.threads[thread_id];
         let mut unit = UnitOfWork::new();
         unit.delete(stores::THREADS, thread_id);
         for node in t.all_nodes() {
@@ -309,24 +317,15 @@ impl Engine {
                 "A title has at most 80 characters.",
             );
         }
-        let saving = self.pending.values().any(|p| p.thread_id == thread_id);
-        let Some(t) = self.threads.get_mut(thread_id) else {
+        if !self.threads.contains_key(thread_id) {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
-        };
-        if t.exec.is_some() {
-            return self.reject(
-                &reply,
-                ErrorKind::InvalidCommand,
-                "This thread has a running turn; rename it once the turn has finished.",
-            );
         }
-        if saving || t.queue_inflight > 0 {
-            return self.reject(
-                &reply,
-                ErrorKind::InvalidCommand,
-                "This thread is still saving a change; rename it again in a moment.",
-            );
+        if let Some(why) =
+            self.unsettled_reason(thread_id, "renaming the thread", "rename it again")
+        {
+            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
         }
+        let t = self.threads.get_mut(thread_id).expect("checked");
         let previous = std::mem::replace(&mut t.thread.title, title.clone());
         t.pending_title = Some(title.clone());
         let mut thread = t.thread.clone();

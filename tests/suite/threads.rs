@@ -1159,7 +1159,7 @@ fn a_user_s_title_is_never_replaced_by_a_model_title() {
     sim.run(10_000);
     assert_eq!(
         reject_message(&sim, conn, "n1").as_deref(),
-        Some("This thread has a running turn; rename it once the turn has finished.")
+        Some("This thread has a running turn; stop it before renaming the thread.")
     );
     assert_ne!(sim.store.threads[&tid].title, "Mine");
 
