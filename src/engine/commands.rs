@@ -244,8 +244,7 @@ impl Engine {
                 "This thread has a running turn; stop it before {doing}."
             ));
         }
-        let saving =
-            t.queue_inflight > 0 || self.pending.values().any(|p| p.thread_id == thread_id);
+        let saving = t.queue_inflight > 0 || self.thread_saving(thread_id);
         saving.then(|| format!("This thread is still saving a change; {again} in a moment."))
     }
 

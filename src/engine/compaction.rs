@@ -404,39 +404,29 @@ impl Engine {
         if title.is_empty() || title == t.thread.title || t.thread.title != asked_over {
             return;
         }
-        // A record of the thread written now from memory would carry the
-        // committed state; one in flight (a running turn's checkpoint, a
-        // branch switch) commits first and would be undone by it.
-        let busy = t.exec.is_some() || self.pending.values().any(|p| p.thread_id == tid);
         let t = self.threads.get_mut(tid).expect("exists");
         // In memory at once, so every thread record written from now on
         // carries it; a record already in flight cannot undo it.
         t.thread.title = title.clone();
         t.pending_title = Some(title);
-        if busy {
-            // The run's next checkpoint writes it, or `persist_pending_title`
-            // once the thread's last save committed.
-            return self.broadcast_threads();
+        if !self.persist_pending_title(now, tid) {
+            // The run's next checkpoint writes it, or this once the
+            // thread's last save committed; shown meanwhile.
+            self.broadcast_threads();
         }
-        let mut thread = t.thread.clone();
-        thread.revision += 1;
-        thread.updated_at = thread.updated_at.max(now);
-        let mut unit = UnitOfWork::new();
-        unit.put(Record::Thread(thread));
-        self.persist(tid, unit, Then::TitleUpdated);
     }
 
-    /// A title that arrived while the run's last checkpoint, or another
-    /// save of the thread, was in flight: written once none is.
-    pub(super) fn persist_pending_title(&mut self, now: u64, tid: &str) {
+    /// Write a title kept in memory (`pending_title`) with the thread's
+    /// record, unless a running turn or a save of the thread in flight
+    /// would commit around it: that record, written from memory, carries
+    /// the committed state and would undo one in flight (a checkpoint, a
+    /// branch switch). Whether it was written.
+    pub(super) fn persist_pending_title(&mut self, now: u64, tid: &str) -> bool {
         let Some(t) = self.threads.get(tid) else {
-            return;
+            return false;
         };
-        if t.pending_title.is_none()
-            || t.exec.is_some()
-            || self.pending.values().any(|p| p.thread_id == tid)
-        {
-            return;
+        if t.pending_title.is_none() || t.exec.is_some() || self.thread_saving(tid) {
+            return false;
         }
         let mut thread = t.thread.clone();
         thread.revision += 1;
@@ -444,5 +434,6 @@ impl Engine {
         let mut unit = UnitOfWork::new();
         unit.put(Record::Thread(thread));
         self.persist(tid, unit, Then::TitleUpdated);
+        true
     }
 }

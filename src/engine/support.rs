@@ -194,6 +194,11 @@ impl Engine {
         self.persist_with(now, tid, unit, then, Some((reply, result)))
     }
 
+    /// Whether a save of the thread is in flight (not committed yet).
+    pub(super) fn thread_saving(&self, tid: &str) -> bool {
+        self.pending.values().any(|p| p.thread_id == tid)
+    }
+
     pub(super) fn command(
         &mut self,
         now: u64,
