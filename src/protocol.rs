@@ -80,9 +80,10 @@ pub enum Op {
     /// Give a thread the title the user chose → `command.ack{threadId,
     /// title}` once saved, then `threads.updated`. The title is trimmed, its
     /// runs of white space made one space; empty or longer than
-    /// `engine::MAX_TITLE_CHARS` (80) is `invalid_command`, and so is a
-    /// rename while the thread's turn runs or a change of it is being
-    /// saved. From then on no model title replaces it.
+    /// `engine::MAX_TITLE_CHARS` (80) is `invalid_command`. Taken while
+    /// the thread's turn runs too; sent while a change of the thread is
+    /// being saved, it waits for that save. From then on no model title
+    /// replaces it.
     #[serde(rename = "thread.rename")]
     ThreadRename {
         #[serde(flatten)]
@@ -91,6 +92,8 @@ pub enum Op {
         title: String,
     },
     /// Delete a thread and everything in it → `command.ack`, `threads.updated`.
+    /// Refused (`invalid_command`) while the thread's turn runs; sent while
+    /// a change of the thread is being saved, it waits for that save.
     #[serde(rename = "thread.delete")]
     ThreadDelete {
         #[serde(flatten)]

@@ -2036,21 +2036,21 @@ function askOrDelete() {
 
 // ---------------------------------------------------------- rename thread ---
 // Rename swaps the thread list for a field holding the title: Enter (or
-// leaving the field) saves, Esc cancels. The engine refuses a rename while
-// the thread's turn runs, so the button is offered only when none does.
+// leaving the field) saves, Esc cancels. A rename is taken while the
+// thread's turn runs too: the engine saves it between the turn's
+// checkpoints, and the ACK comes once it is saved.
 
 /** The rename under way. @type {{ threadId: string, original: string, submissionId: string | null } | null} */
 let renaming = null;
 
 function renderRenameButton() {
   const thread = state.threads.find((t) => t.id === state.threadId);
-  dom.renameThread.disabled = !thread || isRunning();
-  dom.renameThread.title = thread && isRunning() ? "Rename the thread once the turn has finished" : "";
+  dom.renameThread.disabled = !thread;
   dom.renameThread.setAttribute("aria-label", thread ? `Rename thread: ${clipText(thread.title || "Untitled thread", 60)}` : "Rename thread");
 }
 
 function openRename() {
-  if (state.threadId === null || refusedWhileOpening() || isRunning()) return;
+  if (state.threadId === null || refusedWhileOpening()) return;
   const thread = state.threads.find((t) => t.id === state.threadId);
   if (!thread) return;
   cancelDelete();

@@ -44,16 +44,21 @@ export type Op =
    * Give a thread the title the user chose → `command.ack{threadId,
    * title}` once saved, then `threads.updated`. The title is trimmed, its
    * runs of white space made one space; empty or longer than
-   * `engine::MAX_TITLE_CHARS` (80) is `invalid_command`, and so is a
-   * rename while the thread's turn runs or a change of it is being
-   * saved. From then on no model title replaces it.
+   * `engine::MAX_TITLE_CHARS` (80) is `invalid_command`. Taken while
+   * the thread's turn runs too; sent while a change of the thread is
+   * being saved, it waits for that save. From then on no model title
+   * replaces it.
    */
   | {
     type: "thread.rename";
     threadId: string;
     title: string;
   } & Submission
-  /** Delete a thread and everything in it → `command.ack`, `threads.updated`. */
+  /**
+   * Delete a thread and everything in it → `command.ack`, `threads.updated`.
+   * Refused (`invalid_command`) while the thread's turn runs; sent while
+   * a change of the thread is being saved, it waits for that save.
+   */
   | {
     type: "thread.delete";
     threadId: string;

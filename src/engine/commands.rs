@@ -231,34 +231,20 @@ impl Engine {
         self.start_turn_at(now, &tid, text, Some(reply), None, Some(parent));
     }
 
-    /// Why the thread's records cannot be written (or deleted) whole from
-    /// memory now: a running turn's checkpoints, or another save of the
-    /// thread still in flight (a queued turn, a title, a branch switch),
-    /// would commit around them and undo the change or write records again.
-    /// `doing` names the op ("deleting the thread"), `again` its retry
-    /// ("delete it again").
-    fn unsettled_reason(&self, thread_id: &str, doing: &str, again: &str) -> Option<String> {
-        let t = self.threads.get(thread_id)?;
-        if t.exec.is_some() {
-            return Some(format!(
-                "This thread has a running turn; stop it before {doing}."
-            ));
-        }
-        let saving = t.queue_inflight > 0 || self.thread_saving(thread_id);
-        saving.then(|| format!("This thread is still saving a change; {again} in a moment."))
-    }
-
     #[inline(never)]
     pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
         if !self.threads.contains_key(thread_id) {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         }
-        if let Some(why) =
-            self.unsettled_reason(thread_id, "deleting the thread", "delete it again")
-        {
-            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
-        }
+        // Saves of the thread in flight were waited for (`thread_to_settle`).
         let t = &self.threads[thread_id];
+        if t.exec.is_some() {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "This thread has a running turn; stop it before deleting the thread.",
+            );
+        }
         let mut unit = UnitOfWork::new();
         unit.delete(stores::THREADS, thread_id);
         for node in t.all_nodes() {
@@ -292,11 +278,13 @@ impl Engine {
 
     /// The user's title for a thread, written with the thread's record as
     /// memory holds it. So only while nothing else of the thread is being
-    /// saved: a running turn's checkpoints write the record with the
-    /// conversation's new end, and this one, committed after such a
-    /// checkpoint, would move the end back. Set in memory at once, as a
-    /// model title is (`pending_title`), so a model title that was asked
-    /// for before cannot replace it (`on_title`).
+    /// saved (the op waits for that, `thread_to_settle`): a checkpoint in
+    /// flight writes the record with the conversation's new end, and this
+    /// one, committed after it, would move the end back. A running turn
+    /// does not stop it: its later checkpoints are built from memory and
+    /// carry the title. Set in memory at once, as a model title is
+    /// (`pending_title`), so a model title that was asked for before cannot
+    /// replace it (`on_title`).
     #[inline(never)]
     pub(super) fn op_thread_rename(
         &mut self,
@@ -319,11 +307,9 @@ impl Engine {
         if !self.threads.contains_key(thread_id) {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         }
-        if let Some(why) =
-            self.unsettled_reason(thread_id, "renaming the thread", "rename it again")
-        {
-            return self.reject(&reply, ErrorKind::InvalidCommand, &why);
-        }
+        // Saves of the thread in flight were waited for
+        // (`thread_to_settle`); a running turn's next checkpoints carry the
+        // title too, as they are built from memory.
         let t = self.threads.get_mut(thread_id).expect("checked");
         let previous = std::mem::replace(&mut t.thread.title, title.clone());
         t.pending_title = Some(title.clone());

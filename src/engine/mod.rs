@@ -676,6 +676,10 @@ struct ThreadState {
     runs_known: bool,
     exec: Option<Exec>,
     deferred: Vec<(ConnId, Op)>,
+    /// Renames and deletes of this thread that arrived while a save of it
+    /// was in flight: they write its records from memory, so they run once
+    /// that save committed or failed (`Engine::release_settled`).
+    settle_waiting: Vec<(ConnId, Op)>,
     /// What a snapshot shows of a thread that is not loaded: its tail, read
     /// without the rest (dropped once the thread is loaded or reshaped).
     partial: Option<PartialView>,
@@ -735,6 +739,7 @@ impl ThreadState {
             runs_known: loaded,
             exec: None,
             deferred: Vec::new(),
+            settle_waiting: Vec::new(),
             partial: None,
         }
     }
@@ -1436,6 +1441,12 @@ impl Engine {
             }
             return self.reject(&reply, kind, message);
         }
+        // A rename or delete waits for the thread's saves in flight.
+        if let Some(tid) = self.thread_to_settle(&op) {
+            let t = self.threads.get_mut(&tid).expect("checked");
+            t.settle_waiting.push((conn, op));
+            return;
+        }
         // Ops that need the thread's nodes in memory wait for them.
         if let Some(tid) = self.thread_needing_load(&op) {
             let t = self
@@ -1721,7 +1732,8 @@ impl Engine {
         };
         if matches!(pending.then, Then::Probed) {
             // Wrote nothing that stays: nothing to take into memory.
-            return self.revive(now, &pending.thread_id);
+            self.revive(now, &pending.thread_id);
+            return self.release_settled(now, &pending.thread_id);
         }
         self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
@@ -1740,7 +1752,11 @@ impl Engine {
                 },
             );
         }
+        let tid = pending.thread_id.clone();
         self.after_commit(now, pending);
+        // What waited for this save (a rename, a delete) runs once no other
+        // save of the thread is in flight.
+        self.release_settled(now, &tid);
         self.cache_arm(now);
     }
 
@@ -1847,6 +1863,9 @@ impl Engine {
                 }
             }
         }
+        // Nothing of the failed save was written: what waited for it runs
+        // on what is stored (on a paused thread, it waits for the probe).
+        self.release_settled(now, &tid);
     }
 
     /// A command whose receipt could not be saved is refused, and so is the

@@ -1505,8 +1505,13 @@ pick a different element or tool, or explain the problem to the user.",
             interrupts = t.exec.take().map(|e| e.interrupts).unwrap_or_default();
         }
         if t.thread.revision == 0 {
-            // A thread created with this turn was never written.
+            // A thread created with this turn was never written: what waited
+            // for its save is answered as for any missing thread.
+            let waiting = std::mem::take(&mut t.settle_waiting);
             self.threads.remove(tid);
+            for (conn, op) in waiting {
+                self.handle_op(now, conn, op);
+            }
         }
         // A Stop pressed while the turn was being saved stopped nothing:
         // the turn never started.

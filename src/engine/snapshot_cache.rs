@@ -166,6 +166,7 @@ impl Engine {
                     && t.queue.is_empty()
                     && t.steers.is_empty()
                     && t.deferred.is_empty()
+                    && t.settle_waiting.is_empty()
                     && t.awaiting_probe.is_empty()
                     && t.pending_title.is_none()
             })

@@ -560,6 +560,40 @@ impl Engine {
             })
     }
 
+    /// The thread a rename or delete must wait for: one with a save in
+    /// flight (a run's checkpoint, a queued turn, a title, a branch switch).
+    /// Both write or delete its records as memory holds them, which lags
+    /// the store until that save commits; written before it commits, they
+    /// would commit after it and undo it (or leave its records behind a
+    /// delete). A delete of a thread whose turn runs is refused instead
+    /// (`op_thread_delete`), not kept waiting.
+    pub(super) fn thread_to_settle(&self, op: &Op) -> Option<String> {
+        let (Op::ThreadRename { thread_id, .. } | Op::ThreadDelete { thread_id, .. }) = op else {
+            return None;
+        };
+        let t = self.threads.get(thread_id)?;
+        if matches!(op, Op::ThreadDelete { .. }) && t.exec.is_some() {
+            return None;
+        }
+        (t.queue_inflight > 0 || self.thread_saving(thread_id)).then(|| thread_id.clone())
+    }
+
+    /// A save of the thread committed or failed: the renames and deletes
+    /// that waited for it run now, in order, once none is left in flight
+    /// (one of them may start another save; the rest wait for that one).
+    pub(super) fn release_settled(&mut self, now: u64, tid: &str) {
+        let Some(t) = self.threads.get_mut(tid) else {
+            return;
+        };
+        if t.settle_waiting.is_empty() || t.queue_inflight > 0 || self.thread_saving(tid) {
+            return;
+        }
+        let t = self.threads.get_mut(tid).expect("exists");
+        for (conn, op) in std::mem::take(&mut t.settle_waiting) {
+            self.handle_op(now, conn, op);
+        }
+    }
+
     pub(super) fn thread_needing_load(&self, op: &Op) -> Option<String> {
         let tid = match op {
             // The thread it opens, which must be read first like any other.

@@ -2059,7 +2059,7 @@ isolatedTest('long_thread_streaming_touches_only_the_growing_element', {}, async
 
 isolatedTest(
   'a_thread_is_renamed_from_the_picker_and_keeps_its_name',
-  // The second answer stalls: Rename is not offered while it runs.
+  // The second answer stalls: a rename while it runs is saved too.
   { script: [{ text: 'Two plans.' }, { stallMs: STALL_FOREVER_MS, stallAt: 'headers' }] },
   async (session) => {
     const { panel } = session;
@@ -2096,14 +2096,24 @@ isolatedTest(
     assert.deepEqual((await stored(panel, 'threads')).map((t) => t.title), ['Plans compared']);
     await screenshot(panel, 'thread-renamed');
 
-    // While a turn runs, Rename is not offered; a new panel shows the name.
+    // While a turn runs, a rename is saved and the turn goes on; the
+    // turn's later checkpoints keep it, and a new panel shows it.
     await submitTask(panel, 'And the prices?');
     await waitForRunState(panel, ['streaming_model']);
-    assert.equal(await panel.locator('#rename-thread-button').isDisabled(), true);
+    assert.equal(await panel.locator('#rename-thread-button').isDisabled(), false);
+    await pressOn(rename);
+    await panel.keyboard.press('Control+A');
+    await panel.keyboard.type('Plans and prices');
+    await panel.keyboard.press('Enter');
+    const running = (await sentOps(panel, 'thread.rename')).find((op) => op.title === 'Plans and prices');
+    assert.ok(running, 'the rename was sent while the turn ran');
+    assert.equal((await answerTo(panel, running.submissionId, 'the rename during the turn')).type, 'command.ack');
+    await waitFor(async () => (await selectedTitle()) === 'Plans and prices', { timeout: 30000, message: 'the title while the turn runs' });
+    assert.equal((await readPanel(panel)).state, 'streaming_model', 'the turn kept running');
     await panel.click('#stop-button');
     await waitForSettledTurn(panel, { previousTurnId: first.turnId, states: ['interrupted'] });
-    assert.equal(await panel.locator('#rename-thread-button').isDisabled(), false);
+    assert.deepEqual((await stored(panel, 'threads')).map((t) => t.title), ['Plans and prices']);
     await panel.reload();
-    await waitFor(async () => (await selectedTitle()) === 'Plans compared', { timeout: 30000, message: 'the title after a reload' });
+    await waitFor(async () => (await selectedTitle()) === 'Plans and prices', { timeout: 30000, message: 'the title after a reload' });
   },
 );

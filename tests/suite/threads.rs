@@ -725,37 +725,106 @@ fn a_thread_being_deleted_takes_no_new_turn_and_is_not_written_again() {
 }
 
 #[test]
-fn a_thread_is_not_deleted_while_a_change_of_it_is_still_saving() {
+fn a_delete_sent_while_a_change_of_the_thread_is_saving_waits_for_it() {
+    // A rename's commit is in flight: the delete waits for it (written
+    // before it, the rename would write the thread's record again after
+    // the delete), then goes through.
     let (mut sim, conn, tid) = waiting_for_approval(134);
     sim.send(conn, interrupt("x1", &tid));
     sim.run(10_000);
-    // A queued turn's commit is in flight (no run yet): the delete is
-    // refused, so that commit cannot write the thread again after it.
+    sim.hold_persists = true;
+    sim.send(conn, rename("n1", &tid, "Kept a moment"));
+    sim.run(1000);
+    sim.send(conn, delete("d1", &tid));
+    sim.run(1000);
+    assert!(answer(&sim, conn, "n1").is_none() && answer(&sim, conn, "d1").is_none());
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "n1"), Some(Ok(_))));
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
+    check_invariants(&sim, &[]).unwrap();
+
+    // A queued turn's commit is in flight: the delete waits for it, and
+    // the turn it starts is running when the delete's turn comes, so the
+    // delete is refused; nothing the queue wrote is left behind.
+    let (mut sim, conn, tid) = waiting_for_approval(136);
+    sim.send(conn, interrupt("x1", &tid));
+    sim.run(10_000);
     sim.hold_persists = true;
     sim.send(conn, enqueue("q1", &tid, "Next"));
     sim.run(1000);
     sim.send(conn, delete("d1", &tid));
     sim.run(1000);
-    let refused = answer(&sim, conn, "d1")
-        .and_then(Result::err)
-        .expect("refused");
-    assert_eq!(refused.kind, ErrorKind::InvalidCommand);
-    assert!(
-        refused.message.contains("still saving"),
-        "{}",
-        refused.message
-    );
+    assert!(answer(&sim, conn, "d1").is_none());
     sim.release_persists();
     sim.run(10_000);
+    assert_eq!(
+        reject_message(&sim, conn, "d1").as_deref(),
+        Some("This thread has a running turn; stop it before deleting the thread.")
+    );
     assert!(sim.store.threads.contains_key(&tid));
+    check_invariants(&sim, &[]).unwrap();
 
-    // Once nothing of it is in flight, the same delete goes through.
+    // Once the turn is stopped, the same delete goes through.
     sim.send(conn, interrupt("x2", &tid));
     sim.run(10_000);
     sim.send(conn, delete("d2", &tid));
     sim.run(10_000);
     assert!(matches!(answer(&sim, conn, "d2"), Some(Ok(_))));
     assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
+    assert!(sim.store.queue.is_empty() && sim.store.runs.is_empty());
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_rename_sent_while_a_turn_s_checkpoint_is_saving_waits_and_keeps_the_turn_s_end() {
+    let (mut sim, conn, tid) = waiting_for_approval(137);
+    let approval = sim.store.approvals.values().next().unwrap().id.clone();
+    sim.hold_persists = true;
+    sim.send(
+        conn,
+        approval_response(
+            "a1",
+            &tid,
+            &approval,
+            sw_agent::protocol::ApprovalDecision::AcceptOnce,
+        ),
+    );
+    sim.run(1000);
+    // Step the turn one commit at a time until a checkpoint that moves the
+    // conversation's end (the thread's record) is in flight.
+    let moves_the_end = |sim: &Sim| {
+        sim.held.iter().any(|(_, unit)| {
+            unit.puts
+                .iter()
+                .any(|r| matches!(r, sw_agent::store::Record::Thread(_)))
+        })
+    };
+    let mut steps = 0;
+    while !moves_the_end(&sim) {
+        assert!(!sim.held.is_empty() && steps < 50, "the turn went on");
+        sim.release_persists();
+        sim.hold_persists = true;
+        sim.run(1000);
+        steps += 1;
+    }
+    sim.send(conn, rename("n1", &tid, "Mine"));
+    sim.run(1000);
+    assert!(answer(&sim, conn, "n1").is_none(), "waits for the save");
+    sim.release_persists();
+    sim.run(10_000);
+    assert_eq!(answer(&sim, conn, "n1").unwrap().unwrap()["title"], "Mine");
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    let thread = &sim.store.threads[&tid];
+    assert_eq!(thread.title, "Mine");
+    // The rename did not move the conversation's end back.
+    let path = &paths(&sim)[0];
+    assert_eq!(thread.leaf_id.as_ref(), path.last().map(|n| &n.id));
+    assert!(matches!(
+        path.last().unwrap().body,
+        NodeBody::AssistantMessage { .. }
+    ));
     check_invariants(&sim, &[]).unwrap();
 }
 
@@ -1035,9 +1104,16 @@ fn titled_sim(seed: u64) -> Sim {
     sim
 }
 
+/// The title the client was last shown for a thread, in a thread list or
+/// a snapshot.
 fn listed_title(sim: &Sim, conn: u64, tid: &str) -> Option<String> {
     sim.events_for(conn).iter().rev().find_map(|e| match e {
         Event::ThreadsUpdated { threads } => threads
+            .iter()
+            .find(|t| t.id == tid)
+            .map(|t| t.title.clone()),
+        Event::Initialized { snapshot } => snapshot
+            .threads
             .iter()
             .find(|t| t.id == tid)
             .map(|t| t.title.clone()),
@@ -1147,21 +1223,44 @@ fn a_user_s_title_is_never_replaced_by_a_model_title() {
     assert_eq!(listed_title(&sim, conn, &tid).as_deref(), Some("Mine"));
     check_invariants(&sim, &[]).unwrap();
 
-    // While the turn runs, a rename is refused (its record would race the
-    // turn's checkpoints) and changes nothing.
+    // While the turn runs (waiting for an approval, the model's title on
+    // its way), a rename is saved at once: the turn's later checkpoints
+    // carry it, the model's title does not replace it, and a fresh worker
+    // reads it.
     let mut sim = titled_sim(144);
     sim.auto_approve = None;
+    sim.hold_replies_to = Some(|r| *r.system == *TITLE_PROMPT);
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "Subscribe me"));
     sim.run(10_000);
     let tid = sim.store.threads.keys().next().unwrap().clone();
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::WaitingApproval
+    );
     sim.send(conn, rename("n1", &tid, "Mine"));
     sim.run(10_000);
-    assert_eq!(
-        reject_message(&sim, conn, "n1").as_deref(),
-        Some("This thread has a running turn; stop it before renaming the thread.")
+    assert_eq!(answer(&sim, conn, "n1").unwrap().unwrap()["title"], "Mine");
+    assert_eq!(sim.store.threads[&tid].title, "Mine");
+    sim.release_replies();
+    let approval = sim.store.approvals.values().next().unwrap().id.clone();
+    sim.send(
+        conn,
+        approval_response(
+            "a1",
+            &tid,
+            &approval,
+            sw_agent::protocol::ApprovalDecision::AcceptOnce,
+        ),
     );
-    assert_ne!(sim.store.threads[&tid].title, "Mine");
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    assert_eq!(sim.store.threads[&tid].title, "Mine");
+    sim.crash();
+    let conn = reconnect(&mut sim);
+    sim.run(10_000);
+    assert_eq!(listed_title(&sim, conn, &tid).as_deref(), Some("Mine"));
+    check_invariants(&sim, &[]).unwrap();
 
     // Without a rename the model's title replaces the first line.
     let mut sim = titled_sim(143);
