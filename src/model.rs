@@ -572,6 +572,25 @@ pub struct SiteRule {
     pub created_at: u64,
 }
 
+/// A site rule as a client lists it (`siteRules.list`, `siteRules.updated`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteRuleSummary {
+    pub origin: String,
+    pub allow_writes: bool,
+    pub created_at: u64,
+}
+
+impl From<&SiteRule> for SiteRuleSummary {
+    fn from(rule: &SiteRule) -> Self {
+        SiteRuleSummary {
+            origin: rule.origin.clone(),
+            allow_writes: rule.allow_writes,
+            created_at: rule.created_at,
+        }
+    }
+}
+
 /// The most image data one `tool_result` node keeps: base64 characters over
 /// all its images (400 KiB, about 300 KB of JPEG). The screenshot tool scales
 /// and compresses below it; the engine drops anything larger with a note.

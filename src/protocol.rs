@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{
     ApprovalRecord, ApprovalStatus, InteractionRecord, InteractionStatus, Node, QueueItem, Run,
-    StopReason, ThreadSummary, Usage,
+    SiteRuleSummary, StopReason, ThreadSummary, Usage,
 };
 
 /// Protocol version announced in `initialized`; bump on breaking changes.
@@ -720,6 +720,11 @@ pub enum Event {
     },
     #[serde(rename = "threads.updated")]
     ThreadsUpdated { threads: Vec<ThreadSummary> },
+    /// The sites where write tools run without asking, by origin, sent to
+    /// every extension page once a change of them is saved (a rule made by
+    /// `acceptForSite`, one removed by `siteRule.revoke`).
+    #[serde(rename = "siteRules.updated")]
+    SiteRulesUpdated { rules: Vec<SiteRuleSummary> },
     #[serde(rename = "turn.start")]
     TurnStart { thread_id: String, turn_id: String },
     #[serde(rename = "item.start")]

@@ -584,6 +584,7 @@ function handleEvent(event) {
     case "command.ack": return onAck(event);
     case "command.reject": return onReject(event);
     case "threads.updated": return renderThreads(event.threads);
+    case "siteRules.updated": return syncSiteRules(event.rules);
     default: break;
   }
   if (state.threadId === null || event.threadId !== state.threadId) return;
@@ -2318,8 +2319,6 @@ function onApprovalRequest(event) {
 /** @param {EventOf<"approval.resolved">} event */
 function onApprovalResolved(event) {
   const status = typeof event.status === "string" ? event.status : "";
-  // A site allowed meanwhile joins the list Settings shows.
-  if (status === "accepted_for_site" && !dom.settingsSection.hidden) requestSiteRules();
   const shown = state.approval && state.approval.id === event.approvalId ? state.approval : null;
   if (shown) markApprovalOnCard(shown.callId, status);
   if (!shown) return;
@@ -3311,8 +3310,8 @@ function openSettings() {
 // ------------------------------------------------------------ site rules ---
 // The sites where "Allow on this site" lets the agent's page changes run
 // without asking (`siteRules.list`), each with Remove (`siteRule.revoke`):
-// asked for whenever Settings opens, and again when this panel sees a site
-// allowed meanwhile.
+// asked for whenever Settings opens, and kept current by the engine's
+// `siteRules.updated` (a site allowed or removed in any panel).
 
 /** The `siteRules.list` whose answer is drawn (an older one is ignored). */
 let siteRulesSubmission = null;
@@ -3327,12 +3326,52 @@ function setSiteRulesStatus(text, isError) {
   dom.siteRulesStatus.classList.toggle("error", isError);
 }
 
-/** @param {unknown} rules the `rules` of a `siteRules.list` answer */
-function renderSiteRules(rules) {
-  const shown = Array.isArray(rules)
+/**
+ * The rules a list shows: those that allow writes, with an origin.
+ * @param {unknown} rules
+ * @returns {{ origin: string, createdAt?: unknown }[]}
+ */
+function shownSiteRules(rules) {
+  return Array.isArray(rules)
     ? rules.filter((rule) => rule !== null && typeof rule === "object" && typeof rule.origin === "string" && rule.allowWrites === true)
     : [];
-  dom.siteRulesList.replaceChildren(...shown.map(siteRuleItem));
+}
+
+/** @param {unknown} rules the `rules` of a `siteRules.list` answer */
+function renderSiteRules(rules) {
+  dom.siteRulesList.replaceChildren(...shownSiteRules(rules).map(siteRuleItem));
+  showSiteRulesEmpty();
+}
+
+/**
+ * Brings the list to a `siteRules.updated` (a site allowed or removed in
+ * any panel) and keeps the items that stay, so focus on one of their
+ * buttons stays put; a removed site's focus moves on as for Remove.
+ * @param {unknown} rules the engine's list, by origin
+ */
+function syncSiteRules(rules) {
+  const shown = shownSiteRules(rules);
+  const wanted = new Set(shown.map((rule) => rule.origin));
+  for (const item of [...dom.siteRulesList.querySelectorAll("li")]) {
+    const origin = item.dataset.origin ?? "";
+    if (!wanted.has(origin)) forgetSiteRule(origin);
+  }
+  /** @type {Map<string, Element>} */
+  const present = new Map();
+  for (const item of dom.siteRulesList.querySelectorAll("li")) present.set(item.dataset.origin ?? "", item);
+  /** @type {Element | null} */
+  let previous = null;
+  for (const rule of shown) {
+    const item = present.get(rule.origin) ?? siteRuleItem(rule);
+    // Kept items are already in order (both lists are by origin): only a
+    // new site is inserted, so no focused button is moved.
+    if (previous === null) {
+      if (dom.siteRulesList.firstElementChild !== item) dom.siteRulesList.prepend(item);
+    } else if (previous.nextElementSibling !== item) {
+      previous.after(item);
+    }
+    previous = item;
+  }
   showSiteRulesEmpty();
 }
 

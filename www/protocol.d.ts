@@ -283,6 +283,15 @@ export type Event =
     type: "threads.updated";
     threads: ThreadSummary[];
   }
+  /**
+   * The sites where write tools run without asking, by origin, sent to
+   * every extension page once a change of them is saved (a rule made by
+   * `acceptForSite`, one removed by `siteRule.revoke`).
+   */
+  | {
+    type: "siteRules.updated";
+    rules: SiteRuleSummary[];
+  }
   | {
     type: "turn.start";
     threadId: string;
@@ -726,6 +735,13 @@ export type InteractionStatus =
 export interface BranchPoint {
   nodeIds: string[];
   active: number;
+}
+
+/** A site rule as a client lists it (`siteRules.list`, `siteRules.updated`). */
+export interface SiteRuleSummary {
+  origin: string;
+  allowWrites: boolean;
+  createdAt: number;
 }
 
 /** Kind of a streaming item. */

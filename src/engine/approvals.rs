@@ -7,6 +7,7 @@
 //! then is it ACKed. Right before dispatching an approved call the target is
 //! resolved again: a different origin (or lost permission) asks again.
 
+use crate::model::SiteRuleSummary;
 use serde_json::{json, Value};
 
 use super::*;
@@ -344,19 +345,41 @@ impl Engine {
     /// The sites whose writes run without asking, by origin (reads only).
     #[inline(never)]
     pub(super) fn op_site_rules_list(&mut self, reply: Reply) {
-        let mut rules: Vec<&SiteRule> = self.site_rules.values().collect();
-        crate::sorting::sort_by(&mut rules, |a, b| a.origin.cmp(&b.origin));
-        let rules: Vec<Value> = rules
-            .into_iter()
-            .map(|r| {
-                json!({
-                    "origin": r.origin,
-                    "allowWrites": r.allow_writes,
-                    "createdAt": r.created_at,
-                })
-            })
-            .collect();
+        let rules = self.site_rule_summaries();
         self.ack(&reply, json!({ "rules": rules }));
+    }
+
+    /// The site rules by origin, as clients list them.
+    pub(super) fn site_rule_summaries(&self) -> Vec<SiteRuleSummary> {
+        let mut rules: Vec<SiteRuleSummary> = self
+            .site_rules
+            .values()
+            .map(SiteRuleSummary::from)
+            .collect();
+        crate::sorting::sort_by(&mut rules, |a, b| a.origin.cmp(&b.origin));
+        rules
+    }
+
+    /// Every extension page is shown the site rules as saved: a panel with
+    /// Settings open redraws the list another panel (or an approval in
+    /// another thread) changed.
+    pub(super) fn broadcast_site_rules(&mut self) {
+        let rules = self.site_rule_summaries();
+        let mut conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.kind == ClientKind::ExtensionPage)
+            .map(|(id, _)| *id)
+            .collect();
+        crate::sorting::sort(&mut conns);
+        for conn in conns {
+            self.send(
+                conn,
+                Event::SiteRulesUpdated {
+                    rules: rules.clone(),
+                },
+            );
+        }
     }
 
     /// Remove a site's rule. The ACK follows the saved removal; the rule

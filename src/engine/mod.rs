@@ -1737,6 +1737,9 @@ impl Engine {
         }
         self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
+        if pending.unit.store_names().contains(&stores::SITE_RULES) {
+            self.broadcast_site_rules();
+        }
         // A moved leaf (branch switch, edited message): clients redraw from a
         // snapshot before any event of this commit refers to the new path.
         let reshaped = self

@@ -657,3 +657,81 @@ fn revoking_one_site_keeps_the_others_and_the_list_is_by_origin() {
     assert_eq!(approval_requests(&sim).len(), 2);
     check_invariants(&sim, &[]).unwrap();
 }
+
+/// The `siteRules.updated` lists a client was sent, oldest first: each as
+/// (origin, allowWrites) pairs.
+fn site_rule_updates(sim: &Sim, conn: u64) -> Vec<Vec<(String, bool)>> {
+    sim.events_for(conn)
+        .iter()
+        .filter_map(|e| match e {
+            Event::SiteRulesUpdated { rules } => Some(
+                rules
+                    .iter()
+                    .map(|r| (r.origin.clone(), r.allow_writes))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_panel_is_sent_the_site_rules_once_a_change_of_them_is_saved() {
+    let (mut sim, conn, thread, approval) = waiting(76);
+    let other = sim.connect();
+    sim.send(other, initialize("i2", None));
+    sim.run(10_000);
+    assert!(site_rule_updates(&sim, other).is_empty());
+
+    // "Allow on this site" in one panel: both are sent the new list, once
+    // the rule is saved.
+    sim.hold_persists = true;
+    sim.send(
+        conn,
+        respond("r1", &thread, &approval, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(1000);
+    assert!(
+        site_rule_updates(&sim, other).is_empty(),
+        "before it is saved"
+    );
+    sim.release_persists();
+    sim.run(10_000);
+    let shop = vec![("https://shop.example".to_string(), true)];
+    for c in [conn, other] {
+        assert_eq!(site_rule_updates(&sim, c), [shop.clone()], "panel {c}");
+    }
+
+    // A removal that could not be saved sends nothing.
+    sim.refuse_writes = true;
+    sim.send(other, revoke_site_rule("v1", "https://shop.example"));
+    sim.run(10_000);
+    sim.refuse_writes = false;
+    assert!(answer(&sim, other, "v1").unwrap().is_err());
+    assert_eq!(site_rule_updates(&sim, conn).len(), 1);
+
+    // Removed in the other panel: the first is sent the empty list.
+    sim.send(other, revoke_site_rule("v2", "https://shop.example"));
+    sim.run(10_000);
+    assert!(answer(&sim, other, "v2").unwrap().is_ok());
+    for c in [conn, other] {
+        assert_eq!(
+            site_rule_updates(&sim, c),
+            [shop.clone(), vec![]],
+            "panel {c}"
+        );
+    }
+    // A page of a web site (a content script's Port) is sent none.
+    let page = sim.connect_as(sw_agent::protocol::ClientKind::Untrusted);
+    sim.send(conn, submit("s2", Some(&thread), "Subscribe again"));
+    sim.run(10_000);
+    let approval = approval_requests(&sim).pop().unwrap();
+    sim.send(
+        conn,
+        respond("r2", &thread, &approval.id, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(10_000);
+    assert_eq!(site_rule_updates(&sim, conn).len(), 3);
+    assert!(site_rule_updates(&sim, page).is_empty());
+    check_invariants(&sim, &[]).unwrap();
+}
