@@ -31,8 +31,9 @@
 //   execute      (params, { callId, signal, progress }) => result, or a
 //                Promise of it. The result is the text the model gets, or
 //                { content: text, details: JSON kept with the result for a
-//                UI; never sent to the model, and this side panel shows
-//                only the built-in kinds (a snapshot diff, a thumbnail) }.
+//                UI; never sent to the model; this side panel shows it as
+//                data under the result; more than 64 KiB as JSON is left
+//                out with a note }.
 //                Throw (or reject) to give the model an error it can act on.
 //                `signal` aborts when the user stops the turn or at the
 //                time limit (timeoutMs);

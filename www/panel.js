@@ -208,6 +208,18 @@ const INTERACTION_STATUS_TEXT = {
 };
 /** Prefix of the tool result the engine writes for an answered `ask_user`. */
 const ANSWER_PREFIX = "The user answered: ";
+/**
+ * The engine's built-in tools (src/tools.rs `ToolRegistry::page_tools`;
+ * tests/suite/details.rs keeps the two lists equal). Their results' details
+ * show as thumbnails and snapshot diffs; any other tool is an extension's
+ * own, whose details show as data under the result.
+ */
+const BUILT_IN_TOOL_NAMES = new Set([
+  "page_snapshot", "read_page", "click", "type", "select", "scroll", "wait_for",
+  "navigate", "go_back", "screenshot", "ask_user", "list_tabs", "switch_tab",
+]);
+/** The most characters of an extension tool's details a card shows. */
+const MAX_SHOWN_DETAILS_CHARS = 8000;
 /** Tools whose results list the page's elements as `[e12] role "name" state…` lines. */
 const PAGE_READ_TOOLS = new Set(["page_snapshot", "read_page"]);
 /**
@@ -1816,7 +1828,35 @@ function setResultExtras(card, node) {
   if (diff && typeof diff === "object" && Number.isInteger(diff.added) && Number.isInteger(diff.removed)) {
     extras.append(buildSnapshotDiff(diff));
   }
+  if (typeof node.name === "string" && !BUILT_IN_TOOL_NAMES.has(node.name)) extras.append(buildToolDetails(details));
   if (extras.childElementCount > 0) card.append(extras);
+}
+
+/**
+ * An extension tool's details (its `{ content, details }`), closed under
+ * the result: the data as indented JSON text, never rendered as HTML. A
+ * note the engine left for details too large to keep reads as that note.
+ * @param {object} details
+ */
+function buildToolDetails(details) {
+  const box = document.createElement("details");
+  box.className = "tool-details-data";
+  const summary = document.createElement("summary");
+  const body = document.createElement("pre");
+  body.className = "tool-details-text";
+  const keys = Object.keys(details);
+  if (keys.length === 1 && keys[0] === "omitted" && typeof details.omitted === "string") {
+    summary.textContent = "Details not kept";
+    body.textContent = details.omitted;
+  } else {
+    summary.textContent = "Details";
+    const text = prettyJson(details);
+    body.textContent = text.length > MAX_SHOWN_DETAILS_CHARS
+      ? `${text.slice(0, MAX_SHOWN_DETAILS_CHARS)}\n… ${text.length - MAX_SHOWN_DETAILS_CHARS} more characters not shown`
+      : text;
+  }
+  box.append(summary, body);
+  return box;
 }
 
 /** A snapshot's changes against the previous one: counts, then the changed lines as text. */

@@ -434,9 +434,7 @@ impl ResultParts {
             index,
             status,
             content,
-            // A `null` reads back from the store as no details at all: the
-            // node in memory must be the node a reload gives.
-            details: details.filter(|d| !d.is_null()),
+            details: kept_details(details),
             images: Vec::new(),
         }
     }
@@ -450,10 +448,31 @@ impl ResultParts {
                 ToolStatus::Error
             },
             content: outcome.content,
-            details: outcome.details.filter(|d| !d.is_null()),
+            details: kept_details(outcome.details),
             images: outcome.images,
         }
     }
+}
+
+/// The most a tool result's `details` may take as JSON (64 KiB): they are
+/// stored with the result and sent to every panel in snapshots, so a tool
+/// (an extension's own, say) that returns more keeps a note instead.
+pub const MAX_RESULT_DETAILS_BYTES: usize = 64 * 1024;
+
+/// A tool's `details` as the result keeps them. A `null` reads back from
+/// the store as no details at all (the node in memory must be the node a
+/// reload gives); oversized ones become a note a UI can show.
+fn kept_details(details: Option<Value>) -> Option<Value> {
+    let details = details.filter(|d| !d.is_null())?;
+    let bytes = serde_json::to_string(&details).map_or(usize::MAX, |s| s.len());
+    if bytes <= MAX_RESULT_DETAILS_BYTES {
+        return Some(details);
+    }
+    Some(serde_json::json!({
+        "omitted": format!(
+            "The tool's details took {bytes} bytes, more than the {MAX_RESULT_DETAILS_BYTES} kept; they were left out."
+        )
+    }))
 }
 
 #[derive(Debug, Clone, PartialEq)]

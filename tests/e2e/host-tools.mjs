@@ -240,6 +240,18 @@ isolatedTest(
     assert.equal(byName.notes_read.results[0]?.status, 'ok', JSON.stringify(byName.notes_read));
     assert.equal(byName.notes_sync.results[0]?.status, 'error', JSON.stringify(byName.notes_sync));
     assert.equal(byName.notes_add.results[0]?.status, 'ok', JSON.stringify(byName.notes_add));
+    // Its details (never sent to the model) show as data under its result;
+    // a built-in tool's do not.
+    const shownDetails = await panel.evaluate(() => [...document.querySelectorAll('.tool-details-data')].map((box) => ({
+      summary: box.querySelector('summary')?.textContent,
+      text: box.querySelector('pre')?.textContent,
+      open: box.open,
+    })));
+    assert.equal(shownDetails.length, 1, JSON.stringify(shownDetails));
+    assert.equal(shownDetails[0].summary, 'Details');
+    assert.deepEqual(JSON.parse(shownDetails[0].text), { count: 0 });
+    assert.equal(shownDetails[0].open, false, 'closed until opened');
+    assert.ok(!JSON.stringify(requests.map((r) => r.body.messages)).includes('"count"'), 'the details never reach the model');
 
     // The worker's console named each wrong definition and what to fix.
     const worker = await waitForExtensionServiceWorker(context, { extensionId: session.extensionId });

@@ -243,3 +243,31 @@ fn details_without_a_page_address_are_kept_and_null_ones_are_no_details() {
     sim.crash();
     assert_eq!(snapshot_of(&mut sim), before);
 }
+
+/// The side panel shows an extension tool's details as data, and a
+/// built-in tool's only as thumbnails and diffs: it tells them apart by a
+/// list of the built-in names (www/panel.js `BUILT_IN_TOOL_NAMES`), which
+/// must be the registry's.
+#[test]
+fn the_panel_knows_every_built_in_tool_by_name() {
+    let panel = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/www/panel.js"))
+        .expect("www/panel.js");
+    let start = panel
+        .find("const BUILT_IN_TOOL_NAMES = new Set([")
+        .expect("the list in panel.js");
+    let list = &panel[start..];
+    let list = &list[list.find('[').unwrap() + 1..list.find("])").unwrap()];
+    let mut listed: Vec<String> = list
+        .split(',')
+        .map(|name| name.trim().trim_matches('"').to_string())
+        .filter(|name| !name.is_empty())
+        .collect();
+    let mut built_in: Vec<String> = sw_agent::tools::ToolRegistry::page_tools()
+        .descriptors()
+        .iter()
+        .map(|d| d.name.clone())
+        .collect();
+    listed.sort();
+    built_in.sort();
+    assert_eq!(listed, built_in);
+}

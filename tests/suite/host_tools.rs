@@ -528,3 +528,62 @@ fn an_extension_keeps_only_the_built_in_tools_it_names_and_may_reuse_a_freed_nam
     assert!(none.retain_named(&[]).is_empty());
     assert!(none.descriptors().is_empty());
 }
+
+#[test]
+fn a_host_tool_s_details_are_kept_for_the_ui_and_oversized_ones_become_a_note() {
+    use sw_agent::engine::MAX_RESULT_DETAILS_BYTES;
+    let world: ToolFn = Box::new(|name: &str, _params: &Value| {
+        let mut outcome = ToolOutcome::text(true, format!("{name} done."));
+        outcome.details = Some(match name {
+            // Just within the limit once written as JSON (the quotes and
+            // the key take 11 bytes).
+            "crm_lookup" => json!({ "card": "x".repeat(MAX_RESULT_DETAILS_BYTES - 11) }),
+            _ => json!({ "card": "y".repeat(MAX_RESULT_DETAILS_BYTES) }),
+        });
+        outcome
+    });
+    let mut sim = Sim::new(160, policy(), world);
+    sim.config.registry = registry();
+    sim.reconfigure();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Note that Ada is a VIP"));
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    let details = |tool: &str| {
+        sim.store
+            .nodes
+            .values()
+            .find_map(|n| match &n.body {
+                NodeBody::ToolResult { name, details, .. } if name == tool => details.clone(),
+                _ => None,
+            })
+            .expect("a result with details")
+    };
+    let lookup = details("crm_lookup");
+    assert_eq!(
+        serde_json::to_string(&lookup).unwrap().len(),
+        MAX_RESULT_DETAILS_BYTES
+    );
+    assert_eq!(
+        lookup["card"].as_str().unwrap().len(),
+        MAX_RESULT_DETAILS_BYTES - 11
+    );
+    let note = details("crm_note");
+    let omitted = note["omitted"].as_str().expect("a note instead");
+    assert!(
+        omitted.contains(&format!("{}", MAX_RESULT_DETAILS_BYTES + 11))
+            && omitted.contains("left out"),
+        "{omitted}"
+    );
+    // Never sent to the model.
+    for request in &sim.requests {
+        let sent = format!("{:?}", request.messages);
+        assert!(!sent.contains("xxxxxxxx") && !sent.contains("omitted"));
+    }
+    // The node a reload reads is the node memory held.
+    sim.crash();
+    let conn = reconnect(&mut sim);
+    sim.run(10_000);
+    let _ = conn;
+    check_invariants(&sim, &[]).unwrap();
+}
