@@ -457,13 +457,38 @@ impl Sim {
 
     /// Commit and acknowledge the oldest parked persist only; later ones stay parked.
     pub fn release_one(&mut self) -> bool {
-        if self.held.is_empty() {
+        self.release_nth(0)
+    }
+
+    /// Commit and acknowledge the `n`th parked persist (from 0, oldest
+    /// first) only, as IndexedDB may when their stores do not overlap; the
+    /// others stay parked.
+    pub fn release_nth(&mut self, n: usize) -> bool {
+        if n >= self.held.len() {
             return false;
         }
-        let (token, unit) = self.held.remove(0);
+        let (token, unit) = self.held.remove(n);
         self.apply(&unit);
         self.commit_log.push(token);
         self.engine.handle_store_ack(self.now, token);
+        true
+    }
+
+    /// Fail the `n`th parked persist only (nothing of it is written); the
+    /// others stay parked.
+    pub fn fail_nth(&mut self, n: usize, retryable: bool) -> bool {
+        if n >= self.held.len() {
+            return false;
+        }
+        let (token, _) = self.held.remove(n);
+        self.engine.handle_store_error(
+            self.now,
+            token,
+            StoreError {
+                message: "QuotaExceededError".into(),
+                retryable,
+            },
+        );
         true
     }
 

@@ -329,15 +329,29 @@ impl Engine {
     }
 
     /// A rename whose save failed (refused to the client): the title goes
-    /// back unless something replaced it since.
+    /// back unless something replaced it since. A checkpoint of a running
+    /// turn issued while the rename was in flight was built from memory and
+    /// carries the refused title; the old one is then kept pending, so that
+    /// checkpoint's commit cannot bring the refused title back into memory
+    /// and the next record of the thread writes the old one again.
     pub(super) fn rename_unsaved(&mut self, thread_id: &str, previous: String) {
-        let Some(t) = self.threads.get_mut(thread_id) else {
+        let Some(t) = self.threads.get(thread_id) else {
             return;
         };
-        if t.pending_title.as_deref() == Some(t.thread.title.as_str()) {
-            t.thread.title = previous;
-            t.pending_title = None;
+        if t.pending_title.as_deref() != Some(t.thread.title.as_str()) {
+            return;
         }
+        let refused = t.thread.title.clone();
+        let carried = self.pending.values().any(|p| {
+            p.thread_id == thread_id
+                && p.unit
+                    .puts
+                    .iter()
+                    .any(|r| matches!(r, Record::Thread(thread) if thread.title == refused))
+        });
+        let t = self.threads.get_mut(thread_id).expect("exists");
+        t.thread.title = previous.clone();
+        t.pending_title = carried.then_some(previous);
     }
 
     #[inline(never)]

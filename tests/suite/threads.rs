@@ -1320,3 +1320,59 @@ fn a_model_title_arriving_while_a_branch_switch_is_saved_does_not_switch_back() 
     assert_eq!(thread.title, "A model title");
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn a_rename_whose_save_fails_leaves_the_old_title_though_a_checkpoint_carried_the_new_one() {
+    // The model's second answer is held: the turn waits on the provider,
+    // with nothing of the thread being saved.
+    let mut sim = Sim::new(146, agent_policy(), page_tools());
+    sim.hold_replies_to = Some(|r| {
+        r.messages
+            .iter()
+            .any(|m| matches!(m, sw_agent::provider::ChatMessage::ToolResult { .. }))
+    });
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    let tid = sim.store.threads.keys().next().unwrap().clone();
+    let before = sim.store.threads[&tid].title.clone();
+    assert!(sim.held.is_empty());
+    assert!(
+        sim.store.runs.values().any(|r| !r.state.is_terminal()),
+        "the turn runs"
+    );
+
+    // The rename is written at once; the answer arrives while it is in
+    // flight, and its checkpoint (built from memory) carries the new title.
+    sim.hold_persists = true;
+    sim.send(conn, rename("n1", &tid, "Mine"));
+    sim.run(1000);
+    assert_eq!(sim.held.len(), 1, "the rename's commit");
+    sim.hold_replies_to = None;
+    sim.release_replies();
+    sim.run(1000);
+    let carried = sim.held[1..].iter().any(|(_, unit)| {
+        unit.puts
+            .iter()
+            .any(|r| matches!(r, sw_agent::store::Record::Thread(t) if t.title == "Mine"))
+    });
+    assert!(carried, "a checkpoint carrying the new title is in flight");
+
+    // The rename fails (IndexedDB completes it before the checkpoint, whose
+    // stores overlap its own); the checkpoint commits after it.
+    sim.fail_nth(0, false);
+    sim.release_persists();
+    sim.run(10_000);
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    assert!(answer(&sim, conn, "n1").unwrap().is_err(), "refused");
+    // What the client was told holds: the old title, in the store and in
+    // the list.
+    assert_eq!(sim.store.threads[&tid].title, before);
+    sim.send(conn, initialize("i2", Some(&tid)));
+    sim.run(10_000);
+    assert_eq!(
+        listed_title(&sim, conn, &tid).as_deref(),
+        Some(before.as_str())
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
