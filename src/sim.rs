@@ -443,16 +443,7 @@ impl Sim {
     /// Fail every parked persist (a full disk): nothing of them is written.
     pub fn fail_held_persists(&mut self, retryable: bool) {
         self.hold_persists = false;
-        for (token, _) in std::mem::take(&mut self.held) {
-            self.engine.handle_store_error(
-                self.now,
-                token,
-                StoreError {
-                    message: "QuotaExceededError".into(),
-                    retryable,
-                },
-            );
-        }
+        while self.fail_nth(0, retryable) {}
     }
 
     /// Commit and acknowledge the oldest parked persist only; later ones stay parked.

@@ -365,21 +365,7 @@ impl Engine {
     /// another thread) changed.
     pub(super) fn broadcast_site_rules(&mut self) {
         let rules = self.site_rule_summaries();
-        let mut conns: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.kind == ClientKind::ExtensionPage)
-            .map(|(id, _)| *id)
-            .collect();
-        crate::sorting::sort(&mut conns);
-        for conn in conns {
-            self.send(
-                conn,
-                Event::SiteRulesUpdated {
-                    rules: rules.clone(),
-                },
-            );
-        }
+        self.send_to_pages(Event::SiteRulesUpdated { rules });
     }
 
     /// Remove a site's rule. The ACK follows the saved removal; the rule

@@ -378,8 +378,9 @@ impl Engine {
         }
     }
 
-    pub(super) fn broadcast_threads(&mut self) {
-        let threads = self.thread_summaries();
+    /// Send an event to every connected extension page, in connection
+    /// order (not to a web page's content script).
+    pub(super) fn send_to_pages(&mut self, event: Event) {
         let mut conns: Vec<ConnId> = self
             .conns
             .iter()
@@ -388,13 +389,13 @@ impl Engine {
             .collect();
         crate::sorting::sort(&mut conns);
         for conn in conns {
-            self.send(
-                conn,
-                Event::ThreadsUpdated {
-                    threads: threads.clone(),
-                },
-            );
+            self.send(conn, event.clone());
         }
+    }
+
+    pub(super) fn broadcast_threads(&mut self) {
+        let threads = self.thread_summaries();
+        self.send_to_pages(Event::ThreadsUpdated { threads });
     }
 
     pub(super) fn flush_deltas(&mut self, now: u64, tid: &str) {

@@ -21,6 +21,20 @@ fn waiting_for_approval(seed: u64) -> (Sim, u64, String) {
     (sim, conn, tid)
 }
 
+/// "Allow once" for the thread's approval (submission "a1").
+fn allow_the_waiting_call_once(sim: &mut Sim, conn: u64, tid: &str) {
+    let approval = sim.store.approvals.values().next().unwrap().id.clone();
+    sim.send(
+        conn,
+        approval_response(
+            "a1",
+            tid,
+            &approval,
+            sw_agent::protocol::ApprovalDecision::AcceptOnce,
+        ),
+    );
+}
+
 #[test]
 fn fork_at_a_message_copies_the_conversation_up_to_it() {
     let (mut sim, conn) = one_turn(120, "Subscribe me");
@@ -780,17 +794,8 @@ fn a_delete_sent_while_a_change_of_the_thread_is_saving_waits_for_it() {
 #[test]
 fn a_rename_sent_while_a_turn_s_checkpoint_is_saving_waits_and_keeps_the_turn_s_end() {
     let (mut sim, conn, tid) = waiting_for_approval(137);
-    let approval = sim.store.approvals.values().next().unwrap().id.clone();
     sim.hold_persists = true;
-    sim.send(
-        conn,
-        approval_response(
-            "a1",
-            &tid,
-            &approval,
-            sw_agent::protocol::ApprovalDecision::AcceptOnce,
-        ),
-    );
+    allow_the_waiting_call_once(&mut sim, conn, &tid);
     sim.run(1000);
     // Step the turn one commit at a time until a checkpoint that moves the
     // conversation's end (the thread's record) is in flight.
@@ -1243,16 +1248,7 @@ fn a_user_s_title_is_never_replaced_by_a_model_title() {
     assert_eq!(answer(&sim, conn, "n1").unwrap().unwrap()["title"], "Mine");
     assert_eq!(sim.store.threads[&tid].title, "Mine");
     sim.release_replies();
-    let approval = sim.store.approvals.values().next().unwrap().id.clone();
-    sim.send(
-        conn,
-        approval_response(
-            "a1",
-            &tid,
-            &approval,
-            sw_agent::protocol::ApprovalDecision::AcceptOnce,
-        ),
-    );
+    allow_the_waiting_call_once(&mut sim, conn, &tid);
     sim.run(10_000);
     assert_eq!(last_stop(&sim), Some(StopReason::End));
     assert_eq!(sim.store.threads[&tid].title, "Mine");
