@@ -699,7 +699,11 @@ fn every_panel_is_sent_the_site_rules_once_a_change_of_them_is_saved() {
     sim.run(10_000);
     let shop = vec![("https://shop.example".to_string(), true)];
     for c in [conn, other] {
-        assert_eq!(site_rule_updates(&sim, c), [shop.clone()], "panel {c}");
+        assert_eq!(
+            site_rule_updates(&sim, c),
+            std::slice::from_ref(&shop),
+            "panel {c}"
+        );
     }
 
     // A removal that could not be saved sends nothing.

@@ -267,7 +267,7 @@ fn the_panel_knows_every_built_in_tool_by_name() {
         .iter()
         .map(|d| d.name.clone())
         .collect();
-    listed.sort();
-    built_in.sort();
+    sw_agent::sorting::sort(&mut listed);
+    sw_agent::sorting::sort(&mut built_in);
     assert_eq!(listed, built_in);
 }
