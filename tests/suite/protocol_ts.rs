@@ -937,3 +937,38 @@ fn protocol_ts_describes_real_serde_output() {
         .check(&error, &Ty::Named("ErrorInfo".into()), "error")
         .unwrap();
 }
+
+/// docs/protocol.md is what a client author reads: every op and every
+/// event the engine speaks has its row there (an op or event added without
+/// one fails here).
+#[test]
+fn the_protocol_document_names_every_op_and_event() {
+    let root = crate_root();
+    let docs = std::fs::read_to_string(root.join("docs/protocol.md")).expect("docs/protocol.md");
+    let declarations =
+        std::fs::read_to_string(root.join("www/protocol.d.ts")).expect("www/protocol.d.ts");
+    let events_start = declarations
+        .find("export type Event =")
+        .expect("the Event union");
+    let events_block = &declarations[events_start..];
+    let events_block = &events_block[..events_block[1..]
+        .find("\nexport ")
+        .unwrap_or(events_block.len() - 1)
+        + 1];
+    let events: Vec<&str> = events_block
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("type: \""))
+        .filter_map(|rest| rest.strip_suffix("\";"))
+        .collect();
+    assert!(events.len() >= 15, "events read from the union: {events:?}");
+    let missing: Vec<&str> = sw_agent::protocol::OP_TYPES
+        .iter()
+        .copied()
+        .chain(events.iter().copied())
+        .filter(|name| !docs.contains(&format!("| `{name}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no row in docs/protocol.md for {missing:?}"
+    );
+}
