@@ -23,6 +23,7 @@ import {
   readPanel,
   submitTask,
   transcriptLines,
+  dumpIndexedDb,
   waitFor,
   waitForApprovalCard,
   waitForExtensionServiceWorker,
@@ -142,6 +143,13 @@ export const HOST_TOOLS = [
       return what + ': ' + (globalThis.__crmStarted >= 2 ? 'together' : 'alone');
     },
   })),
+  // Details far over the engine's 64 KiB: kept as a note saying so.
+  {
+    name: 'notes_dump',
+    description: 'Dump every note with its history.',
+    effects: 'read',
+    execute: () => ({ content: 'Dumped.', details: { history: 'x'.repeat(70000) } }),
+  },
   // Wrong definitions: left out, named in the console; the others work.
   { name: 'notes_delete', description: 'Delete every note.', execute: () => 'deleted' },
   { name: 'click', description: 'Shadows a built-in tool.', effects: 'read', execute: () => 'no' },
@@ -262,6 +270,29 @@ isolatedTest(
     assert.match(leftOut[1], /"click" is already registered/);
     assert.match(leftOut[2], /"notes_export".*`execute` must be a function/);
     assert.match(leftOut[3], /"notes_forever".*`timeoutMs` must be a whole number of milliseconds from 1 to 300000/);
+  },
+);
+
+isolatedTest(
+  'a_host_tool_s_details_over_the_limit_show_as_a_note_and_the_result_stays',
+  { launch: { extensionPath: extensionDir } },
+  async (session) => {
+    const { panel, mock } = session;
+    await scriptModel(mock, [call('notes_dump'), { text: 'Dumped them.' }]);
+    await submitTask(panel, 'Dump the notes');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.equal(resultsByTool(mock.requests().at(-1)).notes_dump, 'Dumped.');
+    const shown = await panel.evaluate(() => [...document.querySelectorAll('.tool-details-data')].map((box) => ({
+      summary: box.querySelector('summary')?.textContent,
+      text: box.querySelector('pre')?.textContent,
+    })));
+    assert.equal(shown.length, 1, JSON.stringify(shown));
+    assert.equal(shown[0].summary, 'Details not kept');
+    assert.match(shown[0].text, /^The tool's details took 70014 bytes, more than the 65536 kept; they were left out\.$/);
+    const stored = JSON.stringify(await dumpIndexedDb(panel));
+    assert.ok(stored.includes('they were left out'), 'the store keeps the note');
+    assert.ok(!stored.includes('x'.repeat(1000)), 'and not the 70 KB');
   },
 );
 
