@@ -2058,10 +2058,18 @@ function renderThreads(threads) {
 
 // ---------------------------------------------------------- delete thread ---
 // Two presses: the first asks, the second deletes (every version and message
-// of the thread). Leaving the button, or Esc, cancels.
+// of the thread). Leaving the button, or Esc, cancels. The engine refuses to
+// delete a thread whose turn runs, so then the press says to stop it first.
+
+const DELETE_WHILE_RUNNING_NOTE = "This thread's turn is running: stop it first (Stop or Esc), then delete the thread.";
 
 function askOrDelete() {
   if (state.threadId === null || refusedWhileOpening()) return;
+  if (isRunning()) {
+    cancelDelete();
+    dom.deleteNote.textContent = DELETE_WHILE_RUNNING_NOTE;
+    return;
+  }
   if (dom.deleteThread.dataset.confirm !== "true") {
     dom.deleteThread.dataset.confirm = "true";
     dom.deleteThread.dataset.threadId = state.threadId;
@@ -2330,6 +2338,7 @@ function renderRunState() {
   dom.continue.hidden = !canContinue;
   dom.interruptedBanner.hidden = !(canContinue && (state.runState === "interrupted" || state.lastStopReason === "interrupted"));
   renderRenameButton();
+  if (!running && dom.deleteNote.textContent === DELETE_WHILE_RUNNING_NOTE) dom.deleteNote.textContent = "";
   renderApproval();
   renderInteraction();
   renderUncertain();

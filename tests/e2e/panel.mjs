@@ -2110,8 +2110,14 @@ isolatedTest(
     assert.equal((await answerTo(panel, running.submissionId, 'the rename during the turn')).type, 'command.ack');
     await waitFor(async () => (await selectedTitle()) === 'Plans and prices', { timeout: 30000, message: 'the title while the turn runs' });
     assert.equal((await readPanel(panel)).state, 'streaming_model', 'the turn kept running');
+    // Delete, unlike Rename, waits for the turn: the press says so and sends nothing.
+    await panel.click('#delete-thread-button');
+    assert.match(await panel.locator('#delete-thread-note').textContent(), /^This thread's turn is running: stop it first/);
+    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Delete', 'no confirmation offered');
+    assert.equal((await sentOps(panel, 'thread.delete')).length, 0);
     await panel.click('#stop-button');
     await waitForSettledTurn(panel, { previousTurnId: first.turnId, states: ['interrupted'] });
+    assert.equal(await panel.locator('#delete-thread-note').textContent(), '', 'the note went with the turn');
     assert.deepEqual((await stored(panel, 'threads')).map((t) => t.title), ['Plans and prices']);
     await panel.reload();
     await waitFor(async () => (await selectedTitle()) === 'Plans and prices', { timeout: 30000, message: 'the title after a reload' });
