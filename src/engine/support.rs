@@ -583,7 +583,7 @@ impl Engine {
     /// that waited for it run now, in order, once none is left in flight
     /// (one of them may start another save; the rest wait for that one).
     pub(super) fn release_settled(&mut self, now: u64, tid: &str) {
-        let Some(t) = self.threads.get_mut(tid) else {
+        let Some(t) = self.threads.get(tid) else {
             return;
         };
         if t.settle_waiting.is_empty() || t.queue_inflight > 0 || self.thread_saving(tid) {
