@@ -230,6 +230,13 @@ impl UnitOfWork {
         })
     }
 
+    /// Whether this unit puts or deletes a record of `store` (no allocation:
+    /// asked after every commit).
+    pub fn touches(&self, store: &str) -> bool {
+        self.puts.iter().any(|r| r.store_name() == store)
+            || self.deletes.iter().any(|d| d.store == store)
+    }
+
     /// The distinct object stores this unit touches (the transaction's scope).
     pub fn store_names(&self) -> Vec<&'static str> {
         let mut names: Vec<&'static str> = self

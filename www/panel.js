@@ -788,7 +788,7 @@ function onAck(event) {
       }
       break;
     case "siteRules.list":
-      if (event.submissionId === siteRulesSubmission) renderSiteRules(result.rules);
+      if (event.submissionId === siteRulesSubmission) syncSiteRules(result.rules);
       break;
     case "settings.defaults":
       onSettingsDefaults(result.defaults ?? {});
@@ -3386,16 +3386,11 @@ function shownSiteRules(rules) {
     : [];
 }
 
-/** @param {unknown} rules the `rules` of a `siteRules.list` answer */
-function renderSiteRules(rules) {
-  dom.siteRulesList.replaceChildren(...shownSiteRules(rules).map(siteRuleItem));
-  showSiteRulesEmpty();
-}
-
 /**
- * Brings the list to a `siteRules.updated` (a site allowed or removed in
- * any panel) and keeps the items that stay, so focus on one of their
- * buttons stays put; a removed site's focus moves on as for Remove.
+ * Brings the list to the engine's (a `siteRules.list` answer, or a
+ * `siteRules.updated` after a site was allowed or removed in any panel) and
+ * keeps the items that stay, so focus on one of their buttons stays put; a
+ * removed site's focus moves on as for Remove.
  * @param {unknown} rules the engine's list, by origin
  */
 function syncSiteRules(rules) {

@@ -1756,7 +1756,7 @@ impl Engine {
         }
         self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
-        if pending.unit.store_names().contains(&stores::SITE_RULES) {
+        if pending.unit.touches(stores::SITE_RULES) {
             self.broadcast_site_rules();
         }
         // A moved leaf (branch switch, edited message): clients redraw from a

@@ -186,6 +186,24 @@ function resultsByTool(request) {
   return out;
 }
 
+/** The details blocks the panel shows under extension tools' results. */
+function shownToolDetails(panel) {
+  return panel.evaluate(() => [...document.querySelectorAll('.tool-details-data')].map((box) => ({
+    summary: box.querySelector('summary')?.textContent,
+    text: box.querySelector('pre')?.textContent,
+    open: box.open,
+  })));
+}
+
+/** Scripts the model, sends `task` and waits for the turn to complete. */
+async function completedTurn({ panel, mock }, script, task) {
+  await scriptModel(mock, script);
+  await submitTask(panel, task);
+  const final = await waitForSettledTurn(panel);
+  assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+  return final;
+}
+
 const extensionDir = extensionWithHostTools();
 const keptDirs = [extensionDir];
 test.after(() => {
@@ -250,11 +268,7 @@ isolatedTest(
     assert.equal(byName.notes_add.results[0]?.status, 'ok', JSON.stringify(byName.notes_add));
     // Its details (never sent to the model) show as data under its result;
     // a built-in tool's do not.
-    const shownDetails = await panel.evaluate(() => [...document.querySelectorAll('.tool-details-data')].map((box) => ({
-      summary: box.querySelector('summary')?.textContent,
-      text: box.querySelector('pre')?.textContent,
-      open: box.open,
-    })));
+    const shownDetails = await shownToolDetails(panel);
     assert.equal(shownDetails.length, 1, JSON.stringify(shownDetails));
     assert.equal(shownDetails[0].summary, 'Details');
     assert.deepEqual(JSON.parse(shownDetails[0].text), { count: 0 });
@@ -278,15 +292,9 @@ isolatedTest(
   { launch: { extensionPath: extensionDir } },
   async (session) => {
     const { panel, mock } = session;
-    await scriptModel(mock, [call('notes_dump'), { text: 'Dumped them.' }]);
-    await submitTask(panel, 'Dump the notes');
-    const final = await waitForSettledTurn(panel);
-    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    await completedTurn(session, [call('notes_dump'), { text: 'Dumped them.' }], 'Dump the notes');
     assert.equal(resultsByTool(mock.requests().at(-1)).notes_dump, 'Dumped.');
-    const shown = await panel.evaluate(() => [...document.querySelectorAll('.tool-details-data')].map((box) => ({
-      summary: box.querySelector('summary')?.textContent,
-      text: box.querySelector('pre')?.textContent,
-    })));
+    const shown = await shownToolDetails(panel);
     assert.equal(shown.length, 1, JSON.stringify(shown));
     assert.equal(shown[0].summary, 'Details not kept');
     assert.match(shown[0].text, /^The tool's details took 70014 bytes, more than the 65536 kept; they were left out\.$/);
@@ -343,10 +351,7 @@ isolatedTest(
   { launch: { extensionPath: extensionDir } },
   async (session) => {
     const { panel, mock } = session;
-    await scriptModel(mock, [call('notes_slow'), { text: 'The CRM is slow today.' }]);
-    await submitTask(panel, 'Ask the CRM');
-    const final = await waitForSettledTurn(panel);
-    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    await completedTurn(session, [call('notes_slow'), { text: 'The CRM is slow today.' }], 'Ask the CRM');
     const stored = await panel.evaluate(async () => chrome.storage.local.get(['hostCalls', 'slowAborted']));
     assert.deepEqual(stored.hostCalls.map((c) => c.name), ['notes_slow'], 'it ran once');
     assert.equal(stored.slowAborted, true, 'its signal was aborted at the limit');
@@ -361,14 +366,11 @@ isolatedTest(
   'parallel_safe_host_reads_run_together_in_the_worker',
   { launch: { extensionPath: extensionDir } },
   async (session) => {
-    const { panel, mock } = session;
-    await scriptModel(mock, [
+    const { mock } = session;
+    await completedTurn(session, [
       { toolCalls: [{ name: 'crm_orders', arguments: {} }, { name: 'crm_tickets', arguments: {} }] },
       { text: 'Both listed.' },
-    ]);
-    await submitTask(panel, 'What does the customer have open?');
-    const final = await waitForSettledTurn(panel);
-    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    ], 'What does the customer have open?');
     const results = resultsByTool(mock.requests().at(-1));
     assert.equal(results.crm_orders, 'orders: together');
     assert.equal(results.crm_tickets, 'tickets: together');
@@ -401,11 +403,8 @@ isolatedTest(
     },
   },
   async (session) => {
-    const { panel, mock, context, shop } = session;
-    await scriptModel(mock, [call('click'), { text: 'Clicked.' }]);
-    await submitTask(panel, 'Click it');
-    const final = await waitForSettledTurn(panel);
-    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const { mock, context, shop } = session;
+    await completedTurn(session, [call('click'), { text: 'Clicked.' }], 'Click it');
     const requests = mock.requests();
     const offered = (requests[0].body.tools ?? []).map((t) => t.function?.name).sort();
     assert.deepEqual(offered, ['ask_user', 'click', 'read_page'], 'the kept built-ins and the extension\'s own click');
