@@ -676,7 +676,7 @@ fn site_rule_updates(sim: &Sim, conn: u64) -> Vec<Vec<(String, bool)>> {
 }
 
 #[test]
-fn every_panel_is_sent_the_site_rules_once_a_change_of_them_is_saved() {
+fn content_script_cannot_command_site_rules_reach_every_panel_once_saved_and_no_page() {
     let (mut sim, conn, thread, approval) = waiting(76);
     let other = sim.connect();
     sim.send(other, initialize("i2", None));

@@ -739,7 +739,7 @@ fn a_thread_being_deleted_takes_no_new_turn_and_is_not_written_again() {
 }
 
 #[test]
-fn a_delete_sent_while_a_change_of_the_thread_is_saving_waits_for_it() {
+fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_for_it() {
     // A rename's commit is in flight: the delete waits for it (written
     // before it, the rename would write the thread's record again after
     // the delete), then goes through.
@@ -792,7 +792,7 @@ fn a_delete_sent_while_a_change_of_the_thread_is_saving_waits_for_it() {
 }
 
 #[test]
-fn a_rename_sent_while_a_turn_s_checkpoint_is_saving_waits_and_keeps_the_turn_s_end() {
+fn no_orphan_tool_calls_a_rename_waits_for_a_checkpoint_in_flight() {
     let (mut sim, conn, tid) = waiting_for_approval(137);
     sim.hold_persists = true;
     allow_the_waiting_call_once(&mut sim, conn, &tid);
@@ -1318,7 +1318,7 @@ fn a_model_title_arriving_while_a_branch_switch_is_saved_does_not_switch_back() 
 }
 
 #[test]
-fn a_rename_whose_save_fails_leaves_the_old_title_though_a_checkpoint_carried_the_new_one() {
+fn ack_after_commit_a_refused_rename_leaves_the_old_title_in_the_store() {
     // The model's second answer is held: the turn waits on the provider,
     // with nothing of the thread being saved.
     let mut sim = Sim::new(146, agent_policy(), page_tools());
