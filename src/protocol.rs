@@ -92,13 +92,18 @@ pub enum Op {
         title: String,
     },
     /// Delete a thread and everything in it → `command.ack`, `threads.updated`.
-    /// Refused (`invalid_command`) while the thread's turn runs; sent while
-    /// a change of the thread is being saved, it waits for that save.
+    /// While the thread's turn runs it is refused (`invalid_command`), unless
+    /// `stopTurn` is true: then the turn is stopped as by `turn.interrupt`
+    /// (its end is saved and announced with `turn.complete`) and the thread
+    /// is deleted after that. Sent while a change of the thread is being
+    /// saved, it waits for that save.
     #[serde(rename = "thread.delete")]
     ThreadDelete {
         #[serde(flatten)]
         submission: Submission,
         thread_id: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stop_turn: bool,
     },
     /// Start a turn (or queue it when one is running) → `command.ack`, `turn.start`, items…, `turn.complete`.
     /// With `replaces` (the id of a message that started a turn on the active
@@ -456,6 +461,7 @@ impl Op {
             "thread.delete" => Op::ThreadDelete {
                 submission,
                 thread_id: f.req("threadId")?,
+                stop_turn: f.opt("stopTurn")?.unwrap_or(false),
             },
             "thread.rename" => Op::ThreadRename {
                 submission,
@@ -1014,6 +1020,12 @@ mod tests {
             Op::ThreadDelete {
                 submission: submission(),
                 thread_id: t(),
+                stop_turn: false,
+            },
+            Op::ThreadDelete {
+                submission: submission(),
+                thread_id: t(),
+                stop_turn: true,
             },
             Op::ThreadHistory {
                 submission: submission(),

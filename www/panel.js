@@ -2058,29 +2058,34 @@ function renderThreads(threads) {
 
 // ---------------------------------------------------------- delete thread ---
 // Two presses: the first asks, the second deletes (every version and message
-// of the thread). Leaving the button, or Esc, cancels. The engine refuses to
-// delete a thread whose turn runs, so then the press says to stop it first.
+// of the thread). Leaving the button, or Esc, cancels. While the thread's
+// turn runs the question says so and the button reads "Stop and delete":
+// the delete is sent with `stopTurn`, and the engine stops the turn (its
+// end is saved and shown) before it deletes the thread.
 
-const DELETE_WHILE_RUNNING_NOTE = "This thread's turn is running: stop it first (Stop or Esc), then delete the thread.";
+/** The question and the button's label, by whether the turn runs. */
+function renderDeleteQuestion() {
+  const running = isRunning();
+  const label = running ? "Stop and delete" : "Confirm delete";
+  dom.deleteThread.textContent = label;
+  dom.deleteNote.textContent = running
+    ? `This thread's turn is running. Stop it and delete the thread with all its messages and versions? Press “${label}” again; Esc cancels.`
+    : `Delete this thread with all its messages and versions? Press “${label}” again; Esc cancels.`;
+}
 
 function askOrDelete() {
   if (state.threadId === null || refusedWhileOpening()) return;
-  if (isRunning()) {
-    cancelDelete();
-    dom.deleteNote.textContent = DELETE_WHILE_RUNNING_NOTE;
-    return;
-  }
   if (dom.deleteThread.dataset.confirm !== "true") {
     dom.deleteThread.dataset.confirm = "true";
     dom.deleteThread.dataset.threadId = state.threadId;
-    dom.deleteThread.textContent = "Confirm delete";
-    dom.deleteNote.textContent = "Delete this thread with all its messages and versions? Press “Confirm delete” again; Esc cancels.";
+    renderDeleteQuestion();
     return;
   }
   const threadId = state.threadId;
+  const stopTurn = isRunning();
   cancelDelete();
   hideError();
-  sendOp("thread.delete", { threadId });
+  sendOp("thread.delete", stopTurn ? { threadId, stopTurn } : { threadId });
 }
 
 // ---------------------------------------------------------- rename thread ---
@@ -2338,7 +2343,8 @@ function renderRunState() {
   dom.continue.hidden = !canContinue;
   dom.interruptedBanner.hidden = !(canContinue && (state.runState === "interrupted" || state.lastStopReason === "interrupted"));
   renderRenameButton();
-  if (!running && dom.deleteNote.textContent === DELETE_WHILE_RUNNING_NOTE) dom.deleteNote.textContent = "";
+  // A question asked while the turn ran (or before it started) follows it.
+  if (dom.deleteThread.dataset.confirm === "true") renderDeleteQuestion();
   renderApproval();
   renderInteraction();
   renderUncertain();

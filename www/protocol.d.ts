@@ -56,12 +56,16 @@ export type Op =
   } & Submission
   /**
    * Delete a thread and everything in it → `command.ack`, `threads.updated`.
-   * Refused (`invalid_command`) while the thread's turn runs; sent while
-   * a change of the thread is being saved, it waits for that save.
+   * While the thread's turn runs it is refused (`invalid_command`), unless
+   * `stopTurn` is true: then the turn is stopped as by `turn.interrupt`
+   * (its end is saved and announced with `turn.complete`) and the thread
+   * is deleted after that. Sent while a change of the thread is being
+   * saved, it waits for that save.
    */
   | {
     type: "thread.delete";
     threadId: string;
+    stopTurn?: boolean;
   } & Submission
   /**
    * Start a turn (or queue it when one is running) → `command.ack`, `turn.start`, items…, `turn.complete`.

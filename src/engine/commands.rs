@@ -242,7 +242,8 @@ impl Engine {
             return self.reject(
                 &reply,
                 ErrorKind::InvalidCommand,
-                "This thread has a running turn; stop it before deleting the thread.",
+                "This thread has a running turn; stop it before deleting the thread \
+                 (or send the delete with stopTurn).",
             );
         }
         let mut unit = UnitOfWork::new();
@@ -420,7 +421,7 @@ impl Engine {
         let steerable = t
             .exec
             .as_ref()
-            .is_some_and(|e| e.admission_open && e.interrupts.is_empty() && e.finish.is_none());
+            .is_some_and(|e| e.admission_open && !e.stopping() && e.finish.is_none());
         match running {
             Some(run) if run.id != expected_turn_id => {
                 let message = format!(
@@ -687,6 +688,34 @@ impl Engine {
             return self.ack_with_receipt(now, thread_id, reply, result);
         };
         exec.interrupts.push(reply);
+        self.stop_run(now, thread_id);
+    }
+
+    /// A `thread.delete` with `stopTurn` found the thread's turn running:
+    /// the turn is stopped as by an interrupt that nobody waits for, and
+    /// the delete waits for its end to be saved (`thread_to_settle`).
+    pub(super) fn stop_run_for_delete(&mut self, now: u64, thread_id: &str) {
+        let Some(exec) = self
+            .threads
+            .get_mut(thread_id)
+            .and_then(|t| t.exec.as_mut())
+        else {
+            return;
+        };
+        exec.stop_requested = true;
+        self.stop_run(now, thread_id);
+    }
+
+    /// End the thread's running turn as `interrupted`, now or, while a
+    /// checkpoint is in flight, once it commits (`take_pending_finish`).
+    fn stop_run(&mut self, now: u64, thread_id: &str) {
+        let Some(exec) = self
+            .threads
+            .get_mut(thread_id)
+            .and_then(|t| t.exec.as_mut())
+        else {
+            return;
+        };
         let phase = exec.phase.clone();
         let finish = Finish {
             state: RunState::Interrupted,

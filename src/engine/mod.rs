@@ -574,6 +574,9 @@ struct Exec {
     admission_open: bool,
     /// Interrupt commands waiting for the terminal checkpoint.
     interrupts: Vec<Reply>,
+    /// A `thread.delete` with `stopTurn` stopped the run: an interrupt
+    /// with no command to answer.
+    stop_requested: bool,
     /// A terminal state decided while a checkpoint was in flight.
     finish: Option<Finish>,
     item_id: String,
@@ -604,6 +607,7 @@ impl Exec {
             phase,
             admission_open: true,
             interrupts: Vec::new(),
+            stop_requested: false,
             finish: None,
             item_id: String::new(),
             text: String::new(),
@@ -620,12 +624,17 @@ impl Exec {
         }
     }
 
+    /// The run was told to stop (an interrupt, a delete with `stopTurn`).
+    fn stopping(&self) -> bool {
+        self.stop_requested || !self.interrupts.is_empty()
+    }
+
     /// The run waits for the user (an approval, an answer, a decision on
     /// an uncertain write) and for nothing else: only the user's answer, a
     /// unit, moves it, and a restarted engine re-presents it as it was.
     fn waits_for_user(&self) -> bool {
         self.finish.is_none()
-            && self.interrupts.is_empty()
+            && !self.stopping()
             && self.deltas.flush_at.is_none()
             && matches!(
                 self.phase,
@@ -1459,6 +1468,15 @@ impl Engine {
                 return self.await_probe(now, &tid, conn, op);
             }
             return self.reject(&reply, kind, message);
+        }
+        // A delete with `stopTurn` stops the thread's running turn first.
+        if let Op::ThreadDelete {
+            thread_id,
+            stop_turn: true,
+            ..
+        } = &op
+        {
+            self.stop_run_for_delete(now, thread_id);
         }
         // A rename or delete waits for the thread's saves in flight.
         if let Some(tid) = self.thread_to_settle(&op) {

@@ -1432,7 +1432,7 @@ pick a different element or tool, or explain the problem to the user.",
         let Some(exec) = t.exec.as_mut() else {
             return true;
         };
-        if exec.interrupts.is_empty() {
+        if !exec.stopping() {
             return false;
         }
         let finish = exec.finish.take().unwrap_or(Finish {
@@ -1453,13 +1453,13 @@ pick a different element or tool, or explain the problem to the user.",
         let Some(exec) = t.exec.as_ref() else { return };
         match exec.phase.clone() {
             Phase::AwaitingSteers { cutoff } if !t.admitting.iter().any(|s| *s <= cutoff) => {
-                if !exec.interrupts.is_empty() {
+                if exec.stopping() {
                     self.take_pending_finish(now, tid);
                 } else {
                     self.materialize_and_call(now, tid, cutoff);
                 }
             }
-            Phase::Closing if t.admitting.is_empty() && exec.interrupts.is_empty() => {
+            Phase::Closing if t.admitting.is_empty() && !exec.stopping() => {
                 if t.steers.is_empty() {
                     let finish = exec.finish.clone().unwrap_or(Finish {
                         state: RunState::Completed,

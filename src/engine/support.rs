@@ -567,14 +567,18 @@ impl Engine {
     /// the store until that save commits; written before it commits, they
     /// would commit after it and undo it (or leave its records behind a
     /// delete). A delete of a thread whose turn runs is refused instead
-    /// (`op_thread_delete`), not kept waiting.
+    /// (`op_thread_delete`), not kept waiting, unless it stopped the turn
+    /// (`stopTurn`): then it waits for the turn's end to be saved.
     pub(super) fn thread_to_settle(&self, op: &Op) -> Option<String> {
         let (Op::ThreadRename { thread_id, .. } | Op::ThreadDelete { thread_id, .. }) = op else {
             return None;
         };
         let t = self.threads.get(thread_id)?;
-        if matches!(op, Op::ThreadDelete { .. }) && t.exec.is_some() {
-            return None;
+        if let (Op::ThreadDelete { stop_turn, .. }, Some(exec)) = (op, &t.exec) {
+            // A stopped run always has its end (or a checkpoint before it)
+            // in flight; were it not, the delete is refused, not stranded.
+            let stopped = *stop_turn && exec.stopping() && self.thread_saving(thread_id);
+            return stopped.then(|| thread_id.clone());
         }
         (t.queue_inflight > 0 || self.thread_saving(thread_id)).then(|| thread_id.clone())
     }

@@ -2058,9 +2058,10 @@ isolatedTest('long_thread_streaming_touches_only_the_growing_element', {}, async
 });
 
 isolatedTest(
-  'a_thread_is_renamed_from_the_picker_and_keeps_its_name',
-  // The second answer stalls: a rename while it runs is saved too.
-  { script: [{ text: 'Two plans.' }, { stallMs: STALL_FOREVER_MS, stallAt: 'headers' }] },
+  'a_thread_is_renamed_from_the_picker_keeps_its_name_and_is_deleted_with_its_running_turn',
+  // The second and third answers stall: a rename while one runs is saved
+  // too, and "Stop and delete" ends the third.
+  { script: [{ text: 'Two plans.' }, { stallMs: STALL_FOREVER_MS, stallAt: 'headers' }, { stallMs: STALL_FOREVER_MS, stallAt: 'headers' }] },
   async (session) => {
     const { panel } = session;
     await submitTask(panel, 'Compare the plans');
@@ -2110,16 +2111,41 @@ isolatedTest(
     assert.equal((await answerTo(panel, running.submissionId, 'the rename during the turn')).type, 'command.ack');
     await waitFor(async () => (await selectedTitle()) === 'Plans and prices', { timeout: 30000, message: 'the title while the turn runs' });
     assert.equal((await readPanel(panel)).state, 'streaming_model', 'the turn kept running');
-    // Delete, unlike Rename, waits for the turn: the press says so and sends nothing.
-    await panel.click('#delete-thread-button');
-    assert.match(await panel.locator('#delete-thread-note').textContent(), /^This thread's turn is running: stop it first/);
-    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Delete', 'no confirmation offered');
+    // Delete pressed while the turn runs asks whether to stop it too;
+    // Esc cancels that question and leaves the turn running.
+    await pressOn(panel.locator('#delete-thread-button'));
+    assert.match(await panel.locator('#delete-thread-note').textContent(), /^This thread's turn is running\. Stop it and delete the thread/);
+    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Stop and delete');
+    await panel.keyboard.press('Escape');
+    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Delete');
+    assert.equal(await panel.locator('#delete-thread-note').textContent(), '');
     assert.equal((await sentOps(panel, 'thread.delete')).length, 0);
+    assert.equal((await readPanel(panel)).state, 'streaming_model', 'Esc on the question did not stop the turn');
+    // Asked while the turn ran, the question follows the turn's end.
+    await pressOn(panel.locator('#delete-thread-button'));
     await panel.click('#stop-button');
     await waitForSettledTurn(panel, { previousTurnId: first.turnId, states: ['interrupted'] });
-    assert.equal(await panel.locator('#delete-thread-note').textContent(), '', 'the note went with the turn');
+    assert.equal(await panel.locator('#delete-thread-button').textContent(), 'Delete', 'stop cancelled the question (the button lost focus)');
     assert.deepEqual((await stored(panel, 'threads')).map((t) => t.title), ['Plans and prices']);
     await panel.reload();
     await waitFor(async () => (await selectedTitle()) === 'Plans and prices', { timeout: 30000, message: 'the title after a reload' });
+
+    // "Stop and delete": the turn is stopped (its end shown), then the
+    // thread and everything in it are gone from the store.
+    await submitTask(panel, 'And the delivery times?');
+    await waitForRunState(panel, ['streaming_model']);
+    const threadId = (await lastSnapshot(panel))?.thread?.id;
+    await pressOn(panel.locator('#delete-thread-button'));
+    await panel.keyboard.press('Enter');
+    const [deleted] = await sentOps(panel, 'thread.delete');
+    assert.deepEqual([deleted.threadId, deleted.stopTurn], [threadId, true]);
+    assert.equal((await answerTo(panel, deleted.submissionId, 'the stop and delete')).type, 'command.ack');
+    const received = (await portMessages(panel, 'in')).map((e) => e.message);
+    const ended = received.findIndex((m) => m.type === 'turn.complete' && m.threadId === threadId && m.stopReason === 'interrupted');
+    const acked = received.findIndex((m) => m.submissionId === deleted.submissionId);
+    assert.ok(ended >= 0 && ended < acked, `the turn's end came before the ACK (${ended}, ${acked})`);
+    assert.deepEqual(await stored(panel, 'threads'), []);
+    assert.deepEqual(await stored(panel, 'nodes'), []);
+    assert.deepEqual(await stored(panel, 'runs'), []);
   },
 );

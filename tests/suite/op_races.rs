@@ -155,7 +155,8 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
         13 => interaction_response(id, &tid, &interaction, "yes"),
         14 => fork(id, &tid, node.as_deref()),
         15 => select_branch(id, &tid, &node.unwrap_or_default()),
-        16 => delete(id, &tid),
+        // Half of them stop a running turn first.
+        16 => [delete, stop_and_delete][gen.below(2)](id, &tid),
         17 => initialize(id, [Some(tid.as_str()), None][gen.below(2)]),
         // A site's rule removed while its writes are judged.
         18 => revoke_site_rule(

@@ -28,6 +28,12 @@ fn ops_round_trip() {
     round_trip_op(Op::ThreadDelete {
         submission: submission("s"),
         thread_id: "t".into(),
+        stop_turn: false,
+    });
+    round_trip_op(Op::ThreadDelete {
+        submission: submission("s"),
+        thread_id: "t".into(),
+        stop_turn: true,
     });
     round_trip_op(Op::QueueRemove {
         submission: submission("s"),

@@ -798,6 +798,16 @@ pub fn delete(id: &str, thread: &str) -> Op {
     Op::ThreadDelete {
         submission: submission(id),
         thread_id: thread.into(),
+        stop_turn: false,
+    }
+}
+
+/// `thread.delete` of `thread` with `stopTurn`: a running turn is stopped first.
+pub fn stop_and_delete(id: &str, thread: &str) -> Op {
+    Op::ThreadDelete {
+        submission: submission(id),
+        thread_id: thread.into(),
+        stop_turn: true,
     }
 }
 

@@ -296,6 +296,7 @@ fn edit_starts_a_sibling_branch_and_select_branch_switches_between_them() {
         Op::ThreadDelete {
             submission: submission("d1"),
             thread_id: tid.clone(),
+            stop_turn: false,
         },
     );
     sim.run(1000);
@@ -775,7 +776,10 @@ fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_f
     sim.run(10_000);
     assert_eq!(
         reject_message(&sim, conn, "d1").as_deref(),
-        Some("This thread has a running turn; stop it before deleting the thread.")
+        Some(
+            "This thread has a running turn; stop it before deleting the thread \
+             (or send the delete with stopTurn)."
+        )
     );
     assert!(sim.store.threads.contains_key(&tid));
     check_invariants(&sim, &[]).unwrap();
@@ -789,6 +793,112 @@ fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_f
     assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
     assert!(sim.store.queue.is_empty() && sim.store.runs.is_empty());
     check_invariants(&sim, &[]).unwrap();
+}
+
+/// The thread's records left in the store: none once it is deleted.
+fn assert_nothing_left_of(sim: &Sim, tid: &str) {
+    assert!(!sim.store.threads.contains_key(tid));
+    assert!(sim.store.nodes.values().all(|n| n.thread_id != tid));
+    assert!(sim.store.runs.values().all(|r| r.thread_id != tid));
+    assert!(sim.store.approvals.values().all(|a| a.thread_id != tid));
+    assert!(sim.store.steers.values().all(|s| s.thread_id != tid));
+    assert!(sim.store.queue.values().all(|q| q.thread_id != tid));
+}
+
+/// Where the first event matching `is` sits in what `conn` got.
+fn position(sim: &Sim, conn: u64, is: impl Fn(&Event) -> bool) -> Option<usize> {
+    sim.events_for(conn).into_iter().position(is)
+}
+
+#[test]
+fn ack_after_commit_a_delete_with_stop_turn_ends_the_turn_then_deletes_the_thread() {
+    // The turn waits for an approval: the delete stops it (its end is
+    // saved and announced, the approval withdrawn), then deletes the
+    // thread, and the ACK comes once the delete is saved.
+    let (mut sim, conn, tid) = waiting_for_approval(138);
+    sim.send(conn, stop_and_delete("d1", &tid));
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    let ended = position(&sim, conn, |e| {
+        matches!(
+            e,
+            Event::TurnComplete {
+                stop_reason: StopReason::Interrupted,
+                ..
+            }
+        )
+    });
+    let acked = position(
+        &sim,
+        conn,
+        |e| matches!(e, Event::CommandAck { submission_id, .. } if submission_id == "d1"),
+    );
+    assert!(ended.is_some() && ended < acked, "{ended:?} {acked:?}");
+    assert_nothing_left_of(&sim, &tid);
+    check_invariants(&sim, &[]).unwrap();
+
+    // A checkpoint of the turn is in flight when the delete arrives: the
+    // turn ends after it, and the delete waits for that end.
+    let (mut sim, conn, tid) = waiting_for_approval(139);
+    sim.hold_persists = true;
+    allow_the_waiting_call_once(&mut sim, conn, &tid);
+    sim.run(1000);
+    assert!(!sim.held.is_empty());
+    sim.send(conn, stop_and_delete("d1", &tid));
+    sim.run(1000);
+    assert!(
+        answer(&sim, conn, "d1").is_none(),
+        "waits for the turn's end"
+    );
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    assert_eq!(last_stop(&sim), Some(StopReason::Interrupted));
+    assert_nothing_left_of(&sim, &tid);
+    check_invariants(&sim, &[]).unwrap();
+
+    // Without stopTurn the same delete is still refused while the turn runs.
+    let (mut sim, conn, tid) = waiting_for_approval(140);
+    sim.send(conn, delete("d1", &tid));
+    sim.run(10_000);
+    assert_eq!(
+        answer(&sim, conn, "d1").unwrap().unwrap_err().kind,
+        ErrorKind::InvalidCommand
+    );
+    let run = sim
+        .store
+        .runs
+        .values()
+        .find(|r| r.thread_id == tid)
+        .unwrap();
+    assert_eq!(run.state, RunState::WaitingApproval);
+}
+
+#[test]
+fn ack_after_commit_a_stop_and_delete_cut_off_by_a_crash_is_finished_when_sent_again() {
+    // The worker dies after the turn's end was saved and before or while
+    // the delete is saved: the panel sends the unanswered delete again,
+    // and the next worker deletes the thread (or replays the ACK).
+    for seed in 141..149 {
+        let (mut sim, conn, tid) = waiting_for_approval(seed);
+        sim.hold_persists = true;
+        sim.send(conn, stop_and_delete("d1", &tid));
+        sim.run(1000);
+        assert!(sim.release_one(), "the turn's end is saved first");
+        sim.run(1000);
+        assert!(answer(&sim, conn, "d1").is_none());
+        sim.crash();
+        sim.hold_persists = false;
+        let conn = sim.connect();
+        sim.send(conn, stop_and_delete("d1", &tid));
+        sim.run(10_000);
+        assert!(
+            matches!(answer(&sim, conn, "d1"), Some(Ok(_))),
+            "seed {seed}"
+        );
+        assert_nothing_left_of(&sim, &tid);
+        check_invariants(&sim, &[]).unwrap();
+    }
 }
 
 #[test]
