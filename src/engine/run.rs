@@ -730,20 +730,21 @@ pick a different element or tool, or explain the problem to the user.",
         {
             let call = &exec.calls[index];
             // Whatever came back from a page (results and the page's own error
-            // texts) is data, not instructions.
+            // texts) is data, not instructions; so are the tabs' titles and
+            // URLs, which their pages wrote.
             let (content, images) = bound_images(status, content, images);
+            let descriptor = self.config.registry.get(&call.name);
+            let from_tabs = descriptor.is_some_and(|d| d.binding == crate::tools::Binding::Browser);
             let content = match (status, exec.targets.get(&index)) {
                 (ToolStatus::Ok | ToolStatus::Error, Some(target)) => {
                     mark_untrusted(&content, &target.origin)
                 }
+                (ToolStatus::Ok | ToolStatus::Error, None) if from_tabs => {
+                    mark_untrusted(&content, OPEN_TABS_SOURCE)
+                }
                 _ => content,
             };
-            let diffs = status == ToolStatus::Ok
-                && self
-                    .config
-                    .registry
-                    .get(&call.name)
-                    .is_some_and(|d| d.diff_details);
+            let diffs = status == ToolStatus::Ok && descriptor.is_some_and(|d| d.diff_details);
             let details = if diffs {
                 with_diff(details, &call.name, &content, t.path.iter().chain(&nodes))
             } else {
@@ -1620,6 +1621,10 @@ fn untrusted_body(content: &str) -> Option<&str> {
 
 /// Page content is data, not instructions: delimit it and name its origin so
 /// the model can tell it from the user's words.
+/// The `origin` of a browser tool's result (`list_tabs`, `switch_tab`):
+/// the titles and URLs of every open tab, written by their pages.
+pub const OPEN_TABS_SOURCE: &str = "open tabs";
+
 pub(super) fn mark_untrusted(content: &str, origin: &str) -> String {
     // A page cannot close the delimiter early by containing it.
     let body = content.replace("</untrusted_page_content>", "</untrusted_page_content_>");

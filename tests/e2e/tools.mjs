@@ -225,6 +225,10 @@ isolatedTest('page_tools_snapshot_type_select_scroll_wait_for_and_tab_tools', { 
   const tabResults = toolExchanges(mock.requests().at(-1)).slice(-5);
   assert.deepEqual(tabResults.map((e) => e.name), ['navigate', 'go_back', 'list_tabs', 'switch_tab', 'page_snapshot']);
   const [navigate, goBack, listTabs, switchTab] = tabResults.map((e) => ({ ...e, content: unwrap(e.content) }));
+  // Tab titles and URLs were written by their pages: data for the model, like page text.
+  for (const result of tabResults.slice(2, 4)) {
+    assert.ok(result.content.startsWith('<untrusted_page_content origin="open tabs">\n'), result.content);
+  }
   const otherSnapshot = tabResults[4];
   assert.match(navigate.content, new RegExp(`^Loaded: "Newsletter archive" ${pages.url('archive.html').replace(/[.]/g, '\\.')}\\. Call page_snapshot to see it\\.`));
   assert.match(goBack.content, new RegExp(`^Went back to: "Acme contact form" ${pages.url('form.html').replace(/[.]/g, '\\.')}\\.`));
