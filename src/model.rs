@@ -202,6 +202,11 @@ pub enum NodeBody {
         /// for models without vision.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<ImageData>,
+        /// The user's answer when the call asked for approval (UI only,
+        /// never sent to the model): the conversation keeps what the user
+        /// authorized after the approval record's retention ends.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<ApprovalNote>,
     },
     Notice {
         level: NoticeLevel,
@@ -501,6 +506,30 @@ pub enum ApprovalStatus {
     Cancelled,
 }
 
+/// How the user answered a call's approval request, kept on its
+/// `tool_result` node: `accepted_once`, `accepted_for_site`, `declined`,
+/// or `cancelled` (the turn ended before an answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalNote {
+    pub status: ApprovalStatus,
+    /// The origin the user was asked about.
+    pub origin: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<u64>,
+}
+
+impl ApprovalNote {
+    /// The note of an answered approval (a pending one has no answer yet).
+    pub fn of(approval: &ApprovalRecord) -> Self {
+        ApprovalNote {
+            status: approval.status,
+            origin: approval.origin.clone(),
+            decided_at: approval.decided_at,
+        }
+    }
+}
+
 /// A durable question to the user: may this tool call run on this site?
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -686,7 +715,9 @@ mod node_de {
 
     use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-    use super::{ImageData, Node, NodeBody, NoticeLevel, StopReason, ToolStatus, Usage};
+    use super::{
+        ApprovalNote, ImageData, Node, NodeBody, NoticeLevel, StopReason, ToolStatus, Usage,
+    };
 
     const KINDS: &[&str] = &[
         "turn_context",
@@ -722,6 +753,7 @@ mod node_de {
         Content,
         Details,
         Images,
+        Approval,
         Level,
         Summary,
         CompactedNodes,
@@ -755,6 +787,7 @@ mod node_de {
                 "content" => Field::Content,
                 "details" => Field::Details,
                 "images" => Field::Images,
+                "approval" => Field::Approval,
                 "level" => Field::Level,
                 "summary" => Field::Summary,
                 "compactedNodes" => Field::CompactedNodes,
@@ -806,6 +839,7 @@ mod node_de {
         content: Option<String>,
         details: Option<serde_json::Value>,
         images: Option<Vec<ImageData>>,
+        approval: Option<ApprovalNote>,
         level: Option<NoticeLevel>,
         summary: Option<String>,
         compacted_nodes: Option<u64>,
@@ -851,6 +885,7 @@ mod node_de {
                     content: need(self.content, "content")?,
                     details: self.details,
                     images: self.images.unwrap_or_default(),
+                    approval: self.approval,
                 },
                 "notice" => NodeBody::Notice {
                     level: need(self.level, "level")?,
@@ -909,6 +944,7 @@ mod node_de {
                     Field::Content => f.content = Some(map.next_value()?),
                     Field::Details => f.details = map.next_value()?,
                     Field::Images => f.images = Some(map.next_value()?),
+                    Field::Approval => f.approval = map.next_value()?,
                     Field::Level => f.level = Some(map.next_value()?),
                     Field::Summary => f.summary = Some(map.next_value()?),
                     Field::CompactedNodes => f.compacted_nodes = Some(map.next_value()?),
@@ -1095,6 +1131,11 @@ mod tests {
                     content: "no".into(),
                     details: Some(serde_json::json!({"box": [1, 2, 3, 4]})),
                     images: vec![ImageData::from_bytes("image/png", b"png")],
+                    approval: Some(ApprovalNote {
+                        status: ApprovalStatus::Declined,
+                        origin: "https://shop.example".into(),
+                        decided_at: Some(7),
+                    }),
                 },
             ),
             node(
@@ -1106,6 +1147,7 @@ mod tests {
                     content: "text".into(),
                     details: None,
                     images: Vec::new(),
+                    approval: None,
                 },
             ),
             node(

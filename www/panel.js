@@ -1731,6 +1731,7 @@ function setCardResult(card, node) {
   else card.append(section);
   view.elementsById.set(node.id, section);
   setResultExtras(card, node);
+  if (node.approval && typeof node.approval.status === "string") markApproval(card, node.approval);
   if (node.name === "ask_user") {
     const content = typeof node.content === "string" ? node.content : "";
     const answered = status === "ok" && content.startsWith(ANSWER_PREFIX);
@@ -2383,23 +2384,37 @@ function onApprovalResolved(event) {
   renderApproval();
 }
 
-/** Show the decision on the tool card of the call (until the next snapshot redraws it). */
+/** Show the decision on the tool card of the call, as soon as it is answered. */
 function markApprovalOnCard(callId, status) {
   const card = view.cardsByCallId.get(callId);
-  if (!card || !APPROVAL_STATUS_TEXT[status]) return;
+  if (card) markApproval(card, { status });
+}
+
+/**
+ * The user's answer to a call's approval request as a badge in its card's
+ * header: from the answer as it happens, then from the result node's
+ * `approval` (kept with the conversation, so a redraw or a reload shows it).
+ * @param {HTMLElement} card
+ * @param {{ status: string, origin?: string, decidedAt?: number | null }} note
+ */
+function markApproval(card, note) {
+  const text = APPROVAL_STATUS_TEXT[note.status];
+  if (!text) return;
   const header = card.querySelector(":scope > .tool-header");
   if (!header) return;
-  let mark = header.querySelector(":scope > .badge-approval");
+  let mark = /** @type {HTMLElement | null} */ (header.querySelector(":scope > .badge-approval"));
   if (!mark) {
     mark = document.createElement("span");
     mark.className = "badge badge-approval";
     const statusElement = header.querySelector(":scope > .tool-status");
     header.insertBefore(mark, statusElement);
   }
-  mark.dataset.status = status;
-  mark.textContent = APPROVAL_STATUS_TEXT[status];
-  mark.title = `Your answer to the approval request: ${APPROVAL_STATUS_TEXT[status]}`;
-  card.dataset.approval = status;
+  mark.dataset.status = note.status;
+  mark.textContent = text;
+  const on = note.origin ? ` on ${hostOf(note.origin)}` : "";
+  const at = typeof note.decidedAt === "number" ? ` at ${new Date(note.decidedAt).toLocaleString()}` : "";
+  mark.title = `Your answer to the approval request${on}: ${text}${at}`;
+  card.dataset.approval = note.status;
 }
 
 function hostOf(origin) {

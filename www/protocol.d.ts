@@ -492,6 +492,12 @@ export type NodeBody =
      * for models without vision.
      */
     images?: ImageData[];
+    /**
+     * The user's answer when the call asked for approval (UI only,
+     * never sent to the model): the conversation keeps what the user
+     * authorized after the approval record's retention ends.
+     */
+    approval?: ApprovalNote | null;
   }
   | {
     kind: "notice";
@@ -557,6 +563,27 @@ export interface ImageData {
   /** Base64 without the `data:` prefix. */
   data: string;
 }
+
+/**
+ * How the user answered a call's approval request, kept on its
+ * `tool_result` node: `accepted_once`, `accepted_for_site`, `declined`,
+ * or `cancelled` (the turn ended before an answer).
+ */
+export interface ApprovalNote {
+  status: ApprovalStatus;
+  /** The origin the user was asked about. */
+  origin: string;
+  decidedAt?: number | null;
+}
+
+/** Where an approval stands. */
+export type ApprovalStatus =
+  | "pending"
+  | "accepted_once"
+  | "accepted_for_site"
+  | "declined"
+  /** The run ended (interrupt) before anyone answered. */
+  | "cancelled";
 
 /** Severity of a display-only notice. */
 export type NoticeLevel =
@@ -700,15 +727,6 @@ export interface ApprovalRecord {
   createdAt: number;
   decidedAt?: number | null;
 }
-
-/** Where an approval stands. */
-export type ApprovalStatus =
-  | "pending"
-  | "accepted_once"
-  | "accepted_for_site"
-  | "declined"
-  /** The run ended (interrupt) before anyone answered. */
-  | "cancelled";
 
 /** A durable question from the model to the user (the `ask_user` tool). */
 export interface InteractionRecord {

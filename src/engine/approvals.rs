@@ -236,7 +236,20 @@ impl Engine {
                     "The user declined this action ({}{on}). Do not retry it; ask the user or choose another way.",
                     approval.label
                 );
-                self.tool_result_unit(now, thread_id, index, ToolStatus::Denied, content, None)
+                let mut unit =
+                    self.tool_result_unit(now, thread_id, index, ToolStatus::Denied, content, None);
+                // The result is written with the answer, which memory does
+                // not hold until this unit commits.
+                for record in &mut unit.puts {
+                    if let Record::Node(Node {
+                        body: NodeBody::ToolResult { approval, .. },
+                        ..
+                    }) = record
+                    {
+                        *approval = Some(ApprovalNote::of(&decided));
+                    }
+                }
+                unit
             }
             _ => {
                 let mut run = self.threads[thread_id]

@@ -529,6 +529,7 @@ mod tests {
                     content: big.clone(),
                     details: None,
                     images: vec![],
+                    approval: None,
                 },
             ),
         ];
@@ -621,6 +622,7 @@ mod view_tests {
                     content: "x".repeat(MAX_TOOL_RESULT_CHARS + step),
                     details: None,
                     images: Vec::new(),
+                    approval: None,
                 },
             ));
             if step == 2 {

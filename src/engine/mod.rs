@@ -42,7 +42,7 @@ use sha2::{Digest, Sha256};
 
 use crate::gatekeeper::{self, TargetInfo, Verdict};
 use crate::model::{
-    path_to_leaf, ApprovalRecord, ApprovalStatus, InFlightTool, InteractionRecord,
+    path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, InFlightTool, InteractionRecord,
     InteractionStatus, Node, NodeBody, NoticeLevel, PendingSteer, ProviderProfile, QueueItem,
     Receipt, Run, RunState, SiteRule, StopReason, Thread, ToolStatus, Usage, MAX_QUEUE,
 };

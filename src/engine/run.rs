@@ -763,6 +763,7 @@ pick a different element or tool, or explain the problem to the user.",
                     content,
                     details,
                     images,
+                    approval: self.approval_note(tid, &run.id, &call.call_id, now),
                 },
             });
             parent = Some(id);
@@ -798,6 +799,29 @@ pick a different element or tool, or explain the problem to the user.",
         }
         unit.put(Record::Thread(thread)).put(Record::Run(run));
         unit
+    }
+
+    /// The user's answer to the approval call `call_id` of run `run_id`
+    /// asked for, for its result node. One still pending is written as
+    /// `cancelled` at `now`: a result then means the turn ended without it.
+    fn approval_note(
+        &self,
+        tid: &str,
+        run_id: &str,
+        call_id: &str,
+        now: u64,
+    ) -> Option<ApprovalNote> {
+        let asked = self.threads[tid]
+            .approvals
+            .iter()
+            .rev()
+            .find(|a| a.run_id == run_id && a.call_id == call_id)?;
+        let mut note = ApprovalNote::of(asked);
+        if note.status == ApprovalStatus::Pending {
+            note.status = ApprovalStatus::Cancelled;
+            note.decided_at = Some(now);
+        }
+        Some(note)
     }
 
     /// Write the terminal state: the streamed prefix, synthetic results for
@@ -899,6 +923,7 @@ pick a different element or tool, or explain the problem to the user.",
                 parent_id: parent.clone(),
                 created_at: now,
                 body: NodeBody::ToolResult {
+                    approval: self.approval_note(tid, &run.id, &call.call_id, now),
                     call_id: call.call_id,
                     name: call.name,
                     status: parts.status,

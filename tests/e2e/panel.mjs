@@ -664,6 +664,17 @@ isolatedTest('same_approval_twice_and_a_conflicting_one', {}, async (session) =>
   assert.deepEqual(clicks.map((c) => [c.callId, c.status]), [[card.callId, 'ok']]);
   assert.equal(mock.requests().length, 3, 'read_page, click, final answer');
   assertNoOrphans(session);
+
+  // The answer is kept with the click's result, so the card shows it after
+  // a reload (the approval record itself goes after its retention).
+  const clickResult = (await stored(panel, 'nodes')).find((n) => n.kind === 'tool_result' && n.callId === card.callId);
+  assert.deepEqual([clickResult?.approval?.status, clickResult?.approval?.origin], ['accepted_once', new URL(shop.url()).origin]);
+  assert.equal(typeof clickResult.approval.decidedAt, 'number');
+  await panel.reload();
+  const badge = panel.locator(`[data-call-id="${card.callId}"] .badge-approval`);
+  await waitFor(async () => (await badge.count()) === 1, { timeout: 30000, message: 'the answer on the card after a reload' });
+  assert.equal(await badge.textContent(), 'allowed once');
+  assert.match(await badge.getAttribute('title'), new RegExp(`^Your answer to the approval request on ${new URL(shop.url()).host.replace(/[.]/g, '\\.')}: allowed once at `));
 });
 
 // ---------------------------------------------------- keyboard shortcuts ---

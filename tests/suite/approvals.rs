@@ -301,6 +301,90 @@ fn interrupt_while_waiting_cancels_the_approval_and_aborts_the_call() {
     check_invariants(&sim, &[]).unwrap();
 }
 
+/// The approval note on the click's result node.
+fn click_approval(sim: &Sim) -> Option<sw_agent::model::ApprovalNote> {
+    paths(sim)[0].iter().find_map(|n| match &n.body {
+        NodeBody::ToolResult { name, approval, .. } if name == "click" => approval.clone(),
+        _ => None,
+    })
+}
+
+#[test]
+fn the_user_s_approval_answer_stays_on_the_call_s_result_after_the_approval_is_gone() {
+    // Allowed once: the result says so, with the origin and the time of
+    // the answer; the model is sent the result's content only.
+    let (mut sim, conn, thread, approval) = waiting(78);
+    sim.now += 5_000;
+    let answered_at = sim.now;
+    sim.send(
+        conn,
+        respond("r1", &thread, &approval, ApprovalDecision::AcceptOnce),
+    );
+    sim.run(10_000);
+    let note = click_approval(&sim).expect("the answer is on the result");
+    assert_eq!(note.status, ApprovalStatus::AcceptedOnce);
+    assert_eq!(note.origin, "https://shop.example");
+    assert!(
+        note.decided_at.is_some_and(|at| at >= answered_at),
+        "{note:?}"
+    );
+    for request in &sim.requests {
+        let body = sw_agent::provider::openai::build_body(request).to_string();
+        assert!(!body.contains("accepted_once"), "sent to the model: {body}");
+    }
+    // Days later the approval record is pruned at a start; the
+    // conversation still shows what the user allowed.
+    sim.now += 8 * 24 * 60 * 60 * 1000;
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, initialize("i1", Some(&thread)));
+    sim.run(10_000);
+    assert!(sim.store.approvals.is_empty(), "{:?}", sim.store.approvals);
+    let shown = sim
+        .events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Initialized { snapshot } => snapshot.thread.clone(),
+            _ => None,
+        })
+        .expect("a snapshot");
+    let shown_note = shown.nodes.iter().find_map(|n| match &n.body {
+        NodeBody::ToolResult { name, approval, .. } if name == "click" => approval.clone(),
+        _ => None,
+    });
+    assert_eq!(shown_note, Some(note));
+    check_invariants(&sim, &[]).unwrap();
+
+    // Declined: the denied result carries the answer.
+    let (mut sim, conn, thread, approval) = waiting(79);
+    sim.send(
+        conn,
+        respond("r1", &thread, &approval, ApprovalDecision::Decline),
+    );
+    sim.run(10_000);
+    assert_eq!(click_result(&sim).unwrap().0, ToolStatus::Denied);
+    assert_eq!(
+        click_approval(&sim).unwrap().status,
+        ApprovalStatus::Declined
+    );
+
+    // Stopped while asking: the aborted result says the question was withdrawn.
+    let (mut sim, conn, thread, _) = waiting(80);
+    sim.send(conn, interrupt("x1", &thread));
+    sim.run(10_000);
+    assert_eq!(click_result(&sim).unwrap().0, ToolStatus::Aborted);
+    let note = click_approval(&sim).unwrap();
+    assert_eq!(note.status, ApprovalStatus::Cancelled);
+    assert!(note.decided_at.is_some());
+
+    // A read that asked nothing carries no note.
+    let reads_noted = paths(&sim)[0].iter().any(|n| {
+        matches!(&n.body, NodeBody::ToolResult { name, approval: Some(_), .. } if name != "click")
+    });
+    assert!(!reads_noted);
+}
+
 #[test]
 fn without_an_approver_writes_are_denied_fail_safe() {
     let mut sim = Sim::new(78, agent_policy(), page_tools());

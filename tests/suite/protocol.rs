@@ -172,6 +172,11 @@ fn events_round_trip_with_seq_and_epoch() {
             content: "done".into(),
             details: Some(json!({ "rect": { "x": 1 } })),
             images: vec![],
+            approval: Some(sw_agent::model::ApprovalNote {
+                status: sw_agent::model::ApprovalStatus::AcceptedOnce,
+                origin: "https://shop.example".into(),
+                decided_at: Some(4),
+            }),
         },
     };
     let events = vec![
