@@ -940,8 +940,19 @@ impl<'de> Deserialize<'de> for PageMessage {
 pub enum ClientKind {
     /// An extension page of this extension (side panel, options): may issue ops.
     ExtensionPage,
+    /// Code in the worker itself (`Engine.connectClient`: a context-menu
+    /// command, a keyboard shortcut): may issue ops like a page, but does
+    /// not keep the worker awake (it dies with the worker).
+    Worker,
     /// A content script or any web page: may never issue ops.
     Untrusted,
+}
+
+impl ClientKind {
+    /// May send ops and receive a thread's events.
+    pub fn trusted(self) -> bool {
+        matches!(self, ClientKind::ExtensionPage | ClientKind::Worker)
+    }
 }
 
 /// Classify a Port sender. `own_origin` is `chrome-extension://<id>`.

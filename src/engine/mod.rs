@@ -1425,7 +1425,7 @@ impl Engine {
                 _ => fingerprint(&op),
             },
         };
-        let trusted = self.conns.get(&conn).map(|c| c.kind) == Some(ClientKind::ExtensionPage);
+        let trusted = self.conns.get(&conn).is_some_and(|c| c.kind.trusted());
         if !trusted {
             self.reject(
                 &reply,

@@ -318,7 +318,7 @@ impl Engine {
         message: Value,
         thread_id: &str,
     ) {
-        let trusted = self.conns.get(&conn).map(|c| c.kind) == Some(ClientKind::ExtensionPage);
+        let trusted = self.conns.get(&conn).is_some_and(|c| c.kind.trusted());
         let current = trusted
             && match Op::from_value(message.clone()) {
                 Ok(Op::Initialize {

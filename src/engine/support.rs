@@ -354,9 +354,7 @@ impl Engine {
         let mut conns: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| {
-                c.kind == ClientKind::ExtensionPage && c.subscribed.as_deref() == Some(tid)
-            })
+            .filter(|(_, c)| c.kind.trusted() && c.subscribed.as_deref() == Some(tid))
             .map(|(id, _)| *id)
             .collect();
         crate::sorting::sort(&mut conns);
@@ -384,7 +382,7 @@ impl Engine {
         let mut conns: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.kind == ClientKind::ExtensionPage)
+            .filter(|(_, c)| c.kind.trusted())
             .map(|(id, _)| *id)
             .collect();
         crate::sorting::sort(&mut conns);

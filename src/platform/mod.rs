@@ -39,7 +39,7 @@ use crate::engine::{
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
 use crate::gatekeeper::{self, origin_of, TargetInfo};
 use crate::model::ProviderProfile;
-use crate::protocol::{classify_sender, ErrorKind, PageMessage, PageRequest};
+use crate::protocol::{classify_sender, ClientKind, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
     http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
 };
@@ -94,11 +94,21 @@ struct KeptBody {
     slots: Vec<web_sys::Blob>,
 }
 
+/// The first id of a worker client (`Engine.connectClient`); sw.js numbers
+/// Ports from 1, far below it.
+const WORKER_CLIENT_IDS: ConnId = 1 << 40;
+
 struct Driver {
     engine: RefCell<Engine>,
     store: IdbStore,
     own_origin: String,
     ports: RefCell<VecMap<ConnId, Port>>,
+    /// Clients in the worker itself (`Engine.connectClient`): the function
+    /// each one's events are handed to.
+    worker_clients: RefCell<VecMap<ConnId, js_sys::Function>>,
+    /// The next worker client's id: from `WORKER_CLIENT_IDS` up, apart
+    /// from the Port ids sw.js counts from 1.
+    next_worker_client: Cell<ConnId>,
     provider_aborts: RefCell<VecMap<u64, AbortController>>,
     page_ports: RefCell<VecMap<u64, Port>>,
     /// The tools the embedding extension defined (`extension/host-tools.js`)
@@ -285,6 +295,16 @@ impl Driver {
                 if let Some(port) = port {
                     if port.post(&message).is_err() {
                         self.ports.borrow_mut().remove(&conn);
+                    }
+                    return;
+                }
+                let client = self.worker_clients.borrow().get(&conn).cloned();
+                if let Some(on_event) = client {
+                    // Its own handler's error is the embedder's to see; the
+                    // client stays connected.
+                    if let Err(e) = on_event.call1(&JsValue::NULL, &message) {
+                        let e = error::js_to_error(e);
+                        warn(&format!("a worker client's event handler threw: {e}"));
                     }
                 }
             }
@@ -1171,6 +1191,39 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// A client in the worker itself (`Engine.connectClient`).
+#[wasm_bindgen]
+pub struct WorkerClient {
+    driver: Rc<Driver>,
+    id: ConnId,
+    open: Cell<bool>,
+}
+
+#[wasm_bindgen]
+impl WorkerClient {
+    /// Send an op (the same object a side panel posts: `type`, `clientId`,
+    /// `submissionId`, …). Its answer, and a malformed op's reject, come
+    /// to the client's `on_event`. Throws once the client is closed.
+    pub fn send(&self, op: JsValue) -> Result<(), JsValue> {
+        if !self.open.get() {
+            return Err(js_sys::Error::new("This engine client was closed.").into());
+        }
+        let value = boundary::from_js_value(op);
+        let id = self.id;
+        self.driver.input(|e, now| e.handle_message(now, id, value));
+        Ok(())
+    }
+
+    /// Stop the client's events. Ops it sent are still carried out.
+    pub fn close(&self) {
+        if self.open.replace(false) {
+            self.driver.worker_clients.borrow_mut().remove(&self.id);
+            let id = self.id;
+            self.driver.input(|e, _| e.handle_disconnect(id));
+        }
+    }
+}
+
 /// The engine as `extension/sw.js` sees it.
 #[wasm_bindgen(js_name = Engine)]
 pub struct EngineHandle {
@@ -1321,6 +1374,8 @@ impl EngineHandle {
             store,
             own_origin: chrome::own_origin(),
             ports: RefCell::new(VecMap::new()),
+            worker_clients: RefCell::new(VecMap::new()),
+            next_worker_client: Cell::new(WORKER_CLIENT_IDS),
             provider_aborts: RefCell::new(VecMap::new()),
             page_ports: RefCell::new(VecMap::new()),
             host_tools,
@@ -1376,6 +1431,28 @@ impl EngineHandle {
         let value = boundary::from_js_value(message);
         self.driver
             .input(|e, now| e.handle_cached_initialize(now, id as ConnId, value, &thread_id));
+    }
+
+    /// A client in the worker itself: code of the embedding extension's
+    /// worker (a context-menu command, a keyboard shortcut, its own logic)
+    /// that drives the engine as a side panel does. `on_event` is called
+    /// with every event the client gets (its ops' `command.ack` /
+    /// `command.reject`, then, once an `initialize`, `thread.create` or
+    /// `turn.submit` subscribed it to a thread, that thread's events). It is
+    /// trusted as an extension page, but does not keep the worker awake,
+    /// and it ends with the worker: a new worker needs a new client.
+    #[wasm_bindgen(js_name = connectClient)]
+    pub fn connect_client(&self, on_event: js_sys::Function) -> WorkerClient {
+        let id = self.driver.next_worker_client.get();
+        self.driver.next_worker_client.set(id + 1);
+        self.driver.worker_clients.borrow_mut().insert(id, on_event);
+        self.driver
+            .input(|e, _| e.handle_connect(id, ClientKind::Worker));
+        WorkerClient {
+            driver: self.driver.clone(),
+            id,
+            open: Cell::new(true),
+        }
     }
 
     pub fn on_disconnect(&self, id: f64) {

@@ -57,6 +57,7 @@ import {
   saveArtifacts,
   isolatedTest as sharedIsolatedTest,
   messageText,
+  inEngineWorker,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -676,6 +677,59 @@ isolatedTest('same_approval_twice_and_a_conflicting_one', {}, async (session) =>
   assert.equal(await badge.textContent(), 'allowed once');
   assert.match(await badge.getAttribute('title'), new RegExp(`^Your answer to the approval request on ${new URL(shop.url()).host.replace(/[.]/g, '\\.')}: allowed once at `));
 });
+
+// ------------------------------------------------ a client in the worker ---
+
+isolatedTest(
+  'a_client_in_the_worker_submits_a_turn_that_the_side_panel_lists_and_shows',
+  // Engine.connectClient: the embedding extension's own worker code (a
+  // context-menu command, say) drives a turn as a panel would.
+  { script: [{ text: 'Hello from the worker [worker-client-e2e].' }] },
+  async (session) => {
+    const { panel } = session;
+    const threadsBefore = (await stored(panel, 'threads')).length;
+    await inEngineWorker(session, () => {
+      const events = (globalThis.__e2eWorkerEvents = []);
+      const client = globalThis.__swAgent.engine.connectClient((event) => events.push(event));
+      globalThis.__e2eWorkerClient = client;
+      client.send({ type: 'turn.submit', clientId: 'worker-e2e', submissionId: 'w-1', threadId: null, input: { text: 'Say hello [worker-client-e2e]' } });
+      // A malformed op is answered on the client too, not thrown.
+      client.send({ type: 'turn.submit', clientId: 'worker-e2e', submissionId: 'w-bad' });
+    });
+    const events = await waitFor(
+      () => inEngineWorker(session, () => (globalThis.__e2eWorkerEvents.some((e) => e.type === 'turn.complete') ? globalThis.__e2eWorkerEvents : null)),
+      { timeout: 60000, message: 'the worker client saw its turn end' },
+    );
+    const ack = events.findIndex((e) => e.type === 'command.ack' && e.submissionId === 'w-1');
+    const complete = events.findIndex((e) => e.type === 'turn.complete');
+    assert.ok(ack >= 0 && ack < complete, JSON.stringify(events.map((e) => e.type)));
+    assert.equal(events[complete].stopReason, 'end');
+    const threadId = events[ack].result.threadId;
+    const bad = events.find((e) => e.submissionId === 'w-bad');
+    assert.deepEqual([bad?.type, bad?.error?.kind], ['command.reject', 'invalid_op']);
+    const streamed = events.filter((e) => e.type === 'item.delta').map((e) => e.delta?.text ?? '').join('');
+    assert.match(streamed, /Hello from the worker/);
+
+    // The side panel lists the new thread and shows its turn when chosen.
+    assert.equal((await stored(panel, 'threads')).length, threadsBefore + 1);
+    await waitFor(async () => (await panel.locator(`#thread-list option[value="${threadId}"]`).count()) === 1, { timeout: 30000, message: 'the thread in the panel\'s list' });
+    await panel.selectOption('#thread-list', threadId);
+    await waitFor(async () => transcriptLines(await readPanel(panel)).some((line) => line.includes('Hello from the worker')), { timeout: 30000, message: 'the worker\'s turn in the panel' });
+
+    // Closed, the client gets nothing more and refuses to send.
+    const closed = await inEngineWorker(session, () => {
+      const client = globalThis.__e2eWorkerClient;
+      client.close();
+      try {
+        client.send({ type: 'siteRules.list', clientId: 'worker-e2e', submissionId: 'w-2' });
+        return 'sent';
+      } catch (err) {
+        return String(err.message);
+      }
+    });
+    assert.equal(closed, 'This engine client was closed.');
+  },
+);
 
 // ---------------------------------------------------- keyboard shortcuts ---
 

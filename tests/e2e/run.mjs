@@ -47,6 +47,7 @@ import {
   saveArtifacts,
   seededRandom,
   messageText,
+  inEngineWorker,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -295,25 +296,6 @@ describe('one browser: a full turn, then checks on what it left behind', () => {
 });
 
 // ------------------------------------- the module from Cache Storage ---
-
-/** Evaluates `fn(arg)` in the extension's worker once its engine is ready (a restarted worker included). */
-async function inEngineWorker(session, fn, arg) {
-  const prefix = `chrome-extension://${session.extensionId}/`;
-  return waitFor(
-    async () => {
-      for (const worker of session.context.serviceWorkers().filter((w) => w.url().startsWith(prefix)).reverse()) {
-        try {
-          const ready = await worker.evaluate(() => Boolean(globalThis.__swAgent?.engine));
-          if (ready) return { value: await worker.evaluate(fn, arg) };
-        } catch {
-          // a worker that was just killed: look again
-        }
-      }
-      return null;
-    },
-    { timeout: 60000, message: 'the engine of a running worker' },
-  ).then((found) => found.value);
-}
 
 /** Waits until the panel is connected to an engine other than the one of `epoch`. */
 function reconnectedToANewEngine(panel, epoch) {

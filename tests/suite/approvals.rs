@@ -672,6 +672,53 @@ fn a_connected_side_panel_keeps_the_heartbeat_and_an_untrusted_client_does_not()
     assert_eq!(sim.heartbeat, Heartbeat::Off);
 }
 
+#[test]
+fn a_client_in_the_worker_drives_a_turn_like_a_panel_but_does_not_keep_the_worker() {
+    // `Engine.connectClient`: the embedding extension's own worker code
+    // submits a turn, answers its approval and gets the thread's events;
+    // a side panel open on the same thread sees the same turn.
+    let mut sim = Sim::new(81, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let client = sim.connect_as(sw_agent::protocol::ClientKind::Worker);
+    sim.drain_effects();
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
+        "a worker client is not a reason to stay awake"
+    );
+    sim.send(client, submit("w1", None, "Subscribe me"));
+    sim.run(10_000);
+    let thread = acked_thread(&sim, client, "w1").expect("the turn was taken");
+    let asked = approval_requests(&sim).pop().expect("the click asks");
+    let panel = sim.connect();
+    sim.send(panel, initialize("i1", Some(&thread)));
+    sim.send(
+        client,
+        respond("r1", &thread, &asked.id, ApprovalDecision::AcceptOnce),
+    );
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, client, "r1"), Some(Ok(_))));
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
+    for conn in [client, panel] {
+        let completed = sim
+            .events_for(conn)
+            .into_iter()
+            .any(|e| matches!(e, Event::TurnComplete { thread_id, .. } if *thread_id == thread));
+        assert!(completed, "conn {conn} saw the turn end");
+    }
+    // Site rules and thread lists reach it as they reach pages.
+    sim.send(client, list_site_rules("l1"));
+    sim.run(1000);
+    assert!(matches!(answer(&sim, client, "l1"), Some(Ok(_))));
+    sim.disconnect(panel);
+    assert_eq!(
+        sim.heartbeat,
+        Heartbeat::Off,
+        "only the worker client is left"
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
+
 /// The origins `siteRules.list` answered `id` with, each with `allowWrites`.
 fn listed_rules(sim: &Sim, conn: u64, id: &str) -> Vec<(String, bool)> {
     let result = answer(sim, conn, id).expect("answered").expect("acked");

@@ -296,3 +296,22 @@ export async function scriptModel(mock, steps) {
   const pending = JSON.parse(body).pendingSteps;
   if (pending !== steps.length) throw new Error(`POST /__control/script: ${pending} steps pending, ${steps.length} sent`);
 }
+
+/** Evaluates `fn(arg)` in the extension's worker once its engine is ready (a restarted worker included). */
+export async function inEngineWorker(session, fn, arg) {
+  const prefix = `chrome-extension://${session.extensionId}/`;
+  return waitFor(
+    async () => {
+      for (const worker of session.context.serviceWorkers().filter((w) => w.url().startsWith(prefix)).reverse()) {
+        try {
+          const ready = await worker.evaluate(() => Boolean(globalThis.__swAgent?.engine));
+          if (ready) return { value: await worker.evaluate(fn, arg) };
+        } catch {
+          // a worker that was just killed: look again
+        }
+      }
+      return null;
+    },
+    { timeout: 60000, message: 'the engine of a running worker' },
+  ).then((found) => found.value);
+}
