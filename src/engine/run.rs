@@ -60,10 +60,20 @@ impl Engine {
                 || before.kind != profile.kind
                 || before.base_url != profile.base_url)
                 .then(|| {
-                    format!(
+                    let mut text = format!(
                         "Model changed from {} ({}) to {} ({}).",
                         before.model, before.kind, profile.model, profile.kind
-                    )
+                    );
+                    let images = t.path.iter().any(|n| {
+                        matches!(&n.body, NodeBody::ToolResult { images, .. } if !images.is_empty())
+                    });
+                    if images && !profile.vision {
+                        text.push_str(
+                            " It has no vision: the screenshots earlier in this conversation \
+                             reach it as a note that they were left out.",
+                        );
+                    }
+                    text
                 })
         });
         let mut unit = UnitOfWork::new();

@@ -197,6 +197,48 @@ fn a_screenshot_within_the_bound_is_kept_and_a_larger_one_is_dropped_with_a_note
 }
 
 /// page_snapshot results with these details, in order.
+/// The text of the newest notice on the thread's path.
+fn last_notice(sim: &Sim) -> String {
+    paths(sim)[0]
+        .iter()
+        .rev()
+        .find_map(|n| match &n.body {
+            NodeBody::Notice { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .expect("a notice")
+}
+
+#[test]
+fn a_switch_to_a_model_without_vision_says_the_screenshots_are_left_out() {
+    let (mut sim, _, images) = screenshot_run(122, 1000);
+    assert_eq!(images.len(), 1);
+    let conn = sim.connect();
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    let mut profile = sim.profile.clone();
+    profile.model = "text-only".into();
+    profile.vision = false;
+    sim.engine.handle_settings(profile.clone());
+    sim.send(conn, submit("s2", Some(&thread), "And now?"));
+    sim.run(10_000);
+    let notice = last_notice(&sim);
+    assert!(
+        notice.contains("to text-only") && notice.contains("no vision"),
+        "{notice}"
+    );
+    // Back to a model with vision: nothing is left out, nothing is said.
+    profile.model = "sees-all".into();
+    profile.vision = true;
+    sim.engine.handle_settings(profile);
+    sim.send(conn, submit("s3", Some(&thread), "And again?"));
+    sim.run(10_000);
+    let notice = last_notice(&sim);
+    assert!(
+        notice.contains("to sees-all") && !notice.contains("vision"),
+        "{notice}"
+    );
+}
+
 fn snapshots_with(details: Vec<Option<Value>>) -> sw_agent::sim::ToolFn {
     let details = Rc::new(RefCell::new(details.into_iter()));
     Box::new(move |_: &str, _: &Value| ToolOutcome {

@@ -546,7 +546,7 @@ fn switching_model_mid_thread_adds_a_notice_and_keeps_history() {
     );
     match &after[before.len()].body {
         NodeBody::Notice { text, .. } => assert!(
-            text.contains("sim-model") && text.contains("other-model"),
+            text.contains("sim-model") && text.contains("other-model") && !text.contains("vision"),
             "{text}"
         ),
         other => panic!("expected a model-switch notice, got {other:?}"),
