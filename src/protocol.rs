@@ -147,8 +147,8 @@ pub enum Op {
     },
     /// Change the text of a queued turn that has not started →
     /// `command.ack{itemId}`, `queue.updated`.
-    #[serde(rename = "queue.edit")]
-    QueueEdit {
+    #[serde(rename = "queue.update")]
+    QueueUpdate {
         #[serde(flatten)]
         submission: Submission,
         thread_id: String,
@@ -290,7 +290,7 @@ impl Op {
             | Op::ThreadCreate { submission }
             | Op::ThreadFork { submission, .. }
             | Op::ThreadSelectBranch { submission, .. }
-            | Op::QueueEdit { submission, .. }
+            | Op::QueueUpdate { submission, .. }
             | Op::ProviderTest { submission, .. }
             | Op::ThreadHistory { submission, .. }
             | Op::ThreadDelete { submission, .. }
@@ -317,7 +317,7 @@ impl Op {
             Op::ThreadCreate { .. } => "thread.create",
             Op::ThreadFork { .. } => "thread.fork",
             Op::ThreadSelectBranch { .. } => "thread.selectBranch",
-            Op::QueueEdit { .. } => "queue.edit",
+            Op::QueueUpdate { .. } => "queue.update",
             Op::ProviderTest { .. } => "provider.test",
             Op::ThreadHistory { .. } => "thread.history",
             Op::ThreadDelete { .. } => "thread.delete",
@@ -352,7 +352,7 @@ pub const OP_TYPES: [&str; 21] = [
     "turn.enqueue",
     "turn.interrupt",
     "queue.remove",
-    "queue.edit",
+    "queue.update",
     "run.resume",
     "run.resolveUncertain",
     "approval.response",
@@ -430,7 +430,12 @@ impl Op {
     /// of a panel's first `initialize` after a cold start (measured with
     /// `scripts/bench-cold-ab.mjs`); this decodes each field once.
     pub fn from_value(value: serde_json::Value) -> Result<Op, String> {
-        let (op_type, map) = tagged_object(value, "an op object")?;
+        let (mut op_type, map) = tagged_object(value, "an op object")?;
+        if op_type == "queue.edit" {
+            // The name this op had before it took the one DESIGN.md §4b
+            // gives it; a panel of an older build still sends it.
+            op_type = "queue.update".into();
+        }
         if !OP_TYPES.contains(&op_type.as_str()) {
             return Err(format!(
                 "unknown variant `{op_type}`, expected one of {}",
@@ -500,7 +505,7 @@ impl Op {
                 thread_id: f.req("threadId")?,
                 item_id: f.req("itemId")?,
             },
-            "queue.edit" => Op::QueueEdit {
+            "queue.update" => Op::QueueUpdate {
                 submission,
                 thread_id: f.req("threadId")?,
                 item_id: f.req("itemId")?,
@@ -1082,7 +1087,7 @@ mod tests {
                 thread_id: t(),
                 item_id: "q".into(),
             },
-            Op::QueueEdit {
+            Op::QueueUpdate {
                 submission: submission(),
                 thread_id: t(),
                 item_id: "q".into(),

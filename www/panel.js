@@ -177,7 +177,7 @@ const OP_VERBS = {
   "turn.steer": "steer the running turn",
   "turn.enqueue": "queue the message",
   "queue.remove": "remove the queued message",
-  "queue.edit": "change the queued message",
+  "queue.update": "change the queued message",
   "thread.fork": "fork the thread",
   "thread.selectBranch": "switch to another version of the conversation",
   "provider.test": "test the connection",
@@ -355,7 +355,7 @@ const view = {
    * @type {MessageEditor | null}
    */
   editor: null,
-  /** The open editor of a queued message. @type {QueueEditor | null} */
+  /** The open editor of a queued message. @type {QueueUpdateor | null} */
   queueEditor: null,
   /** A CSS selector of what gets the focus after the next snapshot redraw (a branch switcher's button). */
   focusAfterSnapshot: null,
@@ -371,7 +371,7 @@ const view = {
  * @typedef {{ nodeId: string, element: HTMLElement, body: HTMLElement, form: HTMLFormElement,
  *   textarea: HTMLTextAreaElement, error: HTMLElement, submissionId: string | null }} MessageEditor
  * @typedef {{ itemId: string, li: HTMLLIElement, input: HTMLInputElement, error: HTMLElement,
- *   submissionId: string | null, sentText: string }} QueueEditor
+ *   submissionId: string | null, sentText: string }} QueueUpdateor
  */
 
 // ------------------------------------------------------------ connection ---
@@ -763,12 +763,12 @@ function onAck(event) {
       setNote("This is the new thread, forked from the conversation up to that message. The original is still in the thread list.");
       dom.input.focus();
       break;
-    case "queue.edit":
+    case "queue.update":
       if (view.queueEditor && view.queueEditor.submissionId === event.submissionId) {
         // Durable now; show the new text at once (queue.updated follows with the same).
         const { itemId, sentText } = view.queueEditor;
         state.queue = state.queue.map((item) => (item.id === itemId ? { ...item, text: sentText } : item));
-        closeQueueEditor(true);
+        closeQueueUpdateor(true);
       }
       break;
     case "provider.test":
@@ -2167,7 +2167,7 @@ function renderQueue() {
   const editing = editor ? items.find((item) => item.id === editor.itemId) : undefined;
   if (editor && !editing) {
     // The item started (or was removed elsewhere) while being edited.
-    closeQueueEditor(false);
+    closeQueueUpdateor(false);
     setNote("That queued message has already started (or was removed), so it could not be changed.");
   }
   const hadFocus = editor !== null && editing !== undefined && editor.li.contains(document.activeElement);
@@ -2190,7 +2190,7 @@ function renderQueue() {
     edit.className = "queue-edit";
     edit.textContent = "Edit";
     edit.setAttribute("aria-label", `Edit queued message: ${clipText(item.text || "", 60)}`);
-    edit.addEventListener("click", () => openQueueEditor(item));
+    edit.addEventListener("click", () => openQueueUpdateor(item));
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "icon-button";
@@ -2215,11 +2215,11 @@ function renderQueue() {
 }
 
 /**
- * Edits a queued message in place: Enter saves (`queue.edit`), Esc cancels.
+ * Edits a queued message in place: Enter saves (`queue.update`), Esc cancels.
  * @param {QueueItem} item
  */
-function openQueueEditor(item) {
-  closeQueueEditor(false);
+function openQueueUpdateor(item) {
+  closeQueueUpdateor(false);
   const li = document.createElement("li");
   li.dataset.queueItemId = item.id;
   li.className = "queue-editing";
@@ -2231,7 +2231,7 @@ function openQueueEditor(item) {
   input.value = item.text || "";
   input.setAttribute("aria-label", "Edit queued message");
   input.setAttribute("aria-describedby", `queue-edit-hint queue-edit-error-${item.id}`);
-  const [save, cancel] = submitAndCancel("Save", () => closeQueueEditor(true));
+  const [save, cancel] = submitAndCancel("Save", () => closeQueueUpdateor(true));
   const hint = document.createElement("span");
   hint.id = "queue-edit-hint";
   hint.className = "visually-hidden";
@@ -2244,13 +2244,13 @@ function openQueueEditor(item) {
   li.append(form, error);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    saveQueueEdit();
+    saveQueueUpdate();
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Escape") {
       event.preventDefault();
       event.stopPropagation();
-      closeQueueEditor(true);
+      closeQueueUpdateor(true);
     }
   });
   view.queueEditor = { itemId: item.id, li, input, error, submissionId: null, sentText: "" };
@@ -2259,7 +2259,7 @@ function openQueueEditor(item) {
   input.select();
 }
 
-function saveQueueEdit() {
+function saveQueueUpdate() {
   const editor = view.queueEditor;
   if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.input.value.trim();
@@ -2269,17 +2269,17 @@ function saveQueueEdit() {
   }
   const current = state.queue.find((item) => item.id === editor.itemId);
   if (current && current.text === text) {
-    closeQueueEditor(true);
+    closeQueueUpdateor(true);
     return;
   }
   editor.error.textContent = "";
   editor.input.readOnly = true;
   editor.sentText = text;
-  editor.submissionId = sendOp("queue.edit", { threadId: state.threadId, itemId: editor.itemId, input: { text } });
+  editor.submissionId = sendOp("queue.update", { threadId: state.threadId, itemId: editor.itemId, input: { text } });
 }
 
 /** Closes the queue item editor; `refocus` puts the focus on the item's Edit button. */
-function closeQueueEditor(refocus) {
+function closeQueueUpdateor(refocus) {
   const editor = view.queueEditor;
   if (!editor) return;
   view.queueEditor = null;

@@ -104,7 +104,7 @@ export type Op =
    * `command.ack{itemId}`, `queue.updated`.
    */
   | {
-    type: "queue.edit";
+    type: "queue.update";
     threadId: string;
     itemId: string;
     input: UserInput;

@@ -519,7 +519,7 @@ impl Engine {
     }
 
     #[inline(never)]
-    pub(super) fn op_queue_edit(
+    pub(super) fn op_queue_update(
         &mut self,
         reply: Reply,
         thread_id: &str,

@@ -1543,12 +1543,12 @@ impl Engine {
                 limit,
                 ..
             } => self.op_thread_history(reply, &thread_id, &before_node_id, limit),
-            Op::QueueEdit {
+            Op::QueueUpdate {
                 thread_id,
                 item_id,
                 input,
                 ..
-            } => self.op_queue_edit(reply, &thread_id, &item_id, input.text),
+            } => self.op_queue_update(reply, &thread_id, &item_id, input.text),
             Op::TurnSteer {
                 thread_id,
                 expected_turn_id,

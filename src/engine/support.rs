@@ -826,7 +826,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         | Op::RunResolveUncertain { thread_id, .. }
         | Op::TurnInterrupt { thread_id, .. }
         | Op::QueueRemove { thread_id, .. }
-        | Op::QueueEdit { thread_id, .. }
+        | Op::QueueUpdate { thread_id, .. }
         | Op::ThreadSelectBranch { thread_id, .. }
         | Op::ThreadHistory { thread_id, .. }
         | Op::TurnSteer { thread_id, .. }

@@ -1435,16 +1435,16 @@ isolatedTest(
     await screenshot(panel, 'queue-editing');
     await panel.keyboard.press('Escape');
     assert.equal((await focused(panel)).name, `Edit queued message: ${QUEUED_ONE}`);
-    assert.equal((await sentOps(panel, 'queue.edit')).length, 0);
+    assert.equal((await sentOps(panel, 'queue.update')).length, 0);
     assert.equal((await readPanel(panel)).state, 'streaming_model', 'Esc in the queue editor did not stop the turn');
 
-    // Enter saves: queue.edit, acknowledged; the list shows the new text.
+    // Enter saves: queue.update, acknowledged; the list shows the new text.
     await panel.keyboard.press('Enter');
     await panel.keyboard.press('Control+A');
     await typeAndPress(panel, QUEUED_ONE_EDITED, 'Enter');
-    const [edit] = await sentOps(panel, 'queue.edit');
+    const [edit] = await sentOps(panel, 'queue.update');
     assert.equal(edit.input.text, QUEUED_ONE_EDITED);
-    assert.equal((await answerTo(panel, edit.submissionId, 'queue.edit')).type, 'command.ack');
+    assert.equal((await answerTo(panel, edit.submissionId, 'queue.update')).type, 'command.ack');
     await waitFor(async () => (await queueTexts())[0] === QUEUED_ONE_EDITED, { timeout: 15000, message: 'the edited text in the list' });
     assert.equal((await focused(panel)).name, `Edit queued message: ${QUEUED_ONE_EDITED}`, 'focus back on the item');
     const update = (await portMessages(panel, 'in')).filter((e) => e.message.type === 'queue.updated').at(-1).message;

@@ -118,7 +118,7 @@ fn every_op(id: &str, t: &str, r: &str, n: &str) -> Vec<serde_json::Value> {
         with("turn.enqueue", json!({ "threadId": t, "input": input })),
         with("queue.remove", json!({ "threadId": t, "itemId": "q1" })),
         with(
-            "queue.edit",
+            "queue.update",
             json!({ "threadId": t, "itemId": "q1", "input": input }),
         ),
         with("turn.interrupt", json!({ "threadId": t })),

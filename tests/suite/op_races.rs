@@ -130,7 +130,7 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
         4 | 5 => steer(&format!("steer-{text}"), &tid, &turn, &text),
         6 => enqueue(id, &tid, &text),
         7 => queue_remove(id, &tid, &item),
-        8 => queue_edit(id, &tid, &item, &text),
+        8 => queue_update(id, &tid, &item, &text),
         9 => interrupt(id, &tid),
         10 => resume(id, &tid),
         11 => resolve(
@@ -425,7 +425,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         .iter()
         .filter(|(id, _)| !refused.contains(id.as_str()))
         .filter_map(|(_, op)| match op {
-            Op::QueueRemove { item_id, .. } | Op::QueueEdit { item_id, .. } => {
+            Op::QueueRemove { item_id, .. } | Op::QueueUpdate { item_id, .. } => {
                 Some(item_id.as_str())
             }
             _ => None,
@@ -622,7 +622,7 @@ fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant()
         "turn.steer",
         "turn.enqueue",
         "queue.remove",
-        "queue.edit",
+        "queue.update",
         "turn.interrupt",
         "run.resume",
         "approval.response",

@@ -13,6 +13,15 @@ fn round_trip_op(op: Op) {
 }
 
 #[test]
+fn queue_update_keeps_the_design_s_name_and_takes_the_old_one() {
+    let op = queue_update("s", "t", "q", "later");
+    assert_eq!(serde_json::to_value(&op).unwrap()["type"], "queue.update");
+    let mut old = serde_json::to_value(&op).unwrap();
+    old["type"] = "queue.edit".into();
+    assert_eq!(serde_json::from_value::<Op>(old).unwrap(), op);
+}
+
+#[test]
 fn ops_round_trip() {
     round_trip_op(submit("s", None, "hi"));
     round_trip_op(submit("s", Some("t1"), "hi"));
@@ -40,7 +49,7 @@ fn ops_round_trip() {
         thread_id: "t".into(),
         item_id: "q".into(),
     });
-    round_trip_op(Op::QueueEdit {
+    round_trip_op(Op::QueueUpdate {
         submission: submission("s"),
         thread_id: "t".into(),
         item_id: "q".into(),

@@ -865,7 +865,7 @@ fn protocol_ts_describes_real_serde_output() {
             thread_id: "t".into(),
             node_id: "n".into(),
         },
-        Op::QueueEdit {
+        Op::QueueUpdate {
             submission: submission("i"),
             thread_id: "t".into(),
             item_id: "q".into(),

@@ -73,8 +73,8 @@ pub fn queue_remove(id: &str, thread: &str, item: &str) -> Op {
     }
 }
 
-pub fn queue_edit(id: &str, thread: &str, item: &str, text: &str) -> Op {
-    Op::QueueEdit {
+pub fn queue_update(id: &str, thread: &str, item: &str, text: &str) -> Op {
+    Op::QueueUpdate {
         submission: submission(id),
         thread_id: thread.into(),
         item_id: item.into(),

@@ -349,7 +349,7 @@ fn queued_turn_can_be_edited_until_it_starts() {
     sim.send(conn, submit("s2", Some(&tid), "then read, draft"));
     sim.run(1000);
     let item = sim.store.queue.keys().next().cloned().expect("queued");
-    let edit_op = |id: &str, text: &str| Op::QueueEdit {
+    let edit_op = |id: &str, text: &str| Op::QueueUpdate {
         submission: submission(id),
         thread_id: tid.clone(),
         item_id: item.clone(),
@@ -359,7 +359,7 @@ fn queued_turn_can_be_edited_until_it_starts() {
     sim.send(conn, edit_op("qe2", "   "));
     sim.run(1000);
     assert_eq!(sim.store.queue[&item].text, "then read");
-    assert_eq!(rejects(&sim, conn, "queue.edit")[0].0, "qe2");
+    assert_eq!(rejects(&sim, conn, "queue.update")[0].0, "qe2");
 
     // Answer the approval with commits parked: once the queued turn's start
     // is in flight, editing or removing it is refused.
@@ -400,7 +400,7 @@ fn queued_turn_can_be_edited_until_it_starts() {
     sim.release_persists();
     sim.auto_approve = Some(sw_agent::protocol::ApprovalDecision::AcceptOnce);
     sim.run(20_000);
-    let late = rejects(&sim, conn, "queue.edit");
+    let late = rejects(&sim, conn, "queue.update");
     assert!(late[1].2.contains("starting"), "{late:?}");
     assert!(rejects(&sim, conn, "queue.remove")[0]
         .2
@@ -420,7 +420,10 @@ fn queued_turn_can_be_edited_until_it_starts() {
         .filter(|e| matches!(e, Event::CommandAck { submission_id, .. } if submission_id == "qe1"))
         .count();
     assert_eq!(acks, 2);
-    assert_eq!(rejects(&sim, conn, "queue.edit")[2].1, ErrorKind::NotFound);
+    assert_eq!(
+        rejects(&sim, conn, "queue.update")[2].1,
+        ErrorKind::NotFound
+    );
     check_invariants(&sim, &[]).unwrap();
 }
 
