@@ -695,15 +695,14 @@ impl Engine {
     /// the turn is stopped as by an interrupt that nobody waits for, and
     /// the delete waits for its end to be saved (`thread_to_settle`).
     pub(super) fn stop_run_for_delete(&mut self, now: u64, thread_id: &str) {
-        let Some(exec) = self
+        if let Some(exec) = self
             .threads
             .get_mut(thread_id)
             .and_then(|t| t.exec.as_mut())
-        else {
-            return;
-        };
-        exec.stop_requested = true;
-        self.stop_run(now, thread_id);
+        {
+            exec.stop_requested = true;
+            self.stop_run(now, thread_id);
+        }
     }
 
     /// End the thread's running turn as `interrupted`, now or, while a

@@ -872,3 +872,34 @@ pub fn rename(id: &str, thread: &str, title: &str) -> Op {
         title: title.into(),
     }
 }
+
+/// The latest snapshot's thread view a client received.
+pub fn last_view(sim: &Sim, conn: u64) -> sw_agent::protocol::ThreadView {
+    sim.events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Initialized { snapshot } => snapshot.thread.clone(),
+            _ => None,
+        })
+        .expect("a snapshot with a thread")
+}
+
+/// A model that makes the calls `(id, name, arguments)` one per step, in
+/// order (the step is the number of tool results so far), then answers `text`.
+pub fn calls_then_text(
+    calls: &'static [(&'static str, &'static str, &'static str)],
+    text: &'static str,
+) -> sw_agent::sim::Policy {
+    Box::new(move |request: &ProviderRequest| {
+        let results = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
+            .count();
+        match calls.get(results) {
+            Some((id, name, arguments)) => sw_agent::sim::Reply::call(id, name, arguments),
+            None => sw_agent::sim::Reply::text(text),
+        }
+    })
+}

@@ -443,15 +443,7 @@ fn snapshot_carries_the_tail_and_history_pages_in_the_rest() {
 
     sim.send(conn, initialize("i1", Some(&tid)));
     sim.run(1000);
-    let view = sim
-        .events_for(conn)
-        .into_iter()
-        .rev()
-        .find_map(|e| match e {
-            Event::Initialized { snapshot } => snapshot.thread.clone(),
-            _ => None,
-        })
-        .unwrap();
+    let view = last_view(&sim, conn);
     assert!(view.nodes.len() <= 5 && !view.nodes.is_empty());
     assert_eq!(view.older_nodes as usize + view.nodes.len(), path.len());
     assert_eq!(view.nodes, path[view.older_nodes as usize..]);
@@ -515,18 +507,6 @@ fn history_page(
     answer(sim, conn, id)
         .and_then(Result::ok)
         .expect("history acked")
-}
-
-/// The latest snapshot's thread view a client received.
-fn last_view(sim: &Sim, conn: u64) -> sw_agent::protocol::ThreadView {
-    sim.events_for(conn)
-        .into_iter()
-        .rev()
-        .find_map(|e| match e {
-            Event::Initialized { snapshot } => snapshot.thread.clone(),
-            _ => None,
-        })
-        .expect("a snapshot with a thread")
 }
 
 /// A long thread (~200 nodes, tool calls included) whose last message was
