@@ -15,11 +15,7 @@ use super::support::*;
 /// Calls page_snapshot `times` times, one call per response, then answers.
 fn snapshot_policy(times: usize) -> sw_agent::sim::Policy {
     Box::new(move |request: &ProviderRequest| {
-        let results = request
-            .messages
-            .iter()
-            .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
-            .count();
+        let results = tool_results_so_far(request);
         if results < times {
             Reply::call(&format!("snap{results}"), "page_snapshot", "{}")
         } else {

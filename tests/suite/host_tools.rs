@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use sw_agent::engine::ToolOutcome;
 use sw_agent::model::{ApprovalStatus, NodeBody, RunState, StopReason, ToolStatus};
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event};
-use sw_agent::provider::{ChatMessage, ProviderRequest, RawToolCall};
+use sw_agent::provider::{ProviderRequest, RawToolCall};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
 use sw_agent::tools::{
     time_limit_text, Binding, HostDefinition, Recovery, ToolRegistry, TOOL_TIME_LIMIT_MS,
@@ -55,11 +55,7 @@ fn registry() -> ToolRegistry {
 /// Look the customer up, add a note, then answer.
 fn policy() -> Policy {
     Box::new(|request: &ProviderRequest| {
-        let results = request
-            .messages
-            .iter()
-            .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
-            .count();
+        let results = tool_results_so_far(request);
         match results {
             0 => Reply::ToolCalls {
                 text: "Looking.".into(),

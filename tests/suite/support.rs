@@ -885,6 +885,15 @@ pub fn last_view(sim: &Sim, conn: u64) -> sw_agent::protocol::ThreadView {
         .expect("a snapshot with a thread")
 }
 
+/// How many tool results a request carries: which step of a turn it is.
+pub fn tool_results_so_far(request: &ProviderRequest) -> usize {
+    request
+        .messages
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
+        .count()
+}
+
 /// A model that makes the calls `(id, name, arguments)` one per step, in
 /// order (the step is the number of tool results so far), then answers `text`.
 pub fn calls_then_text(
@@ -892,11 +901,7 @@ pub fn calls_then_text(
     text: &'static str,
 ) -> sw_agent::sim::Policy {
     Box::new(move |request: &ProviderRequest| {
-        let results = request
-            .messages
-            .iter()
-            .filter(|m| matches!(m, ChatMessage::ToolResult { .. }))
-            .count();
+        let results = tool_results_so_far(request);
         match calls.get(results) {
             Some((id, name, arguments)) => sw_agent::sim::Reply::call(id, name, arguments),
             None => sw_agent::sim::Reply::text(text),
