@@ -21,7 +21,8 @@
 //                it happened, and it is never run twice by itself)
 //   parallelSafe optional, for reads that are safe to run again (recovery
 //                "retry-safe"): true lets neighbouring calls of such reads
-//                (yours and the page reads) run together, up to 4 at once;
+//                (yours and the page reads) run together, up to
+//                MAX_PARALLEL_READS (below) at once;
 //                otherwise calls run one at a time in the model's order
 //   timeoutMs    optional: how long a call may take, in ms (1 to 300000;
 //                default 60000). Past it the call's `signal` aborts and the
@@ -68,3 +69,9 @@ export const HOST_TOOLS = [];
 // used by one of your own tools.
 /** @type {string[] | null} */
 export const BUILT_IN_TOOLS = null;
+
+// How many parallel-safe reads (yours with parallelSafe, and the page reads)
+// may run together: a whole number from 1 to 16; null keeps the default, 4.
+// Any other value is named in the worker's console and the default is kept.
+/** @type {number | null} */
+export const MAX_PARALLEL_READS = null;

@@ -149,6 +149,7 @@ const ready = Promise.all([prefetched, instantiated])
       epoch,
       tools: hostTools.HOST_TOOLS,
       builtInTools: hostTools.BUILT_IN_TOOLS ?? null,
+      maxParallelReads: hostTools.MAX_PARALLEL_READS ?? null,
       settingsDefaults: settingsDefaults.SETTINGS_DEFAULTS ?? null,
       instructions: instructions.INSTRUCTIONS ?? null,
     });

@@ -128,7 +128,8 @@ pub struct EngineConfig {
     pub environment_limits: EnvironmentLimits,
     /// Who answers approval requests.
     pub approver: Approver,
-    /// How many parallel-safe reads may run together.
+    /// How many parallel-safe reads may run together (4 unless the
+    /// embedding extension sets it: `set_parallel_reads`).
     pub parallel_reads: usize,
     /// Ask the model for a short thread title when a thread's first turn
     /// starts (best effort, never blocks the turn).
@@ -236,12 +237,30 @@ impl Default for EngineConfig {
 /// every step.
 pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
 
+/// The most parallel-safe reads an embedding extension may let run together.
+pub const MAX_PARALLEL_READS: usize = 16;
+
 impl EngineConfig {
     /// Add the embedding extension's instructions (`extension/instructions.js`)
     /// after the built-in system prompt, which they extend rather than
     /// replace: its rule that page text is data, not instructions, stays.
     /// Blank instructions add nothing. Runs started with other instructions
     /// do not resume blindly (the frozen environment's system prompt).
+    /// How many parallel-safe reads may run together, as the embedding
+    /// extension sets it (`MAX_PARALLEL_READS` of `extension/host-tools.js`):
+    /// a whole number from 1 to `MAX_PARALLEL_READS`. Anything else is
+    /// refused with the reason and the default stays.
+    pub fn set_parallel_reads(&mut self, value: f64) -> Result<(), String> {
+        if value.fract() != 0.0 || !(1.0..=MAX_PARALLEL_READS as f64).contains(&value) {
+            return Err(format!(
+                "MAX_PARALLEL_READS must be a whole number from 1 to {MAX_PARALLEL_READS}, not {value}; {} is kept",
+                self.parallel_reads
+            ));
+        }
+        self.parallel_reads = value as usize;
+        Ok(())
+    }
+
     pub fn add_instructions(&mut self, instructions: &str) -> Result<(), String> {
         let text = instructions.trim();
         if text.len() > MAX_INSTRUCTIONS_BYTES {

@@ -1318,6 +1318,22 @@ impl EngineHandle {
         if let Err(e) = added {
             console_error(&format!("extension/instructions.js was left out: {e}"));
         }
+        // How many parallel-safe reads run together (`MAX_PARALLEL_READS`
+        // of `extension/host-tools.js`; undefined or null: the default).
+        let parallel = js_sys::Reflect::get(&prefetched, &JsValue::from_str("maxParallelReads"))
+            .unwrap_or(JsValue::UNDEFINED);
+        if !parallel.is_undefined() && !parallel.is_null() {
+            let set = match parallel.as_f64() {
+                Some(n) => config.set_parallel_reads(n),
+                None => Err(format!(
+                    "MAX_PARALLEL_READS must be a number; {} is kept",
+                    config.parallel_reads
+                )),
+            };
+            if let Err(e) = set {
+                console_error(&format!("extension/host-tools.js: {e}"));
+            }
+        }
         // The built-in tools the embedding extension keeps (`BUILT_IN_TOOLS`
         // of `extension/host-tools.js`; undefined or null: all of them).
         let built_in = js_sys::Reflect::get(&prefetched, &JsValue::from_str("builtInTools"))

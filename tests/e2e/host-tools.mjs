@@ -386,6 +386,7 @@ console.error = (...args) => {
   consoleError(...args);
 };
 export const BUILT_IN_TOOLS = ['read_page', 'ask_user', 'clik'];
+export const MAX_PARALLEL_READS = 0;
 export const HOST_TOOLS = [
   { name: 'click', label: 'Click in the CRM', description: 'Click a button of the CRM.', effects: 'read', execute: () => 'clicked in the CRM' },
 ];
@@ -415,5 +416,8 @@ isolatedTest(
     const named = errors.filter((e) => e.includes('BUILT_IN_TOOLS'));
     assert.equal(named.length, 1, errors.join('\n'));
     assert.match(named[0], /names no built-in tool: "clik" \(known: page_snapshot, read_page, click/);
+    // A pool size out of bounds is named too; the default stays.
+    const pool = errors.filter((e) => e.includes('MAX_PARALLEL_READS'));
+    assert.deepEqual(pool.map((e) => e.replace(/^.*extension\/host-tools\.js: /, '')), ['MAX_PARALLEL_READS must be a whole number from 1 to 16, not 0; 4 is kept']);
   },
 );

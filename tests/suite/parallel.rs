@@ -73,6 +73,34 @@ fn the_pool_is_bounded() {
 }
 
 #[test]
+fn the_embedding_extension_sets_the_pool_s_size_within_bounds() {
+    let mut config = sw_agent::engine::EngineConfig::default();
+    for wrong in [0.0, 2.5, 17.0, -1.0, f64::NAN] {
+        let refused = config.set_parallel_reads(wrong).unwrap_err();
+        assert!(
+            refused.contains("from 1 to 16") && refused.contains("4 is kept"),
+            "{refused}"
+        );
+    }
+    assert_eq!(config.parallel_reads, 4);
+    let calls: Vec<RawToolCall> = (0..5)
+        .map(|i| call(&format!("r{i}"), "read_page", "{}"))
+        .collect();
+    let mut sim = Sim::new(92, once(calls), page_tools());
+    sim.config.set_parallel_reads(2.0).unwrap();
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    while result_ids(&sim).is_empty() {
+        assert!(sim.step());
+    }
+    assert_eq!(sim.dispatches.len(), 2, "at most the 2 set at once");
+    sim.run(10_000);
+    assert_eq!(result_ids(&sim).len(), 5);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
 fn no_orphan_tool_calls_interrupt_during_a_batch() {
     let calls = vec![
         call("a", "read_page", "{}"),
