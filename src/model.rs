@@ -944,7 +944,12 @@ mod node_de {
                     Field::Content => f.content = Some(map.next_value()?),
                     Field::Details => f.details = map.next_value()?,
                     Field::Images => f.images = Some(map.next_value()?),
-                    Field::Approval => f.approval = map.next_value()?,
+                    // UI only: a value that does not read back is dropped,
+                    // not the result (its call would be left without one).
+                    Field::Approval => {
+                        let value: serde_json::Value = map.next_value()?;
+                        f.approval = serde_json::from_value(value).ok();
+                    }
                     Field::Level => f.level = Some(map.next_value()?),
                     Field::Summary => f.summary = Some(map.next_value()?),
                     Field::CompactedNodes => f.compacted_nodes = Some(map.next_value()?),
@@ -1211,6 +1216,24 @@ mod tests {
                 ..
             }
         ));
+        // A result's approval note is for the UI only: one that does not
+        // read back is dropped, the result (and its call's pairing) stays.
+        for bad in [
+            serde_json::json!({"status": "maybe", "origin": "https://a.example"}),
+            serde_json::json!("accepted_once"),
+            serde_json::json!({"status": "declined"}),
+        ] {
+            let result: Node = serde_json::from_value(serde_json::json!({
+                "id": "n2", "threadId": "t1", "createdAt": 5, "kind": "tool_result",
+                "callId": "c", "name": "click", "status": "ok", "content": "done",
+                "approval": bad,
+            }))
+            .unwrap();
+            assert!(matches!(
+                result.body,
+                NodeBody::ToolResult { approval: None, .. }
+            ));
+        }
         let missing = serde_json::from_value::<Node>(serde_json::json!({
             "id": "n1", "threadId": "t1", "createdAt": 5, "kind": "tool_call",
             "callId": "c", "name": "click", "label": "Click", "arguments": {},

@@ -355,7 +355,7 @@ const view = {
    * @type {MessageEditor | null}
    */
   editor: null,
-  /** The open editor of a queued message. @type {QueueUpdateor | null} */
+  /** The open editor of a queued message. @type {QueueEditor | null} */
   queueEditor: null,
   /** A CSS selector of what gets the focus after the next snapshot redraw (a branch switcher's button). */
   focusAfterSnapshot: null,
@@ -371,7 +371,7 @@ const view = {
  * @typedef {{ nodeId: string, element: HTMLElement, body: HTMLElement, form: HTMLFormElement,
  *   textarea: HTMLTextAreaElement, error: HTMLElement, submissionId: string | null }} MessageEditor
  * @typedef {{ itemId: string, li: HTMLLIElement, input: HTMLInputElement, error: HTMLElement,
- *   submissionId: string | null, sentText: string }} QueueUpdateor
+ *   submissionId: string | null, sentText: string }} QueueEditor
  */
 
 // ------------------------------------------------------------ connection ---
@@ -768,7 +768,7 @@ function onAck(event) {
         // Durable now; show the new text at once (queue.updated follows with the same).
         const { itemId, sentText } = view.queueEditor;
         state.queue = state.queue.map((item) => (item.id === itemId ? { ...item, text: sentText } : item));
-        closeQueueUpdateor(true);
+        closeQueueEditor(true);
       }
       break;
     case "provider.test":
@@ -2167,7 +2167,7 @@ function renderQueue() {
   const editing = editor ? items.find((item) => item.id === editor.itemId) : undefined;
   if (editor && !editing) {
     // The item started (or was removed elsewhere) while being edited.
-    closeQueueUpdateor(false);
+    closeQueueEditor(false);
     setNote("That queued message has already started (or was removed), so it could not be changed.");
   }
   const hadFocus = editor !== null && editing !== undefined && editor.li.contains(document.activeElement);
@@ -2190,7 +2190,7 @@ function renderQueue() {
     edit.className = "queue-edit";
     edit.textContent = "Edit";
     edit.setAttribute("aria-label", `Edit queued message: ${clipText(item.text || "", 60)}`);
-    edit.addEventListener("click", () => openQueueUpdateor(item));
+    edit.addEventListener("click", () => openQueueEditor(item));
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "icon-button";
@@ -2218,8 +2218,8 @@ function renderQueue() {
  * Edits a queued message in place: Enter saves (`queue.update`), Esc cancels.
  * @param {QueueItem} item
  */
-function openQueueUpdateor(item) {
-  closeQueueUpdateor(false);
+function openQueueEditor(item) {
+  closeQueueEditor(false);
   const li = document.createElement("li");
   li.dataset.queueItemId = item.id;
   li.className = "queue-editing";
@@ -2231,7 +2231,7 @@ function openQueueUpdateor(item) {
   input.value = item.text || "";
   input.setAttribute("aria-label", "Edit queued message");
   input.setAttribute("aria-describedby", `queue-edit-hint queue-edit-error-${item.id}`);
-  const [save, cancel] = submitAndCancel("Save", () => closeQueueUpdateor(true));
+  const [save, cancel] = submitAndCancel("Save", () => closeQueueEditor(true));
   const hint = document.createElement("span");
   hint.id = "queue-edit-hint";
   hint.className = "visually-hidden";
@@ -2244,13 +2244,13 @@ function openQueueUpdateor(item) {
   li.append(form, error);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    saveQueueUpdate();
+    saveQueueEdit();
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Escape") {
       event.preventDefault();
       event.stopPropagation();
-      closeQueueUpdateor(true);
+      closeQueueEditor(true);
     }
   });
   view.queueEditor = { itemId: item.id, li, input, error, submissionId: null, sentText: "" };
@@ -2259,7 +2259,7 @@ function openQueueUpdateor(item) {
   input.select();
 }
 
-function saveQueueUpdate() {
+function saveQueueEdit() {
   const editor = view.queueEditor;
   if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.input.value.trim();
@@ -2269,7 +2269,7 @@ function saveQueueUpdate() {
   }
   const current = state.queue.find((item) => item.id === editor.itemId);
   if (current && current.text === text) {
-    closeQueueUpdateor(true);
+    closeQueueEditor(true);
     return;
   }
   editor.error.textContent = "";
@@ -2279,7 +2279,7 @@ function saveQueueUpdate() {
 }
 
 /** Closes the queue item editor; `refocus` puts the focus on the item's Edit button. */
-function closeQueueUpdateor(refocus) {
+function closeQueueEditor(refocus) {
   const editor = view.queueEditor;
   if (!editor) return;
   view.queueEditor = null;

@@ -241,11 +241,6 @@ pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
 pub const MAX_PARALLEL_READS: usize = 16;
 
 impl EngineConfig {
-    /// Add the embedding extension's instructions (`extension/instructions.js`)
-    /// after the built-in system prompt, which they extend rather than
-    /// replace: its rule that page text is data, not instructions, stays.
-    /// Blank instructions add nothing. Runs started with other instructions
-    /// do not resume blindly (the frozen environment's system prompt).
     /// How many parallel-safe reads may run together, as the embedding
     /// extension sets it (`MAX_PARALLEL_READS` of `extension/host-tools.js`):
     /// a whole number from 1 to `MAX_PARALLEL_READS`. Anything else is
@@ -261,6 +256,11 @@ impl EngineConfig {
         Ok(())
     }
 
+    /// Add the embedding extension's instructions (`extension/instructions.js`)
+    /// after the built-in system prompt, which they extend rather than
+    /// replace: its rule that page text is data, not instructions, stays.
+    /// Blank instructions add nothing. Runs started with other instructions
+    /// do not resume blindly (the frozen environment's system prompt).
     pub fn add_instructions(&mut self, instructions: &str) -> Result<(), String> {
         let text = instructions.trim();
         if text.len() > MAX_INSTRUCTIONS_BYTES {

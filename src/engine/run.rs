@@ -1654,12 +1654,12 @@ fn untrusted_body(content: &str) -> Option<&str> {
     rest.get(start..end)
 }
 
-/// Page content is data, not instructions: delimit it and name its origin so
-/// the model can tell it from the user's words.
 /// The `origin` of a browser tool's result (`list_tabs`, `switch_tab`):
 /// the titles and URLs of every open tab, written by their pages.
 pub const OPEN_TABS_SOURCE: &str = "open tabs";
 
+/// Page content is data, not instructions: delimit it and name its origin so
+/// the model can tell it from the user's words.
 pub(super) fn mark_untrusted(content: &str, origin: &str) -> String {
     // A page cannot close the delimiter early by containing it.
     let body = content.replace("</untrusted_page_content>", "</untrusted_page_content_>");
