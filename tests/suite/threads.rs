@@ -776,6 +776,25 @@ fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_f
     assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
     assert!(sim.store.queue.is_empty() && sim.store.runs.is_empty());
     check_invariants(&sim, &[]).unwrap();
+
+    // With stopTurn, the same delete behind a queued turn's save stops the
+    // turn it starts and then goes through.
+    let (mut sim, conn, tid) = waiting_for_approval(136);
+    sim.send(conn, interrupt("x1", &tid));
+    sim.run(10_000);
+    sim.hold_persists = true;
+    sim.send(conn, enqueue("q1", &tid, "Next"));
+    sim.run(1000);
+    sim.send(conn, stop_and_delete("d1", &tid));
+    sim.run(1000);
+    assert!(answer(&sim, conn, "d1").is_none());
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
+    assert_eq!(last_stop(&sim), Some(StopReason::Interrupted));
+    assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
+    assert!(sim.store.queue.is_empty() && sim.store.runs.is_empty());
+    check_invariants(&sim, &[]).unwrap();
 }
 
 /// The thread's records left in the store: none once it is deleted.
