@@ -56,20 +56,37 @@ fn consecutive_reads_are_dispatched_together_and_persisted_in_model_order() {
     check_invariants(&sim, &[]).unwrap();
 }
 
-#[test]
-fn the_pool_is_bounded() {
-    let calls: Vec<RawToolCall> = (0..6)
+/// `reads` read_page calls in one response, with a pool of `pool` reads
+/// (None: the default): how many were out when the first result was
+/// durable; the turn then runs to its end with every result.
+fn reads_out_at_once(seed: u64, reads: usize, pool: Option<f64>) -> usize {
+    let calls: Vec<RawToolCall> = (0..reads)
         .map(|i| call(&format!("r{i}"), "read_page", "{}"))
         .collect();
-    let mut sim = Sim::new(91, once(calls), page_tools());
+    let mut sim = Sim::new(seed, once(calls), page_tools());
+    if let Some(pool) = pool {
+        sim.config.set_parallel_reads(pool).unwrap();
+        sim.crash();
+    }
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "go"));
     while result_ids(&sim).is_empty() {
         assert!(sim.step());
     }
-    assert_eq!(sim.dispatches.len(), 4, "at most parallel_reads at once");
+    let out = sim.dispatches.len();
     sim.run(10_000);
-    assert_eq!(result_ids(&sim).len(), 6);
+    assert_eq!(result_ids(&sim).len(), reads);
+    check_invariants(&sim, &[]).unwrap();
+    out
+}
+
+#[test]
+fn the_pool_is_bounded() {
+    assert_eq!(
+        reads_out_at_once(91, 6, None),
+        4,
+        "at most parallel_reads at once"
+    );
 }
 
 #[test]
@@ -83,21 +100,11 @@ fn the_embedding_extension_sets_the_pool_s_size_within_bounds() {
         );
     }
     assert_eq!(config.parallel_reads, 4);
-    let calls: Vec<RawToolCall> = (0..5)
-        .map(|i| call(&format!("r{i}"), "read_page", "{}"))
-        .collect();
-    let mut sim = Sim::new(92, once(calls), page_tools());
-    sim.config.set_parallel_reads(2.0).unwrap();
-    sim.crash();
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "go"));
-    while result_ids(&sim).is_empty() {
-        assert!(sim.step());
-    }
-    assert_eq!(sim.dispatches.len(), 2, "at most the 2 set at once");
-    sim.run(10_000);
-    assert_eq!(result_ids(&sim).len(), 5);
-    check_invariants(&sim, &[]).unwrap();
+    assert_eq!(
+        reads_out_at_once(92, 5, Some(2.0)),
+        2,
+        "at most the 2 set at once"
+    );
 }
 
 #[test]

@@ -722,6 +722,27 @@ fn a_thread_being_deleted_takes_no_new_turn_and_is_not_written_again() {
     check_invariants(&sim, &[]).unwrap();
 }
 
+/// A stopped thread gets a queued turn whose save is held; `delete_op`
+/// ("d1") is sent meanwhile and must wait for that save, which is then
+/// released: (sim, conn, the thread).
+fn delete_behind_a_queued_turn_s_save(delete_op: fn(&str, &str) -> Op) -> (Sim, u64, String) {
+    let (mut sim, conn, tid) = waiting_for_approval(136);
+    sim.send(conn, interrupt("x1", &tid));
+    sim.run(10_000);
+    sim.hold_persists = true;
+    sim.send(conn, enqueue("q1", &tid, "Next"));
+    sim.run(1000);
+    sim.send(conn, delete_op("d1", &tid));
+    sim.run(1000);
+    assert!(
+        answer(&sim, conn, "d1").is_none(),
+        "waits for the queued turn's save"
+    );
+    sim.release_persists();
+    sim.run(10_000);
+    (sim, conn, tid)
+}
+
 #[test]
 fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_for_it() {
     // A rename's commit is in flight: the delete waits for it (written
@@ -746,17 +767,7 @@ fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_f
     // A queued turn's commit is in flight: the delete waits for it, and
     // the turn it starts is running when the delete's turn comes, so the
     // delete is refused; nothing the queue wrote is left behind.
-    let (mut sim, conn, tid) = waiting_for_approval(136);
-    sim.send(conn, interrupt("x1", &tid));
-    sim.run(10_000);
-    sim.hold_persists = true;
-    sim.send(conn, enqueue("q1", &tid, "Next"));
-    sim.run(1000);
-    sim.send(conn, delete("d1", &tid));
-    sim.run(1000);
-    assert!(answer(&sim, conn, "d1").is_none());
-    sim.release_persists();
-    sim.run(10_000);
+    let (mut sim, conn, tid) = delete_behind_a_queued_turn_s_save(delete);
     assert_eq!(
         reject_message(&sim, conn, "d1").as_deref(),
         Some(
@@ -779,17 +790,7 @@ fn ack_after_commit_a_delete_sent_while_a_change_of_the_thread_is_saving_waits_f
 
     // With stopTurn, the same delete behind a queued turn's save stops the
     // turn it starts and then goes through.
-    let (mut sim, conn, tid) = waiting_for_approval(136);
-    sim.send(conn, interrupt("x1", &tid));
-    sim.run(10_000);
-    sim.hold_persists = true;
-    sim.send(conn, enqueue("q1", &tid, "Next"));
-    sim.run(1000);
-    sim.send(conn, stop_and_delete("d1", &tid));
-    sim.run(1000);
-    assert!(answer(&sim, conn, "d1").is_none());
-    sim.release_persists();
-    sim.run(10_000);
+    let (sim, conn, _) = delete_behind_a_queued_turn_s_save(stop_and_delete);
     assert!(matches!(answer(&sim, conn, "d1"), Some(Ok(_))));
     assert_eq!(last_stop(&sim), Some(StopReason::Interrupted));
     assert!(sim.store.threads.is_empty() && sim.store.nodes.is_empty());
