@@ -164,6 +164,10 @@ pub enum NodeBody {
         text: String,
         #[serde(default)]
         steered: bool,
+        /// Files the user attached (images, text files), kept with the
+        /// message and sent with it on every request.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
     },
     AssistantMessage {
         text: String,
@@ -435,6 +439,141 @@ pub struct EnvironmentSnapshot {
     pub tools: Vec<CatalogEntry>,
 }
 
+/// User input of a turn, a steer or a queued turn: what the user typed and
+/// the files attached to it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserInput {
+    /// The text the user typed.
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+/// At most this many files go with one message.
+pub const MAX_ATTACHMENTS: usize = 4;
+/// The most base64 characters of one attached image (1 MiB, about 750 KB
+/// of image). The side panel scales and compresses images below it.
+pub const MAX_ATTACHMENT_IMAGE_CHARS: usize = 1024 * 1024;
+/// The most characters of one attached text file (about 50,000 tokens).
+pub const MAX_ATTACHMENT_TEXT_CHARS: usize = 200_000;
+/// The most characters of an attachment's file name.
+pub const MAX_ATTACHMENT_NAME_CHARS: usize = 200;
+/// The image types both providers take.
+pub const ATTACHMENT_IMAGE_TYPES: [&str; 4] =
+    ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// A file attached to a user message (spec 000 §3, 004 §2.1). It lives in
+/// the message's node (and in the steer or queued turn before that), so it
+/// is written in the same transaction as the message it belongs to.
+///
+/// Images reach vision models as image blocks; other models get a
+/// placeholder, decided per request (a later switch to a vision model sees
+/// them again). Text files reach the model as a delimited block after the
+/// message's text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum Attachment {
+    Image {
+        name: String,
+        /// One of [`ATTACHMENT_IMAGE_TYPES`].
+        media_type: String,
+        /// Base64 without the `data:` prefix.
+        data: String,
+    },
+    Text {
+        name: String,
+        /// As the file said (`text/plain`, `text/csv`, `application/json`…).
+        media_type: String,
+        text: String,
+    },
+}
+
+impl Attachment {
+    pub fn name(&self) -> &str {
+        match self {
+            Attachment::Image { name, .. } | Attachment::Text { name, .. } => name,
+        }
+    }
+
+    /// Why the engine does not take it, if it does not.
+    pub fn problem(&self) -> Option<String> {
+        let name = self.name();
+        if name.trim().is_empty() {
+            return Some("An attachment has no file name.".into());
+        }
+        if name.chars().count() > MAX_ATTACHMENT_NAME_CHARS || name.chars().any(char::is_control) {
+            return Some(format!(
+                "An attachment's file name is longer than {MAX_ATTACHMENT_NAME_CHARS} characters or holds control characters."
+            ));
+        }
+        match self {
+            Attachment::Image {
+                media_type, data, ..
+            } => {
+                if !ATTACHMENT_IMAGE_TYPES.contains(&media_type.as_str()) {
+                    return Some(format!(
+                        "{name}: images must be PNG, JPEG, GIF or WebP (this one is {media_type:?})."
+                    ));
+                }
+                if data.len() > MAX_ATTACHMENT_IMAGE_CHARS {
+                    return Some(format!(
+                        "{name}: the image is {} KiB of base64; at most {} KiB fit in a message.",
+                        data.len() / 1024,
+                        MAX_ATTACHMENT_IMAGE_CHARS / 1024
+                    ));
+                }
+                let base64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=');
+                if data.is_empty() || data.len() % 4 != 0 || !data.bytes().all(base64) {
+                    return Some(format!("{name}: the image data is not base64."));
+                }
+                None
+            }
+            Attachment::Text {
+                media_type, text, ..
+            } => {
+                if media_type.len() > 100 || media_type.chars().any(char::is_control) {
+                    return Some(format!("{name}: the file type is not a media type."));
+                }
+                let chars = text.chars().count();
+                (chars > MAX_ATTACHMENT_TEXT_CHARS).then(|| {
+                    format!(
+                        "{name}: the file holds {chars} characters; at most {MAX_ATTACHMENT_TEXT_CHARS} fit in a message."
+                    )
+                })
+            }
+        }
+    }
+}
+
+impl UserInput {
+    pub fn text(text: impl Into<String>) -> UserInput {
+        UserInput {
+            text: text.into(),
+            attachments: Vec::new(),
+        }
+    }
+
+    /// Why the engine does not take this input, if it does not: empty (no
+    /// text and no file), too many files, or a file it cannot send.
+    pub fn problem(&self) -> Option<String> {
+        if self.text.trim().is_empty() && self.attachments.is_empty() {
+            return Some("The message is empty.".into());
+        }
+        if self.attachments.len() > MAX_ATTACHMENTS {
+            return Some(format!(
+                "{} files are attached; at most {MAX_ATTACHMENTS} go with one message.",
+                self.attachments.len()
+            ));
+        }
+        self.attachments.iter().find_map(Attachment::problem)
+    }
+}
+
 /// A durable steer waiting for the next provider request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -445,6 +584,9 @@ pub struct PendingSteer {
     /// Admission order; materialization follows it.
     pub admission_seq: u64,
     pub text: String,
+    /// Written in the same transaction as the steer (spec 000 §3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
     pub created_at: u64,
 }
 
@@ -457,6 +599,8 @@ pub struct QueueItem {
     /// Position key: lower runs first.
     pub position: u64,
     pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
     pub created_at: u64,
 }
 
@@ -716,7 +860,8 @@ mod node_de {
     use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
     use super::{
-        ApprovalNote, ImageData, Node, NodeBody, NoticeLevel, StopReason, ToolStatus, Usage,
+        ApprovalNote, Attachment, ImageData, Node, NodeBody, NoticeLevel, StopReason, ToolStatus,
+        Usage,
     };
 
     const KINDS: &[&str] = &[
@@ -753,6 +898,7 @@ mod node_de {
         Content,
         Details,
         Images,
+        Attachments,
         Approval,
         Level,
         Summary,
@@ -787,6 +933,7 @@ mod node_de {
                 "content" => Field::Content,
                 "details" => Field::Details,
                 "images" => Field::Images,
+                "attachments" => Field::Attachments,
                 "approval" => Field::Approval,
                 "level" => Field::Level,
                 "summary" => Field::Summary,
@@ -839,6 +986,7 @@ mod node_de {
         content: Option<String>,
         details: Option<serde_json::Value>,
         images: Option<Vec<ImageData>>,
+        attachments: Option<Vec<Attachment>>,
         approval: Option<ApprovalNote>,
         level: Option<NoticeLevel>,
         summary: Option<String>,
@@ -861,6 +1009,7 @@ mod node_de {
                 "user_message" => NodeBody::UserMessage {
                     text: need(self.text, "text")?,
                     steered: self.steered.unwrap_or(false),
+                    attachments: self.attachments.unwrap_or_default(),
                 },
                 "assistant_message" => NodeBody::AssistantMessage {
                     text: need(self.text, "text")?,
@@ -944,6 +1093,7 @@ mod node_de {
                     Field::Content => f.content = Some(map.next_value()?),
                     Field::Details => f.details = map.next_value()?,
                     Field::Images => f.images = Some(map.next_value()?),
+                    Field::Attachments => f.attachments = Some(map.next_value()?),
                     // UI only: a value that does not read back is dropped,
                     // not the result (its call would be left without one).
                     Field::Approval => {
@@ -1084,6 +1234,18 @@ mod tests {
                 NodeBody::UserMessage {
                     text: "hi".into(),
                     steered: true,
+                    attachments: vec![
+                        Attachment::Image {
+                            name: "cart.png".into(),
+                            media_type: "image/png".into(),
+                            data: "aGk=".into(),
+                        },
+                        Attachment::Text {
+                            name: "list.csv".into(),
+                            media_type: "text/csv".into(),
+                            text: "a,b\n1,2".into(),
+                        },
+                    ],
                 },
             ),
             node(
@@ -1091,6 +1253,7 @@ mod tests {
                 NodeBody::UserMessage {
                     text: String::new(),
                     steered: false,
+                    attachments: vec![],
                 },
             ),
             node(

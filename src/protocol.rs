@@ -27,13 +27,7 @@ pub struct Submission {
     pub submission_id: String,
 }
 
-/// User input of a turn, a steer or a queued turn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UserInput {
-    /// The text the user typed.
-    pub text: String,
-}
+pub use crate::model::UserInput;
 
 /// A client operation. Each variant documents the events it causes.
 // Decoded by hand (`Op::from_value`), see there.
@@ -283,6 +277,18 @@ pub enum UncertainChoice {
 }
 
 impl Op {
+    /// The user input the op carries, if it carries one.
+    pub fn input(&self) -> Option<&UserInput> {
+        match self {
+            Op::TurnSubmit { input, .. }
+            | Op::TurnSteer { input, .. }
+            | Op::TurnEnqueue { input, .. }
+            | Op::QueueUpdate { input, .. } => Some(input),
+            Op::RunResume { input, .. } => input.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The submission identity every op carries.
     pub fn submission(&self) -> &Submission {
         match self {
@@ -691,6 +697,8 @@ pub struct BranchPoint {
 pub struct PendingSteerView {
     pub id: String,
     pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::model::Attachment>,
 }
 
 /// Everything a (re)connecting client needs to render.
@@ -999,7 +1007,7 @@ mod tests {
     }
 
     fn input(text: &str) -> UserInput {
-        UserInput { text: text.into() }
+        UserInput::text(text)
     }
 
     /// One op of every type (with its optional fields set and unset).

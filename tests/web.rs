@@ -453,7 +453,7 @@ async fn engine_turn_persists_to_idb_and_a_new_engine_recovers_it() {
                 submission_id: "s".into(),
             },
             thread_id: None,
-            input: UserInput { text: "go".into() },
+            input: UserInput::text("go"),
             replaces: None,
         },
     );
@@ -674,10 +674,7 @@ fn provider_request(transport: Transport) -> ProviderRequest {
         lineage: None,
         profile: profile(kind, mock_url(), MODEL),
         system: "You are a test.".into(),
-        messages: vec![ChatMessage::User {
-            text: "Subscribe to the newsletter".into(),
-        }]
-        .into(),
+        messages: vec![ChatMessage::user("Subscribe to the newsletter")].into(),
         tools: vec![ToolSpec {
             name: "read_page".into(),
             description: "Read the page".into(),
@@ -1253,9 +1250,7 @@ async fn run_turn_with_retries(db: &str) -> Vec<Event> {
                 submission_id: "s".into(),
             },
             thread_id: None,
-            input: UserInput {
-                text: "Say something".into(),
-            },
+            input: UserInput::text("Say something"),
             replaces: None,
         },
     );
@@ -2230,9 +2225,7 @@ async fn request_body_composed_of_kept_blobs_is_byte_identical_step_after_step()
     use sw_agent::provider::body::BodyCache;
     use sw_agent::provider::{DynamicContext, OutboundToolCall};
     for transport in [Transport::OpenAi, Transport::Anthropic] {
-        let mut messages = vec![ChatMessage::User {
-            text: "Read the page, über and over.".into(),
-        }];
+        let mut messages = vec![ChatMessage::user("Read the page, über and over.")];
         let mut cache = BodyCache::new();
         let mut slots: Vec<web_sys::Blob> = Vec::new();
         let mut composed = 0;
@@ -2254,9 +2247,7 @@ async fn request_body_composed_of_kept_blobs_is_byte_identical_step_after_step()
                 images: Vec::new(),
             });
             if step % 7 == 3 {
-                messages.push(ChatMessage::User {
-                    text: format!("Steer {step}"),
-                });
+                messages.push(ChatMessage::user(format!("Steer {step}")));
             }
             let mut request = provider_request(transport);
             request.messages = messages.clone().into();
@@ -2289,9 +2280,7 @@ async fn request_body_composed_of_kept_blobs_is_byte_identical_step_after_step()
     let mut request = provider_request(Transport::OpenAi);
     let mut messages = Vec::new();
     for i in 0..4 {
-        messages.push(ChatMessage::User {
-            text: format!("{i}"),
-        });
+        messages.push(ChatMessage::user(format!("{i}")));
         messages.push(ChatMessage::Assistant {
             text: "ok".into(),
             tool_calls: Vec::new(),
@@ -2300,7 +2289,7 @@ async fn request_body_composed_of_kept_blobs_is_byte_identical_step_after_step()
     }
     request.messages = messages.clone().into();
     cache.plan_with(&request, None);
-    messages.push(ChatMessage::User { text: "5".into() });
+    messages.push(ChatMessage::user("5"));
     request.messages = messages.into();
     let plan = cache.plan_with(&request, None);
     assert!(compose(&plan, &[]).is_err());

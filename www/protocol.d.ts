@@ -205,11 +205,42 @@ export interface Submission {
   submissionId: string;
 }
 
-/** User input of a turn, a steer or a queued turn. */
+/**
+ * User input of a turn, a steer or a queued turn: what the user typed and
+ * the files attached to it.
+ */
 export interface UserInput {
   /** The text the user typed. */
   text: string;
+  attachments?: Attachment[];
 }
+
+/**
+ * A file attached to a user message (spec 000 §3, 004 §2.1). It lives in
+ * the message's node (and in the steer or queued turn before that), so it
+ * is written in the same transaction as the message it belongs to.
+ *
+ * Images reach vision models as image blocks; other models get a
+ * placeholder, decided per request (a later switch to a vision model sees
+ * them again). Text files reach the model as a delimited block after the
+ * message's text.
+ */
+export type Attachment =
+  | {
+    kind: "image";
+    name: string;
+    /** One of [`ATTACHMENT_IMAGE_TYPES`]. */
+    mediaType: string;
+    /** Base64 without the `data:` prefix. */
+    data: string;
+  }
+  | {
+    kind: "text";
+    name: string;
+    /** As the file said (`text/plain`, `text/csv`, `application/json`…). */
+    mediaType: string;
+    text: string;
+  };
 
 /** The user's answer to an approval request. */
 export type ApprovalDecision =
@@ -453,6 +484,11 @@ export type NodeBody =
     kind: "user_message";
     text: string;
     steered?: boolean;
+    /**
+     * Files the user attached (images, text files), kept with the
+     * message and sent with it on every request.
+     */
+    attachments?: Attachment[];
   }
   | {
     kind: "assistant_message";
@@ -693,6 +729,7 @@ export interface QueueItem {
   /** Position key: lower runs first. */
   position: number;
   text: string;
+  attachments?: Attachment[];
   createdAt: number;
 }
 
@@ -700,6 +737,7 @@ export interface QueueItem {
 export interface PendingSteerView {
   id: string;
   text: string;
+  attachments?: Attachment[];
 }
 
 /** A durable question to the user: may this tool call run on this site? */

@@ -187,11 +187,8 @@ impl Engine {
         reply: Reply,
         thread_id: Option<String>,
         replaces: &str,
-        text: String,
+        input: UserInput,
     ) {
-        if text.trim().is_empty() {
-            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
-        }
         let Some(tid) = thread_id else {
             return self.reject(
                 &reply,
@@ -228,7 +225,7 @@ impl Engine {
         }
         let start = index - 1;
         let parent = t.path[start].parent_id.clone();
-        self.start_turn_at(now, &tid, text, Some(reply), None, Some(parent));
+        self.start_turn_at(now, &tid, input, Some(reply), None, Some(parent));
     }
 
     #[inline(never)]
@@ -361,20 +358,17 @@ impl Engine {
         now: u64,
         reply: Reply,
         thread_id: Option<String>,
-        text: String,
+        input: UserInput,
     ) {
-        if text.trim().is_empty() {
-            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
-        }
         match thread_id {
             Some(tid) => {
                 let Some(t) = self.threads.get(&tid) else {
                     return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
                 };
                 if t.exec.is_some() {
-                    self.op_enqueue(now, reply, &tid, text, false);
+                    self.op_enqueue(now, reply, &tid, input, false);
                 } else {
-                    self.start_turn(now, &tid, text, Some(reply), None);
+                    self.start_turn(now, &tid, input, Some(reply), None);
                 }
             }
             None => {
@@ -397,7 +391,7 @@ impl Engine {
                 if let Some(c) = self.conns.get_mut(&reply.conn) {
                     c.subscribed = Some(tid.clone());
                 }
-                self.start_turn(now, &tid, text, Some(reply), None);
+                self.start_turn(now, &tid, input, Some(reply), None);
             }
         }
     }
@@ -409,11 +403,8 @@ impl Engine {
         reply: Reply,
         thread_id: &str,
         expected_turn_id: &str,
-        text: String,
+        input: UserInput,
     ) {
-        if text.trim().is_empty() {
-            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
-        }
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         };
@@ -436,7 +427,8 @@ impl Engine {
                     thread_id: thread_id.to_string(),
                     run_id: run.id.clone(),
                     admission_seq: self.next_steer_seq,
-                    text,
+                    text: input.text,
+                    attachments: input.attachments,
                     created_at: now,
                 };
                 self.next_steer_seq += 1;
@@ -460,7 +452,7 @@ impl Engine {
                 );
             }
             // No steerable turn (none running, or it is ending): queue it instead.
-            _ => self.op_enqueue(now, reply, thread_id, text, true),
+            _ => self.op_enqueue(now, reply, thread_id, input, true),
         }
     }
 
@@ -470,12 +462,9 @@ impl Engine {
         now: u64,
         reply: Reply,
         thread_id: &str,
-        text: String,
+        input: UserInput,
         downgraded: bool,
     ) {
-        if text.trim().is_empty() {
-            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
-        }
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         };
@@ -490,7 +479,8 @@ impl Engine {
             id: self.ids.next_id("q"),
             thread_id: thread_id.to_string(),
             position: self.next_queue_position,
-            text,
+            text: input.text,
+            attachments: input.attachments,
             created_at: now,
         };
         self.next_queue_position += 1;
@@ -524,11 +514,8 @@ impl Engine {
         reply: Reply,
         thread_id: &str,
         item_id: &str,
-        text: String,
+        input: UserInput,
     ) {
-        if text.trim().is_empty() {
-            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
-        }
         if let Err((kind, why)) = self.queue_item_editable(thread_id, item_id) {
             return self.reject(&reply, kind, why);
         }
@@ -538,7 +525,8 @@ impl Engine {
             .find(|q| q.id == item_id)
             .cloned()
             .expect("checked");
-        item.text = text;
+        item.text = input.text;
+        item.attachments = input.attachments;
         let mut unit = UnitOfWork::new();
         unit.put(Record::QueueItem(item));
         let result = json!({ "itemId": item_id });
@@ -610,10 +598,7 @@ impl Engine {
             lineage: None,
             profile,
             system: PROVIDER_TEST_PROMPT.into(),
-            messages: vec![ChatMessage::User {
-                text: "ping".into(),
-            }]
-            .into(),
+            messages: vec![ChatMessage::user("ping")].into(),
             tools: Default::default(),
         };
         let request_id = self.next_handle();
@@ -754,7 +739,7 @@ impl Engine {
     }
 
     #[inline(never)]
-    pub(super) fn op_resume(&mut self, now: u64, reply: Reply, thread_id: &str, text: String) {
+    pub(super) fn op_resume(&mut self, now: u64, reply: Reply, thread_id: &str, input: UserInput) {
         let Some(t) = self.threads.get(thread_id) else {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         };
@@ -765,10 +750,7 @@ impl Engine {
                 "A turn is already running in this thread.",
             );
         }
-        if text.trim().is_empty() {
-            return self.reject(&reply, ErrorKind::InvalidCommand, "The message is empty.");
-        }
-        self.start_turn(now, thread_id, text, Some(reply), None);
+        self.start_turn(now, thread_id, input, Some(reply), None);
     }
 
     #[inline(never)]

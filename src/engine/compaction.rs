@@ -13,6 +13,7 @@
 
 use super::context::estimate_text_tokens;
 use super::*;
+use crate::model::Attachment;
 use crate::provider::ChatMessage;
 
 /// Tool results are cut to this many characters inside a compaction request.
@@ -95,9 +96,9 @@ impl Engine {
                 other => other,
             })
             .collect();
-        messages.push(ChatMessage::User {
-            text: "Write the summary now, following the instructions.".into(),
-        });
+        messages.push(ChatMessage::user(
+            "Write the summary now, following the instructions.",
+        ));
         let request = ProviderRequest {
             lineage: None,
             profile: base.profile,
@@ -220,23 +221,27 @@ impl Engine {
 /// each was a steer: those of the current turn, and of the turns before it
 /// as long as a turn was opened by a plain resume (`CONTINUE_TEXT`), so a
 /// task continued after a budget pause keeps its goal.
-fn task_messages(path: &[Node]) -> Vec<(&str, bool)> {
+fn task_messages(path: &[Node]) -> Vec<(&str, bool, &[Attachment])> {
     let mut turns = Vec::new();
     let mut end = path.len();
     while let Some(start) = path[..end]
         .iter()
         .rposition(|n| matches!(n.body, NodeBody::TurnContext { .. }))
     {
-        let messages: Vec<(&str, bool)> = path[start..end]
+        let messages: Vec<(&str, bool, &[Attachment])> = path[start..end]
             .iter()
             .filter_map(|n| match &n.body {
-                NodeBody::UserMessage { text, steered } => Some((text.as_str(), *steered)),
+                NodeBody::UserMessage {
+                    text,
+                    steered,
+                    attachments,
+                } => Some((text.as_str(), *steered, attachments.as_slice())),
                 _ => None,
             })
             .collect();
         let resumed = messages
             .first()
-            .is_some_and(|(text, _)| *text == CONTINUE_TEXT);
+            .is_some_and(|(text, _, _)| *text == CONTINUE_TEXT);
         turns.push(messages);
         if !resumed {
             break;
@@ -244,6 +249,18 @@ fn task_messages(path: &[Node]) -> Vec<(&str, bool)> {
         end = start;
     }
     turns.into_iter().rev().flatten().collect()
+}
+
+/// ` files="a.png, b.csv"` for a message with attached files, else empty.
+fn files_attribute(files: &[Attachment]) -> String {
+    if files.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.name().replace(['"', '<', '>'], "'"))
+        .collect();
+    format!(" files=\"{}\"", names.join(", "))
 }
 
 /// What a checkpoint copies verbatim after the model's summary, so the exact
@@ -258,18 +275,21 @@ pub fn verbatim_section(path: &[Node], queue: &[QueueItem], budget_tokens: u64) 
     const TASK: &str = "The user's messages of the task in progress, oldest first:";
     const QUEUED: &str =
         "Messages the user queued for after this task (not part of it; do not start them now):";
-    // (heading, tag, attributes, text) in the order they are copied.
-    let entries: Vec<(&str, &str, &str, &str)> = task_messages(path)
+    // (heading, tag, attributes, text) in the order they are copied. The
+    // files of a message are named, not copied (the summary covers them).
+    let entries: Vec<(&str, &str, String, &str)> = task_messages(path)
         .into_iter()
-        .map(|(text, steered)| {
-            let attributes = if steered { " steered=\"true\"" } else { "" };
+        .map(|(text, steered, files)| {
+            let mut attributes = files_attribute(files);
+            if steered {
+                attributes.push_str(" steered=\"true\"");
+            }
             (TASK, "user_message", attributes, text)
         })
-        .chain(
-            queue
-                .iter()
-                .map(|item| (QUEUED, "queued_message", "", item.text.as_str())),
-        )
+        .chain(queue.iter().map(|item| {
+            let attributes = files_attribute(&item.attachments);
+            (QUEUED, "queued_message", attributes, item.text.as_str())
+        }))
         .collect();
     if entries.is_empty() {
         return String::new();
@@ -361,7 +381,7 @@ impl Engine {
             lineage: None,
             profile,
             system: TITLE_PROMPT.into(),
-            messages: vec![ChatMessage::User { text: first }].into(),
+            messages: vec![ChatMessage::user(first)].into(),
             tools: Default::default(),
         };
         let request_id = self.next_handle();

@@ -5,7 +5,7 @@
 //! here every call is attached back to the assistant message that requested
 //! it. Notices and turn contexts are display-only and never sent.
 
-use crate::model::{Node, NodeBody, ToolStatus};
+use crate::model::{Attachment, ImageData, Node, NodeBody, ToolStatus};
 use crate::provider::{ChatMessage, OutboundToolCall};
 
 /// An estimate of a request's size in tokens, counted over everything that
@@ -28,7 +28,9 @@ pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
     for message in request.messages.iter() {
         tenths += MESSAGE_TENTHS
             + match message {
-                ChatMessage::User { text } => text_tenths(text),
+                ChatMessage::User { text, images } => {
+                    text_tenths(text) + images.len() as u64 * IMAGE_TENTHS
+                }
                 ChatMessage::Assistant {
                     text, tool_calls, ..
                 } => {
@@ -373,9 +375,9 @@ impl OutboundView {
     fn fold(&mut self, node: &Node) {
         let messages = std::rc::Rc::make_mut(&mut self.messages);
         match &node.body {
-            NodeBody::UserMessage { text, .. } => {
-                messages.push(ChatMessage::User { text: text.clone() })
-            }
+            NodeBody::UserMessage {
+                text, attachments, ..
+            } => messages.push(user_message(text, attachments)),
             NodeBody::AssistantMessage {
                 text,
                 provider_private,
@@ -429,12 +431,51 @@ impl OutboundView {
             }),
             NodeBody::Compaction {
                 summary, verbatim, ..
-            } => messages.push(ChatMessage::User {
-                text: summary_message(summary, verbatim),
-            }),
+            } => messages.push(ChatMessage::user(summary_message(summary, verbatim))),
             NodeBody::TurnContext { .. } | NodeBody::Notice { .. } => {}
         }
     }
+}
+
+/// The tag around an attached text file in the outbound view.
+const FILE_TAG: &str = "attached_file";
+
+/// A user message as the model gets it: the text, then each attached text
+/// file as an `<attached_file>` block (its content cannot close the block
+/// early); the images go alongside.
+fn user_message(text: &str, attachments: &[Attachment]) -> ChatMessage {
+    if attachments.is_empty() {
+        return ChatMessage::user(text);
+    }
+    let mut out = text.to_string();
+    let mut images = Vec::new();
+    for attachment in attachments {
+        match attachment {
+            Attachment::Image {
+                media_type, data, ..
+            } => images.push(ImageData {
+                media_type: media_type.clone(),
+                data: data.clone(),
+            }),
+            Attachment::Text {
+                name,
+                media_type,
+                text,
+            } => {
+                let quote = |s: &str| s.replace(['"', '<', '>', '\n'], "'");
+                if !out.is_empty() {
+                    out.push_str("\n\n");
+                }
+                out.push_str(&format!(
+                    "<{FILE_TAG} name=\"{}\" type=\"{}\">\n{}\n</{FILE_TAG}>",
+                    quote(name),
+                    quote(media_type),
+                    text.replace(&format!("</{FILE_TAG}>"), &format!("</{FILE_TAG}_>"))
+                ));
+            }
+        }
+    }
+    ChatMessage::User { text: out, images }
 }
 
 #[cfg(test)]
@@ -496,6 +537,7 @@ mod tests {
                 NodeBody::UserMessage {
                     text: "go".into(),
                     steered: false,
+                    attachments: vec![],
                 },
             ),
             node(
@@ -583,6 +625,7 @@ mod view_tests {
         NodeBody::UserMessage {
             text: text.into(),
             steered: false,
+            attachments: vec![],
         }
     }
 

@@ -42,9 +42,10 @@ use sha2::{Digest, Sha256};
 
 use crate::gatekeeper::{self, TargetInfo, Verdict};
 use crate::model::{
-    path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, InFlightTool, InteractionRecord,
-    InteractionStatus, Node, NodeBody, NoticeLevel, PendingSteer, ProviderProfile, QueueItem,
-    Receipt, Run, RunState, SiteRule, StopReason, Thread, ToolStatus, Usage, MAX_QUEUE,
+    path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, Attachment, InFlightTool,
+    InteractionRecord, InteractionStatus, Node, NodeBody, NoticeLevel, PendingSteer,
+    ProviderProfile, QueueItem, Receipt, Run, RunState, SiteRule, StopReason, Thread, ToolStatus,
+    Usage, UserInput, MAX_QUEUE,
 };
 use crate::protocol::{
     ApprovalDecision, BranchPoint, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event,
@@ -1472,6 +1473,10 @@ impl Engine {
                 return;
             }
         }
+        // Empty input, too many files, a file the engine cannot send.
+        if let Some(problem) = op.input().and_then(UserInput::problem) {
+            return self.reject(&reply, ErrorKind::InvalidCommand, &problem);
+        }
         let refusal = support::op_thread(&op)
             .and_then(|tid| self.threads.get(tid))
             .and_then(|t| t.refusal(&op));
@@ -1542,13 +1547,13 @@ impl Engine {
                 input,
                 replaces: None,
                 ..
-            } => self.op_submit(now, reply, thread_id, input.text),
+            } => self.op_submit(now, reply, thread_id, input),
             Op::TurnSubmit {
                 thread_id,
                 input,
                 replaces: Some(node_id),
                 ..
-            } => self.op_submit_branch(now, reply, thread_id, &node_id, input.text),
+            } => self.op_submit_branch(now, reply, thread_id, &node_id, input),
             Op::ThreadSelectBranch {
                 thread_id, node_id, ..
             } => self.op_select_branch(now, reply, &thread_id, &node_id),
@@ -1567,16 +1572,16 @@ impl Engine {
                 item_id,
                 input,
                 ..
-            } => self.op_queue_update(reply, &thread_id, &item_id, input.text),
+            } => self.op_queue_update(reply, &thread_id, &item_id, input),
             Op::TurnSteer {
                 thread_id,
                 expected_turn_id,
                 input,
                 ..
-            } => self.op_steer(now, reply, &thread_id, &expected_turn_id, input.text),
+            } => self.op_steer(now, reply, &thread_id, &expected_turn_id, input),
             Op::TurnEnqueue {
                 thread_id, input, ..
-            } => self.op_enqueue(now, reply, &thread_id, input.text, false),
+            } => self.op_enqueue(now, reply, &thread_id, input, false),
             Op::QueueRemove {
                 thread_id, item_id, ..
             } => self.op_queue_remove(reply, &thread_id, &item_id),
@@ -1584,10 +1589,8 @@ impl Engine {
             Op::RunResume {
                 thread_id, input, ..
             } => {
-                let text = input
-                    .map(|i| i.text)
-                    .unwrap_or_else(|| CONTINUE_TEXT.to_string());
-                self.op_resume(now, reply, &thread_id, text)
+                let input = input.unwrap_or_else(|| UserInput::text(CONTINUE_TEXT));
+                self.op_resume(now, reply, &thread_id, input)
             }
             Op::RunResolveUncertain {
                 thread_id, choice, ..

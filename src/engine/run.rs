@@ -28,11 +28,11 @@ impl Engine {
         &mut self,
         now: u64,
         tid: &str,
-        text: String,
+        input: UserInput,
         reply: Option<Reply>,
         from_queue: Option<String>,
     ) {
-        self.start_turn_at(now, tid, text, reply, from_queue, None);
+        self.start_turn_at(now, tid, input, reply, from_queue, None);
     }
 
     /// Start a turn after `parent` (Some: a branch point; None: the leaf).
@@ -40,7 +40,7 @@ impl Engine {
         &mut self,
         now: u64,
         tid: &str,
-        text: String,
+        input: UserInput,
         reply: Option<Reply>,
         from_queue: Option<String>,
         parent: Option<Option<String>>,
@@ -64,13 +64,18 @@ impl Engine {
                         "Model changed from {} ({}) to {} ({}).",
                         before.model, before.kind, profile.model, profile.kind
                     );
-                    let images = t.path.iter().any(|n| {
-                        matches!(&n.body, NodeBody::ToolResult { images, .. } if !images.is_empty())
+                    let images = t.path.iter().any(|n| match &n.body {
+                        NodeBody::ToolResult { images, .. } => !images.is_empty(),
+                        NodeBody::UserMessage { attachments, .. } => attachments
+                            .iter()
+                            .any(|a| matches!(a, Attachment::Image { .. })),
+                        _ => false,
                     });
                     if images && !profile.vision {
                         text.push_str(
-                            " It has no vision: the screenshots earlier in this conversation \
-                             reach it as a note that they were left out.",
+                            " It has no vision: the images earlier in this conversation \
+                             (screenshots, attached images) reach it as a note that they \
+                             were left out.",
                         );
                     }
                     text
@@ -101,19 +106,25 @@ impl Engine {
                 model: profile.model.clone(),
             },
         };
+        if thread.title.is_empty() {
+            // A message of files only is named after its first file.
+            thread.title = match input.attachments.first() {
+                Some(file) if input.text.trim().is_empty() => title_from(file.name()),
+                _ => title_from(&input.text),
+            };
+        }
         let user_node = Node {
             id: self.ids.next_id("n"),
             thread_id: tid.to_string(),
             parent_id: Some(context_node.id.clone()),
             created_at: now,
             body: NodeBody::UserMessage {
-                text: text.clone(),
+                text: input.text,
                 steered: false,
+                attachments: input.attachments,
             },
         };
-        if thread.title.is_empty() {
-            thread.title = title_from(&text);
-        }
+
         thread.leaf_id = Some(user_node.id.clone());
         thread.updated_at = now;
         thread.revision += 1;
@@ -229,6 +240,7 @@ impl Engine {
                 body: NodeBody::UserMessage {
                     text: steer.text.clone(),
                     steered: true,
+                    attachments: steer.attachments.clone(),
                 },
             };
             parent = Some(node.id.clone());
@@ -255,20 +267,16 @@ impl Engine {
         let mut messages = t.outbound.update(&t.path, &mut self.last_view_id);
         let lineage = t.outbound.lineage();
         if run.tools_disabled {
-            std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::User {
-                text: format!(
+            std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::user(format!(
                     "[Engine note] {BREAKER_DISABLE_AFTER} tool calls in a row failed, so tools are now disabled. \
 Give your final answer to the user: what you did, what failed, and what they could do next."
-                ),
-            });
+                )));
         } else if run.consecutive_failures >= BREAKER_REMIND_AFTER {
-            std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::User {
-                text: format!(
+            std::rc::Rc::make_mut(&mut messages).push(crate::provider::ChatMessage::user(format!(
                     "[Engine note] The last {} tool calls failed. Change your approach: re-read the page, \
 pick a different element or tool, or explain the problem to the user.",
                     run.consecutive_failures
-                ),
-            });
+                )));
         }
         let request = ProviderRequest {
             lineage: Some(lineage),
@@ -1178,7 +1186,16 @@ pick a different element or tool, or explain the problem to the user.",
             return;
         }
         if let Some(item) = t.queue.first().cloned() {
-            self.start_turn(now, tid, item.text, None, Some(item.id));
+            self.start_turn(
+                now,
+                tid,
+                UserInput {
+                    text: item.text,
+                    attachments: item.attachments,
+                },
+                None,
+                Some(item.id),
+            );
         }
     }
 

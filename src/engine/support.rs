@@ -680,6 +680,7 @@ impl Engine {
                 .map(|s| PendingSteerView {
                     id: s.id.clone(),
                     text: s.text.clone(),
+                    attachments: s.attachments.clone(),
                 })
                 .collect(),
             pending_approval: t

@@ -267,6 +267,14 @@ impl Fields {
         }
     }
 
+    /// A value its serde derive reads (absent: the default).
+    fn serde_or_default<T: DeserializeOwned + Default>(&mut self, key: &'static str) -> T {
+        match self.take(key, true) {
+            Some(value) => self.name_in(key, value).unwrap_or_default(),
+            None => T::default(),
+        }
+    }
+
     /// A nested record (`default`: what an absent field reads as, as
     /// `#[serde(default)]`; None: required).
     fn rec<T: FromRecord + Default>(&mut self, key: &'static str, default: Option<T>) -> T {
@@ -455,6 +463,7 @@ impl FromRecord for PendingSteer {
             run_id: f.string("runId"),
             admission_seq: f.u64("admissionSeq"),
             text: f.string("text"),
+            attachments: f.serde_or_default("attachments"),
             created_at: f.u64("createdAt"),
         };
         f.done(record)
@@ -469,6 +478,7 @@ impl FromRecord for QueueItem {
             thread_id: f.string("threadId"),
             position: f.u64("position"),
             text: f.string("text"),
+            attachments: f.serde_or_default("attachments"),
             created_at: f.u64("createdAt"),
         };
         f.done(record)
@@ -745,6 +755,11 @@ mod tests {
                 run_id: "r1".into(),
                 admission_seq: 5,
                 text: "also the shoes".into(),
+                attachments: vec![crate::model::Attachment::Image {
+                    name: "shoes.jpg".into(),
+                    media_type: "image/jpeg".into(),
+                    data: "aGk=".into(),
+                }],
                 created_at: 9,
             },
             &[],
@@ -755,6 +770,11 @@ mod tests {
                 thread_id: "t1".into(),
                 position: 2,
                 text: "then the hats".into(),
+                attachments: vec![crate::model::Attachment::Text {
+                    name: "hats.txt".into(),
+                    media_type: "text/plain".into(),
+                    text: "red, blue".into(),
+                }],
                 created_at: 9,
             },
             &[],
@@ -839,6 +859,7 @@ mod tests {
             run_id: "r1".into(),
             admission_seq: 5,
             text: "x".into(),
+            attachments: vec![],
             created_at: 9,
         })
         .expect("serializes");
@@ -853,6 +874,15 @@ mod tests {
         assert_eq!(
             PendingSteer::from_record(stored).expect_err("missing"),
             "missing field `text`"
+        );
+        let error = QueueItem::from_record(json!({
+            "id": "q", "threadId": "t", "position": 1, "text": "x", "createdAt": 1,
+            "attachments": [{ "kind": "pdf", "name": "a.pdf" }],
+        }))
+        .expect_err("an unknown kind of file");
+        assert!(
+            error.starts_with("field `attachments`: unknown variant `pdf`"),
+            "{error}"
         );
         let error = Run::from_record(json!({ "id": "r", "threadId": "t", "state": "resting" }))
             .expect_err("an unknown state");

@@ -72,17 +72,32 @@ fn push_blocks(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
     messages.push(json!({ "role": role, "content": blocks }));
 }
 
+/// An image as a content block.
+fn image_block(image: &crate::model::ImageData) -> Value {
+    json!({ "type": "image", "source": { "type": "base64", "media_type": image.media_type, "data": image.data } })
+}
+
 /// The JSON body of a streaming Messages request.
 pub fn build_body(request: &ProviderRequest) -> Value {
     let mut messages: Vec<Value> = Vec::new();
     for message in request.messages.iter() {
         match message {
-            ChatMessage::User { text } => {
-                push_blocks(
-                    &mut messages,
-                    "user",
-                    vec![json!({ "type": "text", "text": text })],
-                );
+            ChatMessage::User { text, images } => {
+                let mut blocks = Vec::with_capacity(images.len() + 1);
+                if request.profile.vision {
+                    // Images first, then the text about them (Anthropic's advice).
+                    blocks.extend(images.iter().map(image_block));
+                    // A message of images only has no (empty) text block.
+                    if !text.is_empty() || images.is_empty() {
+                        blocks.push(json!({ "type": "text", "text": text }));
+                    }
+                } else if images.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": text }));
+                } else {
+                    let text = format!("{text}{}", super::image_placeholder(images.len()));
+                    blocks.push(json!({ "type": "text", "text": text }));
+                }
+                push_blocks(&mut messages, "user", blocks);
             }
             ChatMessage::Assistant {
                 text,
@@ -125,9 +140,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                     json!(content)
                 } else if request.profile.vision {
                     let mut parts = vec![json!({ "type": "text", "text": content })];
-                    parts.extend(images.iter().map(|i| {
-                        json!({ "type": "image", "source": { "type": "base64", "media_type": i.media_type, "data": i.data } })
-                    }));
+                    parts.extend(images.iter().map(image_block));
                     Value::Array(parts)
                 } else {
                     json!(format!(

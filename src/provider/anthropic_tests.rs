@@ -192,7 +192,7 @@ fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
 #[test]
 fn body_alternates_roles_and_puts_tool_results_in_user_turns() {
     let body = build_body(&request(vec![
-        ChatMessage::User { text: "go".into() },
+        ChatMessage::user("go"),
         ChatMessage::Assistant {
             text: "reading".into(),
             tool_calls: vec![OutboundToolCall {
@@ -208,9 +208,7 @@ fn body_alternates_roles_and_puts_tool_results_in_user_turns() {
             is_error: false,
             images: vec![],
         },
-        ChatMessage::User {
-            text: "also this (steer)".into(),
-        },
+        ChatMessage::user("also this (steer)"),
     ]));
     assert_eq!(body["system"], json!("be brief"));
     assert_eq!(body["max_tokens"], json!(DEFAULT_MAX_TOKENS));
@@ -262,9 +260,7 @@ fn headers_carry_version_browser_access_and_key() {
 
 fn screenshot_request(vision: bool) -> ProviderRequest {
     let mut r = request(vec![
-        ChatMessage::User {
-            text: "look".into(),
-        },
+        ChatMessage::user("look"),
         ChatMessage::Assistant {
             text: String::new(),
             tool_calls: vec![OutboundToolCall {

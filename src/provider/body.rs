@@ -413,7 +413,7 @@ impl BodyCache {
             let mut group = std::borrow::Cow::Borrowed(&messages[start..end]);
             if let Some((at, note)) = noted.as_ref().filter(|(at, _)| (start..end).contains(at)) {
                 self.noted = Some(self.groups.len());
-                if let Some(ChatMessage::User { text }) = group.to_mut().get_mut(at - start) {
+                if let Some(ChatMessage::User { text, .. }) = group.to_mut().get_mut(at - start) {
                     text.push_str(note);
                 }
             }
@@ -559,9 +559,7 @@ mod tests {
             is_error: id.ends_with('x'),
             images,
         };
-        let mut messages = vec![ChatMessage::User {
-            text: "Find the cheapest flight, then book it.".into(),
-        }];
+        let mut messages = vec![ChatMessage::user("Find the cheapest flight, then book it.")];
         for step in 0..6 {
             let a = format!("c{step}a");
             let b = format!("c{step}bx");
@@ -582,9 +580,7 @@ mod tests {
                 },
             ));
             if step == 2 {
-                messages.push(ChatMessage::User {
-                    text: "Also check the return date.".into(),
-                });
+                messages.push(ChatMessage::user("Also check the return date."));
             }
         }
         messages.push(ChatMessage::Assistant {
@@ -720,7 +716,7 @@ mod tests {
 
     #[test]
     fn planned_body_keeps_a_slot_as_it_is_until_enough_new_text_is_folded_in() {
-        let mut messages = vec![ChatMessage::User { text: "Go.".into() }];
+        let mut messages = vec![ChatMessage::user("Go.")];
         let mut cache = BodyCache::new();
         let mut slots = Vec::new();
         let (mut kept, mut folded) = (0, 0);
@@ -730,9 +726,7 @@ mod tests {
                 tool_calls: Vec::new(),
                 private: None,
             });
-            messages.push(ChatMessage::User {
-                text: "x".repeat(10_000),
-            });
+            messages.push(ChatMessage::user("x".repeat(10_000)));
             let r = request("openai", false, messages.clone());
             let full = build(Transport::OpenAi, &r).to_string();
             let plan = cache.plan_with(&r, None);
@@ -802,9 +796,7 @@ mod tests {
                 all.extend(history.iter().cloned());
             }
             let turn_start = all.len();
-            all.push(ChatMessage::User {
-                text: "Now check the page again.".into(),
-            });
+            all.push(ChatMessage::user("Now check the page again."));
             for step in 0..8 {
                 let id = format!("t{step}");
                 all.push(ChatMessage::Assistant {
@@ -892,17 +884,13 @@ mod tests {
             let (handed, len) = check(&mut cache, &request(kind, false, all.clone()));
             assert!(handed < len, "appended messages reuse the slots");
             // A compaction: a summary replaces the start; all of it is new.
-            let mut compacted = vec![ChatMessage::User {
-                text: "[Summary] flights compared".into(),
-            }];
+            let mut compacted = vec![ChatMessage::user("[Summary] flights compared")];
             compacted.extend(all[10..].iter().cloned());
             let (handed, len) = check(&mut cache, &request(kind, false, compacted.clone()));
             assert_eq!(handed, len, "nothing reused after a compaction");
             // Another branch, shorter.
             let mut branch = compacted[..2].to_vec();
-            branch.push(ChatMessage::User {
-                text: "No, only search.".into(),
-            });
+            branch.push(ChatMessage::user("No, only search."));
             check(&mut cache, &request(kind, false, branch.clone()));
             check(&mut cache, &request(kind, false, compacted.clone()));
             // A full body in between: the caller's slots are not the cache's.
@@ -931,16 +919,12 @@ mod tests {
             };
             check(&request(kind, false, all.clone()));
             // A compaction: a summary replaces the start.
-            let mut compacted = vec![ChatMessage::User {
-                text: "[Summary] flights compared".into(),
-            }];
+            let mut compacted = vec![ChatMessage::user("[Summary] flights compared")];
             compacted.extend(all[10..].iter().cloned());
             check(&request(kind, false, compacted));
             // Another branch: shorter, different end.
             let mut branch = all[..4].to_vec();
-            branch.push(ChatMessage::User {
-                text: "No, only search.".into(),
-            });
+            branch.push(ChatMessage::user("No, only search."));
             check(&request(kind, false, branch.clone()));
             // Vision turned on, then the other provider.
             check(&request(kind, true, branch.clone()));

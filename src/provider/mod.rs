@@ -23,6 +23,9 @@ use crate::protocol::{ErrorInfo, ErrorKind};
 pub enum ChatMessage {
     User {
         text: String,
+        /// Images the user attached (only for models with vision; others
+        /// get a placeholder in the text, decided per request).
+        images: Vec<crate::model::ImageData>,
     },
     Assistant {
         text: String,
@@ -41,6 +44,16 @@ pub enum ChatMessage {
         /// Images returned by the tool (only for models with vision).
         images: Vec<crate::model::ImageData>,
     },
+}
+
+impl ChatMessage {
+    /// A user message of text only.
+    pub fn user(text: impl Into<String>) -> ChatMessage {
+        ChatMessage::User {
+            text: text.into(),
+            images: Vec::new(),
+        }
+    }
 }
 
 /// A tool call as replayed to the model.
@@ -443,7 +456,7 @@ pub fn add_dynamic_context(request: &mut ProviderRequest, context: &DynamicConte
         .iter_mut()
         .rev()
         .find_map(|m| match m {
-            ChatMessage::User { text } => Some(text),
+            ChatMessage::User { text, .. } => Some(text),
             _ => None,
         })
     {
@@ -534,12 +547,8 @@ mod tests {
             profile: Default::default(),
             system: Default::default(),
             messages: vec![
-                ChatMessage::User {
-                    text: "first".into(),
-                },
-                ChatMessage::User {
-                    text: "second".into(),
-                },
+                ChatMessage::user("first"),
+                ChatMessage::user("second"),
                 ChatMessage::ToolResult {
                     call_id: "c".into(),
                     content: "r".into(),
@@ -557,14 +566,9 @@ mod tests {
                 tab: Some(("Shop".into(), "https://shop.example/".into())),
             },
         );
-        assert_eq!(
-            request.messages[0],
-            ChatMessage::User {
-                text: "first".into()
-            }
-        );
+        assert_eq!(request.messages[0], ChatMessage::user("first"));
         match &request.messages[1] {
-            ChatMessage::User { text } => {
+            ChatMessage::User { text, .. } => {
                 assert!(text.starts_with("second\n\n[Context at send time: 1970-01-01 00:00 UTC"));
                 assert!(
                     text.contains(

@@ -28,6 +28,11 @@ pub fn endpoint(base_url: &str) -> String {
     }
 }
 
+/// An image as a content part.
+fn image_part(image: &crate::model::ImageData) -> Value {
+    json!({ "type": "image_url", "image_url": { "url": image.data_url() } })
+}
+
 /// The JSON body of a streaming chat-completions request.
 pub fn build_body(request: &ProviderRequest) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
@@ -37,7 +42,18 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     let mut pending_images: Vec<(String, crate::model::ImageData)> = Vec::new();
     for (position, message) in request.messages.iter().enumerate() {
         messages.push(match message {
-            ChatMessage::User { text } => json!({ "role": "user", "content": text }),
+            ChatMessage::User { text, images } if images.is_empty() => {
+                json!({ "role": "user", "content": text })
+            }
+            ChatMessage::User { text, images } if request.profile.vision => {
+                let mut parts = vec![json!({ "type": "text", "text": text })];
+                parts.extend(images.iter().map(image_part));
+                json!({ "role": "user", "content": parts })
+            }
+            ChatMessage::User { text, images } => {
+                let text = format!("{text}{}", super::image_placeholder(images.len()));
+                json!({ "role": "user", "content": text })
+            }
             ChatMessage::Assistant { text, tool_calls, .. } => {
                 let mut m = json!({ "role": "assistant", "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text.clone()) } });
                 if !tool_calls.is_empty() {
@@ -87,8 +103,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 vec![json!({ "type": "text", "text": "Images returned by the tool calls above:" })];
             for (call_id, image) in pending_images.drain(..) {
                 parts.push(json!({ "type": "text", "text": format!("From {call_id}:") }));
-                parts
-                    .push(json!({ "type": "image_url", "image_url": { "url": image.data_url() } }));
+                parts.push(image_part(&image));
             }
             messages.push(json!({ "role": "user", "content": parts }));
         }

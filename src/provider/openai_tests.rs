@@ -166,7 +166,7 @@ fn body_has_stream_usage_tools_and_tool_results() {
         },
         system: "sys".into(),
         messages: vec![
-            ChatMessage::User { text: "hi".into() },
+            ChatMessage::user("hi"),
             ChatMessage::Assistant {
                 text: String::new(),
                 tool_calls: vec![OutboundToolCall {

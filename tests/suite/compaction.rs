@@ -81,7 +81,9 @@ fn long_task_compacts_at_the_threshold_at_least_twice_and_finishes() {
         .rev()
         .find(|r| *r.system != *COMPACTION_PROMPT)
         .unwrap();
-    assert!(matches!(&last.messages[0], ChatMessage::User { text } if text.contains("SUMMARY")));
+    assert!(
+        matches!(&last.messages[0], ChatMessage::User { text, .. } if text.contains("SUMMARY"))
+    );
     // The stored history is never deleted: every tool result is still there.
     let results = paths(&sim)[0]
         .iter()
@@ -224,7 +226,9 @@ fn checkpoint_copies_task_messages_and_queue_verbatim_through_two_compactions() 
         .iter()
         .filter(|r| *r.system != *COMPACTION_PROMPT)
         .filter_map(|r| match r.messages.first() {
-            Some(ChatMessage::User { text }) if text.starts_with("[Summary") => Some(text.as_str()),
+            Some(ChatMessage::User { text, .. }) if text.starts_with("[Summary") => {
+                Some(text.as_str())
+            }
             _ => None,
         })
         .collect();
@@ -241,14 +245,14 @@ fn checkpoint_copies_task_messages_and_queue_verbatim_through_two_compactions() 
         .iter()
         .filter(|r| *r.system != *COMPACTION_PROMPT)
         .find(|r| {
-            matches!(r.messages.first(), Some(ChatMessage::User { text })
+            matches!(r.messages.first(), Some(ChatMessage::User { text, .. })
                 if *text == summary_message(&checkpoints[1].0, &checkpoints[1].1))
         })
         .expect("a request after the second checkpoint");
     assert!(!after_second
         .messages
         .iter()
-        .any(|m| matches!(m, ChatMessage::User { text } if text == GOAL)));
+        .any(|m| matches!(m, ChatMessage::User { text, .. } if text == GOAL)));
     // The second summary was written from a view that held the first
     // checkpoint's verbatim section.
     let second_summary_request = sim
@@ -258,7 +262,7 @@ fn checkpoint_copies_task_messages_and_queue_verbatim_through_two_compactions() 
         .nth(1)
         .unwrap();
     assert!(matches!(second_summary_request.messages.first(),
-        Some(ChatMessage::User { text }) if text.ends_with(&expected)));
+        Some(ChatMessage::User { text, .. }) if text.ends_with(&expected)));
 
     let run = sim.store.runs.values().find(|r| r.id == turn).unwrap();
     assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
@@ -287,6 +291,7 @@ fn turns(turns: &[&[&str]]) -> Vec<Node> {
             path.push(NodeBody::UserMessage {
                 text: text.to_string(),
                 steered: position > 0,
+                attachments: vec![],
             });
             path.push(NodeBody::AssistantMessage {
                 text: "ok".into(),
@@ -314,6 +319,7 @@ fn queued(texts: &[&str]) -> Vec<QueueItem> {
             thread_id: "t".into(),
             position: i as u64,
             text: text.to_string(),
+            attachments: vec![],
             created_at: 0,
         })
         .collect()

@@ -1,4 +1,5 @@
 mod approvals;
+mod attachments;
 pub mod bad_input;
 mod compaction;
 mod details;

@@ -59,7 +59,7 @@ fn noisy_page_tools(seed: u64) -> sw_agent::sim::ToolFn {
 }
 
 fn input(text: &str) -> UserInput {
-    UserInput { text: text.into() }
+    UserInput::text(text)
 }
 
 /// A valid op about what the store holds now (any thread, its latest turn,
@@ -192,7 +192,7 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             return Reply::text("Summary: the user asked for tasks on the shop page.");
         }
         match request.messages.last() {
-            Some(ChatMessage::User { text }) if text.starts_with("ask") => {
+            Some(ChatMessage::User { text, .. }) if text.starts_with("ask") => {
                 Reply::call("", "ask_user", r#"{"question":"Which plan?"}"#)
             }
             _ => agent(request),

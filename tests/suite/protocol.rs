@@ -53,7 +53,7 @@ fn ops_round_trip() {
         submission: submission("s"),
         thread_id: "t".into(),
         item_id: "q".into(),
-        input: UserInput { text: "x".into() },
+        input: UserInput::text("x"),
     });
     round_trip_op(Op::ThreadSelectBranch {
         submission: submission("s"),
@@ -63,7 +63,7 @@ fn ops_round_trip() {
     round_trip_op(Op::TurnSubmit {
         submission: submission("s"),
         thread_id: Some("t".into()),
-        input: UserInput { text: "x".into() },
+        input: UserInput::text("x"),
         replaces: Some("n".into()),
     });
 }

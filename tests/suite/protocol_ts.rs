@@ -781,9 +781,7 @@ fn protocol_ts_describes_real_serde_output() {
     let edit = Op::TurnSubmit {
         submission: submission("e1"),
         thread_id: Some(thread.clone()),
-        input: UserInput {
-            text: "Read it again".into(),
-        },
+        input: UserInput::text("Read it again"),
         replaces: Some(first_user.clone()),
     };
     sim.send(conn, edit);
@@ -869,7 +867,7 @@ fn protocol_ts_describes_real_serde_output() {
             submission: submission("i"),
             thread_id: "t".into(),
             item_id: "q".into(),
-            input: UserInput { text: "x".into() },
+            input: UserInput::text("x"),
         },
         Op::ApprovalResponse {
             submission: submission("j"),

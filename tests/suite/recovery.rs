@@ -208,7 +208,7 @@ fn steer_exactly_once_in_order_pending_steer_survives_crash() {
     check_invariants(&sim, &["durable".into()]).unwrap();
     let n = paths(&sim)[0]
         .iter()
-        .filter(|n| matches!(&n.body, NodeBody::UserMessage { text, steered: true } if text == "durable"))
+        .filter(|n| matches!(&n.body, NodeBody::UserMessage { text, steered: true, .. } if text == "durable"))
         .count();
     assert_eq!(n, 1);
 }

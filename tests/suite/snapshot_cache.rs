@@ -286,9 +286,7 @@ fn content_script_cannot_command_snapshot_cache_adoption_refused_to_an_untrusted
         Op::TurnSubmit {
             submission: submission("s2"),
             thread_id: Some(tid.clone()),
-            input: sw_agent::protocol::UserInput {
-                text: "Again".into(),
-            },
+            input: sw_agent::protocol::UserInput::text("Again"),
             replaces: None,
         },
     );

@@ -24,6 +24,7 @@ fn steered_texts(sim: &Sim) -> Vec<String> {
             NodeBody::UserMessage {
                 text,
                 steered: true,
+                ..
             } => Some(text.clone()),
             _ => None,
         })
@@ -75,6 +76,7 @@ fn steer_exactly_once_in_order_a_steered_message_is_named_by_its_steer_id() {
             NodeBody::UserMessage {
                 text,
                 steered: true,
+                ..
             } => Some((n.id.clone(), text.clone())),
             _ => None,
         })
@@ -106,7 +108,7 @@ fn one_cutoff_per_request_steer_after_cutoff_waits_for_next_request() {
         sim.requests[i]
             .messages
             .iter()
-            .any(|m| matches!(m, ChatMessage::User { text } if text == "late"))
+            .any(|m| matches!(m, ChatMessage::User { text, .. } if text == "late"))
     };
     assert!(!has(0));
     assert!(has(1));
@@ -119,7 +121,7 @@ fn one_cutoff_per_request_steer_after_cutoff_waits_for_next_request() {
 fn steer_exactly_once_in_order_with_final_answer_triggers_one_more_request() {
     let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
         match request.messages.last() {
-            Some(ChatMessage::User { text }) if text == "also say hi" => Reply::text("hi"),
+            Some(ChatMessage::User { text, .. }) if text == "also say hi" => Reply::text("hi"),
             _ => Reply::text("final"),
         }
     });
@@ -217,6 +219,7 @@ fn enqueue_runs_after_the_current_turn_in_order_and_is_bounded() {
             NodeBody::UserMessage {
                 text,
                 steered: false,
+                ..
             } => Some(text.clone()),
             _ => None,
         })

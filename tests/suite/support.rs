@@ -20,7 +20,7 @@ pub fn submit(id: &str, thread: Option<&str>, text: &str) -> Op {
     Op::TurnSubmit {
         submission: submission(id),
         thread_id: thread.map(str::to_string),
-        input: UserInput { text: text.into() },
+        input: UserInput::text(text),
         replaces: None,
     }
 }
@@ -30,7 +30,7 @@ pub fn steer(id: &str, thread: &str, turn: &str, text: &str) -> Op {
         submission: submission(id),
         thread_id: thread.into(),
         expected_turn_id: turn.into(),
-        input: UserInput { text: text.into() },
+        input: UserInput::text(text),
     }
 }
 
@@ -38,7 +38,7 @@ pub fn enqueue(id: &str, thread: &str, text: &str) -> Op {
     Op::TurnEnqueue {
         submission: submission(id),
         thread_id: thread.into(),
-        input: UserInput { text: text.into() },
+        input: UserInput::text(text),
     }
 }
 
@@ -78,7 +78,7 @@ pub fn queue_update(id: &str, thread: &str, item: &str, text: &str) -> Op {
         submission: submission(id),
         thread_id: thread.into(),
         item_id: item.into(),
-        input: UserInput { text: text.into() },
+        input: UserInput::text(text),
     }
 }
 
@@ -335,6 +335,7 @@ pub fn check_invariants_except(
             if let NodeBody::UserMessage {
                 text,
                 steered: true,
+                ..
             } = &node.body
             {
                 if !seen.insert(text) {
@@ -366,7 +367,7 @@ pub fn check_invariants_except(
             let landed = counts.contains(text.as_str())
                 || counts.contains(conflict.as_str())
                 || sim.store.nodes.values().any(|n| {
-                    matches!(&n.body, NodeBody::UserMessage { text: t, steered: true }
+                    matches!(&n.body, NodeBody::UserMessage { text: t, steered: true, .. }
                         if t == text || *t == conflict)
                 });
             if !landed && !durable_pending {
@@ -393,6 +394,7 @@ pub fn check_invariants_except(
                 NodeBody::UserMessage {
                     text,
                     steered: true,
+                    ..
                 } => Some(text.as_str()),
                 _ => None,
             })
@@ -415,7 +417,7 @@ pub fn check_invariants_except(
             .messages
             .iter()
             .filter_map(|m| match m {
-                ChatMessage::User { text } => order.get(text.as_str()).copied(),
+                ChatMessage::User { text, .. } => order.get(text.as_str()).copied(),
                 _ => None,
             })
             .collect();
@@ -424,7 +426,7 @@ pub fn check_invariants_except(
                 .messages
                 .iter()
                 .filter_map(|m| match m {
-                    ChatMessage::User { text } => Some(text.as_str()),
+                    ChatMessage::User { text, .. } => Some(text.as_str()),
                     _ => None,
                 })
                 .collect();
@@ -506,7 +508,7 @@ pub fn check_path_shape(path: &[Node], terminal: bool) -> Result<(), String> {
                 *results.entry(call_id.clone()).or_default() += 1;
                 open.retain(|c| c != call_id);
             }
-            NodeBody::UserMessage { steered, text } if !open.is_empty() => {
+            NodeBody::UserMessage { steered, text, .. } if !open.is_empty() => {
                 return Err(format!(
                     "steer_exactly_once_in_order: user message {text:?} (steered: {steered}) between a tool call and its result"
                 ));

@@ -127,7 +127,7 @@ fn echo_policy() -> sw_agent::sim::Policy {
             .iter()
             .rev()
             .find_map(|m| match m {
-                sw_agent::provider::ChatMessage::User { text } => Some(text.clone()),
+                sw_agent::provider::ChatMessage::User { text, .. } => Some(text.clone()),
                 _ => None,
             })
             .unwrap_or_default();
@@ -147,7 +147,7 @@ fn edit(id: &str, thread: &str, replaces: &str, text: &str) -> Op {
     Op::TurnSubmit {
         submission: submission(id),
         thread_id: Some(thread.into()),
-        input: sw_agent::protocol::UserInput { text: text.into() },
+        input: sw_agent::protocol::UserInput::text(text),
         replaces: Some(replaces.into()),
     }
 }
@@ -353,7 +353,7 @@ fn queued_turn_can_be_edited_until_it_starts() {
         submission: submission(id),
         thread_id: tid.clone(),
         item_id: item.clone(),
-        input: sw_agent::protocol::UserInput { text: text.into() },
+        input: sw_agent::protocol::UserInput::text(text),
     };
     sim.send(conn, edit_op("qe1", "then read"));
     sim.send(conn, edit_op("qe2", "   "));
@@ -1402,9 +1402,7 @@ fn a_model_title_arriving_while_a_branch_switch_is_saved_does_not_switch_back() 
         Op::TurnSubmit {
             submission: submission("s2"),
             thread_id: Some(tid.clone()),
-            input: sw_agent::protocol::UserInput {
-                text: "please subscribe me twice".into(),
-            },
+            input: sw_agent::protocol::UserInput::text("please subscribe me twice"),
             replaces: Some(first_user.clone()),
         },
     );

@@ -642,7 +642,7 @@ fn real_tokens(bpe: &CoreBPE, request: &ProviderRequest) -> usize {
     for message in request.messages.iter() {
         total += 3;
         total += match message {
-            ChatMessage::User { text } => n("user") + n(text),
+            ChatMessage::User { text, .. } => n("user") + n(text),
             ChatMessage::Assistant {
                 text, tool_calls, ..
             } => {
@@ -671,7 +671,7 @@ fn bytes_over_four(request: &ProviderRequest) -> usize {
     for message in request.messages.iter() {
         bytes += 16
             + match message {
-                ChatMessage::User { text } => text.len(),
+                ChatMessage::User { text, .. } => text.len(),
                 ChatMessage::Assistant {
                     text, tool_calls, ..
                 } => {

@@ -284,7 +284,7 @@ fn failure_breaker_reminds_after_three_and_disables_tools_after_five() {
         .iter()
         .enumerate()
         .filter(|(_, r)| {
-            matches!(r.messages.last(), Some(sw_agent::provider::ChatMessage::User { text }) if text.contains("Change your approach"))
+            matches!(r.messages.last(), Some(sw_agent::provider::ChatMessage::User { text, .. }) if text.contains("Change your approach"))
         })
         .map(|(i, _)| i)
         .collect();
