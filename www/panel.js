@@ -27,6 +27,7 @@
 /** @typedef {import("./protocol").ApprovalRecord} ApprovalRecord */
 /** @typedef {import("./protocol").InteractionRecord} InteractionRecord */
 /** @typedef {import("./protocol").JsonValue} JsonValue */
+/** @typedef {import("./protocol").Attachment} Attachment */
 /**
  * The fields of an op the panel fills in; `sendOp` adds the type and the ids.
  * @template {OpType} T @typedef {Omit<OpOf<T>, "type" | "clientId" | "submissionId">} OpFields
@@ -88,6 +89,9 @@ const dom = {
   composer: /** @type {HTMLFormElement} */ ($("composer")),
   input: /** @type {HTMLTextAreaElement} */ ($("task-input")),
   note: $("composer-note"),
+  attachList: $("attachment-list"),
+  attachInput: $input("attach-input"),
+  attach: $button("attach-button"),
   send: $button("send-button"),
   enqueue: $button("enqueue-button"),
   stop: $button("stop-button"),
@@ -291,7 +295,7 @@ const clientId = crypto.randomUUID();
 /**
  * What the panel remembers about an op it sent.
  * `quiet`: a read the user did not ask for, sent without "Not connected yet".
- * @typedef {{ text?: string, editNodeId?: string, queueItemId?: string, quiet?: boolean }} PendingMeta
+ * @typedef {{ text?: string, attachments?: Attachment[], editNodeId?: string, queueItemId?: string, quiet?: boolean }} PendingMeta
  */
 
 const state = {
@@ -311,6 +315,10 @@ const state = {
   lastStopReason: null,
   queue: [],
   pendingSteers: [],
+  /** @type {Attachment[]} files ready to go with the next message (`attachFiles`). */
+  attachments: [],
+  /** How many picked files are still being read or scaled. */
+  attaching: 0,
   /** The run's `inFlightTool` ({ callId, name }) from the last snapshot, until its result arrives. */
   inFlightTool: null,
   /** submissionId of a sent, not yet answered run.resolveUncertain. */
@@ -822,7 +830,7 @@ function onAck(event) {
         // Durable, not yet read by the agent: listed until its user message
         // (whose node id is the steer's) arrives. An ACK replayed after a
         // reconnect can come after that message: then there is nothing to list.
-        state.pendingSteers.push({ id: result.steerId, text: pending.text });
+        state.pendingSteers.push({ id: result.steerId, text: pending.text, attachments: pending.attachments || [] });
         renderPendingSteers();
       }
       break;
@@ -933,6 +941,10 @@ function onReject(event) {
   }
   // Give the user their words back so nothing typed is lost.
   if (pending && pending.text && dom.input.value.trim() === "") dom.input.value = pending.text;
+  if (pending && pending.attachments && pending.attachments.length > 0 && state.attachments.length === 0) {
+    state.attachments = pending.attachments.slice();
+    renderComposerAttachments();
+  }
 }
 
 /** @param {EventOf<"turn.start">} event */
@@ -1166,7 +1178,11 @@ function renderUserMessage(node) {
   const body = document.createElement("div");
   body.className = "message-text plain";
   body.textContent = typeof node.text === "string" ? node.text : "";
+  body.hidden = body.textContent === "";
   element.append(body);
+  const files = attachmentsOf(node);
+  if (files.length > 0) element.append(attachmentList(files));
+  messageFiles.set(element, files);
   // Only the message that opened a turn can be edited: the new version replaces that turn.
   const opensTurn = !node.steered && view.kindById.get(node.parentId) === "turn_context";
   element.append(messageActions(opensTurn));
@@ -1265,6 +1281,12 @@ function badge(text, title) {
  * @type {WeakMap<Element, string>}
  */
 const messageSource = new WeakMap();
+/**
+ * The files of each drawn user message, which an edit sends again with the
+ * new text (an edit replaces the text, not the files).
+ * @type {WeakMap<Element, Attachment[]>}
+ */
+const messageFiles = new WeakMap();
 /** How long a Copy button says "Copied" (or that it failed). */
 const COPY_FEEDBACK_MS = 2000;
 
@@ -1615,7 +1637,8 @@ function submitEdit() {
   const editor = view.editor;
   if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.textarea.value.trim();
-  if (text === "") {
+  const attachments = messageFiles.get(editor.element) || [];
+  if (text === "" && attachments.length === 0) {
     editor.error.textContent = "Type the message, or press Esc to cancel.";
     return;
   }
@@ -1624,7 +1647,7 @@ function submitEdit() {
   // Keep the focus in the editor while its buttons are disabled.
   editor.textarea.focus({ preventScroll: true });
   setEditorBusy(editor, true);
-  editor.submissionId = sendOp("turn.submit", { threadId: state.threadId, input: { text }, replaces: editor.nodeId }, { editNodeId: editor.nodeId });
+  editor.submissionId = sendOp("turn.submit", { threadId: state.threadId, input: { text, attachments }, replaces: editor.nodeId }, { editNodeId: editor.nodeId });
 }
 
 // ------------------------------------------------------------- tool cards ---
@@ -2185,6 +2208,8 @@ function renderQueue() {
     const text = document.createElement("span");
     text.className = "queue-text";
     text.textContent = item.text || "";
+    const files = attachmentsOf(item);
+    if (files.length > 0) text.append(attachmentList(files, true));
     const edit = document.createElement("button");
     edit.type = "button";
     edit.className = "queue-edit";
@@ -2263,11 +2288,13 @@ function saveQueueEdit() {
   const editor = view.queueEditor;
   if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.input.value.trim();
-  if (text === "") {
+  const current = state.queue.find((item) => item.id === editor.itemId);
+  // The files stay with the queued message; the editor changes its text.
+  const attachments = current ? attachmentsOf(current) : [];
+  if (text === "" && attachments.length === 0) {
     editor.error.textContent = "Type the message, or remove it from the queue with ×.";
     return;
   }
-  const current = state.queue.find((item) => item.id === editor.itemId);
   if (current && current.text === text) {
     closeQueueEditor(true);
     return;
@@ -2275,7 +2302,7 @@ function saveQueueEdit() {
   editor.error.textContent = "";
   editor.input.readOnly = true;
   editor.sentText = text;
-  editor.submissionId = sendOp("queue.update", { threadId: state.threadId, itemId: editor.itemId, input: { text } });
+  editor.submissionId = sendOp("queue.update", { threadId: state.threadId, itemId: editor.itemId, input: { text, attachments } });
 }
 
 /** Closes the queue item editor; `refocus` puts the focus on the item's Edit button. */
@@ -2303,6 +2330,8 @@ function renderPendingSteers() {
     const li = document.createElement("li");
     li.dataset.steerId = steer.id;
     li.append(badge("steer", "The agent reads this at its next step"), document.createTextNode(` ${steer.text || ""}`));
+    const files = attachmentsOf(steer);
+    if (files.length > 0) li.append(attachmentList(files, true));
     return li;
   }));
   updateWaitingSection();
@@ -2955,25 +2984,228 @@ function scheduleScroll() {
   });
 }
 
+// ----------------------------------------------------------- attachments ---
+// Images and text files go with a message (the engine's bounds, src/model.rs:
+// at most 4 files, an image of at most 1 MiB of base64, a text file of at most
+// 200,000 characters). Images are scaled to at most 1568 px on their longer
+// side (what both providers use at most) and compressed as JPEG until they
+// fit; a file that cannot be sent is named in the composer's note and left out.
+
+const MAX_ATTACHMENTS = 4;
+const MAX_IMAGE_CHARS = 1024 * 1024;
+const MAX_TEXT_CHARS = 200_000;
+const MAX_IMAGE_SIDE = 1568;
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+/** Text files whose type the browser does not know (or calls application/…). */
+const TEXT_NAME = /\.(txt|md|markdown|csv|tsv|json|jsonl|xml|ya?ml|log|html?|css|m?js|ts|py|rs|go|java|c|h|cpp|sh|sql|toml|ini)$/i;
+
+/**
+ * The files a node, queued message or steer carries (none if malformed).
+ * @param {{ attachments?: unknown }} holder
+ * @returns {Attachment[]}
+ */
+function attachmentsOf(holder) {
+  const files = holder && Array.isArray(holder.attachments) ? holder.attachments : [];
+  return files.filter((file) => file && typeof file === "object" && typeof file.name === "string"
+    && (file.kind === "image" || file.kind === "text"));
+}
+
+/**
+ * A list of files as shown in the conversation: images as thumbnails, text
+ * files by name. `compact`: names only (queued messages, steers).
+ * @param {Attachment[]} files
+ * @param {boolean} [compact]
+ */
+function attachmentList(files, compact = false) {
+  const list = document.createElement("ul");
+  list.className = compact ? "attachment-list compact" : "attachment-list";
+  list.setAttribute("aria-label", files.length === 1 ? "1 attached file" : `${files.length} attached files`);
+  for (const file of files) {
+    const item = document.createElement("li");
+    item.className = `attachment attachment-${file.kind}`;
+    item.dataset.kind = file.kind;
+    if (file.kind === "image" && !compact && typeof file.data === "string" && IMAGE_TYPES.includes(file.mediaType)) {
+      const image = document.createElement("img");
+      image.src = `data:${file.mediaType};base64,${file.data}`;
+      image.alt = file.name;
+      image.loading = "lazy";
+      item.append(image);
+    }
+    const name = document.createElement("span");
+    name.className = "attachment-name";
+    name.textContent = file.name;
+    name.title = file.kind === "text" ? `${file.name} (${file.mediaType}, ${file.text.length} characters)` : file.name;
+    item.append(name);
+    list.append(item);
+  }
+  return list;
+}
+
+/** The composer's files, each with a button that takes it out. */
+function renderComposerAttachments() {
+  dom.attachList.hidden = state.attachments.length === 0;
+  dom.attachList.replaceChildren(...state.attachments.map((file, index) => {
+    const item = attachmentList([file]).firstElementChild || document.createElement("li");
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "icon-button";
+    remove.textContent = "×";
+    remove.setAttribute("aria-label", `Remove attached file ${file.name}`);
+    remove.addEventListener("click", () => {
+      state.attachments.splice(index, 1);
+      renderComposerAttachments();
+      dom.input.focus();
+    });
+    item.append(remove);
+    return item;
+  }));
+}
+
+/**
+ * Reads picked, pasted or dropped files into the composer, in order.
+ * @param {Iterable<File>} files
+ */
+async function attachFiles(files) {
+  for (const file of files) {
+    if (state.attachments.length + state.attaching >= MAX_ATTACHMENTS) {
+      setNote(`At most ${MAX_ATTACHMENTS} files go with one message; ${file.name || "the rest"} was left out.`);
+      return;
+    }
+    state.attaching += 1;
+    try {
+      state.attachments.push(await prepareAttachment(file));
+      renderComposerAttachments();
+    } catch (error) {
+      setNote(`${file.name || "The file"}: ${error instanceof Error ? error.message : String(error)}`);
+    } finally {
+      state.attaching -= 1;
+    }
+  }
+}
+
+/**
+ * @param {File} file
+ * @returns {Promise<Attachment>}
+ */
+async function prepareAttachment(file) {
+  const name = (file.name || (file.type.startsWith("image/") ? "pasted image" : "pasted file"))
+    .replace(/[\u0000-\u001f\u007f]/g, " ").slice(0, 200);
+  if (file.type.startsWith("image/")) return { kind: "image", name, ...(await prepareImage(file)) };
+  if (file.type.startsWith("text/") || TEXT_NAME.test(name) || /json|xml|yaml/.test(file.type)) {
+    const text = await file.text();
+    if (text.includes("\u0000")) throw new Error("this is not a text file, so it cannot be attached.");
+    if (text.length > MAX_TEXT_CHARS) {
+      throw new Error(`the file holds ${text.length} characters; at most ${MAX_TEXT_CHARS} fit in a message.`);
+    }
+    return { kind: "text", name, mediaType: (file.type || "text/plain").slice(0, 100), text };
+  }
+  throw new Error("only images (PNG, JPEG, GIF, WebP) and text files can be attached.");
+}
+
+/**
+ * An image as the engine takes it: as it is when its type, size and sides
+ * fit, else scaled and compressed as JPEG.
+ * @param {Blob} file
+ * @returns {Promise<{ mediaType: string, data: string }>}
+ */
+async function prepareImage(file) {
+  /** @type {ImageBitmap} */
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(file);
+  } catch {
+    throw new Error("the image could not be read.");
+  }
+  const scale = Math.min(1, MAX_IMAGE_SIDE / Math.max(bitmap.width, bitmap.height));
+  if (scale === 1 && IMAGE_TYPES.includes(file.type) && Math.ceil(file.size / 3) * 4 <= MAX_IMAGE_CHARS) {
+    bitmap.close();
+    return { mediaType: file.type, data: await base64Of(file) };
+  }
+  const width = Math.max(1, Math.round(bitmap.width * scale));
+  const height = Math.max(1, Math.round(bitmap.height * scale));
+  const canvas = new OffscreenCanvas(width, height);
+  const context = canvas.getContext("2d");
+  if (!context) throw new Error("the image could not be scaled.");
+  // JPEG has no transparency: transparent parts become white, not black.
+  context.fillStyle = "#ffffff";
+  context.fillRect(0, 0, width, height);
+  context.drawImage(bitmap, 0, 0, width, height);
+  bitmap.close();
+  for (const quality of [0.85, 0.7, 0.5, 0.3]) {
+    const data = await base64Of(await canvas.convertToBlob({ type: "image/jpeg", quality }));
+    if (data.length <= MAX_IMAGE_CHARS) return { mediaType: "image/jpeg", data };
+  }
+  throw new Error("the image stays too large even compressed.");
+}
+
+/** @param {Blob} blob @returns {Promise<string>} base64 without the data: prefix */
+function base64Of(blob) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => {
+      const url = String(reader.result);
+      resolve(url.slice(url.indexOf(",") + 1));
+    };
+    reader.onerror = () => reject(new Error("the file could not be read."));
+    reader.readAsDataURL(blob);
+  });
+}
+
+dom.attach.addEventListener("click", () => dom.attachInput.click());
+dom.attachInput.addEventListener("change", () => {
+  const files = [...(dom.attachInput.files || [])];
+  dom.attachInput.value = "";
+  attachFiles(files).then(() => dom.input.focus());
+});
+dom.input.addEventListener("paste", (event) => {
+  const files = [...(event.clipboardData ? event.clipboardData.files : [])];
+  if (files.length === 0) return;
+  event.preventDefault();
+  attachFiles(files);
+});
+dom.composer.addEventListener("dragover", (event) => {
+  if (event.dataTransfer && [...event.dataTransfer.types].includes("Files")) {
+    event.preventDefault();
+    dom.composer.dataset.dropping = "true";
+  }
+});
+dom.composer.addEventListener("dragleave", () => { delete dom.composer.dataset.dropping; });
+dom.composer.addEventListener("drop", (event) => {
+  delete dom.composer.dataset.dropping;
+  const files = [...(event.dataTransfer ? event.dataTransfer.files : [])];
+  if (files.length === 0) return;
+  event.preventDefault();
+  attachFiles(files);
+});
+
 // ----------------------------------------------------------------- input ---
 
 function submitInput(mode) {
   const text = dom.input.value.trim();
-  if (text === "") return;
+  if (state.attaching > 0) {
+    setNote("Wait a moment: the attached files are still being read.");
+    return;
+  }
+  const attachments = state.attachments.slice();
+  if (text === "" && attachments.length === 0) return;
   if (threadPending()) {
     state.heldSubmit = mode;
     setNote("Sends when the thread is shown…");
     return;
   }
   setNote("");
+  const input = { text, attachments };
+  const meta = { text, attachments };
   if (mode === "enqueue" && state.threadId !== null) {
-    sendOp("turn.enqueue", { threadId: state.threadId, input: { text } }, { text });
+    sendOp("turn.enqueue", { threadId: state.threadId, input }, meta);
   } else if (isRunning() && state.threadId !== null && state.turnId !== null) {
-    sendOp("turn.steer", { threadId: state.threadId, expectedTurnId: state.turnId, input: { text } }, { text });
+    sendOp("turn.steer", { threadId: state.threadId, expectedTurnId: state.turnId, input }, meta);
   } else {
-    sendOp("turn.submit", { threadId: state.threadId, input: { text } }, { text });
+    sendOp("turn.submit", { threadId: state.threadId, input }, meta);
   }
   dom.input.value = "";
+  state.attachments = [];
+  renderComposerAttachments();
   view.stickToBottom = true;
 }
 
