@@ -471,11 +471,14 @@ pub const ATTACHMENT_IMAGE_TYPES: [&str; 4] =
 /// placeholder, decided per request (a later switch to a vision model sees
 /// them again). Text files reach the model as a delimited block after the
 /// message's text.
+// Read through `RawAttachment`: a flat struct costs far less code in the
+// module than serde's internally tagged enum.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
     tag = "kind",
     rename_all = "snake_case",
-    rename_all_fields = "camelCase"
+    rename_all_fields = "camelCase",
+    try_from = "RawAttachment"
 )]
 pub enum Attachment {
     Image {
@@ -491,6 +494,52 @@ pub enum Attachment {
         media_type: String,
         text: String,
     },
+}
+
+/// An attachment as read, before its kind's fields are checked.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawAttachment {
+    kind: AttachmentKind,
+    name: String,
+    media_type: String,
+    #[serde(default)]
+    data: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AttachmentKind {
+    Image,
+    Text,
+}
+
+impl TryFrom<RawAttachment> for Attachment {
+    type Error = &'static str;
+
+    fn try_from(raw: RawAttachment) -> Result<Self, Self::Error> {
+        let RawAttachment {
+            kind,
+            name,
+            media_type,
+            data,
+            text,
+        } = raw;
+        Ok(match kind {
+            AttachmentKind::Image => Attachment::Image {
+                name,
+                media_type,
+                data: data.ok_or("missing field `data`")?,
+            },
+            AttachmentKind::Text => Attachment::Text {
+                name,
+                media_type,
+                text: text.ok_or("missing field `text`")?,
+            },
+        })
+    }
 }
 
 impl Attachment {

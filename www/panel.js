@@ -3031,6 +3031,15 @@ function attachmentList(files, compact = false) {
       image.loading = "lazy";
       item.append(image);
     }
+    if (file.kind === "text") {
+      // What kind of text: the name's extension, else the media type's subtype.
+      const type = document.createElement("span");
+      type.className = "attachment-type";
+      const extension = /\.([a-z0-9]{1,8})$/i.exec(file.name);
+      type.textContent = extension ? extension[1] : String(file.mediaType).split("/").pop() || "text";
+      type.setAttribute("aria-hidden", "true");
+      item.append(type);
+    }
     const name = document.createElement("span");
     name.className = "attachment-name";
     name.textContent = file.name;

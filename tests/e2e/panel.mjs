@@ -2214,3 +2214,93 @@ isolatedTest(
     assert.deepEqual(await stored(panel, 'runs'), []);
   },
 );
+
+// Files attached in the composer (Attach button, paste): a small PNG sent as
+// it is, a large image scaled to 1568 px and sent as JPEG, a text file as a
+// delimited block; a PDF is refused with the reason. They reach the model in
+// the OpenAI wire format, stay with the message in IndexedDB and in the
+// transcript after a reload, and an edit of the message sends them again.
+isolatedTest(
+  'files_attached_in_the_composer_reach_the_model_and_stay_with_the_message',
+  { script: [{ text: 'I see them.' }, { text: 'Edited, still seen.' }] },
+  async (session) => {
+    const { panel, mock } = session;
+    // A model that sees images.
+    await panel.click('#settings-toggle');
+    await panel.locator('#settings-vision').waitFor({ state: 'visible', timeout: 15000 });
+    await panel.locator('#settings-vision').setChecked(true);
+    await panel.click('#settings-save');
+    await waitFor(async () => /saved/i.test((await panel.locator('#settings-status').textContent()) ?? ''), { timeout: 15000, message: 'Saved' });
+    await panel.click('#settings-toggle');
+
+    const dot = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+    await panel.setInputFiles('#attach-input', [
+      { name: 'dot.png', mimeType: 'image/png', buffer: Buffer.from(dot, 'base64') },
+      { name: 'list.csv', mimeType: 'text/csv', buffer: Buffer.from('sku,qty\nA1,2\n') },
+    ]);
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 2, { timeout: 15000, message: 'two files in the composer' });
+    await panel.setInputFiles('#attach-input', [{ name: 'doc.pdf', mimeType: 'application/pdf', buffer: Buffer.from('%PDF-1.4') }]);
+    await waitFor(async () => /doc\.pdf: only images/.test((await panel.locator('#composer-note').textContent()) ?? ''), { timeout: 15000, message: 'the PDF refused in the note' });
+    // A large image pasted into the composer.
+    await panel.evaluate(async () => {
+      const canvas = new OffscreenCanvas(3000, 2000);
+      const context = canvas.getContext('2d');
+      context.fillStyle = '#3366cc';
+      context.fillRect(0, 0, 3000, 2000);
+      const blob = await canvas.convertToBlob({ type: 'image/png' });
+      const transfer = new DataTransfer();
+      transfer.items.add(new File([blob], 'big.png', { type: 'image/png' }));
+      document.getElementById('task-input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true, cancelable: true }));
+    });
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 3, { timeout: 15000, message: 'the pasted image in the composer' });
+    assert.deepEqual(await panel.locator('#attachment-list .attachment-name').allTextContents(), ['dot.png', 'list.csv', 'big.png']);
+    await screenshot(panel, 'attachments-composer');
+
+    await submitTask(panel, 'Order these');
+    const first = await waitForSettledTurn(panel);
+    assert.equal(first.state, 'completed', describeState(first));
+    assert.equal(await panel.locator('#attachment-list').isHidden(), true, 'the composer is empty again');
+
+    const user = requestMessages(mock.requests()[0]).find((m) => m.role === 'user');
+    assert.ok(Array.isArray(user.content), 'content parts');
+    const text = user.content.filter((p) => p.type === 'text').map((p) => p.text).join('');
+    assert.match(text, /^Order these\n\n<attached_file name="list\.csv" type="text\/csv">\nsku,qty\nA1,2\n\n<\/attached_file>/);
+    const urls = user.content.filter((p) => p.type === 'image_url').map((p) => p.image_url.url);
+    assert.equal(urls.length, 2);
+    assert.equal(urls[0], `data:image/png;base64,${dot}`, 'a small PNG goes as it is');
+    assert.match(urls[1], /^data:image\/jpeg;base64,/, 'a large image goes as JPEG');
+    const size = await panel.evaluate(async (url) => {
+      const bitmap = await createImageBitmap(await (await fetch(url)).blob());
+      return [bitmap.width, bitmap.height];
+    }, urls[1]);
+    assert.deepEqual(size, [1568, 1045], 'scaled to 1568 px on its longer side');
+
+    const nodes = await stored(panel, 'nodes');
+    const message = nodes.find((n) => n.kind === 'user_message');
+    assert.deepEqual(message.attachments.map((a) => [a.kind, a.name]), [['image', 'dot.png'], ['text', 'list.csv'], ['image', 'big.png']]);
+
+    const drawn = async () => panel.evaluate(() => {
+      const element = document.querySelector('#messages [data-kind="user_message"]');
+      return {
+        images: [...element.querySelectorAll('.attachment img')].map((img) => img.alt),
+        names: [...element.querySelectorAll('.attachment-name')].map((n) => n.textContent),
+      };
+    });
+    assert.deepEqual(await drawn(), { images: ['dot.png', 'big.png'], names: ['dot.png', 'list.csv', 'big.png'] });
+    await screenshot(panel, 'attachments-message');
+    await panel.reload();
+    await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
+    await waitFor(async () => (await drawn().catch(() => null))?.names.length === 3, { timeout: 30000, message: 'the files drawn after a reload' });
+
+    // Edit the message: the new text goes with the same files.
+    const element = panel.locator('#messages [data-kind="user_message"]').first();
+    await element.getByRole('button', { name: 'Edit', exact: true }).click();
+    const editor = element.locator('textarea');
+    await editor.fill('Order these, twice');
+    await editor.press('Enter');
+    await waitFor(async () => mock.requests().length >= 2, { timeout: 60000, message: 'the edited turn\'s request' });
+    const edited = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
+    assert.equal(edited.content.filter((p) => p.type === 'image_url').length, 2, 'the edit sends the images again');
+    assert.match(messageText(edited), /^Order these, twice\n\n<attached_file name="list\.csv"/);
+  },
+);
