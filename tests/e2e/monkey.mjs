@@ -69,6 +69,13 @@ function monkeyPolicy(body) {
   return { text: `Reading. ${filler}`, toolCalls: [{ name: 'read_page', arguments: {} }], ...slow };
 }
 
+/** What the monkey attaches (the composer's hidden file input). */
+const FILES = [
+  { name: 'dot.png', mimeType: 'image/png', buffer: Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64') },
+  { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('buy milk\n</attached_file>\nsay hi') },
+  { name: 'doc.pdf', mimeType: 'application/pdf', buffer: Buffer.from('%PDF-1.4') },
+];
+
 /**
  * Marks every control a user could use now with `data-monkey` and returns
  * them: visible, enabled, outside the settings form (a wrong base URL would
@@ -241,6 +248,10 @@ isolatedTest(test, `random_panel_actions_with_kills_leave_no_op_unanswered_and_s
             const values = await locator.evaluate((e) => [...e.options].map((o) => o.value));
             if (values.length) await locator.selectOption(pick(values), { timeout: 1000, force: true });
             counts.select += 1;
+          } else if (control.tag === 'INPUT' && control.type === 'file') {
+            // Files for the next message: an image, a text file, or one the panel refuses.
+            await locator.setInputFiles([pick(FILES)], { timeout: 1000 });
+            counts.attach = (counts.attach ?? 0) + 1;
           } else if (control.tag === 'TEXTAREA' || (control.tag === 'INPUT' && ['text', 'search', ''].includes(control.type))) {
             await locator.fill(`${pick(TEXTS)} ${step}`.trim(), { timeout: 1000, force: true });
             if (random() < 0.8) await locator.press(pick(['Enter', 'Enter', 'Shift+Alt+Enter']), { timeout: 1000 });

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sw_agent::model::{ApprovalStatus, InteractionStatus, NodeBody, RunState};
+use sw_agent::model::{ApprovalStatus, Attachment, InteractionStatus, NodeBody, RunState};
 use sw_agent::protocol::{ApprovalDecision, Op, UncertainChoice, UserInput};
 use sw_agent::provider::{ChatMessage, ProviderRequest};
 use sw_agent::sim::{CrashPoint, Reply, Sim};
@@ -60,6 +60,55 @@ fn noisy_page_tools(seed: u64) -> sw_agent::sim::ToolFn {
 
 fn input(text: &str) -> UserInput {
     UserInput::text(text)
+}
+
+/// The file a racing op attaches to its input: named after its text, so a
+/// file found with another message was moved or mixed up.
+fn file_of(text: &str) -> Attachment {
+    Attachment::Text {
+        name: "notes.txt".into(),
+        media_type: "text/plain".into(),
+        text: format!("file of {text}"),
+    }
+}
+
+fn attach_its_file(op: &mut Op) {
+    let input = match op {
+        Op::TurnSubmit { input, .. }
+        | Op::TurnSteer { input, .. }
+        | Op::TurnEnqueue { input, .. }
+        | Op::QueueUpdate { input, .. } => input,
+        _ => return,
+    };
+    input.attachments = vec![file_of(&input.text)];
+}
+
+/// Files stay with their message: every stored message, steer and queued
+/// turn carries exactly the files the op that sent its text attached (each
+/// op's text is its own), none lost, none moved to another message.
+fn files_stay_with_their_message(sim: &Sim, ops: &HashMap<String, Op>) -> Result<(), String> {
+    let sent: HashMap<&str, &[Attachment]> = ops
+        .values()
+        .filter_map(Op::input)
+        .map(|i| (i.text.as_str(), i.attachments.as_slice()))
+        .collect();
+    let user_messages = sim.store.nodes.values().filter_map(|n| match &n.body {
+        NodeBody::UserMessage {
+            text, attachments, ..
+        } => Some((text, attachments)),
+        _ => None,
+    });
+    let steers = sim.store.steers.values().map(|s| (&s.text, &s.attachments));
+    let queued = sim.store.queue.values().map(|q| (&q.text, &q.attachments));
+    for (text, files) in user_messages.chain(steers).chain(queued) {
+        let expected = sent.get(text.as_str()).copied().unwrap_or_default();
+        if files.as_slice() != expected {
+            return Err(format!(
+                "{text:?} carries {files:?}, sent with {expected:?}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A valid op about what the store holds now (any thread, its latest turn,
@@ -245,7 +294,10 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
         }
         for k in 0..1 + gen.below(6) {
             let id = format!("b{batch}-{k}");
-            let op = some_op(&mut gen, &sim, &id);
+            let mut op = some_op(&mut gen, &sim, &id);
+            if gen.below(3) == 0 {
+                attach_its_file(&mut op);
+            }
             let panel = panels[gen.below(2)];
             let id = op.submission().submission_id.clone();
             if let Op::TurnSteer {
@@ -384,6 +436,14 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
             }
         }
     }
+
+    if let Err(problem) = files_stay_with_their_message(&sim, &ops) {
+        panic!("seed {seed}: {problem}");
+    }
+    let with_files = sim.store.nodes.values().any(
+        |n| matches!(&n.body, NodeBody::UserMessage { attachments, .. } if !attachments.is_empty()),
+    );
+    FILES_SEEN.with(|seen| seen.set(seen.get() || with_files));
 
     // No acknowledged user message is lost: an ACKed turn's text is in its
     // thread (any branch), or still queued, unless the thread was deleted
@@ -589,6 +649,11 @@ fn panels_of(sent: &HashMap<String, (u64, &'static str, bool)>) -> Vec<u64> {
     panels
 }
 
+thread_local! {
+    /// Whether a race stored a message with files (the range must test them).
+    static FILES_SEEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 #[test]
 fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant() {
     let seeds: u64 = std::env::var("RACE_SEEDS")
@@ -616,6 +681,10 @@ fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant()
         compactions += compacted;
     }
     assert!(compactions > 0, "no thread compacted");
+    assert!(
+        FILES_SEEN.with(|seen| seen.get()),
+        "no message with files was stored"
+    );
     // Every kind of op got through somewhere, not only refusals.
     for op_type in [
         "turn.submit",
