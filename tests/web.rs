@@ -8,7 +8,10 @@
 
 use sw_agent::engine::{Effect, Engine, EngineConfig, ToolOutcome};
 use sw_agent::gatekeeper::TargetInfo;
-use sw_agent::model::{NodeBody, ProviderProfile, Run, RunState, StopReason, Thread, Usage};
+use sw_agent::model::{
+    Attachment, NodeBody, ProviderProfile, Run, RunState, StopReason, Thread, Usage,
+    MAX_ATTACHMENT_IMAGE_CHARS, MAX_ATTACHMENT_TEXT_CHARS,
+};
 use sw_agent::platform::idb::IdbStore;
 use sw_agent::platform::stream::stream_response;
 use sw_agent::protocol::{ClientKind, ErrorKind, Event, Op, Submission, UserInput};
@@ -111,12 +114,51 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
         body: NodeBody::UserMessage {
             text: "héllo 😀".into(),
             steered: false,
+            // Files at the engine's bounds come back whole: an image of
+            // 1 MiB of base64 and a text file of 200,000 characters.
+            attachments: vec![
+                Attachment::Image {
+                    name: "cart 😀.png".into(),
+                    media_type: "image/png".into(),
+                    data: "QUJD".repeat(MAX_ATTACHMENT_IMAGE_CHARS / 4),
+                },
+                Attachment::Text {
+                    name: "list.csv".into(),
+                    media_type: "text/csv".into(),
+                    text: "é\n\u{2028}\"".repeat(MAX_ATTACHMENT_TEXT_CHARS / 4),
+                },
+            ],
         },
+    };
+    // A steer's and a queued turn's files are written with them.
+    let file = vec![Attachment::Text {
+        name: "size.txt".into(),
+        media_type: "text/plain".into(),
+        text: "EU 42".into(),
+    }];
+    let steer = sw_agent::model::PendingSteer {
+        id: "s1".into(),
+        thread_id: "t1".into(),
+        run_id: "r1".into(),
+        admission_seq: 1,
+        text: "this size".into(),
+        attachments: file.clone(),
+        created_at: 4,
+    };
+    let queued = sw_agent::model::QueueItem {
+        id: "q1".into(),
+        thread_id: "t1".into(),
+        position: 1,
+        text: String::new(),
+        attachments: file,
+        created_at: 4,
     };
     let mut unit = UnitOfWork::new();
     unit.put(Record::Thread(thread("t1")))
         .put(Record::Node(node.clone()))
-        .put(Record::Run(run.clone()));
+        .put(Record::Run(run.clone()))
+        .put(Record::Steer(steer.clone()))
+        .put(Record::QueueItem(queued.clone()));
     store.commit(&unit).await.unwrap();
     // A second unit deletes and puts across stores atomically.
     let mut second = UnitOfWork::new();
@@ -134,6 +176,8 @@ async fn idb_multi_store_unit_survives_close_and_reopen() {
     assert_eq!(image.runs, vec![run]);
     assert_eq!(image.loaded_threads, vec!["t1".to_string()]);
     assert_eq!(image.nodes, vec![node]);
+    assert_eq!(image.steers, vec![steer]);
+    assert_eq!(image.queue, vec![queued]);
     store.close();
     IdbStore::delete(name).await.unwrap();
 }
@@ -1359,6 +1403,7 @@ async fn idb_thread_tail_reads_the_newest_nodes_by_creation_time() {
         body: NodeBody::UserMessage {
             text: format!("message {i}"),
             steered: false,
+            attachments: Vec::new(),
         },
     };
     let mut unit = UnitOfWork::new();
@@ -1913,6 +1958,7 @@ async fn idb_prefetched_start_image_is_the_image_the_store_reads_itself() {
         body: NodeBody::UserMessage {
             text: "hello".into(),
             steered: false,
+            attachments: Vec::new(),
         },
     };
     let receipt = sw_agent::model::Receipt {

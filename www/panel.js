@@ -2209,7 +2209,6 @@ function renderQueue() {
     text.className = "queue-text";
     text.textContent = item.text || "";
     const files = attachmentsOf(item);
-    if (files.length > 0) text.append(attachmentList(files, true));
     const edit = document.createElement("button");
     edit.type = "button";
     edit.className = "queue-edit";
@@ -2224,7 +2223,9 @@ function renderQueue() {
     remove.addEventListener("click", () => {
       if (state.threadId && !refusedWhileOpening()) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
     });
-    li.append(text, edit, remove);
+    li.append(text);
+    if (files.length > 0) li.append(attachmentList(files, true));
+    li.append(edit, remove);
     return li;
   }));
   if (hadFocus && view.queueEditor) view.queueEditor.input.focus({ preventScroll: true });

@@ -2304,3 +2304,60 @@ isolatedTest(
     assert.match(messageText(edited), /^Order these, twice\n\n<attached_file name="list\.csv"/);
   },
 );
+
+// A queued message's file is listed with it, stays through an edit of its
+// text (the panel sends the files again with `queue.update`), and goes to
+// the model when the queued turn runs.
+isolatedTest(
+  'a_queued_message_keeps_its_file_through_an_edit_and_runs_with_it',
+  {
+    script: [
+      { stallMs: STALL_FOREVER_MS, text: 'Working', tickMs: 250, tickText: '.' },
+      { text: 'Continuing.' },
+      { text: 'Read your notes.' },
+    ],
+  },
+  async (session) => {
+    const { panel, mock } = session;
+    await panel.focus('#task-input');
+    await typeAndPress(panel, 'A long task', 'Enter');
+    await waitForRunState(panel, ['streaming_model']);
+    await panel.setInputFiles('#attach-input', [{ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('milk, eggs') }]);
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 1, { timeout: 15000, message: 'the file in the composer' });
+    await panel.focus('#task-input');
+    await typeAndPress(panel, 'Then read my notes', 'Shift+Alt+Enter');
+    const queued = () => panel.evaluate(() => [...document.querySelectorAll('#queue-list > li')].map((li) => ({
+      text: li.querySelector('.queue-text')?.textContent ?? null,
+      files: [...li.querySelectorAll('.attachment-name')].map((n) => n.textContent),
+    })));
+    await waitFor(async () => (await queued()).length === 1, { timeout: 30000, message: 'the queued message' });
+    assert.deepEqual(await queued(), [{ text: 'Then read my notes', files: ['notes.txt'] }]);
+    assert.equal(await panel.locator('#attachment-list').isHidden(), true, 'the composer gave its file to the queued message');
+
+    await pressOn(panel.getByRole('button', { name: 'Edit queued message: Then read my notes' }));
+    await panel.keyboard.press('Control+A');
+    await typeAndPress(panel, 'Then read my notes, twice', 'Enter');
+    const [edit] = await sentOps(panel, 'queue.update');
+    assert.deepEqual(edit.input.attachments.map((a) => [a.kind, a.name, a.text]), [['text', 'notes.txt', 'milk, eggs']]);
+    assert.equal((await answerTo(panel, edit.submissionId, 'queue.update')).type, 'command.ack');
+    await waitFor(async () => (await queued())[0]?.text === 'Then read my notes, twice', { timeout: 15000, message: 'the edited text in the list' });
+    assert.deepEqual((await queued())[0].files, ['notes.txt']);
+
+    await panel.focus('#task-input');
+    await panel.keyboard.press('Escape');
+    await waitForRunState(panel, ['interrupted']);
+    await panel.click('#continue-button');
+    await waitFor(
+      async () => {
+        const state = await readPanel(panel);
+        return state.state === 'completed' && state.nodes.some((n) => n.text.includes('Read your notes.')) ? state : null;
+      },
+      { timeout: 120000, message: 'the queued turn to complete' },
+    );
+    const sent = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').map((m) => messageText(m));
+    assert.ok(
+      sent.some((text) => text.startsWith('Then read my notes, twice\n\n<attached_file name="notes.txt" type="text/plain">\nmilk, eggs\n</attached_file>')),
+      sent.join('\n---\n'),
+    );
+  },
+);
