@@ -822,7 +822,8 @@ pub const MAX_RESULT_IMAGE_CHARS: usize = 400 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageData {
-    /// `image/png` or `image/jpeg`.
+    /// `image/png` or `image/jpeg` (a screenshot), or one of
+    /// [`ATTACHMENT_IMAGE_TYPES`] (an attached image).
     pub media_type: String,
     /// Base64 without the `data:` prefix.
     pub data: String,

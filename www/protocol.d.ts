@@ -594,7 +594,10 @@ export type ToolStatus =
 
 /** An image as the model receives it. */
 export interface ImageData {
-  /** `image/png` or `image/jpeg`. */
+  /**
+   * `image/png` or `image/jpeg` (a screenshot), or one of
+   * [`ATTACHMENT_IMAGE_TYPES`] (an attached image).
+   */
   mediaType: string;
   /** Base64 without the `data:` prefix. */
   data: string;

@@ -87,8 +87,9 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 if request.profile.vision {
                     // Images first, then the text about them (Anthropic's advice).
                     blocks.extend(images.iter().map(image_block));
-                    // A message of images only has no (empty) text block.
-                    if !text.is_empty() || images.is_empty() {
+                    // A message of images only has no (blank) text block:
+                    // Anthropic refuses one.
+                    if !text.trim().is_empty() || images.is_empty() {
                         blocks.push(json!({ "type": "text", "text": text }));
                     }
                 } else if images.is_empty() {

@@ -46,7 +46,11 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 json!({ "role": "user", "content": text })
             }
             ChatMessage::User { text, images } if request.profile.vision => {
-                let mut parts = vec![json!({ "type": "text", "text": text })];
+                // A message of images only has no (empty) text part.
+                let mut parts: Vec<Value> = (!text.trim().is_empty())
+                    .then(|| json!({ "type": "text", "text": text }))
+                    .into_iter()
+                    .collect();
                 parts.extend(images.iter().map(image_part));
                 json!({ "role": "user", "content": parts })
             }

@@ -234,6 +234,20 @@ fn a_message_of_files_only_is_sent_and_named_after_its_first_file() {
     let blocks = body["messages"][0]["content"].as_array().unwrap();
     assert!(blocks.iter().any(|b| b["type"] == "image"));
     check_invariants(&sim, &[]).unwrap();
+    // Without the send-time note on it, such a message has no text part at all.
+    let mut bare = (*request).clone();
+    bare.messages = vec![ChatMessage::User {
+        text: "  ".into(),
+        images: first_user(&request).1.to_vec(),
+    }]
+    .into();
+    let body = anthropic::build_body(&bare);
+    assert_eq!(body["messages"][0]["content"].as_array().unwrap().len(), 1);
+    assert_eq!(body["messages"][0]["content"][0]["type"], "image");
+    let body = openai::build_body(&bare);
+    let user = body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(user["content"].as_array().unwrap().len(), 1);
+    assert_eq!(user["content"][0]["type"], "image_url");
 }
 
 #[test]

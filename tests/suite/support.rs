@@ -722,8 +722,8 @@ pub fn check_wire_bodies(request: &ProviderRequest) -> Result<(), String> {
         let mut uses: Vec<String> = Vec::new();
         for block in blocks {
             match block["type"].as_str().unwrap_or_default() {
-                "text" if block["text"].as_str().unwrap_or_default().is_empty() => {
-                    return Err(format!("anthropic: an empty text block in message {i}"));
+                "text" if block["text"].as_str().unwrap_or_default().trim().is_empty() => {
+                    return Err(format!("anthropic: a blank text block in message {i}"));
                 }
                 "tool_result" => {
                     if results_done {
