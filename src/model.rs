@@ -457,6 +457,10 @@ pub const MAX_ATTACHMENTS: usize = 4;
 pub const MAX_ATTACHMENT_IMAGE_CHARS: usize = 1024 * 1024;
 /// The most characters of one attached text file (about 50,000 tokens).
 pub const MAX_ATTACHMENT_TEXT_CHARS: usize = 200_000;
+/// The most base64 characters of one attached PDF (4 MiB, about 3 MB).
+pub const MAX_ATTACHMENT_PDF_CHARS: usize = 4 * 1024 * 1024;
+/// The most characters of all the files of one message together (6 MiB).
+pub const MAX_ATTACHMENTS_CHARS: usize = 6 * 1024 * 1024;
 /// The most characters of an attachment's file name.
 pub const MAX_ATTACHMENT_NAME_CHARS: usize = 200;
 /// The image types both providers take.
@@ -467,7 +471,8 @@ pub const ATTACHMENT_IMAGE_TYPES: [&str; 4] =
 /// the message's node (and in the steer or queued turn before that), so it
 /// is written in the same transaction as the message it belongs to.
 ///
-/// Images reach vision models as image blocks; other models get a
+/// Images and PDFs reach vision models as image and document blocks (both
+/// providers read PDFs through their vision models); other models get a
 /// placeholder, decided per request (a later switch to a vision model sees
 /// them again). Text files reach the model as a delimited block after the
 /// message's text.
@@ -494,6 +499,21 @@ pub enum Attachment {
         media_type: String,
         text: String,
     },
+    Pdf {
+        name: String,
+        /// `application/pdf`.
+        media_type: String,
+        /// Base64 without the `data:` prefix.
+        data: String,
+    },
+}
+
+/// An attached PDF as the model receives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentData {
+    pub name: String,
+    /// Base64 of the PDF.
+    pub data: String,
 }
 
 /// An attachment as read, before its kind's fields are checked.
@@ -514,6 +534,7 @@ struct RawAttachment {
 enum AttachmentKind {
     Image,
     Text,
+    Pdf,
 }
 
 impl TryFrom<RawAttachment> for Attachment {
@@ -538,6 +559,11 @@ impl TryFrom<RawAttachment> for Attachment {
                 media_type,
                 text: text.ok_or("missing field `text`")?,
             },
+            AttachmentKind::Pdf => Attachment::Pdf {
+                name,
+                media_type,
+                data: data.ok_or("missing field `data`")?,
+            },
         })
     }
 }
@@ -545,7 +571,17 @@ impl TryFrom<RawAttachment> for Attachment {
 impl Attachment {
     pub fn name(&self) -> &str {
         match self {
-            Attachment::Image { name, .. } | Attachment::Text { name, .. } => name,
+            Attachment::Image { name, .. }
+            | Attachment::Text { name, .. }
+            | Attachment::Pdf { name, .. } => name,
+        }
+    }
+
+    /// How many characters it holds (what the per-message bound counts).
+    pub fn size(&self) -> usize {
+        match self {
+            Attachment::Image { data, .. } | Attachment::Pdf { data, .. } => data.len(),
+            Attachment::Text { text, .. } => text.len(),
         }
     }
 
@@ -576,9 +612,29 @@ impl Attachment {
                         MAX_ATTACHMENT_IMAGE_CHARS / 1024
                     ));
                 }
-                let base64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=');
-                if data.is_empty() || data.len() % 4 != 0 || !data.bytes().all(base64) {
+                if !is_base64(data) {
                     return Some(format!("{name}: the image data is not base64."));
+                }
+                None
+            }
+            Attachment::Pdf {
+                media_type, data, ..
+            } => {
+                if media_type != "application/pdf" {
+                    return Some(format!(
+                        "{name}: a PDF's media type is application/pdf (this one is {media_type:?})."
+                    ));
+                }
+                if data.len() > MAX_ATTACHMENT_PDF_CHARS {
+                    return Some(format!(
+                        "{name}: the PDF is {} KiB of base64; at most {} KiB fit in a message.",
+                        data.len() / 1024,
+                        MAX_ATTACHMENT_PDF_CHARS / 1024
+                    ));
+                }
+                // Every PDF starts with `%PDF-`, which is `JVBERi0` in base64.
+                if !is_base64(data) || !data.starts_with("JVBERi0") {
+                    return Some(format!("{name}: the data is not a PDF in base64."));
                 }
                 None
             }
@@ -597,6 +653,12 @@ impl Attachment {
             }
         }
     }
+}
+
+/// Whether `data` is standard base64 with its padding.
+fn is_base64(data: &str) -> bool {
+    let digit = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=');
+    !data.is_empty() && data.len() % 4 == 0 && data.bytes().all(digit)
 }
 
 impl UserInput {
@@ -619,7 +681,17 @@ impl UserInput {
                 self.attachments.len()
             ));
         }
-        self.attachments.iter().find_map(Attachment::problem)
+        if let Some(problem) = self.attachments.iter().find_map(Attachment::problem) {
+            return Some(problem);
+        }
+        let total: usize = self.attachments.iter().map(Attachment::size).sum();
+        (total > MAX_ATTACHMENTS_CHARS).then(|| {
+            format!(
+                "The files hold {} KiB together; at most {} KiB go with one message.",
+                total / 1024,
+                MAX_ATTACHMENTS_CHARS / 1024
+            )
+        })
     }
 }
 

@@ -2986,15 +2986,17 @@ function scheduleScroll() {
 }
 
 // ----------------------------------------------------------- attachments ---
-// Images and text files go with a message (the engine's bounds, src/model.rs:
-// at most 4 files, an image of at most 1 MiB of base64, a text file of at most
-// 200,000 characters). Images are scaled to at most 1568 px on their longer
+// Images, PDFs and text files go with a message (the engine's bounds,
+// src/model.rs: at most 4 files, an image of at most 1 MiB of base64, a PDF of
+// at most 4 MiB of it, a text file of at most 200,000 characters, 6 MiB in all). Images are scaled to at most 1568 px on their longer
 // side (what both providers use at most) and compressed as JPEG until they
 // fit; a file that cannot be sent is named in the composer's note and left out.
 
 const MAX_ATTACHMENTS = 4;
 const MAX_IMAGE_CHARS = 1024 * 1024;
 const MAX_TEXT_CHARS = 200_000;
+const MAX_PDF_CHARS = 4 * 1024 * 1024;
+const MAX_TOTAL_CHARS = 6 * 1024 * 1024;
 const MAX_IMAGE_SIDE = 1568;
 const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 /** Text files whose type the browser does not know (or calls application/…). */
@@ -3008,7 +3010,7 @@ const TEXT_NAME = /\.(txt|md|markdown|csv|tsv|json|jsonl|xml|ya?ml|log|html?|css
 function attachmentsOf(holder) {
   const files = holder && Array.isArray(holder.attachments) ? holder.attachments : [];
   return files.filter((file) => file && typeof file === "object" && typeof file.name === "string"
-    && (file.kind === "image" || file.kind === "text"));
+    && (file.kind === "image" || file.kind === "text" || file.kind === "pdf"));
 }
 
 /**
@@ -3032,8 +3034,8 @@ function attachmentList(files, compact = false) {
       image.loading = "lazy";
       item.append(image);
     }
-    if (file.kind === "text") {
-      // What kind of text: the name's extension, else the media type's subtype.
+    if (file.kind !== "image") {
+      // What kind of file: the name's extension, else the media type's subtype.
       const type = document.createElement("span");
       type.className = "attachment-type";
       const extension = /\.([a-z0-9]{1,8})$/i.exec(file.name);
@@ -3044,7 +3046,8 @@ function attachmentList(files, compact = false) {
     const name = document.createElement("span");
     name.className = "attachment-name";
     name.textContent = file.name;
-    name.title = file.kind === "text" ? `${file.name} (${file.mediaType}, ${file.text.length} characters)` : file.name;
+    name.title = file.kind === "text" ? `${file.name} (${file.mediaType}, ${file.text.length} characters)`
+      : file.kind === "pdf" ? `${file.name} (PDF, ${Math.round((file.data.length / 4) * 3 / 1024)} KiB)` : file.name;
     item.append(name);
     list.append(item);
   }
@@ -3083,7 +3086,10 @@ async function attachFiles(files) {
     }
     state.attaching += 1;
     try {
-      state.attachments.push(await prepareAttachment(file));
+      const attachment = await prepareAttachment(file);
+      const total = [...state.attachments, attachment].reduce((sum, a) => sum + attachmentSize(a), 0);
+      if (total > MAX_TOTAL_CHARS) throw new Error(`with it the files would hold more than ${MAX_TOTAL_CHARS / 1024 / 1024} MiB, more than one message takes.`);
+      state.attachments.push(attachment);
       renderComposerAttachments();
     } catch (error) {
       setNote(`${file.name || "The file"}: ${error instanceof Error ? error.message : String(error)}`);
@@ -3091,6 +3097,12 @@ async function attachFiles(files) {
       state.attaching -= 1;
     }
   }
+}
+
+/** What the engine's per-message bound counts of a file (src/model.rs `Attachment::size`). @param {Attachment} file */
+function attachmentSize(file) {
+  // UTF-8 bytes of a text file, as Rust's `str::len`.
+  return file.kind === "text" ? new TextEncoder().encode(file.text).length : file.data.length;
 }
 
 /**
@@ -3101,6 +3113,15 @@ async function prepareAttachment(file) {
   const name = (file.name || (file.type.startsWith("image/") ? "pasted image" : "pasted file"))
     .replace(/[\u0000-\u001f\u007f]/g, " ").slice(0, 200);
   if (file.type.startsWith("image/")) return { kind: "image", name, ...(await prepareImage(file)) };
+  if (file.type === "application/pdf" || /\.pdf$/i.test(name)) {
+    const data = await base64Of(file);
+    if (data.length > MAX_PDF_CHARS) {
+      throw new Error(`the PDF is ${Math.round(file.size / 1024)} KiB; at most ${(MAX_PDF_CHARS / 4) * 3 / 1024} KiB fit in a message.`);
+    }
+    // Every PDF starts with "%PDF-" ("JVBERi0" in base64).
+    if (!data.startsWith("JVBERi0")) throw new Error("this is not a PDF.");
+    return { kind: "pdf", name, mediaType: "application/pdf", data };
+  }
   if (file.type.startsWith("text/") || TEXT_NAME.test(name) || /json|xml|yaml/.test(file.type)) {
     const text = await file.text();
     if (text.includes("\u0000")) throw new Error("this is not a text file, so it cannot be attached.");
@@ -3109,7 +3130,7 @@ async function prepareAttachment(file) {
     }
     return { kind: "text", name, mediaType: (file.type || "text/plain").slice(0, 100), text };
   }
-  throw new Error("only images (PNG, JPEG, GIF, WebP) and text files can be attached.");
+  throw new Error("only images (PNG, JPEG, GIF, WebP), PDFs and text files can be attached.");
 }
 
 /**

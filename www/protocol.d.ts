@@ -220,7 +220,8 @@ export interface UserInput {
  * the message's node (and in the steer or queued turn before that), so it
  * is written in the same transaction as the message it belongs to.
  *
- * Images reach vision models as image blocks; other models get a
+ * Images and PDFs reach vision models as image and document blocks (both
+ * providers read PDFs through their vision models); other models get a
  * placeholder, decided per request (a later switch to a vision model sees
  * them again). Text files reach the model as a delimited block after the
  * message's text.
@@ -240,6 +241,14 @@ export type Attachment =
     /** As the file said (`text/plain`, `text/csv`, `application/json`…). */
     mediaType: string;
     text: string;
+  }
+  | {
+    kind: "pdf";
+    name: string;
+    /** `application/pdf`. */
+    mediaType: string;
+    /** Base64 without the `data:` prefix. */
+    data: string;
   };
 
 /** The user's answer to an approval request. */

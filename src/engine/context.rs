@@ -5,7 +5,7 @@
 //! here every call is attached back to the assistant message that requested
 //! it. Notices and turn contexts are display-only and never sent.
 
-use crate::model::{Attachment, ImageData, Node, NodeBody, ToolStatus};
+use crate::model::{Attachment, DocumentData, ImageData, Node, NodeBody, ToolStatus};
 use crate::provider::{ChatMessage, OutboundToolCall};
 
 /// An estimate of a request's size in tokens, counted over everything that
@@ -28,8 +28,17 @@ pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
     for message in request.messages.iter() {
         tenths += MESSAGE_TENTHS
             + match message {
-                ChatMessage::User { text, images } => {
-                    text_tenths(text) + images.len() as u64 * IMAGE_TENTHS
+                ChatMessage::User {
+                    text,
+                    images,
+                    documents,
+                } => {
+                    text_tenths(text)
+                        + images.len() as u64 * IMAGE_TENTHS
+                        + documents
+                            .iter()
+                            .map(|d| d.data.len() as u64 * PDF_TENTHS_PER_KIB / 1024)
+                            .sum::<u64>()
                 }
                 ChatMessage::Assistant {
                     text, tool_calls, ..
@@ -84,6 +93,11 @@ const TOOL_TENTHS: u64 = 30;
 /// full-size screenshot for Anthropic (about width × height / 750 after its
 /// downscaling) and OpenAI's high-detail tiles.
 const IMAGE_TENTHS: u64 = 16_000;
+/// A PDF, per KiB of its base64: providers read each page as text and as
+/// an image (about 1,500 to 3,000 tokens a page), and a page of a typical
+/// PDF is some 50 to 100 KB, so about 25 tokens per KiB of base64. Rough by
+/// nature; the provider's reported usage corrects it after the first request.
+const PDF_TENTHS_PER_KIB: u64 = 250;
 
 /// Call ids are random (`call_…`, `toolu_…`): about 1.5 characters a token.
 fn id_tenths(id: &str) -> u64 {
@@ -449,12 +463,17 @@ fn user_message(text: &str, attachments: &[Attachment]) -> ChatMessage {
     }
     let mut out = text.to_string();
     let mut images = Vec::new();
+    let mut documents = Vec::new();
     for attachment in attachments {
         match attachment {
             Attachment::Image {
                 media_type, data, ..
             } => images.push(ImageData {
                 media_type: media_type.clone(),
+                data: data.clone(),
+            }),
+            Attachment::Pdf { name, data, .. } => documents.push(DocumentData {
+                name: name.clone(),
                 data: data.clone(),
             }),
             Attachment::Text {
@@ -475,7 +494,11 @@ fn user_message(text: &str, attachments: &[Attachment]) -> ChatMessage {
             }
         }
     }
-    ChatMessage::User { text: out, images }
+    ChatMessage::User {
+        text: out,
+        images,
+        documents,
+    }
 }
 
 #[cfg(test)]

@@ -66,16 +66,16 @@ impl Engine {
                     );
                     let images = t.path.iter().any(|n| match &n.body {
                         NodeBody::ToolResult { images, .. } => !images.is_empty(),
-                        NodeBody::UserMessage { attachments, .. } => attachments
-                            .iter()
-                            .any(|a| matches!(a, Attachment::Image { .. })),
+                        NodeBody::UserMessage { attachments, .. } => attachments.iter().any(|a| {
+                            matches!(a, Attachment::Image { .. } | Attachment::Pdf { .. })
+                        }),
                         _ => false,
                     });
                     if images && !profile.vision {
                         text.push_str(
-                            " It has no vision: the images earlier in this conversation \
-                             (screenshots, attached images) reach it as a note that they \
-                             were left out.",
+                            " It has no vision: the images and PDFs earlier in this \
+                             conversation (screenshots, attached files) reach it as a note \
+                             that they were left out.",
                         );
                     }
                     text

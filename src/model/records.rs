@@ -877,11 +877,11 @@ mod tests {
         );
         let error = QueueItem::from_record(json!({
             "id": "q", "threadId": "t", "position": 1, "text": "x", "createdAt": 1,
-            "attachments": [{ "kind": "pdf", "name": "a.pdf" }],
+            "attachments": [{ "kind": "audio", "name": "a.mp3" }],
         }))
         .expect_err("an unknown kind of file");
         assert!(
-            error.starts_with("field `attachments`: unknown variant `pdf`"),
+            error.starts_with("field `attachments`: unknown variant `audio`"),
             "{error}"
         );
         let error = Run::from_record(json!({ "id": "r", "threadId": "t", "state": "resting" }))

@@ -82,20 +82,28 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     let mut messages: Vec<Value> = Vec::new();
     for message in request.messages.iter() {
         match message {
-            ChatMessage::User { text, images } => {
-                let mut blocks = Vec::with_capacity(images.len() + 1);
+            ChatMessage::User {
+                text,
+                images,
+                documents,
+            } => {
+                let mut blocks = Vec::with_capacity(images.len() + documents.len() + 1);
+                let mut text = std::borrow::Cow::Borrowed(text.as_str());
                 if request.profile.vision {
-                    // Images first, then the text about them (Anthropic's advice).
+                    // Files first, then the text about them (Anthropic's advice).
+                    blocks.extend(documents.iter().map(|d| {
+                        json!({ "type": "document", "source": { "type": "base64", "media_type": "application/pdf", "data": d.data }, "title": d.name })
+                    }));
                     blocks.extend(images.iter().map(image_block));
-                    // A message of images only has no (blank) text block:
-                    // Anthropic refuses one.
-                    if !text.trim().is_empty() || images.is_empty() {
-                        blocks.push(json!({ "type": "text", "text": text }));
-                    }
-                } else if images.is_empty() {
-                    blocks.push(json!({ "type": "text", "text": text }));
                 } else {
-                    let text = format!("{text}{}", super::image_placeholder(images.len()));
+                    let note = super::attachment_placeholder(images.len(), documents);
+                    if !note.is_empty() {
+                        text = std::borrow::Cow::Owned(format!("{text}{note}"));
+                    }
+                }
+                // A message of files only has no (blank) text block:
+                // Anthropic refuses one.
+                if !text.trim().is_empty() || blocks.is_empty() {
                     blocks.push(json!({ "type": "text", "text": text }));
                 }
                 push_blocks(&mut messages, "user", blocks);

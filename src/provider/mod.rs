@@ -26,6 +26,8 @@ pub enum ChatMessage {
         /// Images the user attached (only for models with vision; others
         /// get a placeholder in the text, decided per request).
         images: Vec<crate::model::ImageData>,
+        /// PDFs the user attached (as the images).
+        documents: Vec<crate::model::DocumentData>,
     },
     Assistant {
         text: String,
@@ -52,6 +54,7 @@ impl ChatMessage {
         ChatMessage::User {
             text: text.into(),
             images: Vec::new(),
+            documents: Vec::new(),
         }
     }
 }
@@ -477,6 +480,26 @@ pub fn dynamic_note(context: &DynamicContext) -> String {
     }
     note.push(']');
     note
+}
+
+/// The text that stands in for the files of a user message a model without
+/// vision cannot read (empty without such files).
+pub fn attachment_placeholder(images: usize, documents: &[crate::model::DocumentData]) -> String {
+    let mut left_out = Vec::new();
+    if images > 0 {
+        left_out.push(format!("{images} attached image(s)"));
+    }
+    if !documents.is_empty() {
+        let names: Vec<&str> = documents.iter().map(|d| d.name.as_str()).collect();
+        left_out.push(format!("the attached PDF(s) {}", names.join(", ")));
+    }
+    if left_out.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n[{} left out: this model has no vision, so it cannot see them.]",
+        left_out.join(" and ")
+    )
 }
 
 /// The text that stands in for images a model cannot see.

@@ -42,21 +42,36 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     let mut pending_images: Vec<(String, crate::model::ImageData)> = Vec::new();
     for (position, message) in request.messages.iter().enumerate() {
         messages.push(match message {
-            ChatMessage::User { text, images } if images.is_empty() => {
+            ChatMessage::User {
+                text,
+                images,
+                documents,
+            } if images.is_empty() && documents.is_empty() => {
                 json!({ "role": "user", "content": text })
             }
-            ChatMessage::User { text, images } if request.profile.vision => {
-                // A message of images only has no (empty) text part.
+            ChatMessage::User {
+                text,
+                images,
+                documents,
+            } if request.profile.vision => {
+                // A message of files only has no (blank) text part.
                 let mut parts: Vec<Value> = (!text.trim().is_empty())
                     .then(|| json!({ "type": "text", "text": text }))
                     .into_iter()
                     .collect();
                 parts.extend(images.iter().map(image_part));
+                parts.extend(documents.iter().map(|d| {
+                    json!({ "type": "file", "file": { "filename": d.name, "file_data": format!("data:application/pdf;base64,{}", d.data) } })
+                }));
                 json!({ "role": "user", "content": parts })
             }
-            ChatMessage::User { text, images } => {
-                let text = format!("{text}{}", super::image_placeholder(images.len()));
-                json!({ "role": "user", "content": text })
+            ChatMessage::User {
+                text,
+                images,
+                documents,
+            } => {
+                let note = super::attachment_placeholder(images.len(), documents);
+                json!({ "role": "user", "content": format!("{text}{note}") })
             }
             ChatMessage::Assistant { text, tool_calls, .. } => {
                 let mut m = json!({ "role": "assistant", "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text.clone()) } });

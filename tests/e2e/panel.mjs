@@ -2217,7 +2217,7 @@ isolatedTest(
 
 // Files attached in the composer (Attach button, paste): a small PNG sent as
 // it is, a large image scaled to 1568 px and sent as JPEG, a text file as a
-// delimited block; a PDF is refused with the reason. They reach the model in
+// delimited block, a PDF as a file part; an MP3 is refused with the reason. They reach the model in
 // the OpenAI wire format, stay with the message in IndexedDB and in the
 // transcript after a reload, and an edit of the message sends them again.
 isolatedTest(
@@ -2239,8 +2239,12 @@ isolatedTest(
       { name: 'list.csv', mimeType: 'text/csv', buffer: Buffer.from('sku,qty\nA1,2\n') },
     ]);
     await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 2, { timeout: 15000, message: 'two files in the composer' });
-    await panel.setInputFiles('#attach-input', [{ name: 'doc.pdf', mimeType: 'application/pdf', buffer: Buffer.from('%PDF-1.4') }]);
-    await waitFor(async () => /doc\.pdf: only images/.test((await panel.locator('#composer-note').textContent()) ?? ''), { timeout: 15000, message: 'the PDF refused in the note' });
+    await panel.setInputFiles('#attach-input', [
+      { name: 'song.mp3', mimeType: 'audio/mpeg', buffer: Buffer.from('ID3') },
+      { name: 'doc.pdf', mimeType: 'application/pdf', buffer: Buffer.from('%PDF-1.4\n%%EOF\n') },
+    ]);
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 3, { timeout: 15000, message: 'the PDF in the composer' });
+    assert.match(await panel.locator('#composer-note').textContent(), /^song\.mp3: only images \(PNG, JPEG, GIF, WebP\), PDFs and text files can be attached\.$/);
     // A large image pasted into the composer.
     await panel.evaluate(async () => {
       const canvas = new OffscreenCanvas(3000, 2000);
@@ -2252,8 +2256,8 @@ isolatedTest(
       transfer.items.add(new File([blob], 'big.png', { type: 'image/png' }));
       document.getElementById('task-input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true, cancelable: true }));
     });
-    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 3, { timeout: 15000, message: 'the pasted image in the composer' });
-    assert.deepEqual(await panel.locator('#attachment-list .attachment-name').allTextContents(), ['dot.png', 'list.csv', 'big.png']);
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 4, { timeout: 15000, message: 'the pasted image in the composer' });
+    assert.deepEqual(await panel.locator('#attachment-list .attachment-name').allTextContents(), ['dot.png', 'list.csv', 'doc.pdf', 'big.png']);
     await screenshot(panel, 'attachments-composer');
 
     await submitTask(panel, 'Order these');
@@ -2274,10 +2278,12 @@ isolatedTest(
       return [bitmap.width, bitmap.height];
     }, urls[1]);
     assert.deepEqual(size, [1568, 1045], 'scaled to 1568 px on its longer side');
+    const [file] = user.content.filter((p) => p.type === 'file');
+    assert.deepEqual(file.file, { filename: 'doc.pdf', file_data: `data:application/pdf;base64,${Buffer.from('%PDF-1.4\n%%EOF\n').toString('base64')}` });
 
     const nodes = await stored(panel, 'nodes');
     const message = nodes.find((n) => n.kind === 'user_message');
-    assert.deepEqual(message.attachments.map((a) => [a.kind, a.name]), [['image', 'dot.png'], ['text', 'list.csv'], ['image', 'big.png']]);
+    assert.deepEqual(message.attachments.map((a) => [a.kind, a.name]), [['image', 'dot.png'], ['text', 'list.csv'], ['pdf', 'doc.pdf'], ['image', 'big.png']]);
 
     const drawn = async () => panel.evaluate(() => {
       const element = document.querySelector('#messages [data-kind="user_message"]');
@@ -2286,11 +2292,11 @@ isolatedTest(
         names: [...element.querySelectorAll('.attachment-name')].map((n) => n.textContent),
       };
     });
-    assert.deepEqual(await drawn(), { images: ['dot.png', 'big.png'], names: ['dot.png', 'list.csv', 'big.png'] });
+    assert.deepEqual(await drawn(), { images: ['dot.png', 'big.png'], names: ['dot.png', 'list.csv', 'doc.pdf', 'big.png'] });
     await screenshot(panel, 'attachments-message');
     await panel.reload();
     await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
-    await waitFor(async () => (await drawn().catch(() => null))?.names.length === 3, { timeout: 30000, message: 'the files drawn after a reload' });
+    await waitFor(async () => (await drawn().catch(() => null))?.names.length === 4, { timeout: 30000, message: 'the files drawn after a reload' });
 
     // Edit the message: the new text goes with the same files.
     const element = panel.locator('#messages [data-kind="user_message"]').first();
@@ -2301,6 +2307,7 @@ isolatedTest(
     await waitFor(async () => mock.requests().length >= 2, { timeout: 60000, message: 'the edited turn\'s request' });
     const edited = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
     assert.equal(edited.content.filter((p) => p.type === 'image_url').length, 2, 'the edit sends the images again');
+    assert.equal(edited.content.filter((p) => p.type === 'file').length, 1, 'and the PDF');
     assert.match(messageText(edited), /^Order these, twice\n\n<attached_file name="list\.csv"/);
   },
 );

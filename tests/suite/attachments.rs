@@ -5,7 +5,7 @@
 use serde_json::Value;
 use sw_agent::model::{
     Attachment, Node, NodeBody, UserInput, MAX_ATTACHMENTS, MAX_ATTACHMENT_IMAGE_CHARS,
-    MAX_ATTACHMENT_TEXT_CHARS,
+    MAX_ATTACHMENT_PDF_CHARS, MAX_ATTACHMENT_TEXT_CHARS,
 };
 use sw_agent::protocol::{ErrorKind, Event, Op};
 use sw_agent::provider::{anthropic, openai, ChatMessage, ProviderRequest};
@@ -29,6 +29,17 @@ fn text_file(name: &str, text: &str) -> Attachment {
         name: name.into(),
         media_type: "text/csv".into(),
         text: text.into(),
+    }
+}
+
+/// `%PDF-1.4` and a little more, in base64.
+const PDF: &str = "JVBERi0xLjQKJcOkw7zDtsOfCjEgMCBvYmoKPDw+PgplbmRvYmoK";
+
+fn pdf(name: &str) -> Attachment {
+    Attachment::Pdf {
+        name: name.into(),
+        media_type: "application/pdf".into(),
+        data: PDF.into(),
     }
 }
 
@@ -123,7 +134,7 @@ fn first_user(request: &ProviderRequest) -> (&str, &[sw_agent::model::ImageData]
         .messages
         .iter()
         .find_map(|m| match m {
-            ChatMessage::User { text, images } => Some((text.as_str(), images.as_slice())),
+            ChatMessage::User { text, images, .. } => Some((text.as_str(), images.as_slice())),
             _ => None,
         })
         .expect("a user message")
@@ -197,7 +208,10 @@ fn attached_images_become_a_placeholder_for_a_model_without_vision() {
         anthropic::build_body(&request).to_string(),
         openai::build_body(&request).to_string(),
     ] {
-        assert!(body.contains("1 image(s) omitted"), "{body}");
+        assert!(
+            body.contains("[1 attached image(s) left out: this model has no vision"),
+            "{body}"
+        );
         assert!(
             !body.contains(PNG),
             "no image data for a model without vision"
@@ -215,6 +229,67 @@ fn attached_images_become_a_placeholder_for_a_model_without_vision() {
     sim.run(10_000);
     let last = sim.requests.last().unwrap().clone();
     assert!(anthropic::build_body(&last).to_string().contains(PNG));
+}
+
+#[test]
+fn attached_pdfs_reach_vision_models_as_documents_and_others_as_a_note() {
+    let (mut sim, conn) = sim_with_vision(308, true);
+    let files = vec![pdf("invoice.pdf"), image("logo.png")];
+    sim.send(conn, submit_with("s1", None, with_files("Pay this", files)));
+    sim.run(10_000);
+    let request = sim.requests[0].clone();
+    check_wire_bodies(&request).unwrap();
+    let body = anthropic::build_body(&request);
+    let blocks = body["messages"][0]["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["type"], "document");
+    assert_eq!(blocks[0]["source"]["media_type"], "application/pdf");
+    assert_eq!(blocks[0]["source"]["data"], PDF);
+    assert_eq!(blocks[0]["title"], "invoice.pdf");
+    assert_eq!(blocks[1]["type"], "image");
+    assert_eq!(blocks[2]["type"], "text");
+    let body = openai::build_body(&request);
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    let file = user["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "file")
+        .expect("a file part");
+    assert_eq!(file["file"]["filename"], "invoice.pdf");
+    assert_eq!(
+        file["file"]["file_data"],
+        format!("data:application/pdf;base64,{PDF}")
+    );
+    // The estimate counts the PDF (its content is not text the engine reads).
+    let with = sw_agent::engine::estimate_tokens(&request);
+    let mut without = (*request).clone();
+    for message in std::rc::Rc::make_mut(&mut without.messages).iter_mut() {
+        if let ChatMessage::User { documents, .. } = message {
+            documents.clear();
+        }
+    }
+    assert!(with > sw_agent::engine::estimate_tokens(&without));
+
+    // A model without vision: a note naming the PDF, no PDF data.
+    let mut blind = (*request).clone();
+    blind.profile.vision = false;
+    for body in [
+        anthropic::build_body(&blind).to_string(),
+        openai::build_body(&blind).to_string(),
+    ] {
+        assert!(
+            body.contains("[1 attached image(s) and the attached PDF(s) invoice.pdf left out: this model has no vision"),
+            "{body}"
+        );
+        assert!(!body.contains(PDF));
+    }
+    check_wire_bodies(&blind).unwrap();
+    check_invariants(&sim, &[]).unwrap();
 }
 
 #[test]
@@ -239,6 +314,7 @@ fn a_message_of_files_only_is_sent_and_named_after_its_first_file() {
     bare.messages = vec![ChatMessage::User {
         text: "  ".into(),
         images: first_user(&request).1.to_vec(),
+        documents: vec![],
     }]
     .into();
     let body = anthropic::build_body(&bare);
@@ -311,7 +387,7 @@ fn steer_exactly_once_in_order_a_steer_s_files_come_with_it_after_a_crash() {
     assert!(last
         .messages
         .iter()
-        .any(|m| matches!(m, ChatMessage::User { text, images } if text == "use this size" && images.len() == 1)));
+        .any(|m| matches!(m, ChatMessage::User { text, images, .. } if text == "use this size" && images.len() == 1)));
     check_invariants(&sim, &["use this size".into()]).unwrap();
 }
 
@@ -412,6 +488,41 @@ fn files_the_engine_cannot_send_are_refused_with_the_reason_and_nothing_is_writt
             "An attachment has no file name.",
         ),
         (
+            with_files(
+                "x",
+                vec![Attachment::Pdf {
+                    name: "fake.pdf".into(),
+                    media_type: "application/pdf".into(),
+                    data: PNG.into(),
+                }],
+            ),
+            "fake.pdf: the data is not a PDF in base64.",
+        ),
+        (
+            with_files(
+                "x",
+                vec![Attachment::Pdf {
+                    name: "a.pdf".into(),
+                    media_type: "application/octet-stream".into(),
+                    data: PDF.into(),
+                }],
+            ),
+            "a PDF's media type is application/pdf",
+        ),
+        (
+            with_files(
+                "x",
+                (0..2)
+                    .map(|i| Attachment::Pdf {
+                        name: format!("{i}.pdf"),
+                        media_type: "application/pdf".into(),
+                        data: format!("JVBERi0{}", "A".repeat(MAX_ATTACHMENT_PDF_CHARS - 7)),
+                    })
+                    .collect(),
+            ),
+            "The files hold 8192 KiB together; at most 6144 KiB go with one message.",
+        ),
+        (
             with_files("x", vec![image(&"n".repeat(201))]),
             "longer than 200 characters",
         ),
@@ -449,12 +560,12 @@ fn a_malformed_attachment_is_an_invalid_op() {
     });
     let error = Op::from_value(base).expect_err("no mediaType, no data");
     assert!(error.to_string().contains("input"), "{error}");
-    let pdf = json!({
+    let audio = json!({
         "type": "turn.submit", "clientId": "c", "submissionId": "s",
-        "input": { "text": "x", "attachments": [{ "kind": "pdf", "name": "a.pdf", "data": "" }] },
+        "input": { "text": "x", "attachments": [{ "kind": "audio", "name": "a.mp3", "mediaType": "audio/mpeg", "data": "" }] },
     });
-    let error = Op::from_value(pdf).expect_err("an unknown kind");
-    assert!(error.to_string().contains("pdf"), "{error}");
+    let error = Op::from_value(audio).expect_err("an unknown kind");
+    assert!(error.to_string().contains("audio"), "{error}");
     let fine: Value = json!({
         "type": "turn.submit", "clientId": "c", "submissionId": "s",
         "input": { "text": "x", "attachments": [{ "kind": "text", "name": "a.txt", "mediaType": "text/plain", "text": "hi" }] },
