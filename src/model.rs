@@ -121,6 +121,16 @@ pub enum ToolStatus {
     Denied,
 }
 
+impl ToolStatus {
+    /// Whether the call was dispatched (it may have taken effect).
+    pub fn ran(self) -> bool {
+        matches!(
+            self,
+            ToolStatus::Ok | ToolStatus::Error | ToolStatus::Interrupted
+        )
+    }
+}
+
 /// Severity of a display-only notice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -773,7 +783,8 @@ pub enum ApprovalStatus {
 
 /// How the user answered a call's approval request, kept on its
 /// `tool_result` node: `accepted_once`, `accepted_for_site`, `declined`,
-/// or `cancelled` (the turn ended before an answer).
+/// or `cancelled` (the turn ended before an answer); or, for a call that
+/// needed approval and ran without being asked, the site rule that let it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalNote {
@@ -782,6 +793,11 @@ pub struct ApprovalNote {
     pub origin: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<u64>,
+    /// The call was not asked about: the user's rule for the site
+    /// ("Allow on this site", made at `decided_at`) let it run
+    /// (`status` is then `accepted_for_site`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_rule: bool,
 }
 
 impl ApprovalNote {
@@ -791,6 +807,7 @@ impl ApprovalNote {
             status: approval.status,
             origin: approval.origin.clone(),
             decided_at: approval.decided_at,
+            by_rule: false,
         }
     }
 }
@@ -1425,6 +1442,7 @@ mod tests {
                         status: ApprovalStatus::Declined,
                         origin: "https://shop.example".into(),
                         decided_at: Some(7),
+                        by_rule: false,
                     }),
                 },
             ),

@@ -2425,7 +2425,7 @@ function markApprovalOnCard(callId, status) {
  * header: from the answer as it happens, then from the result node's
  * `approval` (kept with the conversation, so a redraw or a reload shows it).
  * @param {HTMLElement} card
- * @param {{ status: string, origin?: string, decidedAt?: number | null }} note
+ * @param {{ status: string, origin?: string, decidedAt?: number | null, byRule?: boolean }} note
  */
 function markApproval(card, note) {
   const text = APPROVAL_STATUS_TEXT[note.status];
@@ -2440,10 +2440,17 @@ function markApproval(card, note) {
     header.insertBefore(mark, statusElement);
   }
   mark.dataset.status = note.status;
-  mark.textContent = text;
   const on = note.origin ? ` on ${hostOf(note.origin)}` : "";
   const at = typeof note.decidedAt === "number" ? ` at ${new Date(note.decidedAt).toLocaleString()}` : "";
-  mark.title = `Your answer to the approval request${on}: ${text}${at}`;
+  if (note.byRule === true) {
+    // Not asked: the user's "Allow on this site" rule let it run.
+    mark.dataset.byRule = "true";
+    mark.textContent = "allowed by site rule";
+    mark.title = `Not asked: your rule for this site${on} (made${at || " earlier"}) let it run. Settings lists the rules.`;
+  } else {
+    mark.textContent = text;
+    mark.title = `Your answer to the approval request${on}: ${text}${at}`;
+  }
   card.dataset.approval = note.status;
 }
 

@@ -615,13 +615,20 @@ export interface ImageData {
 /**
  * How the user answered a call's approval request, kept on its
  * `tool_result` node: `accepted_once`, `accepted_for_site`, `declined`,
- * or `cancelled` (the turn ended before an answer).
+ * or `cancelled` (the turn ended before an answer); or, for a call that
+ * needed approval and ran without being asked, the site rule that let it.
  */
 export interface ApprovalNote {
   status: ApprovalStatus;
   /** The origin the user was asked about. */
   origin: string;
   decidedAt?: number | null;
+  /**
+   * The call was not asked about: the user's rule for the site
+   * ("Allow on this site", made at `decided_at`) let it run
+   * (`status` is then `accepted_for_site`).
+   */
+  byRule?: boolean;
 }
 
 /** Where an approval stands. */

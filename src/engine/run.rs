@@ -781,7 +781,13 @@ pick a different element or tool, or explain the problem to the user.",
                     content,
                     details,
                     images,
-                    approval: self.approval_note(tid, &run.id, &call.call_id, now),
+                    approval: self.approval_note(
+                        tid,
+                        &run.id,
+                        (&call.call_id, &call.name),
+                        exec.targets.get(&index).filter(|_| status.ran()),
+                        now,
+                    ),
                 },
             });
             parent = Some(id);
@@ -826,14 +832,30 @@ pick a different element or tool, or explain the problem to the user.",
         &self,
         tid: &str,
         run_id: &str,
-        call_id: &str,
+        call: (&str, &str),
+        ran: Option<&TargetInfo>,
         now: u64,
     ) -> Option<ApprovalNote> {
+        let (call_id, name) = call;
         let asked = self.threads[tid]
             .approvals
             .iter()
             .rev()
-            .find(|a| a.run_id == run_id && a.call_id == call_id)?;
+            .find(|a| a.run_id == run_id && a.call_id == call_id);
+        let Some(asked) = asked else {
+            // A call that needs approval and ran without being asked ran by
+            // the user's rule for the site (nothing else lets it through).
+            let target = ran?;
+            let descriptor = self.config.registry.get(name)?;
+            let needs_asking =
+                crate::gatekeeper::verdict(descriptor, Some(target), None) == Verdict::Ask;
+            return needs_asking.then(|| ApprovalNote {
+                status: ApprovalStatus::AcceptedForSite,
+                origin: target.origin.clone(),
+                decided_at: self.site_rules.get(&target.origin).map(|r| r.created_at),
+                by_rule: true,
+            });
+        };
         let mut note = ApprovalNote::of(asked);
         if note.status == ApprovalStatus::Pending {
             note.status = ApprovalStatus::Cancelled;
@@ -872,6 +894,11 @@ pick a different element or tool, or explain the problem to the user.",
         for (i, _) in &open_calls {
             exec.calls[*i].done = true;
         }
+        // Where the calls cut off here were dispatched (their approval notes).
+        let targets: Vec<Option<TargetInfo>> = open_calls
+            .iter()
+            .map(|(i, _)| exec.targets.get(i).cloned())
+            .collect();
         let steers = t.steers.clone();
         let mut run = t.latest_run.clone().expect("active run");
         let mut unit = UnitOfWork::new();
@@ -915,7 +942,7 @@ pick a different element or tool, or explain the problem to the user.",
             ),
             _ => (Vec::new(), Vec::new()),
         };
-        for (index, call) in open_calls {
+        for ((index, call), target) in open_calls.into_iter().zip(targets) {
             // A read of a batch that already finished keeps its real result.
             let parts = if let Some(parts) = finished.iter().find(|r| r.index == index).cloned() {
                 parts
@@ -941,7 +968,13 @@ pick a different element or tool, or explain the problem to the user.",
                 parent_id: parent.clone(),
                 created_at: now,
                 body: NodeBody::ToolResult {
-                    approval: self.approval_note(tid, &run.id, &call.call_id, now),
+                    approval: self.approval_note(
+                        tid,
+                        &run.id,
+                        (&call.call_id, &call.name),
+                        target.as_ref().filter(|_| parts.status.ran()),
+                        now,
+                    ),
                     call_id: call.call_id,
                     name: call.name,
                     status: parts.status,

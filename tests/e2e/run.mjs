@@ -1077,6 +1077,13 @@ isolatedTest('approval_accept_for_site_second_click_does_not_ask_until_the_site_
   assert.ok(clicks.every((c) => c.status === 'ok'));
   assert.equal(mock.requests().length - requestsAfterFirst, 3, 'read_page, click, final answer');
   assert.equal((await storedApprovals(panel)).approvals.length, 1, 'no second approval record');
+  // Each click's card says why it ran: the answer, then the rule it made.
+  const badges = await panel.evaluate(() =>
+    [...document.querySelectorAll('#messages .badge-approval')].map((b) => [b.textContent, b.dataset.byRule ?? '']));
+  assert.deepEqual(badges, [['allowed on this site', ''], ['allowed by site rule', 'true']]);
+  const clickResults = (await dumpIndexedDb(panel))['sw-agent'].nodes.map((e) => e.value).filter((n) => n.kind === 'tool_result' && n.name === 'click')
+    .sort((a, b) => a.createdAt - b.createdAt);
+  assert.deepEqual(clickResults.map((n) => [n.approval?.status, n.approval?.byRule ?? false]), [['accepted_for_site', false], ['accepted_for_site', true]]);
 
   // Settings lists the site; Remove makes its clicks ask again.
   await panel.click('#settings-toggle');

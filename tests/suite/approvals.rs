@@ -377,6 +377,65 @@ fn the_user_s_approval_answer_stays_on_the_call_s_result_after_the_approval_is_g
     assert!(!reads_noted);
 }
 
+/// Every click result's approval note on the thread's active path, in order.
+fn click_notes(sim: &Sim) -> Vec<Option<sw_agent::model::ApprovalNote>> {
+    paths(sim)[0]
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::ToolResult { name, approval, .. } if name == "click" => {
+                Some(approval.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_write_let_through_by_a_site_rule_says_so_on_its_result() {
+    // "Allow on this site": this click carries the answer, and the rule it made.
+    let (mut sim, conn, thread, approval) = waiting(81);
+    sim.send(
+        conn,
+        respond("r1", &thread, &approval, ApprovalDecision::AcceptForSite),
+    );
+    sim.run(10_000);
+    let rule = sim.store.site_rules["https://shop.example"].clone();
+    // The next turn's click is not asked about: its result names the rule.
+    sim.send(conn, submit("s2", Some(&thread), "Subscribe me again"));
+    sim.run(10_000);
+    assert_eq!(approval_requests(&sim).len(), 1, "asked once");
+    let notes = click_notes(&sim);
+    assert_eq!(notes.len(), 2);
+    let first = notes[0].clone().expect("the answer");
+    assert_eq!(first.status, ApprovalStatus::AcceptedForSite);
+    assert!(!first.by_rule);
+    let second = notes[1].clone().expect("the rule");
+    assert_eq!(
+        second,
+        sw_agent::model::ApprovalNote {
+            status: ApprovalStatus::AcceptedForSite,
+            origin: "https://shop.example".into(),
+            decided_at: Some(rule.created_at),
+            by_rule: true,
+        }
+    );
+    for request in &sim.requests {
+        let body = sw_agent::provider::anthropic::build_body(request).to_string();
+        assert!(!body.contains("byRule"), "sent to the model: {body}");
+    }
+    // Once the rule is revoked the click asks again; the declined call
+    // carries the answer, not the old rule.
+    sim.send(conn, revoke_site_rule("v1", "https://shop.example"));
+    sim.run(10_000);
+    sim.auto_approve = Some(ApprovalDecision::Decline);
+    sim.send(conn, submit("s3", Some(&thread), "And once more"));
+    sim.run(10_000);
+    let third = click_notes(&sim)[2].clone().expect("the answer");
+    assert_eq!(third.status, ApprovalStatus::Declined);
+    assert!(!third.by_rule);
+    check_invariants(&sim, &[]).unwrap();
+}
+
 #[test]
 fn without_an_approver_writes_are_denied_fail_safe() {
     let mut sim = Sim::new(78, agent_policy(), page_tools());

@@ -185,6 +185,7 @@ fn events_round_trip_with_seq_and_epoch() {
                 status: sw_agent::model::ApprovalStatus::AcceptedOnce,
                 origin: "https://shop.example".into(),
                 decided_at: Some(4),
+                by_rule: false,
             }),
         },
     };
