@@ -615,12 +615,8 @@ impl Attachment {
                         "{name}: images must be PNG, JPEG, GIF or WebP (this one is {media_type:?})."
                     ));
                 }
-                if data.len() > MAX_ATTACHMENT_IMAGE_CHARS {
-                    return Some(format!(
-                        "{name}: the image is {} KiB of base64; at most {} KiB fit in a message.",
-                        data.len() / 1024,
-                        MAX_ATTACHMENT_IMAGE_CHARS / 1024
-                    ));
+                if let Some(problem) = too_large(name, "image", data, MAX_ATTACHMENT_IMAGE_CHARS) {
+                    return Some(problem);
                 }
                 if !is_base64(data) {
                     return Some(format!("{name}: the image data is not base64."));
@@ -635,12 +631,8 @@ impl Attachment {
                         "{name}: a PDF's media type is application/pdf (this one is {media_type:?})."
                     ));
                 }
-                if data.len() > MAX_ATTACHMENT_PDF_CHARS {
-                    return Some(format!(
-                        "{name}: the PDF is {} KiB of base64; at most {} KiB fit in a message.",
-                        data.len() / 1024,
-                        MAX_ATTACHMENT_PDF_CHARS / 1024
-                    ));
+                if let Some(problem) = too_large(name, "PDF", data, MAX_ATTACHMENT_PDF_CHARS) {
+                    return Some(problem);
                 }
                 // Every PDF starts with `%PDF-`, which is `JVBERi0` in base64.
                 if !is_base64(data) || !data.starts_with("JVBERi0") {
@@ -663,6 +655,17 @@ impl Attachment {
             }
         }
     }
+}
+
+/// Why a file's base64 `data` does not fit in a message, if it does not.
+fn too_large(name: &str, what: &str, data: &str, max: usize) -> Option<String> {
+    (data.len() > max).then(|| {
+        format!(
+            "{name}: the {what} is {} KiB of base64; at most {} KiB fit in a message.",
+            data.len() / 1024,
+            max / 1024
+        )
+    })
 }
 
 /// Whether `data` is standard base64 with its padding.

@@ -58,6 +58,7 @@ import {
   isolatedTest as sharedIsolatedTest,
   messageText,
   inEngineWorker,
+  enableVision,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -2225,13 +2226,7 @@ isolatedTest(
   { script: [{ text: 'I see them.' }, { text: 'Edited, still seen.' }] },
   async (session) => {
     const { panel, mock } = session;
-    // A model that sees images.
-    await panel.click('#settings-toggle');
-    await panel.locator('#settings-vision').waitFor({ state: 'visible', timeout: 15000 });
-    await panel.locator('#settings-vision').setChecked(true);
-    await panel.click('#settings-save');
-    await waitFor(async () => /saved/i.test((await panel.locator('#settings-status').textContent()) ?? ''), { timeout: 15000, message: 'Saved' });
-    await panel.click('#settings-toggle');
+    await enableVision(panel);
 
     const dot = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
     await panel.setInputFiles('#attach-input', [

@@ -43,6 +43,7 @@ import {
   isolatedTest as sharedIsolatedTest,
   messageText,
   scriptModel,
+  enableVision,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -537,18 +538,6 @@ function jpegSize(bytes) {
     i += 2 + length;
   }
   return null;
-}
-
-/** Ticks "Model sees images" in the panel's settings and saves. */
-async function enableVision(panel) {
-  await panel.click('#settings-toggle');
-  await panel.locator('#settings-vision').waitFor({ state: 'visible', timeout: 15000 });
-  await panel.locator('#settings-vision').setChecked(true);
-  await panel.click('#settings-save');
-  await waitFor(async () => /saved/i.test((await panel.locator('#settings-status').textContent()) ?? ''), { timeout: 15000, message: 'Saved' });
-  await panel.click('#settings-toggle');
-  const stored = await panel.evaluate(async () => (await chrome.storage.local.get('settings')).settings);
-  assert.equal(stored.vision, true);
 }
 
 isolatedTest('screenshot_reaches_a_vision_model_as_an_image_with_a_thumbnail_in_the_card', { page: 'shop.html' }, async (session) => {

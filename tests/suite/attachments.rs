@@ -128,6 +128,14 @@ fn user_messages(sim: &Sim) -> Vec<(String, bool, Vec<Attachment>)> {
         .collect()
 }
 
+/// The request as both providers' bodies, as JSON text.
+fn wire_bodies(request: &ProviderRequest) -> [String; 2] {
+    [
+        anthropic::build_body(request).to_string(),
+        openai::build_body(request).to_string(),
+    ]
+}
+
 /// The first request's first user message.
 fn first_user(request: &ProviderRequest) -> (&str, &[sw_agent::model::ImageData]) {
     request
@@ -204,10 +212,7 @@ fn attached_images_become_a_placeholder_for_a_model_without_vision() {
     );
     sim.run(10_000);
     let request = sim.requests[0].clone();
-    for body in [
-        anthropic::build_body(&request).to_string(),
-        openai::build_body(&request).to_string(),
-    ] {
+    for body in wire_bodies(&request) {
         assert!(
             body.contains("[1 attached image(s) left out: this model has no vision"),
             "{body}"
@@ -278,10 +283,7 @@ fn attached_pdfs_reach_vision_models_as_documents_and_others_as_a_note() {
     // A model without vision: a note naming the PDF, no PDF data.
     let mut blind = (*request).clone();
     blind.profile.vision = false;
-    for body in [
-        anthropic::build_body(&blind).to_string(),
-        openai::build_body(&blind).to_string(),
-    ] {
+    for body in wire_bodies(&blind) {
         assert!(
             body.contains("[1 attached image(s) and the attached PDF(s) invoice.pdf left out: this model has no vision"),
             "{body}"

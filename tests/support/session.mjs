@@ -315,3 +315,15 @@ export async function inEngineWorker(session, fn, arg) {
     { timeout: 60000, message: 'the engine of a running worker' },
   ).then((found) => found.value);
 }
+
+/** Ticks "Model sees images" in the panel's settings and saves. */
+export async function enableVision(panel) {
+  await panel.click('#settings-toggle');
+  await panel.locator('#settings-vision').waitFor({ state: 'visible', timeout: 15000 });
+  await panel.locator('#settings-vision').setChecked(true);
+  await panel.click('#settings-save');
+  await waitFor(async () => /saved/i.test((await panel.locator('#settings-status').textContent()) ?? ''), { timeout: 15000, message: 'Saved' });
+  await panel.click('#settings-toggle');
+  const stored = await panel.evaluate(async () => (await chrome.storage.local.get('settings')).settings);
+  if (stored?.vision !== true) throw new Error(`enableVision: stored settings.vision is ${JSON.stringify(stored?.vision)}`);
+}
