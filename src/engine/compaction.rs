@@ -93,6 +93,21 @@ impl Engine {
                         Vec::new()
                     },
                 },
+                // Files are not summarized from (the checkpoint names them).
+                ChatMessage::User {
+                    mut text,
+                    images,
+                    documents,
+                } if !images.is_empty() || !documents.is_empty() => {
+                    let names: Vec<&str> = documents.iter().map(|d| d.name.as_str()).collect();
+                    text.push_str(&format!(
+                        "\n[Attached here, not shown for the summary: {} image(s){}{}]",
+                        images.len(),
+                        if names.is_empty() { "" } else { ", PDF(s) " },
+                        names.join(", ")
+                    ));
+                    ChatMessage::user(text)
+                }
                 other => other,
             })
             .collect();

@@ -633,3 +633,71 @@ fn a_checkpoint_names_the_files_of_the_messages_it_copies() {
     );
     assert!(!section.contains(PNG), "names, not contents");
 }
+
+#[test]
+fn a_compaction_request_names_the_files_instead_of_sending_them() {
+    use sw_agent::engine::COMPACTION_PROMPT;
+    // Reads a large page until the context window asks for a checkpoint.
+    let mut reads = 0;
+    let policy: sw_agent::sim::Policy = Box::new(move |request: &ProviderRequest| {
+        if *request.system == *COMPACTION_PROMPT {
+            return sw_agent::sim::Reply::text("SUMMARY: reading the invoice.");
+        }
+        reads += 1;
+        if reads > 12 {
+            sw_agent::sim::Reply::text("finished")
+        } else {
+            sw_agent::sim::Reply::call("", "read_page", "{}")
+        }
+    });
+    let tools: sw_agent::sim::ToolFn = Box::new(|_: &str, _: &Value| {
+        sw_agent::engine::ToolOutcome::text(true, "PAGE ".repeat(800))
+    });
+    let mut sim = Sim::new(309, policy, tools);
+    sim.realistic_usage = true;
+    sim.profile.vision = true;
+    sim.profile.context_window = Some(12_000);
+    sim.crash();
+    let conn = sim.connect();
+    let files = vec![pdf("invoice.pdf"), image("logo.png")];
+    sim.send(
+        conn,
+        submit_with("s1", None, with_files("Read it all", files)),
+    );
+    sim.run(200_000);
+    let summary_request = sim
+        .requests
+        .iter()
+        .find(|r| *r.system == *COMPACTION_PROMPT)
+        .unwrap_or_else(|| {
+            panic!(
+                "no checkpoint: {:?}",
+                sim.store
+                    .runs
+                    .values()
+                    .map(|r| (r.state, r.error.clone()))
+                    .collect::<Vec<_>>()
+            )
+        });
+    let (text, images) = first_user(summary_request);
+    assert!(images.is_empty());
+    assert!(
+        text.contains("[Attached here, not shown for the summary: 1 image(s), PDF(s) invoice.pdf]"),
+        "{text}"
+    );
+    for body in wire_bodies(summary_request) {
+        assert!(!body.contains(PDF) && !body.contains(PNG));
+    }
+    let checkpoint = paths(&sim)[0]
+        .iter()
+        .find_map(|n| match &n.body {
+            NodeBody::Compaction { verbatim, .. } => Some(verbatim.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        checkpoint.contains("<user_message files=\"invoice.pdf, logo.png\">\nRead it all\n"),
+        "{checkpoint}"
+    );
+    check_invariants(&sim, &[]).unwrap();
+}
