@@ -1647,7 +1647,7 @@ function submitEdit() {
   // Keep the focus in the editor while its buttons are disabled.
   editor.textarea.focus({ preventScroll: true });
   setEditorBusy(editor, true);
-  editor.submissionId = sendOp("turn.submit", { threadId: state.threadId, input: { text, attachments }, replaces: editor.nodeId }, { editNodeId: editor.nodeId });
+  editor.submissionId = sendOp("turn.submit", { threadId: state.threadId, input: withFiles(text, attachments), replaces: editor.nodeId }, { editNodeId: editor.nodeId });
 }
 
 // ------------------------------------------------------------- tool cards ---
@@ -2303,7 +2303,7 @@ function saveQueueEdit() {
   editor.error.textContent = "";
   editor.input.readOnly = true;
   editor.sentText = text;
-  editor.submissionId = sendOp("queue.update", { threadId: state.threadId, itemId: editor.itemId, input: { text, attachments } });
+  editor.submissionId = sendOp("queue.update", { threadId: state.threadId, itemId: editor.itemId, input: withFiles(text, attachments) });
 }
 
 /** Closes the queue item editor; `refocus` puts the focus on the item's Edit button. */
@@ -3106,6 +3106,17 @@ async function attachFiles(files) {
   }
 }
 
+/**
+ * An op's input: the text, and the files when there are any (the field is
+ * left out otherwise, as the protocol's default).
+ * @param {string} text
+ * @param {Attachment[]} attachments
+ * @returns {{ text: string, attachments?: Attachment[] }}
+ */
+function withFiles(text, attachments) {
+  return attachments.length > 0 ? { text, attachments } : { text };
+}
+
 /** What the engine's per-message bound counts of a file (src/model.rs `Attachment::size`). @param {Attachment} file */
 function attachmentSize(file) {
   // UTF-8 bytes of a text file, as Rust's `str::len`.
@@ -3198,17 +3209,24 @@ dom.attachInput.addEventListener("change", () => {
 dom.input.addEventListener("paste", (event) => {
   const files = [...(event.clipboardData ? event.clipboardData.files : [])];
   if (files.length === 0) return;
-  event.preventDefault();
+  // Text copied along with the files (a page's selection) is pasted as usual.
+  if (!event.clipboardData || event.clipboardData.getData("text/plain") === "") event.preventDefault();
   attachFiles(files);
 });
-dom.composer.addEventListener("dragover", (event) => {
+// Files dropped anywhere on the panel go with the next message; the
+// composer shows where they go while they are dragged over.
+document.addEventListener("dragover", (event) => {
   if (event.dataTransfer && [...event.dataTransfer.types].includes("Files")) {
     event.preventDefault();
+    event.dataTransfer.dropEffect = "copy";
     dom.composer.dataset.dropping = "true";
   }
 });
-dom.composer.addEventListener("dragleave", () => { delete dom.composer.dataset.dropping; });
-dom.composer.addEventListener("drop", (event) => {
+document.addEventListener("dragleave", (event) => {
+  // Left the panel (not just one element for another inside it).
+  if (event.relatedTarget === null) delete dom.composer.dataset.dropping;
+});
+document.addEventListener("drop", (event) => {
   delete dom.composer.dataset.dropping;
   const files = [...(event.dataTransfer ? event.dataTransfer.files : [])];
   if (files.length === 0) return;
@@ -3232,7 +3250,7 @@ function submitInput(mode) {
     return;
   }
   setNote("");
-  const input = { text, attachments };
+  const input = withFiles(text, attachments);
   const meta = { text, attachments };
   if (mode === "enqueue" && state.threadId !== null) {
     sendOp("turn.enqueue", { threadId: state.threadId, input }, meta);

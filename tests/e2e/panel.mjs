@@ -1179,12 +1179,15 @@ isolatedTest(
     const answer = panel.locator('#messages .node.assistant').last();
     assert.equal(await answer.locator('strong').count(), 1, 'the answer is drawn as Markdown');
     await answer.getByRole('button', { name: 'Copy', exact: true }).click();
-    assert.equal(await clipboard(), '**Done.** Run `make test`:\n\n- one\n- two', 'the Markdown source, not the drawing');
+    // "Copied" once the write resolved: the clipboard is read after it (the
+    // panel must keep the focus until then).
     await waitFor(async () => (await answer.getByRole('button', { name: 'Copied' }).count()) === 1, { timeout: 5000, message: 'the button to say Copied' });
+    assert.equal(await clipboard(), '**Done.** Run `make test`:\n\n- one\n- two', 'the Markdown source, not the drawing');
     await waitFor(async () => (await answer.getByRole('button', { name: 'Copy', exact: true }).count()) === 1, { timeout: 10000, message: 'the button to read Copy again' });
 
     const question = panel.locator('#messages .node.user').last();
     await pressOn(question.getByRole('button', { name: 'Copy', exact: true }));
+    await waitFor(async () => (await question.getByRole('button', { name: 'Copied' }).count()) === 1, { timeout: 5000, message: 'the question\'s button to say Copied' });
     assert.equal(await clipboard(), 'How do I <test> it?', 'the user\'s text as typed');
     const after = await readPanel(panel);
     assert.equal(after.state, 'completed', 'copying sent nothing');
@@ -2307,9 +2310,10 @@ isolatedTest(
   },
 );
 
-// A queued message's file is listed with it, stays through an edit of its
-// text (the panel sends the files again with `queue.update`), and goes to
-// the model when the queued turn runs.
+// A file dropped on the panel goes to the composer; queued with a message,
+// it is listed with it, stays through an edit of its text (the panel sends
+// the files again with `queue.update`), and goes to the model when the
+// queued turn runs.
 isolatedTest(
   'a_queued_message_keeps_its_file_through_an_edit_and_runs_with_it',
   {
@@ -2324,8 +2328,15 @@ isolatedTest(
     await panel.focus('#task-input');
     await typeAndPress(panel, 'A long task', 'Enter');
     await waitForRunState(panel, ['streaming_model']);
-    await panel.setInputFiles('#attach-input', [{ name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('milk, eggs') }]);
-    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 1, { timeout: 15000, message: 'the file in the composer' });
+    // Dropped on the conversation: it goes with the next message.
+    await panel.evaluate(() => {
+      const transfer = new DataTransfer();
+      transfer.items.add(new File(['milk, eggs'], 'notes.txt', { type: 'text/plain' }));
+      const messages = document.getElementById('messages');
+      messages.dispatchEvent(new DragEvent('dragover', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+      messages.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+    });
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 1, { timeout: 15000, message: 'the dropped file in the composer' });
     await panel.focus('#task-input');
     await typeAndPress(panel, 'Then read my notes', 'Shift+Alt+Enter');
     const queued = () => panel.evaluate(() => [...document.querySelectorAll('#queue-list > li')].map((li) => ({
