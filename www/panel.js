@@ -3034,12 +3034,21 @@ function attachmentList(files, compact = false) {
     const item = document.createElement("li");
     item.className = `attachment attachment-${file.kind}`;
     item.dataset.kind = file.kind;
+    // A full list opens each file (`openAttachment`); a compact one names it.
+    const holder = compact ? item : document.createElement("button");
+    if (holder instanceof HTMLButtonElement) {
+      holder.type = "button";
+      holder.className = "attachment-open";
+      holder.setAttribute("aria-label", `Open ${file.name}`);
+      holder.addEventListener("click", () => openAttachment(file, holder));
+      item.append(holder);
+    }
     if (file.kind === "image" && !compact && typeof file.data === "string" && IMAGE_TYPES.includes(file.mediaType)) {
       const image = document.createElement("img");
       image.src = `data:${file.mediaType};base64,${file.data}`;
       image.alt = file.name;
       image.loading = "lazy";
-      item.append(image);
+      holder.append(image);
     }
     if (file.kind !== "image") {
       // What kind of file: the name's extension, else the media type's subtype.
@@ -3048,17 +3057,54 @@ function attachmentList(files, compact = false) {
       const extension = /\.([a-z0-9]{1,8})$/i.exec(file.name);
       type.textContent = extension ? extension[1] : String(file.mediaType).split("/").pop() || "text";
       type.setAttribute("aria-hidden", "true");
-      item.append(type);
+      holder.append(type);
     }
     const name = document.createElement("span");
     name.className = "attachment-name";
     name.textContent = file.name;
     name.title = file.kind === "text" ? `${file.name} (${file.mediaType}, ${file.text.length} characters)`
       : file.kind === "pdf" ? `${file.name} (PDF, ${Math.round((file.data.length / 4) * 3 / 1024)} KiB)` : file.name;
-    item.append(name);
+    holder.append(name);
     list.append(item);
   }
   return list;
+}
+
+/**
+ * Shows an attached file: an image or a text file in the viewer dialog
+ * (Esc or Close closes it and puts the focus back on `opener`), a PDF in a
+ * new tab (Chrome's own viewer, from a `blob:` URL of this page).
+ * @param {Attachment} file
+ * @param {HTMLElement} opener
+ */
+function openAttachment(file, opener) {
+  if (file.kind === "pdf") {
+    const bytes = Uint8Array.from(atob(file.data), (c) => c.charCodeAt(0));
+    const url = URL.createObjectURL(new Blob([bytes], { type: "application/pdf" }));
+    window.open(url, "_blank");
+    // The new tab has loaded it by then.
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    return;
+  }
+  const viewer = /** @type {HTMLDialogElement} */ ($("attachment-viewer"));
+  $("attachment-viewer-name").textContent = file.name;
+  const body = $("attachment-viewer-body");
+  if (file.kind === "image") {
+    const image = document.createElement("img");
+    image.src = `data:${file.mediaType};base64,${file.data}`;
+    image.alt = file.name;
+    body.replaceChildren(image);
+  } else {
+    const text = document.createElement("pre");
+    text.textContent = file.text;
+    body.replaceChildren(text);
+  }
+  viewer.addEventListener("close", () => {
+    body.replaceChildren();
+    if (opener.isConnected) opener.focus();
+  }, { once: true });
+  viewer.showModal();
+  $button("attachment-viewer-close").focus();
 }
 
 /** The composer's files, each with a button that takes it out. */
@@ -3201,6 +3247,7 @@ function base64Of(blob) {
 }
 
 dom.attach.addEventListener("click", () => dom.attachInput.click());
+$button("attachment-viewer-close").addEventListener("click", () => /** @type {HTMLDialogElement} */ ($("attachment-viewer")).close());
 dom.attachInput.addEventListener("change", () => {
   const files = [...(dom.attachInput.files || [])];
   dom.attachInput.value = "";

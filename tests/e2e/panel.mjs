@@ -2296,6 +2296,32 @@ isolatedTest(
     await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
     await waitFor(async () => (await drawn().catch(() => null))?.names.length === 4, { timeout: 30000, message: 'the files drawn after a reload' });
 
+    // Each file opens: a text file and an image in the viewer (Esc closes it
+    // and gives the focus back), a PDF in a new tab.
+    const userMessage = panel.locator('#messages [data-kind="user_message"]').first();
+    const openList = userMessage.getByRole('button', { name: 'Open list.csv' });
+    await openList.click();
+    const viewer = panel.locator('#attachment-viewer');
+    await viewer.waitFor({ state: 'visible', timeout: 15000 });
+    assert.equal(await panel.locator('#attachment-viewer-name').textContent(), 'list.csv');
+    assert.equal(await viewer.locator('pre').textContent(), 'sku,qty\nA1,2\n');
+    assert.equal(await panel.evaluate(() => document.activeElement?.id), 'attachment-viewer-close');
+    await panel.keyboard.press('Escape');
+    await viewer.waitFor({ state: 'hidden', timeout: 15000 });
+    assert.equal(await panel.evaluate(() => document.activeElement?.getAttribute('aria-label')), 'Open list.csv', 'the focus is back on the file');
+    await userMessage.getByRole('button', { name: 'Open big.png' }).click();
+    await viewer.waitFor({ state: 'visible', timeout: 15000 });
+    await waitFor(() => viewer.locator('img').evaluate((img) => img.complete && img.naturalWidth === 1568), { timeout: 15000, message: 'the image at its size' });
+    await screenshot(panel, 'attachments-viewer');
+    await panel.click('#attachment-viewer-close');
+    await viewer.waitFor({ state: 'hidden', timeout: 15000 });
+    const [pdfTab] = await Promise.all([
+      session.context.waitForEvent('page', { timeout: 15000 }),
+      userMessage.getByRole('button', { name: 'Open doc.pdf' }).click(),
+    ]);
+    assert.match(pdfTab.url(), /^blob:chrome-extension:\/\//, pdfTab.url());
+    await pdfTab.close();
+
     // Edit the message: the new text goes with the same files.
     const element = panel.locator('#messages [data-kind="user_message"]').first();
     await element.getByRole('button', { name: 'Edit', exact: true }).click();
