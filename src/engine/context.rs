@@ -456,7 +456,7 @@ const FILE_TAG: &str = "attached_file";
 
 /// A user message as the model gets it: the text, then each attached text
 /// file as an `<attached_file>` block (its content cannot close the block
-/// early); the images go alongside.
+/// early); the images and PDFs go alongside.
 fn user_message(text: &str, attachments: &[Attachment]) -> ChatMessage {
     if attachments.is_empty() {
         return ChatMessage::user(text);
