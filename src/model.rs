@@ -516,6 +516,27 @@ pub enum Attachment {
         /// Base64 without the `data:` prefix.
         data: String,
     },
+    /// A file as a client is shown it without its content
+    /// ([`Attachment::omitted`]): what it is and how large. `attachment.get`
+    /// fetches the file itself. Only views carry one: the engine takes
+    /// none in an input (the file itself must be sent) and stores none.
+    Omitted {
+        name: String,
+        media_type: String,
+        /// The kind of the file left out.
+        of: FileKind,
+        /// Its size as [`Attachment::size`] counts it.
+        size: u64,
+    },
+}
+
+/// The kinds of file a message can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    Image,
+    Text,
+    Pdf,
 }
 
 /// An attached PDF as the model receives it.
@@ -537,6 +558,10 @@ struct RawAttachment {
     data: Option<String>,
     #[serde(default)]
     text: Option<String>,
+    #[serde(default)]
+    of: Option<FileKind>,
+    #[serde(default)]
+    size: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -545,6 +570,7 @@ enum AttachmentKind {
     Image,
     Text,
     Pdf,
+    Omitted,
 }
 
 impl TryFrom<RawAttachment> for Attachment {
@@ -557,6 +583,8 @@ impl TryFrom<RawAttachment> for Attachment {
             media_type,
             data,
             text,
+            of,
+            size,
         } = raw;
         Ok(match kind {
             AttachmentKind::Image => Attachment::Image {
@@ -574,6 +602,12 @@ impl TryFrom<RawAttachment> for Attachment {
                 media_type,
                 data: data.ok_or("missing field `data`")?,
             },
+            AttachmentKind::Omitted => Attachment::Omitted {
+                name,
+                media_type,
+                of: of.ok_or("missing field `of`")?,
+                size: size.ok_or("missing field `size`")?,
+            },
         })
     }
 }
@@ -583,7 +617,8 @@ impl Attachment {
         match self {
             Attachment::Image { name, .. }
             | Attachment::Text { name, .. }
-            | Attachment::Pdf { name, .. } => name,
+            | Attachment::Pdf { name, .. }
+            | Attachment::Omitted { name, .. } => name,
         }
     }
 
@@ -592,6 +627,41 @@ impl Attachment {
         match self {
             Attachment::Image { data, .. } | Attachment::Pdf { data, .. } => data.len(),
             Attachment::Text { text, .. } => text.len(),
+            Attachment::Omitted { size, .. } => *size as usize,
+        }
+    }
+
+    /// The kind of file it is (of the one left out, for an omitted one).
+    pub fn file_kind(&self) -> FileKind {
+        match self {
+            Attachment::Image { .. } => FileKind::Image,
+            Attachment::Text { .. } => FileKind::Text,
+            Attachment::Pdf { .. } => FileKind::Pdf,
+            Attachment::Omitted { of, .. } => *of,
+        }
+    }
+
+    /// The same file without its content, as views show it beyond their
+    /// budget (`engine::views`).
+    pub fn omitted(&self) -> Attachment {
+        match self {
+            Attachment::Image {
+                name, media_type, ..
+            }
+            | Attachment::Text {
+                name, media_type, ..
+            }
+            | Attachment::Pdf {
+                name, media_type, ..
+            }
+            | Attachment::Omitted {
+                name, media_type, ..
+            } => Attachment::Omitted {
+                name: name.clone(),
+                media_type: media_type.clone(),
+                of: self.file_kind(),
+                size: self.size() as u64,
+            },
         }
     }
 
@@ -653,6 +723,9 @@ impl Attachment {
                     )
                 })
             }
+            Attachment::Omitted { .. } => Some(format!(
+                "{name} was shown without its content; fetch it with attachment.get and send the file itself."
+            )),
         }
     }
 }

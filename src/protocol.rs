@@ -199,6 +199,18 @@ pub enum Op {
         #[serde(default)]
         limit: Option<u32>,
     },
+    /// One file a view showed without its content (`kind: "omitted"`):
+    /// the `index`th attachment of `ownerId`, a message on the active path,
+    /// a queued turn or a pending steer → `command.ack{ownerId, index,
+    /// attachment}`. Reads only; no receipt.
+    #[serde(rename = "attachment.get")]
+    AttachmentGet {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        owner_id: String,
+        index: u32,
+    },
     /// A tiny real request with these settings (the API key is the stored
     /// one) → `command.ack{ok: true, model, reply, latencyMs}` or
     /// `command.reject` with the provider's typed error. Changes nothing.
@@ -299,6 +311,7 @@ impl Op {
             | Op::QueueUpdate { submission, .. }
             | Op::ProviderTest { submission, .. }
             | Op::ThreadHistory { submission, .. }
+            | Op::AttachmentGet { submission, .. }
             | Op::ThreadDelete { submission, .. }
             | Op::ThreadRename { submission, .. }
             | Op::TurnSubmit { submission, .. }
@@ -326,6 +339,7 @@ impl Op {
             Op::QueueUpdate { .. } => "queue.update",
             Op::ProviderTest { .. } => "provider.test",
             Op::ThreadHistory { .. } => "thread.history",
+            Op::AttachmentGet { .. } => "attachment.get",
             Op::ThreadDelete { .. } => "thread.delete",
             Op::ThreadRename { .. } => "thread.rename",
             Op::TurnSubmit { .. } => "turn.submit",
@@ -345,7 +359,7 @@ impl Op {
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 21] = [
+pub const OP_TYPES: [&str; 22] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -353,6 +367,7 @@ pub const OP_TYPES: [&str; 21] = [
     "thread.delete",
     "thread.rename",
     "thread.history",
+    "attachment.get",
     "turn.submit",
     "turn.steer",
     "turn.enqueue",
@@ -371,9 +386,10 @@ pub const OP_TYPES: [&str; 21] = [
 
 /// The ops that only read: they keep no receipt, so a retry reads again
 /// (every other ACKed op replays its first answer).
-pub const READ_OP_TYPES: [&str; 5] = [
+pub const READ_OP_TYPES: [&str; 6] = [
     "initialize",
     "thread.history",
+    "attachment.get",
     "provider.test",
     "siteRules.list",
     "settings.defaults",
@@ -484,6 +500,12 @@ impl Op {
                 thread_id: f.req("threadId")?,
                 before_node_id: f.req("beforeNodeId")?,
                 limit: f.opt("limit")?,
+            },
+            "attachment.get" => Op::AttachmentGet {
+                submission,
+                thread_id: f.req("threadId")?,
+                owner_id: f.req("ownerId")?,
+                index: f.req("index")?,
             },
             "turn.submit" => Op::TurnSubmit {
                 submission,
@@ -1062,6 +1084,12 @@ mod tests {
                 thread_id: t(),
                 before_node_id: "n".into(),
                 limit: None,
+            },
+            Op::AttachmentGet {
+                submission: submission(),
+                thread_id: t(),
+                owner_id: "n".into(),
+                index: 1,
             },
             Op::TurnSubmit {
                 submission: submission(),

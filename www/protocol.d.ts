@@ -156,6 +156,18 @@ export type Op =
     limit?: number | null;
   } & Submission
   /**
+   * One file a view showed without its content (`kind: "omitted"`):
+   * the `index`th attachment of `ownerId`, a message on the active path,
+   * a queued turn or a pending steer → `command.ack{ownerId, index,
+   * attachment}`. Reads only; no receipt.
+   */
+  | {
+    type: "attachment.get";
+    threadId: string;
+    ownerId: string;
+    index: number;
+  } & Submission
+  /**
    * A tiny real request with these settings (the API key is the stored
    * one) → `command.ack{ok: true, model, reply, latencyMs}` or
    * `command.reject` with the provider's typed error. Changes nothing.
@@ -249,7 +261,28 @@ export type Attachment =
     mediaType: string;
     /** Base64 without the `data:` prefix. */
     data: string;
+  }
+  /**
+   * A file as a client is shown it without its content
+   * ([`Attachment::omitted`]): what it is and how large. `attachment.get`
+   * fetches the file itself. Only views carry one: the engine takes
+   * none in an input (the file itself must be sent) and stores none.
+   */
+  | {
+    kind: "omitted";
+    name: string;
+    mediaType: string;
+    /** The kind of the file left out. */
+    of: FileKind;
+    /** Its size as [`Attachment::size`] counts it. */
+    size: number;
   };
+
+/** The kinds of file a message can carry. */
+export type FileKind =
+  | "image"
+  | "text"
+  | "pdf";
 
 /** The user's answer to an approval request. */
 export type ApprovalDecision =

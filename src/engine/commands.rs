@@ -559,10 +559,63 @@ impl Engine {
         // only those of the nodes it shows).
         let result = json!({
             "threadId": thread_id,
-            "nodes": &t.path[start..end],
+            "nodes": super::support::nodes_view(&t.path[start..end]),
             "olderNodes": start,
             "branches": t.branch_points(start..end),
         });
+        self.ack(&reply, result);
+    }
+
+    /// One file a view left out (reads only): from a message on the active
+    /// path, a queued turn or a pending steer.
+    #[inline(never)]
+    pub(super) fn op_attachment_get(
+        &mut self,
+        reply: Reply,
+        thread_id: &str,
+        owner_id: &str,
+        index: u32,
+    ) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let files = t
+            .path
+            .iter()
+            .find_map(|n| match &n.body {
+                NodeBody::UserMessage { attachments, .. } if n.id == owner_id => Some(attachments),
+                _ => None,
+            })
+            .or_else(|| {
+                t.queue
+                    .iter()
+                    .find(|q| q.id == owner_id)
+                    .map(|q| &q.attachments)
+            })
+            .or_else(|| {
+                t.steers
+                    .iter()
+                    .find(|s| s.id == owner_id)
+                    .map(|s| &s.attachments)
+            });
+        let Some(files) = files else {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "That message is no longer in the conversation or the queue; reload the thread.",
+            );
+        };
+        let Some(file) = files.get(index as usize) else {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                &format!(
+                    "That message has {} attached files; there is no file {index}.",
+                    files.len()
+                ),
+            );
+        };
+        let result = json!({ "ownerId": owner_id, "index": index, "attachment": file });
         self.ack(&reply, result);
     }
 

@@ -492,6 +492,14 @@ fn user_message(text: &str, attachments: &[Attachment]) -> ChatMessage {
                     text.replace(&format!("</{FILE_TAG}>"), &format!("</{FILE_TAG}_>"))
                 ));
             }
+            // Never stored (inputs refuse one); a record that holds one
+            // anyway says so rather than dropping the file silently.
+            Attachment::Omitted { name, .. } => {
+                if !out.is_empty() {
+                    out.push_str("\n\n");
+                }
+                out.push_str(&format!("[The attached file {name:?} is not available.]"));
+            }
         }
     }
     ChatMessage::User {

@@ -33,6 +33,7 @@ pub use context::{
 };
 pub use environment::{build_environment, environment_drift, EnvironmentLimits};
 pub use snapshot_cache::CACHE_WRITE_DELAY_MS;
+pub use support::VIEW_FILES_BUDGET;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
@@ -753,6 +754,7 @@ impl ThreadState {
             op,
             Op::Initialize { .. }
                 | Op::ThreadHistory { .. }
+                | Op::AttachmentGet { .. }
                 | Op::ThreadFork { .. }
                 | Op::ThreadDelete { .. }
         );
@@ -1567,6 +1569,12 @@ impl Engine {
                 limit,
                 ..
             } => self.op_thread_history(reply, &thread_id, &before_node_id, limit),
+            Op::AttachmentGet {
+                thread_id,
+                owner_id,
+                index,
+                ..
+            } => self.op_attachment_get(reply, &thread_id, &owner_id, index),
             Op::QueueUpdate {
                 thread_id,
                 item_id,

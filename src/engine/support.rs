@@ -511,7 +511,7 @@ impl Engine {
         let Some(t) = self.threads.get(tid) else {
             return;
         };
-        let queue = t.queue.clone();
+        let queue = queue_view(&t.queue);
         self.broadcast(
             tid,
             Event::QueueUpdated {
@@ -645,11 +645,11 @@ impl Engine {
         let limit = self.config.snapshot_nodes.max(1);
         let thread = tid.and_then(|id| self.threads.get(id)).map(|t| {
             let page = match (&t.partial, t.loaded) {
-                (Some(p), false) => (p.nodes.clone(), p.older, p.branches.clone()),
+                (Some(p), false) => (nodes_view(&p.nodes), p.older, p.branches.clone()),
                 _ => {
                     let start = page_start(&t.path, t.path.len(), limit);
                     (
-                        t.path[start..].to_vec(),
+                        nodes_view(&t.path[start..]),
                         start as u64,
                         t.branch_points(start..t.path.len()),
                     )
@@ -673,14 +673,14 @@ impl Engine {
                 },
                 None => run,
             }),
-            queue: t.queue.clone(),
+            queue: queue_view(&t.queue),
             pending_steers: t
                 .steers
                 .iter()
                 .map(|s| PendingSteerView {
                     id: s.id.clone(),
                     text: s.text.clone(),
-                    attachments: s.attachments.clone(),
+                    attachments: s.attachments.iter().map(Attachment::omitted).collect(),
                 })
                 .collect(),
             pending_approval: t
@@ -830,6 +830,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         | Op::QueueUpdate { thread_id, .. }
         | Op::ThreadSelectBranch { thread_id, .. }
         | Op::ThreadHistory { thread_id, .. }
+        | Op::AttachmentGet { thread_id, .. }
         | Op::TurnSteer { thread_id, .. }
         | Op::TurnEnqueue { thread_id, .. }
         | Op::RunResume { thread_id, .. } => Some(thread_id),
@@ -845,6 +846,51 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
 /// never between a tool call and its result (a page starts at a node that
 /// is neither), so every page renders on its own. When the last `limit`
 /// nodes are all calls and results, the page reaches further back instead.
+/// The most characters of file content one view of a conversation (a
+/// snapshot's nodes, a `thread.history` page) carries (4 MiB). A message
+/// holds up to 6 MiB of files and a snapshot up to 60 messages: sent whole,
+/// a snapshot could outgrow what a Port carries (64 MiB) and what a worker
+/// should hold twice (as values and as JSON). The panel shows a file left
+/// out by its name and fetches it with `attachment.get` when it is opened
+/// or sent again.
+pub const VIEW_FILES_BUDGET: usize = 4 * 1024 * 1024;
+
+/// `nodes` as a client is shown them: the files of the newest messages keep
+/// their content while it fits in [`VIEW_FILES_BUDGET`]; the others are
+/// [`Attachment::omitted`]. `item.complete` sends a new node whole (one
+/// message's files are bounded by `MAX_ATTACHMENTS_CHARS`).
+pub(super) fn nodes_view(nodes: &[Node]) -> Vec<Node> {
+    let mut nodes = nodes.to_vec();
+    let mut left = VIEW_FILES_BUDGET;
+    for node in nodes.iter_mut().rev() {
+        if let NodeBody::UserMessage { attachments, .. } = &mut node.body {
+            for file in attachments.iter_mut() {
+                match file.size() {
+                    size if size <= left => left -= size,
+                    _ => *file = file.omitted(),
+                }
+            }
+        }
+    }
+    nodes
+}
+
+/// The queue as a client is shown it: each turn's files by name and size
+/// only (the panel lists them by name; `attachment.get` fetches one).
+pub(super) fn queue_view(queue: &[QueueItem]) -> Vec<QueueItem> {
+    queue
+        .iter()
+        .map(|item| QueueItem {
+            id: item.id.clone(),
+            thread_id: item.thread_id.clone(),
+            position: item.position,
+            text: item.text.clone(),
+            attachments: item.attachments.iter().map(Attachment::omitted).collect(),
+            created_at: item.created_at,
+        })
+        .collect()
+}
+
 pub(super) fn page_start(path: &[Node], end: usize, limit: usize) -> usize {
     let end = end.min(path.len());
     let earliest = end.saturating_sub(limit);

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use sw_agent::model::{
-    Attachment, Node, NodeBody, UserInput, MAX_ATTACHMENTS, MAX_ATTACHMENT_IMAGE_CHARS,
+    Attachment, FileKind, Node, NodeBody, UserInput, MAX_ATTACHMENTS, MAX_ATTACHMENT_IMAGE_CHARS,
     MAX_ATTACHMENT_PDF_CHARS, MAX_ATTACHMENT_TEXT_CHARS,
 };
 use sw_agent::protocol::{ErrorKind, Event, Op};
@@ -528,6 +528,10 @@ fn files_the_engine_cannot_send_are_refused_with_the_reason_and_nothing_is_writt
             with_files("x", vec![image(&"n".repeat(201))]),
             "longer than 200 characters",
         ),
+        (
+            with_files("x", vec![pdf("shown.pdf").omitted()]),
+            "shown.pdf was shown without its content; fetch it with attachment.get",
+        ),
     ];
     for (i, (input, expected)) in cases.into_iter().enumerate() {
         let id = format!("bad-{i}");
@@ -700,4 +704,265 @@ fn a_compaction_request_names_the_files_instead_of_sending_them() {
         "{checkpoint}"
     );
     check_invariants(&sim, &[]).unwrap();
+}
+
+/// Files compared without printing megabytes of base64 when they differ.
+#[track_caller]
+fn assert_files(actual: &[Attachment], expected: &[Attachment], what: &str) {
+    let brief = |files: &[Attachment]| -> Vec<String> {
+        files
+            .iter()
+            .map(|f| {
+                let omitted = if matches!(f, Attachment::Omitted { .. }) {
+                    "omitted "
+                } else {
+                    ""
+                };
+                format!(
+                    "{omitted}{:?} {} ({} chars)",
+                    f.file_kind(),
+                    f.name(),
+                    f.size()
+                )
+            })
+            .collect()
+    };
+    assert!(
+        actual == expected,
+        "{what}: {:?} is not {:?} (or differs in content)",
+        brief(actual),
+        brief(expected)
+    );
+}
+
+/// A PDF of `chars` characters of base64 (a multiple of 4).
+fn big_pdf(name: &str, chars: usize) -> Attachment {
+    Attachment::Pdf {
+        name: name.into(),
+        media_type: "application/pdf".into(),
+        data: format!("JVBERi0{}", "A".repeat(chars - 7)),
+    }
+}
+
+fn attachment_get(id: &str, thread: &str, owner: &str, index: u32) -> Op {
+    Op::AttachmentGet {
+        submission: submission(id),
+        thread_id: thread.into(),
+        owner_id: owner.into(),
+        index,
+    }
+}
+
+/// The file an `attachment.get` answered with.
+fn fetched(sim: &Sim, conn: u64, id: &str) -> Attachment {
+    let result = answer(sim, conn, id)
+        .unwrap_or_else(|| panic!("{id} was not answered"))
+        .unwrap_or_else(|e| panic!("{id} was refused: {}", e.message));
+    serde_json::from_value(result["attachment"].clone()).expect("an attachment")
+}
+
+/// The files of a view's user messages, root side first.
+fn view_files(nodes: &[Node]) -> Vec<(String, Vec<Attachment>)> {
+    nodes
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::UserMessage { attachments, .. } => Some((n.id.clone(), attachments.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_view_carries_files_within_its_budget_and_names_the_rest_which_attachment_get_fetches() {
+    use sw_agent::engine::VIEW_FILES_BUDGET;
+    let (mut sim, conn) = sim_with_vision(311, true);
+    // Two messages whose files do not fit in one view together.
+    let size = VIEW_FILES_BUDGET * 3 / 4 / 4 * 4;
+    let old = big_pdf("old.pdf", size);
+    let new = big_pdf("new.pdf", size);
+    sim.send(
+        conn,
+        submit_with("s1", None, with_files("Read this", vec![old.clone()])),
+    );
+    sim.run(10_000);
+    let thread = current_ids(&sim).0.unwrap();
+    sim.send(
+        conn,
+        submit_with(
+            "s2",
+            Some(&thread),
+            with_files("And this", vec![text_file("n.csv", "1"), new.clone()]),
+        ),
+    );
+    sim.run(10_000);
+    // The store and the model have every file whole.
+    let stored = user_messages(&sim);
+    assert_files(&stored[0].2, std::slice::from_ref(&old), "stored");
+    assert_files(
+        &stored[1].2,
+        &[text_file("n.csv", "1"), new.clone()],
+        "stored",
+    );
+    assert!(
+        matches!(&sim.requests.last().unwrap().messages[..], m if m.iter().filter(|m| matches!(m, ChatMessage::User { documents, .. } if documents.len() == 1)).count() == 2)
+    );
+
+    let conn = reconnect(&mut sim);
+    sim.send(conn, initialize("i1", Some(&thread)));
+    sim.run(1_000);
+    let view = view_files(&last_view(&sim, conn).nodes);
+    assert_eq!(view.len(), 2);
+    // The newest message's files are whole; the older one's PDF is named.
+    assert_files(
+        &view[1].1,
+        &[text_file("n.csv", "1"), new.clone()],
+        "newest",
+    );
+    assert_files(
+        &view[0].1,
+        &[Attachment::Omitted {
+            name: "old.pdf".into(),
+            media_type: "application/pdf".into(),
+            of: FileKind::Pdf,
+            size: size as u64,
+        }],
+        "older",
+    );
+    assert!(view[0].1[0].problem().is_some(), "not an input");
+    let json = serde_json::to_value(&view[0].1[0]).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"kind": "omitted", "name": "old.pdf", "mediaType": "application/pdf", "of": "pdf", "size": size})
+    );
+    // attachment.get fetches it whole, after a restart too (it reads the thread).
+    sim.crash();
+    let conn = sim.connect();
+    sim.send(conn, attachment_get("g1", &thread, &view[0].0, 0));
+    sim.run(1_000);
+    assert_files(
+        &[fetched(&sim, conn, "g1")],
+        std::slice::from_ref(&old),
+        "fetched",
+    );
+    // A history page has a budget of its own: the older message alone fits.
+    sim.send(conn, history("h1", &thread, &view[1].0, None));
+    sim.run(1_000);
+    let page = answer(&sim, conn, "h1").unwrap().unwrap();
+    let page: Vec<Node> = serde_json::from_value(page["nodes"].clone()).unwrap();
+    let page = view_files(&page);
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].0, view[0].0);
+    assert_files(&page[0].1, std::slice::from_ref(&old), "history page");
+    // What it cannot fetch is refused with the reason.
+    for (id, owner, index, expected) in [
+        ("g2", view[0].0.as_str(), 1, "there is no file 1"),
+        ("g3", "nope", 0, "no longer in the conversation"),
+    ] {
+        sim.send(conn, attachment_get(id, &thread, owner, index));
+        sim.run(1_000);
+        let error = answer(&sim, conn, id).unwrap().unwrap_err();
+        assert_eq!(error.kind, ErrorKind::NotFound);
+        assert!(error.message.contains(expected), "{}", error.message);
+    }
+    sim.send(conn, attachment_get("g4", "no-thread", &view[0].0, 0));
+    sim.run(1_000);
+    assert_eq!(
+        answer(&sim, conn, "g4").unwrap().unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    // An edit sends the fetched file again; the omitted one is refused.
+    let nodes_before = sim.store.nodes.len();
+    let edit = |id: &str, files: Vec<Attachment>| match submit_with(
+        id,
+        Some(&thread),
+        with_files("Read this again", files),
+    ) {
+        Op::TurnSubmit {
+            submission,
+            thread_id,
+            input,
+            ..
+        } => Op::TurnSubmit {
+            submission,
+            thread_id,
+            input,
+            replaces: Some(view[0].0.clone()),
+        },
+        _ => unreachable!(),
+    };
+    sim.send(conn, edit("e1", view[0].1.clone()));
+    sim.run(1_000);
+    assert_eq!(
+        answer(&sim, conn, "e1").unwrap().unwrap_err().kind,
+        ErrorKind::InvalidCommand
+    );
+    assert_eq!(sim.store.nodes.len(), nodes_before, "nothing written");
+    sim.send(conn, edit("e2", vec![fetched(&sim, conn, "g1")]));
+    sim.run(10_000);
+    assert_files(&user_messages(&sim).last().unwrap().2, &[old], "edited");
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn queued_and_steered_files_are_named_in_views_and_fetched_whole() {
+    let (mut sim, conn) = sim_with_vision(312, true);
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    while sim.requests.is_empty() {
+        assert!(sim.step());
+    }
+    let (thread, turn) = current_ids(&sim);
+    let (thread, turn) = (thread.unwrap(), turn.unwrap());
+    let queued = image("next.png");
+    sim.send(
+        conn,
+        with_input(
+            enqueue("q1", &thread, ""),
+            with_files("then this", vec![queued.clone()]),
+        ),
+    );
+    let steered = text_file("size.csv", "M");
+    sim.send(
+        conn,
+        with_input(
+            steer("steer-use this", &thread, &turn, ""),
+            with_files("use this", vec![steered.clone()]),
+        ),
+    );
+    sim.drain_effects();
+    let item = answer(&sim, conn, "q1").unwrap().unwrap()["queueItemId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let steer_id = answer(&sim, conn, "steer-use this").unwrap().unwrap()["steerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // queue.updated names the queued file; so does a snapshot, with the steer's.
+    let queue_update = sim
+        .events_for(conn)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::QueueUpdated { queue, .. } => Some(queue.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(queue_update[0].attachments, [queued.omitted()]);
+    sim.send(conn, initialize("i1", Some(&thread)));
+    sim.drain_effects();
+    let view = last_view(&sim, conn);
+    assert_eq!(view.queue[0].attachments, [queued.omitted()]);
+    assert_eq!(view.pending_steers[0].attachments, [steered.omitted()]);
+    assert_files(
+        &sim.store.queue[&item].attachments,
+        std::slice::from_ref(&queued),
+        "stored whole",
+    );
+    sim.send(conn, attachment_get("g1", &thread, &item, 0));
+    sim.send(conn, attachment_get("g2", &thread, &steer_id, 0));
+    sim.drain_effects();
+    assert_eq!(fetched(&sim, conn, "g1"), queued);
+    assert_eq!(fetched(&sim, conn, "g2"), steered);
+    sim.run(100_000);
+    check_invariants(&sim, &["use this".into()]).unwrap();
 }

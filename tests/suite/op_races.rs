@@ -166,7 +166,7 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
     } else {
         format!("text {id}")
     };
-    match gen.below(22) {
+    match gen.below(24) {
         0 => submit(id, None, &text),
         1 | 2 => submit(id, Some(&tid), &text),
         3 => Op::TurnSubmit {
@@ -219,11 +219,56 @@ fn some_op(gen: &mut Gen, sim: &Sim, id: &str) -> Op {
         19 => list_site_rules(id),
         // A title while turns, titles from the model and deletes race.
         20 => rename(id, &tid, &format!("Title {id}")),
-        _ => match node {
+        21 => match node {
             Some(node) => history(id, &tid, &node, Some(3)),
             None => initialize(id, Some(&tid)),
         },
+        // A file fetched from a message, a queued turn or a steer (or from
+        // one that has none, or is gone).
+        _ => {
+            let owners: Vec<&String> = nodes
+                .iter()
+                .filter(|n| matches!(&n.body, NodeBody::UserMessage { attachments, .. } if !attachments.is_empty()))
+                .map(|n| &n.id)
+                .chain(sim.store.queue.values().filter(|q| q.thread_id == tid).map(|q| &q.id))
+                .chain(sim.store.steers.values().filter(|s| s.thread_id == tid).map(|s| &s.id))
+                .collect();
+            let owner = if owners.is_empty() {
+                node.unwrap_or_default()
+            } else {
+                owners[gen.below(owners.len())].clone()
+            };
+            Op::AttachmentGet {
+                submission: s(),
+                thread_id: tid,
+                owner_id: owner,
+                index: gen.below(2) as u32,
+            }
+        }
     }
+}
+
+/// Every file `attachment.get` answered with is whole and is one an op
+/// sent (never the `omitted` stand-in of a view, never another's).
+fn fetched_files_are_whole(ops: &HashMap<String, Op>, answers: &[Answer]) -> Result<usize, String> {
+    let sent: Vec<&Attachment> = ops
+        .values()
+        .filter_map(Op::input)
+        .flat_map(|i| &i.attachments)
+        .collect();
+    let mut fetched = 0;
+    for (id, answer) in answers {
+        let (Some(Op::AttachmentGet { .. }), Ok(result)) = (ops.get(id), answer) else {
+            continue;
+        };
+        let file: Attachment = serde_json::from_value(result["attachment"].clone())
+            .map_err(|e| format!("{id}: {e}"))?;
+        if !sent.contains(&&file) {
+            return Err(format!("{id} fetched {file:?}, which no op sent"));
+        }
+        fetched += 1;
+    }
+    Ok(fetched)
 }
 
 /// Runs one schedule; returns how many ops of each type were ACKed, and
@@ -439,6 +484,11 @@ fn race(seed: u64) -> (HashMap<&'static str, usize>, usize) {
 
     if let Err(problem) = files_stay_with_their_message(&sim, &ops) {
         panic!("seed {seed}: {problem}");
+    }
+    for answers in answered.values() {
+        if let Err(problem) = fetched_files_are_whole(&ops, answers) {
+            panic!("seed {seed}: {problem}");
+        }
     }
     let with_files = sim.store.nodes.values().any(
         |n| matches!(&n.body, NodeBody::UserMessage { attachments, .. } if !attachments.is_empty()),
@@ -700,6 +750,7 @@ fn racing_valid_ops_from_two_panels_are_answered_once_and_keep_every_invariant()
         "thread.selectBranch",
         "thread.delete",
         "thread.history",
+        "attachment.get",
         "siteRules.list",
         "siteRule.revoke",
         "thread.rename",
