@@ -194,6 +194,7 @@ const OP_VERBS = {
   "siteRules.list": "list the sites where the agent acts without asking",
   "siteRule.revoke": "remove the site",
   "settings.defaults": "read the extension's settings defaults",
+  "attachment.get": "load the attached file",
 };
 const APPROVAL_DECISION_TEXT = {
   acceptOnce: "Allowing once…",
@@ -571,6 +572,26 @@ function creatingThread() {
 }
 
 /**
+ * Ops whose answer a caller awaits (`requestOp`), by submission id.
+ * @type {Map<string, { resolve: (result: { [key: string]: JsonValue }) => void, reject: (error: ErrorInfo) => void }>}
+ */
+const opWaiters = new Map();
+
+/**
+ * Sends an op (quietly: its caller says what failed) and resolves with its
+ * ACK's result, or rejects with the `ErrorInfo` of its reject.
+ * @template {OpType} T
+ * @param {T} type
+ * @param {OpFields<T>} fields
+ * @returns {Promise<{ [key: string]: JsonValue }>}
+ */
+function requestOp(type, fields) {
+  return new Promise((resolve, reject) => {
+    opWaiters.set(sendOp(type, fields, { quiet: true }), { resolve, reject });
+  });
+}
+
+/**
  * Sends an op; it stays pending (and is re-sent on reconnect) until acked or rejected.
  * `meta` stays with the pending op: `text` is given back to the composer when
  * the op is rejected.
@@ -753,6 +774,12 @@ function onAck(event) {
   state.pendingOps.delete(event.submissionId);
   /** @type {{ [key: string]: JsonValue }} */
   const result = event.result && typeof event.result === "object" && !Array.isArray(event.result) ? event.result : {};
+  const waiter = opWaiters.get(event.submissionId);
+  if (waiter) {
+    opWaiters.delete(event.submissionId);
+    waiter.resolve(result);
+    return;
+  }
   switch (event.opType || pending.message.type) {
     case "thread.create":
       if (typeof result.threadId === "string") expectThread(result.threadId);
@@ -870,6 +897,12 @@ function onReject(event) {
   const pending = state.pendingOps.get(event.submissionId);
   state.pendingOps.delete(event.submissionId);
   const opType = event.opType || (pending && pending.message.type) || "";
+  const waiter = opWaiters.get(event.submissionId);
+  if (waiter) {
+    opWaiters.delete(event.submissionId);
+    waiter.reject(event.error);
+    return;
+  }
   if (opType === "provider.test") {
     onProviderTestResult(null, event.error);
     return;
@@ -1181,7 +1214,7 @@ function renderUserMessage(node) {
   body.hidden = body.textContent === "";
   element.append(body);
   const files = attachmentsOf(node);
-  if (files.length > 0) element.append(attachmentList(files));
+  if (files.length > 0) element.append(attachmentList(files, node.id));
   messageFiles.set(element, files);
   // Only the message that opened a turn can be edited: the new version replaces that turn.
   const opensTurn = !node.steered && view.kindById.get(node.parentId) === "turn_context";
@@ -1633,12 +1666,13 @@ function setEditorBusy(editor, busy) {
   for (const button of editor.form.querySelectorAll("button")) button.disabled = busy;
 }
 
-function submitEdit() {
+async function submitEdit() {
   const editor = view.editor;
-  if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
+  if (!editor || editor.submissionId !== null || editor.form.getAttribute("aria-busy") === "true"
+    || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.textarea.value.trim();
-  const attachments = messageFiles.get(editor.element) || [];
-  if (text === "" && attachments.length === 0) {
+  const shown = messageFiles.get(editor.element) || [];
+  if (text === "" && shown.length === 0) {
     editor.error.textContent = "Type the message, or press Esc to cancel.";
     return;
   }
@@ -1647,7 +1681,20 @@ function submitEdit() {
   // Keep the focus in the editor while its buttons are disabled.
   editor.textarea.focus({ preventScroll: true });
   setEditorBusy(editor, true);
-  editor.submissionId = sendOp("turn.submit", { threadId: state.threadId, input: withFiles(text, attachments), replaces: editor.nodeId }, { editNodeId: editor.nodeId });
+  const threadId = state.threadId;
+  let attachments;
+  try {
+    // The files go again whole: those the snapshot left out are fetched first.
+    attachments = await wholeFiles(editor.nodeId, shown);
+  } catch (error) {
+    if (view.editor !== editor) return;
+    setEditorBusy(editor, false);
+    editor.error.textContent = `Not sent: ${fileFetchError(error)}`;
+    editor.textarea.focus();
+    return;
+  }
+  if (view.editor !== editor || state.threadId !== threadId) return;
+  editor.submissionId = sendOp("turn.submit", { threadId, input: withFiles(text, attachments), replaces: editor.nodeId }, { editNodeId: editor.nodeId });
 }
 
 // ------------------------------------------------------------- tool cards ---
@@ -2224,7 +2271,7 @@ function renderQueue() {
       if (state.threadId && !refusedWhileOpening()) sendOp("queue.remove", { threadId: state.threadId, itemId: item.id });
     });
     li.append(text);
-    if (files.length > 0) li.append(attachmentList(files, true));
+    if (files.length > 0) li.append(attachmentList(files, item.id, true));
     li.append(edit, remove);
     return li;
   }));
@@ -2285,14 +2332,14 @@ function openQueueEditor(item) {
   input.select();
 }
 
-function saveQueueEdit() {
+async function saveQueueEdit() {
   const editor = view.queueEditor;
-  if (!editor || editor.submissionId !== null || state.threadId === null || refusedWhileOpening()) return;
+  if (!editor || editor.submissionId !== null || editor.input.readOnly || state.threadId === null || refusedWhileOpening()) return;
   const text = editor.input.value.trim();
   const current = state.queue.find((item) => item.id === editor.itemId);
   // The files stay with the queued message; the editor changes its text.
-  const attachments = current ? attachmentsOf(current) : [];
-  if (text === "" && attachments.length === 0) {
+  const shown = current ? attachmentsOf(current) : [];
+  if (text === "" && shown.length === 0) {
     editor.error.textContent = "Type the message, or remove it from the queue with ×.";
     return;
   }
@@ -2302,8 +2349,21 @@ function saveQueueEdit() {
   }
   editor.error.textContent = "";
   editor.input.readOnly = true;
+  const threadId = state.threadId;
+  let attachments;
+  try {
+    // A queued turn's files are shown by name only: fetched to go again.
+    attachments = await wholeFiles(editor.itemId, shown);
+  } catch (error) {
+    if (view.queueEditor !== editor) return;
+    editor.input.readOnly = false;
+    editor.error.textContent = `Not saved: ${fileFetchError(error)}`;
+    editor.input.focus();
+    return;
+  }
+  if (view.queueEditor !== editor || state.threadId !== threadId) return;
   editor.sentText = text;
-  editor.submissionId = sendOp("queue.update", { threadId: state.threadId, itemId: editor.itemId, input: withFiles(text, attachments) });
+  editor.submissionId = sendOp("queue.update", { threadId, itemId: editor.itemId, input: withFiles(text, attachments) });
 }
 
 /** Closes the queue item editor; `refocus` puts the focus on the item's Edit button. */
@@ -2332,7 +2392,7 @@ function renderPendingSteers() {
     li.dataset.steerId = steer.id;
     li.append(badge("steer", "The agent reads this at its next step"), document.createTextNode(` ${steer.text || ""}`));
     const files = attachmentsOf(steer);
-    if (files.length > 0) li.append(attachmentList(files, true));
+    if (files.length > 0) li.append(attachmentList(files, steer.id, true));
     return li;
   }));
   updateWaitingSection();
@@ -3017,30 +3077,42 @@ const TEXT_NAME = /\.(txt|md|markdown|csv|tsv|json|jsonl|xml|ya?ml|log|html?|css
 function attachmentsOf(holder) {
   const files = holder && Array.isArray(holder.attachments) ? holder.attachments : [];
   return files.filter((file) => file && typeof file === "object" && typeof file.name === "string"
-    && (file.kind === "image" || file.kind === "text" || file.kind === "pdf"));
+    && FILE_KINDS.includes(file.kind === "omitted" ? file.of : file.kind));
+}
+
+const FILE_KINDS = ["image", "text", "pdf"];
+
+/** The kind of file it is (an omitted one's `of`). @param {Attachment} file */
+function fileKind(file) {
+  return file.kind === "omitted" ? file.of : file.kind;
 }
 
 /**
  * A list of files as shown in the conversation: images as thumbnails, text
- * files by name. `compact`: names only (queued messages, steers).
+ * files by name. `compact`: names only (queued messages, steers). `ownerId`:
+ * the message (or queued turn, or steer) they belong to, where a file the
+ * engine left out of its view (`kind: "omitted"`) is fetched from.
  * @param {Attachment[]} files
+ * @param {string} ownerId
  * @param {boolean} [compact]
  */
-function attachmentList(files, compact = false) {
+function attachmentList(files, ownerId, compact = false) {
   const list = document.createElement("ul");
   list.className = compact ? "attachment-list compact" : "attachment-list";
   list.setAttribute("aria-label", files.length === 1 ? "1 attached file" : `${files.length} attached files`);
-  for (const file of files) {
+  files.forEach((file, index) => {
+    const kind = fileKind(file);
     const item = document.createElement("li");
-    item.className = `attachment attachment-${file.kind}`;
-    item.dataset.kind = file.kind;
+    item.className = `attachment attachment-${kind}`;
+    item.dataset.kind = kind;
+    if (file.kind === "omitted") item.dataset.omitted = "true";
     // A full list opens each file (`openAttachment`); a compact one names it.
     const holder = compact ? item : document.createElement("button");
     if (holder instanceof HTMLButtonElement) {
       holder.type = "button";
       holder.className = "attachment-open";
       holder.setAttribute("aria-label", `Open ${file.name}`);
-      holder.addEventListener("click", () => openAttachment(file, holder));
+      holder.addEventListener("click", () => openAttachment(file, holder, ownerId, index));
       item.append(holder);
     }
     if (file.kind === "image" && !compact && typeof file.data === "string" && IMAGE_TYPES.includes(file.mediaType)) {
@@ -3051,7 +3123,8 @@ function attachmentList(files, compact = false) {
       holder.append(image);
     }
     if (file.kind !== "image") {
-      // What kind of file: the name's extension, else the media type's subtype.
+      // What kind of file: the name's extension, else the media type's subtype
+      // (an image the view left out is named the same way, without its thumbnail).
       const type = document.createElement("span");
       type.className = "attachment-type";
       const extension = /\.([a-z0-9]{1,8})$/i.exec(file.name);
@@ -3063,21 +3136,39 @@ function attachmentList(files, compact = false) {
     name.className = "attachment-name";
     name.textContent = file.name;
     name.title = file.kind === "text" ? `${file.name} (${file.mediaType}, ${file.text.length} characters)`
-      : file.kind === "pdf" ? `${file.name} (PDF, ${Math.round((file.data.length / 4) * 3 / 1024)} KiB)` : file.name;
+      : file.kind === "pdf" ? `${file.name} (PDF, ${Math.round((file.data.length / 4) * 3 / 1024)} KiB)`
+        : file.kind === "omitted" ? `${file.name} (${kind === "text" ? `${file.size} characters` : `${Math.round((file.size / 4) * 3 / 1024)} KiB`}; loaded when opened)`
+          : file.name;
     holder.append(name);
     list.append(item);
-  }
+  });
   return list;
 }
 
 /**
  * Shows an attached file: an image or a text file in the viewer dialog
  * (Esc or Close closes it and puts the focus back on `opener`), a PDF in a
- * new tab (Chrome's own viewer, from a `blob:` URL of this page).
+ * new tab (Chrome's own viewer, from a `blob:` URL of this page). One the
+ * view left out is fetched first (`ownerId`'s file `index`).
  * @param {Attachment} file
  * @param {HTMLElement} opener
+ * @param {string} ownerId
+ * @param {number} index
  */
-function openAttachment(file, opener) {
+async function openAttachment(file, opener, ownerId, index) {
+  if (file.kind === "omitted") {
+    if (opener.getAttribute("aria-busy") === "true") return;
+    opener.setAttribute("aria-busy", "true");
+    try {
+      file = await fetchAttachment(ownerId, index);
+    } catch (error) {
+      setNote(`Could not open ${file.name}: ${fileFetchError(error)}`);
+      return;
+    } finally {
+      opener.removeAttribute("aria-busy");
+    }
+    if (!opener.isConnected || file.kind === "omitted") return;
+  }
   if (file.kind === "pdf") {
     const bytes = Uint8Array.from(atob(file.data), (c) => c.charCodeAt(0));
     const url = URL.createObjectURL(new Blob([bytes], { type: "application/pdf" }));
@@ -3094,7 +3185,7 @@ function openAttachment(file, opener) {
     image.src = `data:${file.mediaType};base64,${file.data}`;
     image.alt = file.name;
     body.replaceChildren(image);
-  } else {
+  } else if (file.kind === "text") {
     const text = document.createElement("pre");
     text.textContent = file.text;
     body.replaceChildren(text);
@@ -3111,7 +3202,8 @@ function openAttachment(file, opener) {
 function renderComposerAttachments() {
   dom.attachList.hidden = state.attachments.length === 0;
   dom.attachList.replaceChildren(...state.attachments.map((file, index) => {
-    const item = attachmentList([file]).firstElementChild || document.createElement("li");
+    // The composer's files are whole: they have no owner to be fetched from.
+    const item = attachmentList([file], "").firstElementChild || document.createElement("li");
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "icon-button";
@@ -3165,8 +3257,54 @@ function withFiles(text, attachments) {
 
 /** What the engine's per-message bound counts of a file (src/model.rs `Attachment::size`). @param {Attachment} file */
 function attachmentSize(file) {
+  if (file.kind === "omitted") return file.size;
   // UTF-8 bytes of a text file, as Rust's `str::len`.
   return file.kind === "text" ? new TextEncoder().encode(file.text).length : file.data.length;
+}
+
+/**
+ * Files fetched whole, for the thread shown now (`attachment.get`): a few,
+ * so opening a file twice or opening it then editing its message asks once.
+ * @type {Map<string, Attachment>}
+ */
+const fetchedFiles = new Map();
+const MAX_FETCHED_FILES = 8;
+
+/**
+ * The `index`th file of `ownerId` (a message, queued turn or steer of the
+ * thread shown), whole.
+ * @param {string} ownerId
+ * @param {number} index
+ * @returns {Promise<Attachment>}
+ */
+async function fetchAttachment(ownerId, index) {
+  const threadId = state.threadId;
+  if (threadId === null) throw new Error("no thread is open.");
+  const key = `${threadId}\u001f${ownerId}\u001f${index}`;
+  const cached = fetchedFiles.get(key);
+  if (cached) return cached;
+  const result = await requestOp("attachment.get", { threadId, ownerId, index });
+  const [file] = attachmentsOf({ attachments: [result.attachment] });
+  if (!file || file.kind === "omitted") throw new Error("the engine sent no file.");
+  fetchedFiles.set(key, file);
+  while (fetchedFiles.size > MAX_FETCHED_FILES) fetchedFiles.delete(fetchedFiles.keys().next().value || "");
+  return file;
+}
+
+/**
+ * `files` as they go in an input: those a view left out fetched whole.
+ * @param {string} ownerId
+ * @param {Attachment[]} files
+ * @returns {Promise<Attachment[]>}
+ */
+function wholeFiles(ownerId, files) {
+  return Promise.all(files.map((file, index) => (file.kind === "omitted" ? fetchAttachment(ownerId, index) : file)));
+}
+
+/** Why a file could not be fetched, in words. @param {unknown} error */
+function fileFetchError(error) {
+  if (error instanceof Error) return error.message;
+  return explainError(/** @type {ErrorInfo} */ (error)).text;
 }
 
 /**

@@ -2336,6 +2336,62 @@ isolatedTest(
   },
 );
 
+// A snapshot carries at most 4 MiB of file content (the newest messages'
+// first): an older message's large PDF is shown by name, opens after the
+// panel fetches it (`attachment.get`), and goes again whole with an edit.
+isolatedTest(
+  'a_file_the_snapshot_leaves_out_opens_and_goes_again_with_an_edit',
+  { script: [{ text: 'Read the first.' }, { text: 'Read the second.' }, { text: 'Read the first again.' }] },
+  async (session) => {
+    const { panel, mock } = session;
+    await enableVision(panel);
+    // ~3 MiB of base64 each: two do not fit in one snapshot.
+    const pdf = (fill) => Buffer.from(`%PDF-1.4\n${fill.repeat(2_300_000)}\n%%EOF\n`);
+    const send = async (name, fill, text, previousTurnId = '') => {
+      await panel.setInputFiles('#attach-input', [{ name, mimeType: 'application/pdf', buffer: pdf(fill) }]);
+      await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 1, { timeout: 15000, message: `${name} in the composer` });
+      await submitTask(panel, text);
+      const settled = await waitForSettledTurn(panel, { previousTurnId });
+      assert.equal(settled.state, 'completed', describeState(settled));
+      return settled.turnId;
+    };
+    const firstTurn = await send('old.pdf', 'a', 'Read this');
+    await send('new.pdf', 'b', 'And this', firstTurn);
+
+    await panel.reload();
+    await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
+    const files = () => panel.evaluate(() => [...document.querySelectorAll('#messages [data-kind="user_message"] .attachment')]
+      .map((li) => [li.querySelector('.attachment-name')?.textContent, li.dataset.kind, li.dataset.omitted === 'true']));
+    await waitFor(async () => (await files()).length === 2, { timeout: 30000, message: 'both messages drawn' });
+    assert.deepEqual(await files(), [['old.pdf', 'pdf', true], ['new.pdf', 'pdf', false]]);
+    const snapshot = (await portMessages(panel, 'in')).map((e) => e.message).filter((m) => m.type === 'initialized').at(-1);
+    const sizeOfSnapshot = JSON.stringify(snapshot).length;
+    assert.ok(sizeOfSnapshot < 4.2 * 1024 * 1024, `the snapshot carries one PDF, not both (${sizeOfSnapshot} characters)`);
+
+    const first = panel.locator('#messages [data-kind="user_message"]').first();
+    const [pdfTab] = await Promise.all([
+      session.context.waitForEvent('page', { timeout: 30000 }),
+      first.getByRole('button', { name: 'Open old.pdf' }).click(),
+    ]);
+    assert.match(pdfTab.url(), /^blob:chrome-extension:\/\//, pdfTab.url());
+    await pdfTab.close();
+    const [fetch] = await sentOps(panel, 'attachment.get');
+    assert.equal(fetch.index, 0);
+    assert.equal((await answerTo(panel, fetch.submissionId, 'attachment.get')).type, 'command.ack');
+
+    await first.getByRole('button', { name: 'Edit', exact: true }).click();
+    const editor = first.locator('textarea');
+    await editor.fill('Read this again');
+    await editor.press('Enter');
+    await waitFor(async () => mock.requests().length >= 3, { timeout: 60000, message: 'the edited turn\'s request' });
+    const edited = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
+    const [file] = edited.content.filter((p) => p.type === 'file');
+    assert.equal(file.file.filename, 'old.pdf');
+    assert.equal(file.file.file_data, `data:application/pdf;base64,${pdf('a').toString('base64')}`, 'the whole PDF goes again');
+    assert.match(messageText(edited), /^Read this again/);
+  },
+);
+
 // A file dropped on the panel goes to the composer; queued with a message,
 // it is listed with it, stays through an edit of its text (the panel sends
 // the files again with `queue.update`), and goes to the model when the
