@@ -378,17 +378,27 @@ impl Engine {
         if !self.config.model_titles || t.run_ids.len() != 1 || !run.profile.is_configured() {
             return;
         }
-        let Some(first) = t.path.iter().find_map(|n| match &n.body {
-            NodeBody::UserMessage { text, .. } => Some(text),
+        let Some((text, files)) = t.path.iter().find_map(|n| match &n.body {
+            NodeBody::UserMessage {
+                text, attachments, ..
+            } => Some((text, attachments)),
             _ => None,
         }) else {
             return;
         };
         // A title the user gave (`thread.rename`) is not replaced.
-        if t.thread.title != title_from(first) {
+        if t.thread.title != super::first_title(text, files) {
             return;
         }
-        let first: String = first.chars().take(2_000).collect();
+        // The message's text and the names of its files (a message of files
+        // only is titled after what they are).
+        let mut first: String = text.chars().take(2_000).collect();
+        if !files.is_empty() {
+            let names: Vec<&str> = files.iter().map(Attachment::name).collect();
+            first = format!("{}\n\n(Attached: {})", first.trim_end(), names.join(", "))
+                .trim_start()
+                .to_string();
+        }
         let asked_over = t.thread.title.clone();
         let mut profile = run.profile.clone();
         profile.max_output_tokens = Some(32);

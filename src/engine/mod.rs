@@ -2234,6 +2234,16 @@ pub fn title_from(text: &str) -> String {
     title
 }
 
+/// The title a thread has from its first message until (and unless) the
+/// model gives it one: the message's first line or, for a message of files
+/// only, its first file's name.
+pub(super) fn first_title(text: &str, attachments: &[Attachment]) -> String {
+    match attachments.first() {
+        Some(file) if text.trim().is_empty() => title_from(file.name()),
+        _ => title_from(text),
+    }
+}
+
 fn receipt_key(submission: &Submission) -> String {
     format!("{}\u{1f}{}", submission.client_id, submission.submission_id)
 }

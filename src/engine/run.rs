@@ -107,11 +107,7 @@ impl Engine {
             },
         };
         if thread.title.is_empty() {
-            // A message of files only is named after its first file.
-            thread.title = match input.attachments.first() {
-                Some(file) if input.text.trim().is_empty() => title_from(file.name()),
-                _ => title_from(&input.text),
-            };
+            thread.title = first_title(&input.text, &input.attachments);
         }
         let user_node = Node {
             id: self.ids.next_id("n"),
