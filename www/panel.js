@@ -3115,6 +3115,12 @@ function attachmentList(files, ownerId, compact = false) {
       holder.addEventListener("click", () => openAttachment(file, holder, ownerId, index));
       item.append(holder);
     }
+    if (file.kind === "omitted" && kind === "image" && !compact) {
+      // Its thumbnail is fetched when it scrolls into view.
+      holder.dataset.ownerId = ownerId;
+      holder.dataset.index = String(index);
+      thumbnailObserver.observe(holder);
+    }
     if (file.kind === "image" && !compact && typeof file.data === "string" && IMAGE_TYPES.includes(file.mediaType)) {
       const image = document.createElement("img");
       image.src = `data:${file.mediaType};base64,${file.data}`;
@@ -3143,6 +3149,36 @@ function attachmentList(files, ownerId, compact = false) {
     list.append(item);
   });
   return list;
+}
+
+/**
+ * Fetches the thumbnail of an image a view left out once its button comes
+ * near the visible part of the conversation (one fetch per drawn button).
+ */
+const thumbnailObserver = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue;
+    thumbnailObserver.unobserve(entry.target);
+    loadThumbnail(/** @type {HTMLElement} */ (entry.target));
+  }
+}, { rootMargin: "200px" });
+
+/** @param {HTMLElement} holder an omitted image's button (`attachmentList`) */
+async function loadThumbnail(holder) {
+  const { ownerId, index } = holder.dataset;
+  if (ownerId === undefined || index === undefined) return;
+  let file;
+  try {
+    file = await fetchAttachment(ownerId, Number(index));
+  } catch {
+    return; // The name stays; pressed, it says why the file cannot be opened.
+  }
+  if (!holder.isConnected || file.kind !== "image" || !IMAGE_TYPES.includes(file.mediaType)) return;
+  const image = document.createElement("img");
+  image.src = `data:${file.mediaType};base64,${file.data}`;
+  image.alt = file.name;
+  holder.querySelector(".attachment-type")?.remove();
+  holder.prepend(image);
 }
 
 /**

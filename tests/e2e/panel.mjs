@@ -2337,47 +2337,74 @@ isolatedTest(
 );
 
 // A snapshot carries at most 4 MiB of file content (the newest messages'
-// first): an older message's large PDF is shown by name, opens after the
-// panel fetches it (`attachment.get`), and goes again whole with an edit.
+// first): an older message's PDF and image are shown by name, the image's
+// thumbnail is fetched when it comes into view (`attachment.get`), the PDF
+// opens after the panel fetched it, and both go again whole with an edit.
 isolatedTest(
   'a_file_the_snapshot_leaves_out_opens_and_goes_again_with_an_edit',
   { script: [{ text: 'Read the first.' }, { text: 'Read the second.' }, { text: 'Read the first again.' }] },
   async (session) => {
     const { panel, mock } = session;
     await enableVision(panel);
-    // ~3 MiB of base64 each: two do not fit in one snapshot.
-    const pdf = (fill) => Buffer.from(`%PDF-1.4\n${fill.repeat(2_300_000)}\n%%EOF\n`);
-    const send = async (name, fill, text, previousTurnId = '') => {
-      await panel.setInputFiles('#attach-input', [{ name, mimeType: 'application/pdf', buffer: pdf(fill) }]);
-      await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 1, { timeout: 15000, message: `${name} in the composer` });
+    const pdf = (fill, bytes) => Buffer.from(`%PDF-1.4\n${fill.repeat(bytes)}\n%%EOF\n`);
+    const attachPdf = async (name, buffer, count) => {
+      await panel.setInputFiles('#attach-input', [{ name, mimeType: 'application/pdf', buffer }]);
+      await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === count, { timeout: 15000, message: `${name} in the composer` });
+    };
+    const send = async (text, previousTurnId = '') => {
       await submitTask(panel, text);
       const settled = await waitForSettledTurn(panel, { previousTurnId });
       assert.equal(settled.state, 'completed', describeState(settled));
       return settled.turnId;
     };
-    const firstTurn = await send('old.pdf', 'a', 'Read this');
-    await send('new.pdf', 'b', 'And this', firstTurn);
+    // The first message: a PDF (~3 MiB of base64) and a noisy PNG (sent as it is).
+    await attachPdf('old.pdf', pdf('a', 2_300_000), 1);
+    await panel.evaluate(async () => {
+      const canvas = new OffscreenCanvas(300, 300);
+      const context = canvas.getContext('2d');
+      const pixels = context.createImageData(300, 300);
+      // Noise (opaque) does not compress: the PNG stays ~350 KB.
+      for (let i = 0; i < pixels.data.length; i += 1) pixels.data[i] = i % 4 === 3 ? 255 : Math.floor(Math.random() * 256);
+      context.putImageData(pixels, 0, 0);
+      const blob = await canvas.convertToBlob({ type: 'image/png' });
+      const transfer = new DataTransfer();
+      transfer.items.add(new File([blob], 'noise.png', { type: 'image/png' }));
+      document.getElementById('task-input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true, cancelable: true }));
+    });
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 2, { timeout: 15000, message: 'the pasted image in the composer' });
+    const firstTurn = await send('Read this');
+    const sentImage = requestMessages(mock.requests()[0]).find((m) => m.role === 'user').content.find((p) => p.type === 'image_url').image_url.url;
+    assert.match(sentImage, /^data:image\/png;base64,/);
+    assert.ok(sentImage.length > 100_000, `an image too large for what the budget leaves (${sentImage.length})`);
+    // The second: a PDF that takes almost all of a snapshot's 4 MiB.
+    await attachPdf('new.pdf', pdf('b', 3_100_000), 1);
+    await send('And this', firstTurn);
 
     await panel.reload();
     await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
     const files = () => panel.evaluate(() => [...document.querySelectorAll('#messages [data-kind="user_message"] .attachment')]
       .map((li) => [li.querySelector('.attachment-name')?.textContent, li.dataset.kind, li.dataset.omitted === 'true']));
-    await waitFor(async () => (await files()).length === 2, { timeout: 30000, message: 'both messages drawn' });
-    assert.deepEqual(await files(), [['old.pdf', 'pdf', true], ['new.pdf', 'pdf', false]]);
+    await waitFor(async () => (await files()).length === 3, { timeout: 30000, message: 'both messages drawn' });
+    assert.deepEqual(await files(), [['old.pdf', 'pdf', true], ['noise.png', 'image', true], ['new.pdf', 'pdf', false]]);
     const snapshot = (await portMessages(panel, 'in')).map((e) => e.message).filter((m) => m.type === 'initialized').at(-1);
     const sizeOfSnapshot = JSON.stringify(snapshot).length;
-    assert.ok(sizeOfSnapshot < 4.2 * 1024 * 1024, `the snapshot carries one PDF, not both (${sizeOfSnapshot} characters)`);
+    assert.ok(sizeOfSnapshot < 4.2 * 1024 * 1024, `the snapshot carries one PDF, not all three files (${sizeOfSnapshot} characters)`);
 
+    // The image's thumbnail is fetched and drawn.
     const first = panel.locator('#messages [data-kind="user_message"]').first();
+    const thumbnail = first.locator('.attachment img[alt="noise.png"]');
+    await thumbnail.waitFor({ state: 'attached', timeout: 30000 });
+    assert.equal(await thumbnail.getAttribute('src'), sentImage, 'the thumbnail is the image sent');
+
     const [pdfTab] = await Promise.all([
       session.context.waitForEvent('page', { timeout: 30000 }),
       first.getByRole('button', { name: 'Open old.pdf' }).click(),
     ]);
     assert.match(pdfTab.url(), /^blob:chrome-extension:\/\//, pdfTab.url());
     await pdfTab.close();
-    const [fetch] = await sentOps(panel, 'attachment.get');
-    assert.equal(fetch.index, 0);
-    assert.equal((await answerTo(panel, fetch.submissionId, 'attachment.get')).type, 'command.ack');
+    const fetches = await sentOps(panel, 'attachment.get');
+    assert.deepEqual(fetches.map((op) => op.index).sort(), [0, 1], 'one fetch per file: the thumbnail and the PDF');
+    for (const op of fetches) assert.equal((await answerTo(panel, op.submissionId, 'attachment.get')).type, 'command.ack');
 
     await first.getByRole('button', { name: 'Edit', exact: true }).click();
     const editor = first.locator('textarea');
@@ -2387,7 +2414,8 @@ isolatedTest(
     const edited = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
     const [file] = edited.content.filter((p) => p.type === 'file');
     assert.equal(file.file.filename, 'old.pdf');
-    assert.equal(file.file.file_data, `data:application/pdf;base64,${pdf('a').toString('base64')}`, 'the whole PDF goes again');
+    assert.equal(file.file.file_data, `data:application/pdf;base64,${pdf('a', 2_300_000).toString('base64')}`, 'the whole PDF goes again');
+    assert.deepEqual(edited.content.filter((p) => p.type === 'image_url').map((p) => p.image_url.url), [sentImage], 'and the whole image');
     assert.match(messageText(edited), /^Read this again/);
   },
 );
