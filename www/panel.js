@@ -1682,18 +1682,15 @@ async function submitEdit() {
   editor.textarea.focus({ preventScroll: true });
   setEditorBusy(editor, true);
   const threadId = state.threadId;
-  let attachments;
-  try {
-    // The files go again whole: those the snapshot left out are fetched first.
-    attachments = await wholeFiles(editor.nodeId, shown);
-  } catch (error) {
-    if (view.editor !== editor) return;
+  // The files go again whole: those the snapshot left out are fetched first.
+  const { files: attachments, error } = await filesToResend(editor.nodeId, shown);
+  if (view.editor !== editor || state.threadId !== threadId) return;
+  if (attachments === undefined) {
     setEditorBusy(editor, false);
-    editor.error.textContent = `Not sent: ${fileFetchError(error)}`;
+    editor.error.textContent = `Not sent: ${error}`;
     editor.textarea.focus();
     return;
   }
-  if (view.editor !== editor || state.threadId !== threadId) return;
   editor.submissionId = sendOp("turn.submit", { threadId, input: withFiles(text, attachments), replaces: editor.nodeId }, { editNodeId: editor.nodeId });
 }
 
@@ -2350,18 +2347,15 @@ async function saveQueueEdit() {
   editor.error.textContent = "";
   editor.input.readOnly = true;
   const threadId = state.threadId;
-  let attachments;
-  try {
-    // A queued turn's files are shown by name only: fetched to go again.
-    attachments = await wholeFiles(editor.itemId, shown);
-  } catch (error) {
-    if (view.queueEditor !== editor) return;
+  // A queued turn's files are shown by name only: fetched to go again.
+  const { files: attachments, error } = await filesToResend(editor.itemId, shown);
+  if (view.queueEditor !== editor || state.threadId !== threadId) return;
+  if (attachments === undefined) {
     editor.input.readOnly = false;
-    editor.error.textContent = `Not saved: ${fileFetchError(error)}`;
+    editor.error.textContent = `Not saved: ${error}`;
     editor.input.focus();
     return;
   }
-  if (view.queueEditor !== editor || state.threadId !== threadId) return;
   editor.sentText = text;
   editor.submissionId = sendOp("queue.update", { threadId, itemId: editor.itemId, input: withFiles(text, attachments) });
 }
@@ -3335,6 +3329,21 @@ async function fetchAttachment(ownerId, index) {
  */
 function wholeFiles(ownerId, files) {
   return Promise.all(files.map((file, index) => (file.kind === "omitted" ? fetchAttachment(ownerId, index) : file)));
+}
+
+/**
+ * `shown` (a message's or queued turn's files as drawn) ready to be sent
+ * again, or why they cannot be, in words.
+ * @param {string} ownerId
+ * @param {Attachment[]} shown
+ * @returns {Promise<{ files?: Attachment[], error?: string }>}
+ */
+async function filesToResend(ownerId, shown) {
+  try {
+    return { files: await wholeFiles(ownerId, shown) };
+  } catch (error) {
+    return { error: fileFetchError(error) };
+  }
 }
 
 /** Why a file could not be fetched, in words. @param {unknown} error */

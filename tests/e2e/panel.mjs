@@ -2219,6 +2219,19 @@ isolatedTest(
   },
 );
 
+/**
+ * Edits a drawn user message to `text` and sends it (Enter); resolves with
+ * the last user message of the mock's `requests`th request, the edit's.
+ */
+async function editMessage(message, text, mock, requests) {
+  await message.getByRole('button', { name: 'Edit', exact: true }).click();
+  const editor = message.locator('textarea');
+  await editor.fill(text);
+  await editor.press('Enter');
+  await waitFor(async () => mock.requests().length >= requests, { timeout: 60000, message: 'the edited turn\'s request' });
+  return requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
+}
+
 // Files attached in the composer (Attach button, paste): a small PNG sent as
 // it is, a large image scaled to 1568 px and sent as JPEG, a text file as a
 // delimited block, a PDF as a file part; an MP3 is refused with the reason. They reach the model in
@@ -2323,13 +2336,7 @@ isolatedTest(
     await pdfTab.close();
 
     // Edit the message: the new text goes with the same files.
-    const element = panel.locator('#messages [data-kind="user_message"]').first();
-    await element.getByRole('button', { name: 'Edit', exact: true }).click();
-    const editor = element.locator('textarea');
-    await editor.fill('Order these, twice');
-    await editor.press('Enter');
-    await waitFor(async () => mock.requests().length >= 2, { timeout: 60000, message: 'the edited turn\'s request' });
-    const edited = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
+    const edited = await editMessage(panel.locator('#messages [data-kind="user_message"]').first(), 'Order these, twice', mock, 2);
     assert.equal(edited.content.filter((p) => p.type === 'image_url').length, 2, 'the edit sends the images again');
     assert.equal(edited.content.filter((p) => p.type === 'file').length, 1, 'and the PDF');
     assert.match(messageText(edited), /^Order these, twice\n\n<attached_file name="list\.csv"/);
@@ -2406,12 +2413,7 @@ isolatedTest(
     assert.deepEqual(fetches.map((op) => op.index).sort(), [0, 1], 'one fetch per file: the thumbnail and the PDF');
     for (const op of fetches) assert.equal((await answerTo(panel, op.submissionId, 'attachment.get')).type, 'command.ack');
 
-    await first.getByRole('button', { name: 'Edit', exact: true }).click();
-    const editor = first.locator('textarea');
-    await editor.fill('Read this again');
-    await editor.press('Enter');
-    await waitFor(async () => mock.requests().length >= 3, { timeout: 60000, message: 'the edited turn\'s request' });
-    const edited = requestMessages(mock.requests().at(-1)).filter((m) => m.role === 'user').at(-1);
+    const edited = await editMessage(first, 'Read this again', mock, 3);
     const [file] = edited.content.filter((p) => p.type === 'file');
     assert.equal(file.file.filename, 'old.pdf');
     assert.equal(file.file.file_data, `data:application/pdf;base64,${pdf('a', 2_300_000).toString('base64')}`, 'the whole PDF goes again');
