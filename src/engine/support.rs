@@ -842,10 +842,6 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
     }
 }
 
-/// Where a page of about `limit` path nodes ending before `end` starts:
-/// never between a tool call and its result (a page starts at a node that
-/// is neither), so every page renders on its own. When the last `limit`
-/// nodes are all calls and results, the page reaches further back instead.
 /// The most characters of file content one view of a conversation (a
 /// snapshot's nodes, a `thread.history` page) carries (4 MiB). A message
 /// holds up to 6 MiB of files and a snapshot up to 60 messages: sent whole,
@@ -857,22 +853,44 @@ pub const VIEW_FILES_BUDGET: usize = 4 * 1024 * 1024;
 
 /// `nodes` as a client is shown them: the files of the newest messages keep
 /// their content while it fits in [`VIEW_FILES_BUDGET`]; the others are
-/// [`Attachment::omitted`]. `item.complete` sends a new node whole (one
-/// message's files are bounded by `MAX_ATTACHMENTS_CHARS`).
+/// [`Attachment::omitted`] (never copied whole first). `item.complete`
+/// sends a new node whole (one message's files are bounded by
+/// `MAX_ATTACHMENTS_CHARS`).
 pub(super) fn nodes_view(nodes: &[Node]) -> Vec<Node> {
-    let mut nodes = nodes.to_vec();
     let mut left = VIEW_FILES_BUDGET;
-    for node in nodes.iter_mut().rev() {
-        if let NodeBody::UserMessage { attachments, .. } = &mut node.body {
-            for file in attachments.iter_mut() {
-                match file.size() {
-                    size if size <= left => left -= size,
-                    _ => *file = file.omitted(),
-                }
-            }
-        }
-    }
-    nodes
+    let mut view: Vec<Node> = nodes
+        .iter()
+        .rev()
+        .map(|node| match &node.body {
+            NodeBody::UserMessage {
+                text,
+                steered,
+                attachments,
+            } if !attachments.is_empty() => Node {
+                id: node.id.clone(),
+                thread_id: node.thread_id.clone(),
+                parent_id: node.parent_id.clone(),
+                created_at: node.created_at,
+                body: NodeBody::UserMessage {
+                    text: text.clone(),
+                    steered: *steered,
+                    attachments: attachments
+                        .iter()
+                        .map(|file| match file.size() {
+                            size if size <= left => {
+                                left -= size;
+                                file.clone()
+                            }
+                            _ => file.omitted(),
+                        })
+                        .collect(),
+                },
+            },
+            _ => node.clone(),
+        })
+        .collect();
+    view.reverse();
+    view
 }
 
 /// The queue as a client is shown it: each turn's files by name and size
@@ -891,6 +909,10 @@ pub(super) fn queue_view(queue: &[QueueItem]) -> Vec<QueueItem> {
         .collect()
 }
 
+/// Where a page of about `limit` path nodes ending before `end` starts:
+/// never between a tool call and its result (a page starts at a node that
+/// is neither), so every page renders on its own. When the last `limit`
+/// nodes are all calls and results, the page reaches further back instead.
 pub(super) fn page_start(path: &[Node], end: usize, limit: usize) -> usize {
     let end = end.min(path.len());
     let earliest = end.saturating_sub(limit);
