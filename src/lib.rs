@@ -11,6 +11,7 @@ pub mod diff;
 pub mod engine;
 pub mod frames;
 pub mod gatekeeper;
+pub mod mcp;
 pub mod model;
 pub mod protocol;
 pub mod provider;

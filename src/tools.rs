@@ -59,6 +59,13 @@ pub enum Binding {
     /// Run by a function the embedding extension registered in its service
     /// worker (`extension/host-tools.js`, [`HostDefinition::parse`]).
     Host,
+    /// A tool of an MCP server (`crate::mcp`): the server's name, its
+    /// endpoint, and the names of the headers it is sent (not their values).
+    Mcp {
+        server: String,
+        endpoint: String,
+        auth: String,
+    },
 }
 
 impl Binding {
@@ -613,6 +620,12 @@ impl ToolRegistry {
             .collect();
         self.tools.retain(|t| names.contains(&t.name));
         unknown
+    }
+
+    /// Take out every tool of MCP server `server`.
+    pub fn remove_mcp_server(&mut self, server: &str) {
+        self.tools
+            .retain(|t| !matches!(&t.binding, Binding::Mcp { server: s, .. } if s == server));
     }
 
     /// Every registered tool, in registration order.

@@ -33,10 +33,11 @@ impl Default for EnvironmentLimits {
     }
 }
 
-fn depth(value: &Value) -> usize {
+/// How deeply a JSON value nests (a schema's depth, for the limits).
+pub fn schema_depth(value: &Value) -> usize {
     match value {
-        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        Value::Array(items) => 1 + items.iter().map(schema_depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(schema_depth).max().unwrap_or(0),
         _ => 0,
     }
 }
@@ -79,7 +80,7 @@ pub fn build_environment(
                 tool.name, limits.max_entry_bytes
             )));
         }
-        let d = depth(&tool.parameters);
+        let d = schema_depth(&tool.parameters);
         if d > limits.max_depth {
             return Err(too_large(format!(
                 "The parameter schema of tool {} is nested {d} levels deep; at most {} are allowed.",

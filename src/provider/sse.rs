@@ -45,6 +45,11 @@ impl SseParser {
         Self::default()
     }
 
+    /// Bytes held for the event not yet complete (its line and its data).
+    pub fn pending_len(&self) -> usize {
+        self.line.len() + self.data.len()
+    }
+
     /// Feed bytes; returns the events completed by them, in order.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let out = Vec::new();

@@ -1,0 +1,768 @@
+//! MCP servers over Streamable HTTP (spec 000 §4, the `mcp` level): the half
+//! without IO.
+//!
+//! Owns: reading the embedding extension's server list (`MCP_SERVERS` of
+//! `extension/mcp-servers.js`), the JSON-RPC messages the client sends,
+//! reading a server's answer (one JSON message, a batch, or an SSE stream of
+//! them), turning a `tools/list` into registry descriptors (and the names
+//! the model sees into the server's own), and a `tools/call` result into a
+//! tool outcome.
+//!
+//! Must not: do IO (`platform::mcp` sends and receives), or decide whether a
+//! call may run (the gatekeeper asks the user before every `mcp` call).
+//!
+//! Decisions:
+//! - A server's tool `search` of server `docs` is `docs__search` to the
+//!   model (any character outside `a-z A-Z 0-9 _ -` becomes `_`); a name
+//!   that would be longer than 64 characters, or that two tools share after
+//!   that, is left out and named in the console.
+//! - What a server says of its tools is a hint from a party the user does
+//!   not control: `readOnlyHint: true` makes a tool a read (its recovery
+//!   retry-safe), anything else a write (never-retry: if the worker dies
+//!   during a call, the user is asked whether it happened). Every call asks
+//!   the user first either way (`gatekeeper::verdict`), and its result is
+//!   marked as untrusted data for the model.
+//! - The binding names the server, its URL and the names of the headers it
+//!   is sent (never their values), so a run that started with one server is
+//!   not resumed against another (`environment_drift`); a rotated token is
+//!   the same server.
+
+use serde_json::{json, Map, Value};
+
+use crate::engine::ToolOutcome;
+use crate::model::ImageData;
+use crate::provider::sse::SseParser;
+use crate::tools::{Binding, Effects, Level, ToolDescriptor, TOOL_TIME_LIMIT_MS};
+
+/// The protocol revision this client speaks first (a server may answer with
+/// an earlier one it supports; [`SUPPORTED_VERSIONS`]).
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// Revisions whose Streamable HTTP transport this client speaks.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["2025-06-18", "2025-03-26"];
+
+/// At most this many servers are connected; the rest are named in the console.
+pub const MAX_SERVERS: usize = 8;
+
+/// At most this many tools of one server are offered (in the server's
+/// order): every tool is in every request, and the run's catalog is bounded
+/// (`EnvironmentLimits::max_entries`).
+pub const MAX_TOOLS_PER_SERVER: usize = 32;
+
+/// A tool's description the model reads, at most (characters; longer ones
+/// are cut with "…").
+pub const MAX_DESCRIPTION_CHARS: usize = 2_000;
+
+/// What a call's result may carry as text for the model (characters); more
+/// is cut with a note saying how much.
+pub const MAX_RESULT_CHARS: usize = 100_000;
+
+/// What joins the server's name and its tool's name.
+pub const SEPARATOR: &str = "__";
+
+/// Headers the client sets itself; a server's configuration may not.
+const CLIENT_HEADERS: [&str; 5] = [
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// One server as the embedding extension configured it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// 1-24 characters of `a-z 0-9 -`: the prefix of its tools' names.
+    pub name: String,
+    /// The MCP endpoint (http or https).
+    pub url: String,
+    /// Sent with every request (an `Authorization` header, an API key).
+    pub headers: Vec<(String, String)>,
+    /// How long one call may take (ms).
+    pub time_limit_ms: u32,
+}
+
+impl ServerConfig {
+    /// The binding of its tools: the server, its endpoint and the names of
+    /// the headers it is sent (not their values).
+    pub fn binding(&self) -> Binding {
+        let mut names: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, _)| k.to_ascii_lowercase())
+            .collect();
+        names.sort();
+        Binding::Mcp {
+            server: self.name.clone(),
+            endpoint: self.url.clone(),
+            auth: names.join(","),
+        }
+    }
+}
+
+/// Read `MCP_SERVERS` (its JSON data; null: none). A wrong entry is left out
+/// and named with what to fix; the others are kept.
+pub fn parse_servers(value: &Value) -> (Vec<ServerConfig>, Vec<String>) {
+    let mut servers: Vec<ServerConfig> = Vec::new();
+    let mut errors = Vec::new();
+    let list = match value {
+        Value::Null => return (servers, errors),
+        Value::Array(list) => list,
+        _ => {
+            errors.push("MCP_SERVERS must be an array of servers".to_string());
+            return (servers, errors);
+        }
+    };
+    for (i, entry) in list.iter().enumerate() {
+        match parse_server(entry) {
+            Ok(server) if servers.iter().any(|s| s.name == server.name) => {
+                errors.push(format!(
+                    "MCP server {:?}: another server has that name",
+                    server.name
+                ));
+            }
+            Ok(_) if servers.len() >= MAX_SERVERS => {
+                errors.push(format!(
+                    "MCP server #{i}: at most {MAX_SERVERS} servers are connected"
+                ));
+            }
+            Ok(server) => servers.push(server),
+            Err(e) => errors.push(e),
+        }
+    }
+    (servers, errors)
+}
+
+fn parse_server(entry: &Value) -> Result<ServerConfig, String> {
+    const FIELDS: [&str; 4] = ["name", "url", "headers", "timeoutMs"];
+    let object = entry
+        .as_object()
+        .ok_or("an MCP server must be an object { name, url, headers?, timeoutMs? }")?;
+    let name = object
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("an MCP server needs a string `name`")?
+        .to_string();
+    let fail = |what: String| format!("MCP server {name:?}: {what}");
+    let name_ok = (1..=24).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !name_ok {
+        return Err(fail(
+            "`name` must be 1-24 characters of a-z, 0-9 or - (it prefixes its tools' names)"
+                .to_string(),
+        ));
+    }
+    if let Some(key) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(fail(format!(
+            "unknown field `{key}` (known: {})",
+            FIELDS.join(", ")
+        )));
+    }
+    let url = object
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| fail("needs a string `url`".to_string()))?
+        .to_string();
+    let host = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""))
+        .unwrap_or("");
+    if host.is_empty() || host.contains('@') || url.chars().any(char::is_whitespace) {
+        return Err(fail(format!(
+            "`url` must be an http or https URL with a host and no user name ({url:?})"
+        )));
+    }
+    let mut headers = Vec::new();
+    match object.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (key, value) in map {
+                let token_ok = !key.is_empty()
+                    && key
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token_ok {
+                    return Err(fail(format!("header name {key:?} is not a valid name")));
+                }
+                if CLIENT_HEADERS.contains(&key.to_ascii_lowercase().as_str()) {
+                    return Err(fail(format!("header {key:?} is set by the client itself")));
+                }
+                let value = value
+                    .as_str()
+                    .filter(|v| !v.chars().any(|c| c.is_control()))
+                    .ok_or_else(|| fail(format!("header {key:?} must be text on one line")))?;
+                headers.push((key.clone(), value.to_string()));
+            }
+        }
+        Some(_) => {
+            return Err(fail(
+                "`headers` must be an object of header names to text".to_string(),
+            ))
+        }
+    }
+    let time_limit_ms = match object.get("timeoutMs") {
+        None | Some(Value::Null) => TOOL_TIME_LIMIT_MS,
+        Some(n) => n
+            .as_u64()
+            .filter(|ms| (1..=u64::from(crate::tools::HOST_TOOL_MAX_TIME_LIMIT_MS)).contains(ms))
+            .map(|ms| ms as u32)
+            .ok_or_else(|| {
+                fail(format!(
+                    "`timeoutMs` must be a whole number of milliseconds from 1 to {}",
+                    crate::tools::HOST_TOOL_MAX_TIME_LIMIT_MS
+                ))
+            })?,
+    };
+    Ok(ServerConfig {
+        name,
+        url,
+        headers,
+        time_limit_ms,
+    })
+}
+
+/// A server's tool as the registry holds it, and its name on the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteTool {
+    pub descriptor: ToolDescriptor,
+    pub remote: String,
+}
+
+/// The name the model sees for tool `remote` of `server`, if it fits.
+pub fn exposed_name(server: &str, remote: &str) -> Option<String> {
+    let cleaned: String = remote
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = format!("{server}{SEPARATOR}{cleaned}");
+    (!remote.is_empty() && name.len() <= 64).then_some(name)
+}
+
+/// The registry's descriptors of a server's listed tools (the `tools` of
+/// its `tools/list` answers, in order), and what was left out and why.
+pub fn remote_tools(server: &ServerConfig, listed: &[Value]) -> (Vec<RemoteTool>, Vec<String>) {
+    let limits = crate::engine::EnvironmentLimits::default();
+    let mut tools: Vec<RemoteTool> = Vec::new();
+    let mut problems = Vec::new();
+    for (i, tool) in listed.iter().enumerate() {
+        let remote = tool.get("name").and_then(Value::as_str).unwrap_or("");
+        let what = if remote.is_empty() {
+            format!("MCP server {:?}, tool #{i}", server.name)
+        } else {
+            format!("MCP server {:?}, tool {remote:?}", server.name)
+        };
+        match remote_tool(server, tool, &limits) {
+            Ok(_) if tools.len() >= MAX_TOOLS_PER_SERVER => {
+                problems.push(format!(
+                    "{what}: left out, at most {MAX_TOOLS_PER_SERVER} tools of one server are offered"
+                ));
+            }
+            Ok(t) if tools.iter().any(|o| o.descriptor.name == t.descriptor.name) => {
+                problems.push(format!(
+                    "{what}: left out, another of its tools is also called {}",
+                    t.descriptor.name
+                ));
+            }
+            Ok(t) => tools.push(t),
+            Err(e) => problems.push(format!("{what}: left out, {e}")),
+        }
+    }
+    (tools, problems)
+}
+
+fn remote_tool(
+    server: &ServerConfig,
+    tool: &Value,
+    limits: &crate::engine::EnvironmentLimits,
+) -> Result<RemoteTool, String> {
+    let remote = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or("it has no name")?;
+    let name = exposed_name(&server.name, remote).ok_or_else(|| {
+        format!(
+            "its name as the model sees it ({}{SEPARATOR}…) would be longer than 64 characters",
+            server.name
+        )
+    })?;
+    let text = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+    };
+    let annotations = tool.get("annotations");
+    let label = text(annotations.and_then(|a| a.get("title")))
+        .or_else(|| text(tool.get("title")))
+        .unwrap_or_else(|| remote.to_string());
+    let label: String = label.chars().take(80).collect();
+    let description = text(tool.get("description")).unwrap_or_else(|| label.clone());
+    let description = format!(
+        "[Tool of the MCP server \"{}\"] {}",
+        server.name,
+        cut(&description, MAX_DESCRIPTION_CHARS)
+    );
+    let parameters = match tool.get("inputSchema") {
+        None | Some(Value::Null) => json!({ "type": "object", "properties": {} }),
+        Some(schema) if schema.get("type").and_then(Value::as_str) == Some("object") => {
+            schema.clone()
+        }
+        Some(_) => return Err("its inputSchema is not a JSON Schema of type object".to_string()),
+    };
+    let read_only = annotations
+        .and_then(|a| a.get("readOnlyHint"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let descriptor = ToolDescriptor::new(
+        &name,
+        &label,
+        &description,
+        parameters,
+        Level::Mcp,
+        if read_only {
+            Effects::Read
+        } else {
+            Effects::Write
+        },
+        server.binding(),
+    );
+    let size = serde_json::to_string(&descriptor).map_or(usize::MAX, |s| s.len());
+    if size > limits.max_entry_bytes {
+        return Err(format!(
+            "it is described by {size} bytes, at most {} are allowed per tool",
+            limits.max_entry_bytes
+        ));
+    }
+    if crate::engine::schema_depth(&descriptor.parameters) > limits.max_depth {
+        return Err(format!(
+            "its inputSchema is nested more than {} levels deep",
+            limits.max_depth
+        ));
+    }
+    Ok(RemoteTool {
+        descriptor,
+        remote: remote.to_string(),
+    })
+}
+
+/// `text` cut to at most `max` characters, ending with "…" when cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((at, _)) => format!("{}…", &text[..at]),
+    }
+}
+
+// ------------------------------------------------------------ the messages
+
+/// A JSON-RPC request.
+pub fn request(id: u64, method: &str, params: Value) -> String {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string()
+}
+
+/// A JSON-RPC notification.
+pub fn notification(method: &str, params: Option<Value>) -> String {
+    let mut message = json!({ "jsonrpc": "2.0", "method": method });
+    if let Some(params) = params {
+        message["params"] = params;
+    }
+    message.to_string()
+}
+
+/// The `initialize` request's params.
+pub fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": { "name": "sw-agent", "version": env!("CARGO_PKG_VERSION") },
+    })
+}
+
+/// The `tools/call` request's params; `progress_token` asks the server for
+/// progress notifications.
+pub fn call_params(remote: &str, arguments: &Value, progress_token: &str) -> Value {
+    json!({
+        "name": remote,
+        "arguments": arguments,
+        "_meta": { "progressToken": progress_token },
+    })
+}
+
+/// The JSON-RPC answer to a request the server sent us (sampling,
+/// elicitation, roots): this client offers none of those.
+pub fn refusal(id: &Value, method: &str) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": -32601, "message": format!("{method} is not supported by this client") },
+    })
+    .to_string()
+}
+
+/// What went wrong talking to a server, in words for the model and the
+/// console.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpError {
+    /// `fetch` failed (no connection, refused, CORS, aborted).
+    Unreachable(String),
+    /// A status other than 2xx.
+    Http { status: u16, body: String },
+    /// The session the client held is gone (404 with a session id).
+    SessionExpired,
+    /// Not JSON-RPC as the protocol says.
+    Malformed(String),
+    /// The server answered the request with an error.
+    Rpc { code: i64, message: String },
+    /// The answer ended without the response to the request.
+    NoAnswer,
+    /// The server speaks a protocol revision this client does not.
+    Version(String),
+}
+
+impl McpError {
+    /// The error in words, naming the server.
+    pub fn describe(&self, server: &str) -> String {
+        match self {
+            McpError::Unreachable(why) => {
+                format!("The MCP server \"{server}\" could not be reached ({why}).")
+            }
+            McpError::Http { status, body } => {
+                let hint = match status {
+                    401 | 403 => " It refused the client's credentials (the headers of MCP_SERVERS).",
+                    _ => "",
+                };
+                let body = cut(body.trim(), 300);
+                if body.is_empty() {
+                    format!("The MCP server \"{server}\" answered HTTP {status}.{hint}")
+                } else {
+                    format!("The MCP server \"{server}\" answered HTTP {status}: {body}{hint}")
+                }
+            }
+            McpError::SessionExpired => {
+                format!("The MCP server \"{server}\" no longer knows this client's session.")
+            }
+            McpError::Malformed(why) => {
+                format!("The MCP server \"{server}\" sent an answer that is not MCP: {why}.")
+            }
+            McpError::Rpc { code, message } => {
+                format!(
+                    "The MCP server \"{server}\" answered with error {code}: {}",
+                    cut(message, 500)
+                )
+            }
+            McpError::NoAnswer => {
+                format!("The MCP server \"{server}\" ended its answer without a result.")
+            }
+            McpError::Version(v) => format!(
+                "The MCP server \"{server}\" speaks protocol revision {v:?}; this client speaks {}.",
+                SUPPORTED_VERSIONS.join(" and ")
+            ),
+        }
+    }
+}
+
+/// One message from the server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// The answer to one of our requests.
+    Response {
+        id: Value,
+        answer: Result<Value, McpError>,
+    },
+    /// A request of the server's (we answer [`refusal`]).
+    Request { id: Value, method: String },
+    /// A notification (`notifications/progress`, `notifications/message`…).
+    Notification { method: String, params: Value },
+}
+
+fn classify(message: Value) -> Result<Incoming, McpError> {
+    let Value::Object(mut object) = message else {
+        return Err(McpError::Malformed(
+            "a message is not a JSON object".to_string(),
+        ));
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(McpError::Malformed(
+            "a message does not say \"jsonrpc\": \"2.0\"".to_string(),
+        ));
+    }
+    let method = object
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let id = object.remove("id");
+    match (method, id) {
+        (Some(method), Some(id)) => Ok(Incoming::Request { id, method }),
+        (Some(method), None) => Ok(Incoming::Notification {
+            method,
+            params: object.remove("params").unwrap_or(Value::Null),
+        }),
+        (None, Some(id)) => {
+            let answer = match (object.remove("result"), object.remove("error")) {
+                (Some(result), None) => Ok(result),
+                (None, Some(error)) => Err(McpError::Rpc {
+                    code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                    message: error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("(no message)")
+                        .to_string(),
+                }),
+                _ => Err(McpError::Malformed(
+                    "a response has neither a result nor an error, or both".to_string(),
+                )),
+            };
+            Ok(Incoming::Response { id, answer })
+        }
+        (None, None) => Err(McpError::Malformed(
+            "a message is neither a request, a notification nor a response".to_string(),
+        )),
+    }
+}
+
+/// The most bytes of one answer read (a JSON body, or one SSE event).
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Reads a server's answer to one POST as its bytes arrive: one JSON-RPC
+/// message or a batch (`application/json`), or a stream of them
+/// (`text/event-stream`).
+#[derive(Debug)]
+pub struct AnswerReader {
+    sse: Option<SseParser>,
+    json: Vec<u8>,
+}
+
+impl AnswerReader {
+    /// For a response of this `Content-Type`: SSE or JSON (anything else
+    /// is read as JSON and refused if it is not).
+    pub fn new(content_type: &str) -> Self {
+        let sse = content_type
+            .split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"));
+        AnswerReader {
+            sse: sse.then(SseParser::new),
+            json: Vec::new(),
+        }
+    }
+
+    /// The messages completed by `bytes`.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Incoming>, McpError> {
+        match &mut self.sse {
+            Some(parser) => {
+                let events = parser.push(bytes);
+                if events.is_empty() && parser_backlog(parser) > MAX_MESSAGE_BYTES {
+                    return Err(too_big());
+                }
+                sse_messages(events.into_iter().map(|e| e.data))
+            }
+            None => {
+                if self.json.len() + bytes.len() > MAX_MESSAGE_BYTES {
+                    return Err(too_big());
+                }
+                self.json.extend_from_slice(bytes);
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// The messages left at the end of the body.
+    pub fn finish(&mut self) -> Result<Vec<Incoming>, McpError> {
+        match &mut self.sse {
+            Some(parser) => sse_messages(parser.finish().into_iter().map(|e| e.data)),
+            None => {
+                let text = std::mem::take(&mut self.json);
+                if text.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(Vec::new());
+                }
+                let value: Value = serde_json::from_slice(&text)
+                    .map_err(|e| McpError::Malformed(format!("the body is not JSON ({e})")))?;
+                match value {
+                    Value::Array(batch) => batch.into_iter().map(classify).collect(),
+                    one => Ok(vec![classify(one)?]),
+                }
+            }
+        }
+    }
+}
+
+fn parser_backlog(parser: &SseParser) -> usize {
+    parser.pending_len()
+}
+
+fn too_big() -> McpError {
+    McpError::Malformed(format!(
+        "a message is larger than {} MiB",
+        MAX_MESSAGE_BYTES / (1024 * 1024)
+    ))
+}
+
+fn sse_messages(data: impl Iterator<Item = String>) -> Result<Vec<Incoming>, McpError> {
+    let mut out = Vec::new();
+    for data in data {
+        // An event without data (a priming event with only an id) carries
+        // no message.
+        if data.trim().is_empty() {
+            continue;
+        }
+        let value: Value = serde_json::from_str(&data)
+            .map_err(|e| McpError::Malformed(format!("an event's data is not JSON ({e})")))?;
+        match value {
+            Value::Array(batch) => {
+                for message in batch {
+                    out.push(classify(message)?);
+                }
+            }
+            one => out.push(classify(one)?),
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `id` is the id we sent as `ours`.
+pub fn is_ours(id: &Value, ours: u64) -> bool {
+    id.as_u64() == Some(ours) || id.as_str() == Some(ours.to_string().as_str())
+}
+
+/// The protocol revision an `initialize` result agreed on, or why none.
+pub fn agreed_version(result: &Value) -> Result<String, McpError> {
+    let version = result
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| McpError::Malformed("initialize did not name a protocolVersion".into()))?;
+    if SUPPORTED_VERSIONS.contains(&version) {
+        Ok(version.to_string())
+    } else {
+        Err(McpError::Version(version.to_string()))
+    }
+}
+
+/// One page of a `tools/list` result: its tools and the next page's cursor.
+pub fn tools_page(result: &Value) -> Result<(Vec<Value>, Option<String>), McpError> {
+    let tools = result
+        .get("tools")
+        .and_then(Value::as_array)
+        .ok_or_else(|| McpError::Malformed("tools/list answered without a tools array".into()))?
+        .clone();
+    let next = result
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    Ok((tools, next))
+}
+
+/// The text of a progress notification about our call (`progress_token`),
+/// for the side panel.
+pub fn progress_text(params: &Value, progress_token: &str) -> Option<String> {
+    if params.get("progressToken").and_then(Value::as_str) != Some(progress_token) {
+        return None;
+    }
+    if let Some(message) = params.get("message").and_then(Value::as_str) {
+        return Some(cut(message, 200));
+    }
+    let progress = params.get("progress").and_then(Value::as_f64)?;
+    Some(match params.get("total").and_then(Value::as_f64) {
+        Some(total) if total > 0.0 => format!("{progress} of {total}"),
+        _ => format!("{progress}"),
+    })
+}
+
+/// The tool outcome of a `tools/call` result: its text (and text
+/// resources) for the model, its images when they are of a kind a model
+/// takes, and what cannot be shown named. `isError` makes it an error the
+/// model can act on.
+pub fn call_outcome(server: &str, remote: &str, result: &Value) -> ToolOutcome {
+    let Some(content) = result.get("content").and_then(Value::as_array) else {
+        return ToolOutcome::text(
+            false,
+            McpError::Malformed(format!("the result of {remote} has no content array"))
+                .describe(server),
+        );
+    };
+    let mut texts: Vec<String> = Vec::new();
+    let mut images = Vec::new();
+    for block in content {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+        let str_of = |key: &str| block.get(key).and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "text" => texts.push(str_of("text").to_string()),
+            "image" => {
+                let media_type = str_of("mimeType");
+                let data = str_of("data");
+                if crate::model::ATTACHMENT_IMAGE_TYPES.contains(&media_type) && !data.is_empty() {
+                    images.push(ImageData {
+                        media_type: media_type.to_string(),
+                        data: data.to_string(),
+                    });
+                } else {
+                    texts.push(format!(
+                        "[an image of type {media_type:?} that is not shown]"
+                    ));
+                }
+            }
+            "resource" => {
+                let resource = block.get("resource").cloned().unwrap_or(Value::Null);
+                let uri = resource.get("uri").and_then(Value::as_str).unwrap_or("");
+                match resource.get("text").and_then(Value::as_str) {
+                    Some(text) => texts.push(format!("[resource {uri}]\n{text}")),
+                    None => texts.push(format!("[a binary resource {uri} that is not shown]")),
+                }
+            }
+            "resource_link" => {
+                let name = str_of("name");
+                texts.push(format!("[link to resource {name:?}: {}]", str_of("uri")));
+            }
+            "audio" => texts.push("[audio that is not shown]".to_string()),
+            other => texts.push(format!("[content of type {other:?} that is not shown]")),
+        }
+    }
+    let structured = result.get("structuredContent").filter(|v| !v.is_null());
+    if texts.is_empty() && images.is_empty() {
+        if let Some(structured) = structured {
+            texts.push(structured.to_string());
+        }
+    }
+    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+    let mut text = texts.join("\n\n");
+    if text.is_empty() && images.is_empty() {
+        text = if is_error {
+            format!("{remote} failed and said nothing more.")
+        } else {
+            "(The tool returned nothing.)".to_string()
+        };
+    }
+    let total = text.chars().count();
+    if total > MAX_RESULT_CHARS {
+        text = format!(
+            "{}\n[The result was cut: {MAX_RESULT_CHARS} of its {total} characters are shown.]",
+            cut(&text, MAX_RESULT_CHARS).trim_end_matches('…')
+        );
+    }
+    let mut details = Map::new();
+    details.insert("mcpServer".into(), Value::from(server));
+    details.insert("mcpTool".into(), Value::from(remote));
+    if let Some(structured) = structured {
+        details.insert("structuredContent".into(), structured.clone());
+    }
+    ToolOutcome {
+        ok: !is_error,
+        content: text,
+        details: Some(Value::Object(details)),
+        images,
+    }
+}
+
+#[cfg(test)]
+#[path = "mcp_tests.rs"]
+mod tests;
