@@ -91,7 +91,7 @@ impl ServerConfig {
             .iter()
             .map(|(k, _)| k.to_ascii_lowercase())
             .collect();
-        names.sort();
+        crate::sorting::sort(&mut names);
         Binding::Mcp {
             server: self.name.clone(),
             endpoint: self.url.clone(),
