@@ -4,7 +4,8 @@
 // run after Chrome killed this worker) is made in Rust. This file only
 // registers Chrome's listeners and forwards each event, in arrival order, and
 // starts the IO a start needs while the module compiles (store-prefetch.js,
-// the settings): IO without decisions, checked by Engine.start(). The module
+// the settings, the MCP servers' tools as the last worker kept them): IO
+// without decisions, checked by Engine.start(). The module
 // itself comes from Cache Storage when this build's copy is there
 // (wasm-cache.js).
 //
@@ -33,6 +34,7 @@ import init, { Engine } from "./pkg/sw_agent.js";
 // error still does; `scripts/build.sh` checks for one before it builds.
 import * as hostTools from "./host-tools.js";
 import * as instructions from "./instructions.js";
+import * as mcpServers from "./mcp-servers.js";
 import * as settingsDefaults from "./settings-defaults.js";
 import { prefetchStore, readCachedSnapshot } from "./store-prefetch.js";
 import { buildId, instantiateModule, rememberModule } from "./wasm-cache.js";
@@ -115,7 +117,7 @@ storePrefetched.then((store) => {
 const prefetched = Promise.all([
   storePrefetched,
   Promise.resolve()
-    .then(() => chrome.storage.local.get("settings"))
+    .then(() => chrome.storage.local.get(["settings", "mcpCatalog"]))
     .catch(() => null),
 ]).then(([store, storage]) => {
   prefetchAt = performance.now();
@@ -152,6 +154,7 @@ const ready = Promise.all([prefetched, instantiated])
       maxParallelReads: hostTools.MAX_PARALLEL_READS ?? null,
       settingsDefaults: settingsDefaults.SETTINGS_DEFAULTS ?? null,
       instructions: instructions.INSTRUCTIONS ?? null,
+      mcpServers: mcpServers.MCP_SERVERS ?? null,
     });
   })
   .then((started) => {

@@ -15,6 +15,9 @@ extern "C" {
     #[wasm_bindgen(catch, js_namespace = ["chrome", "storage", "local"], js_name = get)]
     fn storage_local_get(keys: &JsValue) -> Result<Promise, JsValue>;
 
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "storage", "local"], js_name = set)]
+    fn storage_local_set(items: &JsValue) -> Result<Promise, JsValue>;
+
     #[wasm_bindgen(catch, js_namespace = ["chrome", "alarms"], js_name = create)]
     fn alarms_create(name: &str, info: &JsValue) -> Result<Promise, JsValue>;
 
@@ -89,6 +92,27 @@ async fn await_promise(p: Result<Promise, JsValue>) -> Result<JsValue, JsError> 
 pub async fn load_settings() -> Result<JsValue, JsError> {
     let all = await_promise(storage_local_get(&JsValue::from_str("settings"))).await?;
     Ok(get(&all, "settings"))
+}
+
+/// What a start reads of `chrome.storage.local`: the `settings` the side
+/// panel stored and the `mcpCatalog` the last worker kept (an object with
+/// those keys; each may be missing).
+pub async fn load_start_storage() -> Result<JsValue, JsError> {
+    let keys = Array::of2(
+        &JsValue::from_str("settings"),
+        &JsValue::from_str("mcpCatalog"),
+    );
+    await_promise(storage_local_get(&keys)).await
+}
+
+/// Store `value` (JSON data) under `key` in `chrome.storage.local`.
+pub async fn store_local(key: &str, value: &serde_json::Value) -> Result<(), JsError> {
+    let value = super::boundary::to_js(value).map_err(|message| JsError {
+        name: "TypeError".into(),
+        message,
+    })?;
+    await_promise(storage_local_set(&object(&[(key, value)]))).await?;
+    Ok(())
 }
 
 pub async fn set_alarm(name: &str, period_minutes: f64) -> Result<(), JsError> {

@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod host_tools;
 pub mod idb;
 pub mod image;
+pub mod mcp;
 pub mod metrics;
 pub mod port;
 pub mod stream;
@@ -114,7 +115,14 @@ struct Driver {
     /// The tools the embedding extension defined (`extension/host-tools.js`)
     /// and, per running call, the controller of the signal it was given.
     host_tools: host_tools::HostTools,
+    /// What gives up a running host or MCP tool call, by dispatch.
     host_aborts: RefCell<VecMap<u64, AbortController>>,
+    /// The embedding extension's MCP servers (`extension/mcp-servers.js`).
+    mcp: mcp::McpServers,
+    /// The tools each server listed last (`chrome.storage.local.mcpCatalog`:
+    /// name → `{ url, tools }`): a new worker offers them at once, so a run
+    /// that started with them resumes before the servers answer.
+    mcp_catalog: RefCell<serde_json::Map<String, Value>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
     /// Request bodies kept between steps, one per outbound view (a thread's
@@ -568,14 +576,21 @@ impl Driver {
         } = call;
         // A page tool that does not answer within the limit fails; a host
         // tool may set its own (`timeoutMs`).
-        let (waited_for, limit_ms) = if binding == Binding::Host {
-            let limit = self.host_tools.time_limit_ms(&name);
-            (
-                "The tool did not finish",
-                limit.unwrap_or(TOOL_TIME_LIMIT_MS),
-            )
-        } else {
-            ("The page did not answer", TOOL_TIME_LIMIT_MS)
+        let (waited_for, limit_ms) = match &binding {
+            Binding::Host => {
+                let limit = self.host_tools.time_limit_ms(&name);
+                (
+                    "The tool did not finish",
+                    limit.unwrap_or(TOOL_TIME_LIMIT_MS),
+                )
+            }
+            Binding::Mcp { server, .. } => (
+                "The MCP server did not answer",
+                self.mcp
+                    .get(server)
+                    .map_or(TOOL_TIME_LIMIT_MS, |s| s.config.time_limit_ms),
+            ),
+            _ => ("The page did not answer", TOOL_TIME_LIMIT_MS),
         };
         let work = async {
             match (binding, &target) {
@@ -597,6 +612,10 @@ impl Driver {
                 (Binding::Tab, None) => Err("No page was resolved for this tool.".to_string()),
                 (Binding::Browser, _) => browser_tools::browser_tool(&name, &params).await,
                 (Binding::Host, _) => self.host_tool(dispatch_id, &call_id, &name, &params).await,
+                (Binding::Mcp { server, .. }, _) => {
+                    self.mcp_tool(dispatch_id, &server, &call_id, &name, &params)
+                        .await
+                }
                 (Binding::Engine, _) => {
                     Err(format!("{name} is run by the engine, not the browser."))
                 }
@@ -838,6 +857,85 @@ impl Driver {
             .await;
         self.host_aborts.borrow_mut().remove(&dispatch_id);
         result
+    }
+
+    /// A tool of an MCP server (`Binding::Mcp`). Its progress
+    /// notifications become `item.delta{toolProgress}` like a host tool's.
+    async fn mcp_tool(
+        &self,
+        dispatch_id: u64,
+        server: &str,
+        call_id: &str,
+        name: &str,
+        params: &Value,
+    ) -> Result<ToolOutcome, String> {
+        let server = self.mcp.get(server).ok_or_else(|| {
+            format!("The MCP server \"{server}\" is not configured in this extension.")
+        })?;
+        let controller = AbortController::new().map_err(|e| error::js_to_error(e).message)?;
+        self.host_aborts
+            .borrow_mut()
+            .insert(dispatch_id, controller.clone());
+        let me = self.me.clone();
+        let progress = Closure::<dyn FnMut(JsValue)>::new(move |text: JsValue| {
+            if let (Some(driver), Some(text)) = (me.upgrade(), text.as_string()) {
+                driver.input(|e, now| e.handle_tool_progress(now, dispatch_id, text));
+            }
+        });
+        let result = server
+            .call(
+                name,
+                call_id,
+                params,
+                &controller,
+                progress.as_ref().unchecked_ref(),
+            )
+            .await;
+        self.host_aborts.borrow_mut().remove(&dispatch_id);
+        result
+    }
+
+    /// Ask every MCP server for its tools, offer them, and keep the list
+    /// for the next worker (`mcp_catalog`). A server that cannot be reached
+    /// keeps the tools it listed last (their calls fail with the reason).
+    async fn discover_mcp(&self) {
+        let servers = self.mcp.servers.clone();
+        let lists = futures::future::join_all(servers.iter().map(|s| s.list_tools())).await;
+        let mut changed = false;
+        for (server, listed) in servers.iter().zip(lists) {
+            let name = &server.config.name;
+            let listed = match listed {
+                Ok(listed) => listed,
+                Err(e) => {
+                    console_error(&e.describe(name));
+                    continue;
+                }
+            };
+            let (tools, mut problems) = crate::mcp::remote_tools(&server.config, &listed);
+            server.set_tools(&tools);
+            let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
+            let mut more = Vec::new();
+            self.input(|e, _| more = e.handle_mcp_tools(name, descriptors));
+            problems.extend(more);
+            for problem in problems {
+                console_error(&problem);
+            }
+            let entry = json!({ "url": server.config.url, "tools": listed });
+            let mut catalog = self.mcp_catalog.borrow_mut();
+            if catalog.get(name) != Some(&entry) {
+                catalog.insert(name.clone(), entry);
+                changed = true;
+            }
+        }
+        if changed {
+            let catalog = Value::Object(self.mcp_catalog.borrow().clone());
+            if let Err(e) = chrome::store_local("mcpCatalog", &catalog).await {
+                console_error(&format!(
+                    "the MCP servers' tools were not kept: {}",
+                    e.message
+                ));
+            }
+        }
     }
 
     fn abort_host_tool(&self, dispatch_id: u64) {
@@ -1266,10 +1364,13 @@ impl EngineHandle {
             warn(&format!("skipped an undecodable record: {s}"));
         }
         let imaged = metrics::precise_now();
-        let settings = match field("storage") {
-            Some(storage) => chrome::get(&storage, "settings"),
-            None => chrome::load_settings().await.unwrap_or(JsValue::UNDEFINED),
+        let storage = match field("storage") {
+            Some(storage) => storage,
+            None => chrome::load_start_storage()
+                .await
+                .unwrap_or(JsValue::UNDEFINED),
         };
+        let settings = chrome::get(&storage, "settings");
         let settled = metrics::precise_now();
         // The embedding extension's settings defaults
         // (`extension/settings-defaults.js`): a wrong field is left out and
@@ -1384,6 +1485,44 @@ impl EngineHandle {
                 "a tool of extension/host-tools.js was left out: {e}"
             ));
         }
+        // The embedding extension's MCP servers (`extension/mcp-servers.js`):
+        // a wrong entry is left out and named. Each offers the tools it
+        // listed last at once (`mcp_catalog`); they are asked again below.
+        let servers = js_sys::Reflect::get(&prefetched, &JsValue::from_str("mcpServers"))
+            .unwrap_or(JsValue::UNDEFINED);
+        let servers = if servers.is_undefined() || servers.is_null() {
+            Value::Null
+        } else {
+            serde_wasm_bindgen::from_value(servers).unwrap_or(Value::Bool(false))
+        };
+        let (servers, refused) = crate::mcp::parse_servers(&servers);
+        for e in refused {
+            console_error(&format!("extension/mcp-servers.js: {e}"));
+        }
+        let mcp = mcp::McpServers::new(servers);
+        let mut mcp_catalog = serde_json::Map::new();
+        if let Value::Object(kept) = boundary::from_js_value(chrome::get(&storage, "mcpCatalog")) {
+            for server in &mcp.servers {
+                let name = &server.config.name;
+                let Some(entry) = kept.get(name) else {
+                    continue;
+                };
+                // Tools listed by a server at another URL are not this one's.
+                if entry.get("url").and_then(Value::as_str) != Some(server.config.url.as_str()) {
+                    continue;
+                }
+                let listed = entry
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let (tools, _) = crate::mcp::remote_tools(&server.config, &listed);
+                server.set_tools(&tools);
+                let _ =
+                    config.set_mcp_tools(name, tools.into_iter().map(|t| t.descriptor).collect());
+                mcp_catalog.insert(name.clone(), entry.clone());
+            }
+        }
         let engine = Engine::new(config, profile, u64::from_le_bytes(seed), image, now());
         let driver = Rc::new_cyclic(|me| Driver {
             engine: RefCell::new(engine),
@@ -1396,6 +1535,8 @@ impl EngineHandle {
             page_ports: RefCell::new(VecMap::new()),
             host_tools,
             host_aborts: RefCell::new(VecMap::new()),
+            mcp,
+            mcp_catalog: RefCell::new(mcp_catalog),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             bodies: RefCell::new(Vec::new()),
@@ -1404,6 +1545,10 @@ impl EngineHandle {
             me: me.clone(),
         });
         driver.pump();
+        if !driver.mcp.servers.is_empty() {
+            let discovering = driver.clone();
+            spawn_local(async move { discovering.discover_mcp().await });
+        }
         driver.metrics.borrow_mut().start = metrics::StartTimes {
             start_ms: metrics::precise_now() - started,
             start_open_ms: opened - started,

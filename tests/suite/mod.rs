@@ -6,6 +6,7 @@ mod details;
 mod environment;
 mod host_tools;
 mod interactions;
+mod mcp;
 mod op_races;
 mod parallel;
 mod protocol;

@@ -1,0 +1,388 @@
+//! MCP servers over Streamable HTTP: the client (`crate::mcp` is the half
+//! without IO).
+//!
+//! Owns: the session with each server the embedding extension configured
+//! (`initialize`, `notifications/initialized`, the `Mcp-Session-Id` and
+//! `MCP-Protocol-Version` headers, a new session when the server forgot
+//! the old one), `tools/list` (every page), `tools/call` with its progress
+//! notifications, `notifications/cancelled` for a call given up, and the
+//! answer to a request of the server's (none is supported: sampling,
+//! elicitation and roots are refused as "method not found").
+//!
+//! Must not: decide whether a call may run (the engine gatekept it), or
+//! retry a call (only the session is set up again when the server says it
+//! does not know it, before it ran anything).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::Function;
+use serde_json::{json, Value};
+use wasm_bindgen::JsValue;
+use web_sys::AbortController;
+
+use super::error::js_to_error;
+use super::fetch;
+use crate::engine::ToolOutcome;
+use crate::mcp::{self, AnswerReader, Incoming, McpError, ServerConfig};
+use crate::vecmap::VecMap;
+
+/// How many pages of `tools/list` are read at most (a server that keeps
+/// sending cursors is cut off there).
+const MAX_LIST_PAGES: usize = 16;
+
+/// A session a server agreed to.
+#[derive(Debug, Clone)]
+struct Session {
+    /// `Mcp-Session-Id`, when the server gave one.
+    id: Option<String>,
+    /// The protocol revision agreed on.
+    version: String,
+}
+
+/// One configured server and this worker's session with it.
+pub struct Server {
+    pub config: ServerConfig,
+    session: RefCell<Option<Session>>,
+    next_id: Cell<u64>,
+    /// The model's name of each tool → the server's name.
+    remote: RefCell<VecMap<String, String>>,
+}
+
+impl Server {
+    fn new(config: ServerConfig) -> Self {
+        Server {
+            config,
+            session: RefCell::new(None),
+            next_id: Cell::new(1),
+            remote: RefCell::new(VecMap::new()),
+        }
+    }
+
+    fn next_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    /// Remember the server's names of its tools (the model's name → its own).
+    pub fn set_tools(&self, tools: &[mcp::RemoteTool]) {
+        let mut remote = self.remote.borrow_mut();
+        *remote = VecMap::new();
+        for tool in tools {
+            remote.insert(tool.descriptor.name.clone(), tool.remote.clone());
+        }
+    }
+
+    /// The headers of every request after `initialize`.
+    fn headers(&self, with_session: bool) -> Vec<(String, String)> {
+        let mut headers = vec![(
+            "accept".to_string(),
+            "application/json, text/event-stream".to_string(),
+        )];
+        headers.extend(self.config.headers.iter().cloned());
+        if with_session {
+            if let Some(session) = self.session.borrow().as_ref() {
+                if let Some(id) = &session.id {
+                    headers.push(("mcp-session-id".into(), id.clone()));
+                }
+                headers.push(("mcp-protocol-version".into(), session.version.clone()));
+            }
+        }
+        headers
+    }
+
+    /// POST one message and read the answer to request `id` (None: a
+    /// notification, whose answer is only its status). Notifications the
+    /// server sends meanwhile go to `on_note`; its requests are refused.
+    async fn post(
+        self: &Rc<Self>,
+        body: String,
+        id: Option<u64>,
+        with_session: bool,
+        controller: &AbortController,
+        on_note: &mut dyn FnMut(&str, &Value),
+    ) -> Result<(Option<String>, Option<Value>), McpError> {
+        let headers = self.headers(with_session);
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut response = fetch::post_json(
+            &self.config.url,
+            &headers,
+            &JsValue::from_str(&body),
+            controller,
+        )
+        .await
+        .map_err(|e| McpError::Unreachable(e.message))?;
+        let status = response.status;
+        if status == 404
+            && with_session
+            && self
+                .session
+                .borrow()
+                .as_ref()
+                .is_some_and(|s| s.id.is_some())
+        {
+            return Err(McpError::SessionExpired);
+        }
+        if !(200..300).contains(&status) {
+            let body = response.text().await.unwrap_or_default();
+            return Err(McpError::Http { status, body });
+        }
+        let session_id = response.header("mcp-session-id");
+        let Some(id) = id else {
+            controller.abort();
+            return Ok((session_id, None));
+        };
+        let content_type = response.header("content-type").unwrap_or_default();
+        let mut reader = AnswerReader::new(&content_type);
+        loop {
+            let chunk = response
+                .next_chunk()
+                .await
+                .map_err(|e| McpError::Unreachable(e.message))?;
+            let messages = match &chunk {
+                Some(bytes) => reader.push(bytes)?,
+                None => reader.finish()?,
+            };
+            for message in messages {
+                match message {
+                    Incoming::Response { id: got, answer } if mcp::is_ours(&got, id) => {
+                        // The rest of the stream is not needed.
+                        controller.abort();
+                        return answer.map(|result| (session_id, Some(result)));
+                    }
+                    Incoming::Response { .. } => {}
+                    Incoming::Request { id, method } => self.refuse(id, method),
+                    Incoming::Notification { method, params } => on_note(&method, &params),
+                }
+            }
+            if chunk.is_none() {
+                return Err(McpError::NoAnswer);
+            }
+        }
+    }
+
+    /// Answer a request of the server's with "not supported" (in the
+    /// background: the answer it waits for is not ours to hold up).
+    fn refuse(self: &Rc<Self>, id: Value, method: String) {
+        let server = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Ok(controller) = AbortController::new() {
+                let _ = server
+                    .post(
+                        mcp::refusal(&id, &method),
+                        None,
+                        true,
+                        &controller,
+                        &mut |_, _| {},
+                    )
+                    .await;
+            }
+        });
+    }
+
+    /// Set up a session: `initialize`, then `notifications/initialized`.
+    async fn initialize(self: &Rc<Self>) -> Result<(), McpError> {
+        *self.session.borrow_mut() = None;
+        let id = self.next_id();
+        let controller = new_controller()?;
+        let (session_id, result) = self
+            .post(
+                mcp::request(id, "initialize", mcp::initialize_params()),
+                Some(id),
+                false,
+                &controller,
+                &mut |_, _| {},
+            )
+            .await?;
+        let version = mcp::agreed_version(&result.unwrap_or(Value::Null))?;
+        *self.session.borrow_mut() = Some(Session {
+            id: session_id,
+            version,
+        });
+        let controller = new_controller()?;
+        self.post(
+            mcp::notification("notifications/initialized", None),
+            None,
+            true,
+            &controller,
+            &mut |_, _| {},
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One request in the session (set up first if there is none, and once
+    /// more if the server forgot it).
+    async fn rpc(
+        self: &Rc<Self>,
+        method: &str,
+        params: Value,
+        controller: &AbortController,
+        on_request: &mut dyn FnMut(u64),
+        on_note: &mut dyn FnMut(&str, &Value),
+    ) -> Result<Value, McpError> {
+        for attempt in 0..2 {
+            if self.session.borrow().is_none() {
+                self.initialize().await?;
+            }
+            let id = self.next_id();
+            on_request(id);
+            match self
+                .post(
+                    mcp::request(id, method, params.clone()),
+                    Some(id),
+                    true,
+                    controller,
+                    on_note,
+                )
+                .await
+            {
+                Err(McpError::SessionExpired) if attempt == 0 => {
+                    *self.session.borrow_mut() = None;
+                }
+                other => return other.map(|(_, result)| result.unwrap_or(Value::Null)),
+            }
+        }
+        Err(McpError::SessionExpired)
+    }
+
+    /// Every tool the server lists (`tools/list`, all its pages).
+    pub async fn list_tools(self: &Rc<Self>) -> Result<Vec<Value>, McpError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = match &cursor {
+                Some(cursor) => json!({ "cursor": cursor }),
+                None => json!({}),
+            };
+            let controller = new_controller()?;
+            let result = self
+                .rpc(
+                    "tools/list",
+                    params,
+                    &controller,
+                    &mut |_| {},
+                    &mut |_, _| {},
+                )
+                .await?;
+            let (page, next) = mcp::tools_page(&result)?;
+            tools.extend(page);
+            match next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(tools)
+    }
+
+    /// Call the tool the model knows as `name`. `progress` gets the text of
+    /// each progress notification; aborting `controller` gives the call up
+    /// (the server is told: `notifications/cancelled`).
+    pub async fn call(
+        self: &Rc<Self>,
+        name: &str,
+        call_id: &str,
+        params: &Value,
+        controller: &AbortController,
+        progress: &Function,
+    ) -> Result<ToolOutcome, String> {
+        let server = &self.config.name;
+        let remote = self.remote.borrow().get(name).cloned().ok_or_else(|| {
+            format!("{name} is no longer offered by the MCP server \"{server}\".")
+        })?;
+        let token = call_id.to_string();
+        let sent = Rc::new(Cell::new(None::<u64>));
+        let on_request = {
+            let sent = sent.clone();
+            move |id| sent.set(Some(id))
+        };
+        let guard = CancelOnDrop {
+            server: self.clone(),
+            request: sent,
+            controller: controller.clone(),
+        };
+        let result = self
+            .rpc(
+                "tools/call",
+                mcp::call_params(&remote, params, &token),
+                controller,
+                &mut { on_request },
+                &mut |method, note| {
+                    if method == "notifications/progress" {
+                        if let Some(text) = mcp::progress_text(note, &token) {
+                            let _ = progress.call1(&JsValue::UNDEFINED, &JsValue::from_str(&text));
+                        }
+                    }
+                },
+            )
+            .await;
+        guard.answered();
+        let result = result.map_err(|e| e.describe(server))?;
+        Ok(mcp::call_outcome(server, &remote, &result))
+    }
+}
+
+/// Tells the server a call was given up when the call's future is dropped
+/// (the time limit, a stop) or its request aborted before the answer.
+struct CancelOnDrop {
+    server: Rc<Server>,
+    request: Rc<Cell<Option<u64>>>,
+    controller: AbortController,
+}
+
+impl CancelOnDrop {
+    fn answered(self) {
+        self.request.set(None);
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.request.take() else {
+            return;
+        };
+        self.controller.abort();
+        let server = self.server.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Ok(controller) = AbortController::new() {
+                let note = mcp::notification(
+                    "notifications/cancelled",
+                    Some(json!({ "requestId": id, "reason": "The call was given up." })),
+                );
+                let _ = server
+                    .post(note, None, true, &controller, &mut |_, _| {})
+                    .await;
+            }
+        });
+    }
+}
+
+fn new_controller() -> Result<AbortController, McpError> {
+    AbortController::new().map_err(|e| McpError::Unreachable(js_to_error(e).message))
+}
+
+/// Every configured server.
+#[derive(Default)]
+pub struct McpServers {
+    pub servers: Vec<Rc<Server>>,
+}
+
+impl McpServers {
+    pub fn new(configs: Vec<ServerConfig>) -> Self {
+        McpServers {
+            servers: configs
+                .into_iter()
+                .map(|c| Rc::new(Server::new(c)))
+                .collect(),
+        }
+    }
+
+    /// The server of that name.
+    pub fn get(&self, name: &str) -> Option<Rc<Server>> {
+        self.servers.iter().find(|s| s.config.name == name).cloned()
+    }
+}
