@@ -25,13 +25,14 @@ test-wasm:
 	bash scripts/test-wasm.sh
 
 test-node:
-	node --test tests/mock-llm/ tests/support/ tests/extension/ tests/bench/
+	node --test tests/mock-llm/ tests/mock-mcp/ tests/support/ tests/extension/ tests/bench/
 
 test-e2e:
 	node tests/e2e/run.mjs
 	node tests/e2e/tools.mjs
 	node tests/e2e/host-tools.mjs
 	node tests/e2e/embedding.mjs
+	node tests/e2e/mcp.mjs
 	node tests/e2e/long.mjs
 	node tests/e2e/lifetime.mjs
 	node tests/e2e/panel.mjs

@@ -1,6 +1,7 @@
 // Parses the extension's JavaScript before a build ships it: a syntax error
 // in a module the service worker imports (sw.js and the embedding
-// extension's host-tools.js, settings-defaults.js, instructions.js) stops
+// extension's host-tools.js, settings-defaults.js, instructions.js,
+// mcp-servers.js) stops
 // the worker before a line of it runs, and Chrome says so only on its
 // extensions page. Modules are the top-level files of the directory;
 // content/ holds classic scripts injected into pages.

@@ -1,0 +1,465 @@
+// Mock MCP server for the tests and the demo: MCP's Streamable HTTP
+// transport (protocol revisions 2025-06-18 and 2025-03-26) on 127.0.0.1.
+//
+// Owns: the one MCP endpoint (`POST /mcp`): JSON-RPC requests, notifications
+// and responses; `initialize` (the revision agreed on, an `Mcp-Session-Id`),
+// the checks a real server makes on every later message (the session id
+// known, else 404; the `MCP-Protocol-Version` header of the session; an
+// Accept of both application/json and text/event-stream, else 406; a JSON
+// body, else 415/400), answers as one JSON body or as an event stream
+// (`event: message`) carrying progress notifications and requests of the
+// server's before the result, `tools/list` in pages (`nextCursor`),
+// `tools/call` of scripted tools, `notifications/cancelled` (the running
+// call's signal aborts), sessions forgotten on demand, and a log of every
+// message for assertions.
+// Must not: listen on anything but 127.0.0.1, depend on any package, or reach
+// the network.
+//
+// CLI:  node tests/mock-mcp/server.mjs [--port N]
+//       prints `MOCK_MCP_URL=http://127.0.0.1:<port>/mcp` as its first
+//       stdout line and serves the demo tools (DEMO_TOOLS) until killed.
+// In-process: `startMockMcp({ port, tools, pageSize, answer, versions })` →
+//   { url, origin, log, calls, cancellations, responses, tickets,
+//     setTools, setDown, expireSessions, sessionCount, waitFor, reset,
+//     close }.
+//   `tools`: [{ name, description, inputSchema, annotations?, title?,
+//     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }];
+//   ctx: { signal, progress(progress, total?, message?), ask(method, params)
+//     → the client's answer (a JSON-RPC response object), sleep(ms) }.
+//   `answer`: 'sse' (default) or 'json', how results are sent unless a tool
+//   says otherwise; progress and server requests need 'sse'.
+//   `log` entries: { kind: request|notification|response|rejected, method?,
+//     id?, params?, headers, status, session }.
+
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+
+const HOST = '127.0.0.1';
+export const SUPPORTED_VERSIONS = ['2025-06-18', '2025-03-26'];
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason ?? new Error('aborted'));
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      reject(signal.reason ?? new Error('aborted'));
+    }, { once: true });
+  });
+}
+
+const text = (value) => ({ content: [{ type: 'text', text: value }] });
+
+/**
+ * The demo tools: a docs search (read), a ticket desk (write), a slow report
+ * with progress (read), a tool that fails, and one that asks the client for
+ * a model answer (sampling, which the engine refuses).
+ */
+export function demoTools(state) {
+  return [
+    {
+      name: 'search',
+      title: 'Search the docs',
+      description: 'Search the product documentation. Returns the best matching passages.',
+      annotations: { readOnlyHint: true },
+      inputSchema: {
+        type: 'object',
+        properties: { query: { type: 'string', description: 'What to look for.' } },
+        required: ['query'],
+      },
+      run: ({ query }) => ({
+        content: [{ type: 'text', text: `2 passages for "${query}":\n1. Refunds are paid within 14 days.\n2. A refund needs the order number.` }],
+        structuredContent: { query, passages: 2 },
+      }),
+    },
+    {
+      name: 'create_ticket',
+      description: 'Open a support ticket.',
+      inputSchema: {
+        type: 'object',
+        properties: { subject: { type: 'string' }, body: { type: 'string' } },
+        required: ['subject'],
+      },
+      run: ({ subject }) => {
+        state.tickets.push(subject);
+        return text(`Opened ticket T-${state.tickets.length}: ${subject}`);
+      },
+    },
+    {
+      name: 'slow_report',
+      title: 'Build a report',
+      description: 'Build a usage report; takes `steps` × 300 ms and reports progress.',
+      annotations: { readOnlyHint: true },
+      inputSchema: {
+        type: 'object',
+        properties: { steps: { type: 'integer', minimum: 1, maximum: 1000 } },
+      },
+      run: async ({ steps = 3 }, ctx) => {
+        for (let i = 1; i <= steps; i += 1) {
+          await ctx.sleep(300);
+          ctx.progress(i, steps, `Step ${i} of ${steps}`);
+        }
+        return text(`The report has ${steps} sections.`);
+      },
+    },
+    {
+      name: 'broken',
+      description: 'Always fails.',
+      inputSchema: { type: 'object', properties: {} },
+      run: () => ({ content: [{ type: 'text', text: 'The database is down.' }], isError: true }),
+    },
+    {
+      name: 'ask_model',
+      description: 'Asks the client to sample a model answer.',
+      annotations: { readOnlyHint: true },
+      inputSchema: { type: 'object', properties: {} },
+      run: async (_args, ctx) => {
+        const answer = await ctx.ask('sampling/createMessage', {
+          messages: [{ role: 'user', content: { type: 'text', text: 'Hi' } }],
+          maxTokens: 10,
+        });
+        return text(answer.error ? `The client refused: ${answer.error.code} ${answer.error.message}` : 'The client sampled.');
+      },
+    },
+  ];
+}
+
+export async function startMockMcp(options = {}) {
+  const state = { tickets: [] };
+  let tools = options.tools ?? demoTools(state);
+  const pageSize = options.pageSize ?? 2;
+  const defaultAnswer = options.answer ?? 'sse';
+  const versions = options.versions ?? SUPPORTED_VERSIONS;
+  const sessions = new Map();
+  let sessionCounter = 0;
+  let serverRequestCounter = 0;
+  let log = [];
+  const running = new Map(); // `${session} ${id}` → AbortController
+  const askedByServer = new Map(); // server request id → resolve
+  const waiters = new Set();
+  let down = null; // an HTTP status every message gets, or null
+
+  const notify = () => {
+    for (const waiter of [...waiters]) {
+      if (waiter.check()) {
+        waiters.delete(waiter);
+        waiter.resolve();
+      }
+    }
+  };
+  const record = (entry) => {
+    log.push(entry);
+    notify();
+    return entry;
+  };
+
+  const reject = (res, entry, status, message, code = -32600) => {
+    entry.status = status;
+    entry.rejected = message;
+    record(entry);
+    if (res.headersSent) return;
+    res.writeHead(status, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code, message } }));
+  };
+
+  async function handle(req, res) {
+    const url = new URL(req.url, `http://${HOST}`);
+    const headers = { ...req.headers };
+    const entry = { kind: 'rejected', headers, status: 0, session: headers['mcp-session-id'] ?? null };
+    if (url.pathname !== '/mcp') return reject(res, entry, 404, `No MCP endpoint at ${url.pathname}.`);
+    if (down !== null) return reject(res, entry, down, 'The server is down for maintenance.', -32000);
+    if (req.method === 'GET') {
+      // No server-initiated stream: allowed by the transport.
+      entry.method = 'GET';
+      return reject(res, entry, 405, 'This server offers no event stream at GET.');
+    }
+    if (req.method === 'DELETE') {
+      sessions.delete(entry.session);
+      entry.kind = 'delete';
+      entry.status = 200;
+      record(entry);
+      res.writeHead(200);
+      return res.end();
+    }
+    if (req.method !== 'POST') return reject(res, entry, 405, `${req.method} is not supported.`);
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    const accept = String(headers.accept ?? '');
+    if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
+      return reject(res, entry, 406, 'Accept must list application/json and text/event-stream.');
+    }
+    if (!String(headers['content-type'] ?? '').startsWith('application/json')) {
+      return reject(res, entry, 415, 'Content-Type must be application/json.');
+    }
+    let message;
+    try {
+      message = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      return reject(res, entry, 400, 'The body is not JSON.', -32700);
+    }
+    if (Array.isArray(message) || message?.jsonrpc !== '2.0') {
+      return reject(res, entry, 400, 'One JSON-RPC 2.0 message per POST.');
+    }
+    entry.method = message.method;
+    entry.id = message.id;
+    entry.params = message.params;
+
+    if (message.method === 'initialize') {
+      entry.kind = 'request';
+      const asked = message.params?.protocolVersion;
+      const version = versions.includes(asked) ? asked : versions[0];
+      sessionCounter += 1;
+      const id = `session-${sessionCounter}-${Math.random().toString(36).slice(2)}`;
+      sessions.set(id, { version, initialized: false });
+      entry.status = 200;
+      entry.session = id;
+      entry.agreed = version;
+      record(entry);
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Mcp-Session-Id': id });
+      return res.end(JSON.stringify({
+        jsonrpc: '2.0',
+        id: message.id,
+        result: {
+          protocolVersion: version,
+          capabilities: { tools: { listChanged: false } },
+          serverInfo: { name: 'mock-mcp', version: '1.0.0' },
+          instructions: 'Search before opening tickets.',
+        },
+      }));
+    }
+
+    const session = sessions.get(entry.session);
+    if (!entry.session) return reject(res, entry, 400, 'Bad Request: no Mcp-Session-Id.');
+    if (!session) return reject(res, entry, 404, 'Session not found.', -32001);
+    const sentVersion = headers['mcp-protocol-version'];
+    if (session.version === '2025-06-18' ? sentVersion !== session.version : sentVersion !== undefined && sentVersion !== session.version) {
+      return reject(res, entry, 400, `Bad MCP-Protocol-Version: ${sentVersion ?? '(none)'}.`);
+    }
+
+    // A response to a request of ours, or a notification: 202, no body.
+    if (message.method === undefined) {
+      entry.kind = 'response';
+      entry.result = message.result;
+      entry.error = message.error;
+      entry.status = 202;
+      record(entry);
+      askedByServer.get(message.id)?.(message);
+      askedByServer.delete(message.id);
+      res.writeHead(202);
+      return res.end();
+    }
+    if (message.id === undefined) {
+      entry.kind = 'notification';
+      entry.status = 202;
+      if (message.method === 'notifications/initialized') session.initialized = true;
+      if (message.method === 'notifications/cancelled') {
+        running.get(`${entry.session} ${message.params?.requestId}`)?.abort(new Error('cancelled'));
+      }
+      record(entry);
+      res.writeHead(202);
+      return res.end();
+    }
+
+    entry.kind = 'request';
+    if (!session.initialized) return reject(res, entry, 400, 'The session is not initialized yet.');
+    if (message.method === 'tools/list') {
+      const start = message.params?.cursor === undefined ? 0 : Number(String(message.params.cursor).replace(/^page-/, ''));
+      if (!Number.isInteger(start) || start < 0 || start > tools.length) {
+        entry.status = 200;
+        record(entry);
+        return answerJson(res, { jsonrpc: '2.0', id: message.id, error: { code: -32602, message: 'Invalid cursor.' } });
+      }
+      const page = tools.slice(start, start + pageSize).map(({ run, answer, ...tool }) => tool);
+      const next = start + pageSize < tools.length ? `page-${start + pageSize}` : undefined;
+      entry.status = 200;
+      record(entry);
+      return answerJson(res, { jsonrpc: '2.0', id: message.id, result: { tools: page, ...(next ? { nextCursor: next } : {}) } });
+    }
+    if (message.method === 'tools/call') {
+      const tool = tools.find((t) => t.name === message.params?.name);
+      entry.status = 200;
+      entry.tool = message.params?.name;
+      entry.arguments = message.params?.arguments;
+      entry.progressToken = message.params?._meta?.progressToken;
+      record(entry);
+      if (!tool) {
+        return answerJson(res, { jsonrpc: '2.0', id: message.id, error: { code: -32602, message: `Unknown tool: ${message.params?.name}` } });
+      }
+      return callTool(req, res, entry, message, tool);
+    }
+    entry.status = 200;
+    record(entry);
+    return answerJson(res, { jsonrpc: '2.0', id: message.id, error: { code: -32601, message: `Method not found: ${message.method}` } });
+  }
+
+  function answerJson(res, body) {
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify(body));
+  }
+
+  async function callTool(req, res, entry, message, tool) {
+    const mode = tool.answer ?? defaultAnswer;
+    const controller = new AbortController();
+    const key = `${entry.session} ${message.id}`;
+    running.set(key, controller);
+    let closed = false;
+    res.on('close', () => {
+      closed = true;
+      if (!res.writableFinished) {
+        entry.outcome ??= 'disconnected';
+        controller.abort(new Error('disconnected'));
+      }
+      notify();
+    });
+    const send = (payload) => {
+      if (closed || mode !== 'sse') return false;
+      if (!res.headersSent) res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+      res.write(`event: message\ndata: ${JSON.stringify(payload)}\n\n`);
+      return true;
+    };
+    const ctx = {
+      signal: controller.signal,
+      sleep: (ms) => sleep(ms, controller.signal),
+      progress: (progress, total, text) => {
+        const token = message.params?._meta?.progressToken;
+        if (token === undefined) return;
+        send({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress, ...(total !== undefined ? { total } : {}), ...(text ? { message: text } : {}) } });
+      },
+      ask: (method, params) => new Promise((resolve) => {
+        serverRequestCounter += 1;
+        const id = `srv-${serverRequestCounter}`;
+        askedByServer.set(id, resolve);
+        if (!send({ jsonrpc: '2.0', id, method, params })) resolve({ error: { code: 0, message: 'not sent: a JSON answer cannot carry requests' } });
+      }),
+    };
+    if (mode === 'sse') res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    let result;
+    try {
+      result = await tool.run(message.params?.arguments ?? {}, ctx);
+    } catch (error) {
+      running.delete(key);
+      entry.outcome = controller.signal.aborted ? (entry.outcome ?? 'cancelled') : 'threw';
+      notify();
+      if (closed) return;
+      const body = { jsonrpc: '2.0', id: message.id, error: { code: -32603, message: String(error?.message ?? error) } };
+      if (mode === 'sse') {
+        send(body);
+        return res.end();
+      }
+      return answerJson(res, body);
+    }
+    running.delete(key);
+    entry.outcome = closed ? 'disconnected' : 'answered';
+    entry.result = result;
+    notify();
+    if (closed) return;
+    const body = { jsonrpc: '2.0', id: message.id, result };
+    if (mode === 'sse') {
+      send(body);
+      return res.end();
+    }
+    return answerJson(res, body);
+  }
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((error) => {
+      if (!res.headersSent) res.writeHead(500, { 'Content-Type': 'text/plain' });
+      res.end(String(error?.stack ?? error));
+    });
+  });
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, HOST, resolve);
+  });
+  const { port } = server.address();
+  const origin = `http://${HOST}:${port}`;
+
+  return {
+    url: `${origin}/mcp`,
+    origin,
+    state,
+    /** Every message received, in order (see the header). */
+    log: () => log.slice(),
+    /** The tools/call requests received: { tool, arguments, progressToken, outcome, session, headers }. */
+    calls: () => log.filter((e) => e.kind === 'request' && e.method === 'tools/call'),
+    /** The notifications/cancelled received. */
+    cancellations: () => log.filter((e) => e.method === 'notifications/cancelled'),
+    /** The client's answers to requests of the server's. */
+    responses: () => log.filter((e) => e.kind === 'response'),
+    tickets: () => state.tickets.slice(),
+    setTools(next) {
+      tools = next;
+    },
+    /** Answer every message with HTTP `status` (null: serve again). */
+    setDown(status) {
+      down = status;
+    },
+    /** Forget every session: the next message of each gets 404. */
+    expireSessions() {
+      sessions.clear();
+    },
+    sessionCount: () => sessions.size,
+    /** Resolves when `check(log)` is true (checked on every message and call end). */
+    waitFor(check, { timeout = 60000, message = 'the MCP server to see it' } = {}) {
+      return new Promise((resolve, rejectWait) => {
+        if (check(log)) return resolve();
+        const timer = setTimeout(() => {
+          if (waiters.delete(waiter)) rejectWait(new Error(`timed out waiting for ${message}; log: ${JSON.stringify(log.map((e) => [e.kind, e.method, e.tool, e.status, e.outcome]))}`));
+        }, timeout);
+        const waiter = {
+          check: () => check(log),
+          resolve: () => {
+            clearTimeout(timer);
+            resolve();
+          },
+        };
+        waiters.add(waiter);
+      });
+    },
+    reset() {
+      log = [];
+      state.tickets.length = 0;
+      sessions.clear();
+      down = null;
+      for (const controller of running.values()) controller.abort(new Error('reset'));
+      running.clear();
+      if (!options.tools) tools = demoTools(state);
+    },
+    async close() {
+      for (const controller of running.values()) controller.abort(new Error('closing'));
+      server.closeAllConnections?.();
+      await new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+function parseArgs(argv) {
+  const args = { port: 0 };
+  for (let i = 0; i < argv.length; i += 1) {
+    if (argv[i] === '--port') args.port = Number(argv[++i]);
+    else if (argv[i] === '--help' || argv[i] === '-h') {
+      process.stdout.write('usage: node tests/mock-mcp/server.mjs [--port N]\n');
+      process.exit(0);
+    } else {
+      process.stderr.write(`mock-mcp: unknown argument ${argv[i]}\n`);
+      process.exit(2);
+    }
+  }
+  if (!Number.isInteger(args.port) || args.port < 0 || args.port > 65535) {
+    process.stderr.write('mock-mcp: --port must be an integer 0..65535\n');
+    process.exit(2);
+  }
+  return args;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const args = parseArgs(process.argv.slice(2));
+  const mock = await startMockMcp({ port: args.port });
+  process.stdout.write(`MOCK_MCP_URL=${mock.url}\n`);
+  const stop = async () => {
+    await mock.close();
+    process.exit(0);
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
