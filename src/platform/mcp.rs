@@ -44,6 +44,9 @@ struct Session {
 pub struct Server {
     pub config: ServerConfig,
     session: RefCell<Option<Session>>,
+    /// Held while a session is set up, so that calls starting together
+    /// (discovery and a resumed run's call) share one.
+    setting_up: futures::lock::Mutex<()>,
     next_id: Cell<u64>,
     /// The model's name of each tool → the server's name.
     remote: RefCell<VecMap<String, String>>,
@@ -54,6 +57,7 @@ impl Server {
         Server {
             config,
             session: RefCell::new(None),
+            setting_up: futures::lock::Mutex::new(()),
             next_id: Cell::new(1),
             remote: RefCell::new(VecMap::new()),
         }
@@ -74,20 +78,22 @@ impl Server {
         }
     }
 
+    fn session_id(&self) -> Option<String> {
+        self.session.borrow().as_ref().and_then(|s| s.id.clone())
+    }
+
     /// The headers of every request after `initialize`.
-    fn headers(&self, with_session: bool) -> Vec<(String, String)> {
+    fn headers(&self, session: Option<&Session>) -> Vec<(String, String)> {
         let mut headers = vec![(
             "accept".to_string(),
             "application/json, text/event-stream".to_string(),
         )];
         headers.extend(self.config.headers.iter().cloned());
-        if with_session {
-            if let Some(session) = self.session.borrow().as_ref() {
-                if let Some(id) = &session.id {
-                    headers.push(("mcp-session-id".into(), id.clone()));
-                }
-                headers.push(("mcp-protocol-version".into(), session.version.clone()));
+        if let Some(session) = session {
+            if let Some(id) = &session.id {
+                headers.push(("mcp-session-id".into(), id.clone()));
             }
+            headers.push(("mcp-protocol-version".into(), session.version.clone()));
         }
         headers
     }
@@ -99,11 +105,11 @@ impl Server {
         self: &Rc<Self>,
         body: String,
         id: Option<u64>,
-        with_session: bool,
+        session: Option<&Session>,
         controller: &AbortController,
         on_note: &mut dyn FnMut(&str, &Value),
     ) -> Result<(Option<String>, Option<Value>), McpError> {
-        let headers = self.headers(with_session);
+        let headers = self.headers(session);
         let headers: Vec<(&str, &str)> = headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -117,14 +123,7 @@ impl Server {
         .await
         .map_err(|e| McpError::Unreachable(e.message))?;
         let status = response.status;
-        if status == 404
-            && with_session
-            && self
-                .session
-                .borrow()
-                .as_ref()
-                .is_some_and(|s| s.id.is_some())
-        {
+        if status == 404 && session.is_some_and(|s| s.id.is_some()) {
             return Err(McpError::SessionExpired);
         }
         if !(200..300).contains(&status) {
@@ -171,11 +170,12 @@ impl Server {
         let server = self.clone();
         wasm_bindgen_futures::spawn_local(async move {
             if let Ok(controller) = AbortController::new() {
+                let session = server.session.borrow().clone();
                 let _ = server
                     .post(
                         mcp::refusal(&id, &method),
                         None,
-                        true,
+                        session.as_ref(),
                         &controller,
                         &mut |_, _| {},
                     )
@@ -184,34 +184,35 @@ impl Server {
         });
     }
 
-    /// Set up a session: `initialize`, then `notifications/initialized`.
+    /// Set up a session: `initialize`, then `notifications/initialized`;
+    /// only then do other requests use it.
     async fn initialize(self: &Rc<Self>) -> Result<(), McpError> {
-        *self.session.borrow_mut() = None;
         let id = self.next_id();
         let controller = new_controller()?;
         let (session_id, result) = self
             .post(
                 mcp::request(id, "initialize", mcp::initialize_params()),
                 Some(id),
-                false,
+                None,
                 &controller,
                 &mut |_, _| {},
             )
             .await?;
         let version = mcp::agreed_version(&result.unwrap_or(Value::Null))?;
-        *self.session.borrow_mut() = Some(Session {
+        let session = Session {
             id: session_id,
             version,
-        });
+        };
         let controller = new_controller()?;
         self.post(
             mcp::notification("notifications/initialized", None),
             None,
-            true,
+            Some(&session),
             &controller,
             &mut |_, _| {},
         )
         .await?;
+        *self.session.borrow_mut() = Some(session);
         Ok(())
     }
 
@@ -227,22 +228,30 @@ impl Server {
     ) -> Result<Value, McpError> {
         for attempt in 0..2 {
             if self.session.borrow().is_none() {
-                self.initialize().await?;
+                let _one_at_a_time = self.setting_up.lock().await;
+                if self.session.borrow().is_none() {
+                    self.initialize().await?;
+                }
             }
+            let session = self.session.borrow().clone();
+            let used = session.as_ref().and_then(|s| s.id.clone());
             let id = self.next_id();
             on_request(id);
             match self
                 .post(
                     mcp::request(id, method, params.clone()),
                     Some(id),
-                    true,
+                    session.as_ref(),
                     controller,
                     on_note,
                 )
                 .await
             {
                 Err(McpError::SessionExpired) if attempt == 0 => {
-                    *self.session.borrow_mut() = None;
+                    // Unless another request already set up a new one.
+                    if self.session_id() == used {
+                        *self.session.borrow_mut() = None;
+                    }
                 }
                 other => return other.map(|(_, result)| result.unwrap_or(Value::Null)),
             }
@@ -353,8 +362,9 @@ impl Drop for CancelOnDrop {
                     "notifications/cancelled",
                     Some(json!({ "requestId": id, "reason": "The call was given up." })),
                 );
+                let session = server.session.borrow().clone();
                 let _ = server
-                    .post(note, None, true, &controller, &mut |_, _| {})
+                    .post(note, None, session.as_ref(), &controller, &mut |_, _| {})
                     .await;
             }
         });

@@ -286,6 +286,9 @@ mcpTest(
     assert.ok(offeredTools(request).includes('docs__search'), 'the kept tools are offered');
     assert.match(resultsByTool(mock.requests().at(-1)).docs__search, /The MCP server "docs" answered HTTP 503: .*down for maintenance/);
   },
+  // This server answers every request with one JSON body (the others use
+  // event streams): the client takes both.
+  { answer: 'json' },
 );
 
 mcpTest(
