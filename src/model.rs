@@ -911,6 +911,13 @@ pub struct ApprovalRecord {
     /// The tab's own URL when the call acts in a child frame.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_url: Option<String>,
+    /// The MCP server the call would be sent to (its name in
+    /// `extension/mcp-servers.js`), for a tool of such a server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// That server's endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_url: Option<String>,
     pub status: ApprovalStatus,
     pub created_at: u64,
     #[serde(default)]

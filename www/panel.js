@@ -103,6 +103,8 @@ const dom = {
   approvalHeadingOn: $("approval-heading-on"),
   approvalHelp: $("approval-help"),
   approvalOriginTerm: $("approval-origin-term"),
+  approvalServerTerm: $("approval-server-term"),
+  approvalServer: $("approval-server"),
   approvalUrlTerm: $("approval-url-term"),
   approvalSiteHint: $("approval-site-hint"),
   approvalLabel: $("approval-tool-label"),
@@ -2541,13 +2543,21 @@ function renderApproval() {
   const label = typeof approval.label === "string" && approval.label ? approval.label : name || "this action";
   dom.approvalHeadingAction.textContent = `“${label}”`;
   dom.approvalHeadingSite.textContent = hostOf(origin) || "this page";
-  // One of the extension's own tools (src/platform/host_tools.rs) acts on no
-  // page: no site to name, none to allow it for (the engine refuses that).
+  // One of the extension's own tools (src/platform/host_tools.rs) or of an
+  // MCP server (src/platform/mcp.rs) acts on no page: no site to name, none
+  // to allow it for (the engine refuses that).
   const offPage = origin === "";
+  const server = typeof approval.server === "string" ? approval.server : "";
+  const serverUrl = typeof approval.serverUrl === "string" ? approval.serverUrl : "";
   dom.approvalHeadingOn.hidden = offPage;
-  dom.approvalHelp.textContent = offPage
-    ? "The agent wants to run this action of the extension. Nothing happens until you answer."
-    : "The agent wants to do this on that site, in your tab, as you (with your login). Nothing happens until you answer.";
+  dom.approvalHelp.textContent = server
+    ? `The agent wants to send this to the MCP server “${server}”, a service outside your browser, which runs it. Nothing happens until you answer.`
+    : offPage
+      ? "The agent wants to run this action of the extension. Nothing happens until you answer."
+      : "The agent wants to do this on that site, in your tab, as you (with your login). Nothing happens until you answer.";
+  dom.approvalServer.textContent = server ? `${server} (${serverUrl || "no address"})` : "";
+  dom.approvalServer.hidden = server === "";
+  dom.approvalServerTerm.hidden = server === "";
   for (const element of [dom.approvalOriginTerm, dom.approvalOrigin, dom.approvalUrlTerm, dom.approvalUrl, dom.approvalButtons.acceptForSite, dom.approvalSiteHint]) {
     element.hidden = offPage;
   }

@@ -813,6 +813,13 @@ export interface ApprovalRecord {
   frameId?: number | null;
   /** The tab's own URL when the call acts in a child frame. */
   pageUrl?: string | null;
+  /**
+   * The MCP server the call would be sent to (its name in
+   * `extension/mcp-servers.js`), for a tool of such a server.
+   */
+  server?: string | null;
+  /** That server's endpoint. */
+  serverUrl?: string | null;
   status: ApprovalStatus;
   createdAt: number;
   decidedAt?: number | null;

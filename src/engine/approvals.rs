@@ -8,6 +8,7 @@
 //! resolved again: a different origin (or lost permission) asks again.
 
 use crate::model::SiteRuleSummary;
+use crate::tools::{Binding, ToolDescriptor};
 use serde_json::{json, Value};
 
 use super::*;
@@ -69,7 +70,7 @@ impl Engine {
                 "This action needs the user's approval and no approver is attached, so it was denied.".into(),
                 None,
             ),
-            Verdict::Ask => self.ask_approval(now, tid, index, &descriptor.label, target),
+            Verdict::Ask => self.ask_approval(now, tid, index, &descriptor, target),
         }
     }
 
@@ -79,7 +80,7 @@ impl Engine {
         now: u64,
         tid: &str,
         index: usize,
-        label: &str,
+        descriptor: &ToolDescriptor,
         target: Option<TargetInfo>,
     ) {
         let target = target.unwrap_or(TargetInfo {
@@ -91,19 +92,27 @@ impl Engine {
         let exec = t.exec.as_ref().expect("active run");
         let call = &exec.calls[index];
         let mut run = t.latest_run.clone().expect("active run");
+        let server = match &descriptor.binding {
+            Binding::Mcp {
+                server, endpoint, ..
+            } => Some((server.as_str(), endpoint.as_str())),
+            _ => None,
+        };
         let approval = ApprovalRecord {
             id: self.ids.next_id("a"),
             thread_id: tid.to_string(),
             run_id: run.id.clone(),
             call_id: call.call_id.clone(),
             tool_name: call.name.clone(),
-            label: label.to_string(),
+            label: descriptor.label.clone(),
             params: call.params.clone().unwrap_or(Value::Null),
             origin: target.origin.clone(),
             url: target.url.clone(),
             tab_id: target.tab_id,
             frame_id: target.frame_id,
             page_url: target.page_url.clone(),
+            server: server.map(|(name, _)| name.to_string()),
+            server_url: server.map(|(_, url)| url.to_string()),
             status: ApprovalStatus::Pending,
             created_at: now,
             decided_at: None,

@@ -515,6 +515,8 @@ impl FromRecord for ApprovalRecord {
             tab_id: f.i64("tabId"),
             frame_id: f.opt_i64("frameId"),
             page_url: f.opt_string("pageUrl"),
+            server: f.opt_string("server"),
+            server_url: f.opt_string("serverUrl"),
             status: f.name("status", ApprovalStatus::Cancelled),
             created_at: f.u64("createdAt"),
             decided_at: f.opt_u64("decidedAt"),
@@ -802,11 +804,27 @@ mod tests {
             tab_id: 12,
             frame_id: Some(3),
             page_url: Some("https://outer.example/".into()),
+            server: None,
+            server_url: None,
             status: ApprovalStatus::AcceptedForSite,
             created_at: 1,
             decided_at: Some(2),
         };
         agrees_with_the_derive(&approval, &[]);
+        agrees_with_the_derive(
+            &ApprovalRecord {
+                tool_name: "docs__search".into(),
+                origin: String::new(),
+                url: String::new(),
+                tab_id: -1,
+                frame_id: None,
+                page_url: None,
+                server: Some("docs".into()),
+                server_url: Some("https://mcp.example/mcp".into()),
+                ..approval.clone()
+            },
+            &[],
+        );
         agrees_with_the_derive(
             &ApprovalRecord {
                 frame_id: None,

@@ -153,6 +153,15 @@ mcpTest(
       [...document.querySelectorAll('#approval-card button')].filter((e) => !e.hidden && e.getClientRects().length > 0).map((e) => e.textContent.trim()),
     );
     assert.deepEqual(shown, ['Allow once', 'Decline'], 'no "Allow on this site": a server is no site');
+    // The card says where the call goes.
+    const target = await panel.evaluate(() => ({
+      terms: [...document.querySelectorAll('#approval-card dt')].filter((e) => !e.hidden && e.getClientRects().length > 0).map((e) => e.textContent.trim()),
+      server: document.getElementById('approval-server').textContent,
+      help: document.getElementById('approval-help').textContent,
+    }));
+    assert.deepEqual(target.terms, ['Action', 'Server']);
+    assert.equal(target.server, `docs (${mcp.url})`);
+    assert.match(target.help, /send this to the MCP server “docs”, a service outside your browser/);
     assert.equal(mcp.calls().length, 0, 'nothing ran before the user answered');
     await answerApprovalInPanel(panel, 'acceptOnce');
 

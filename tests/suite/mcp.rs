@@ -146,6 +146,12 @@ fn mcp_tools_join_the_catalog_and_every_call_asks_even_a_read() {
     assert_eq!(approvals[0].tool_name, "docs__search");
     assert_eq!(approvals[0].label, "Search docs");
     assert_eq!(approvals[0].origin, "");
+    // The question names where the call would go.
+    assert_eq!(approvals[0].server.as_deref(), Some("docs"));
+    assert_eq!(
+        approvals[0].server_url.as_deref(),
+        Some("http://127.0.0.1:9000/mcp")
+    );
     assert_eq!(ran(&sim, "docs__search"), 0, "not before the answer");
     sim.send(
         conn,
