@@ -966,6 +966,51 @@ pub struct SiteRule {
     pub created_at: u64,
 }
 
+/// Where the engine stands with an MCP server of the embedding extension's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerState {
+    /// Its tools are being asked for (those it listed for an earlier
+    /// worker, if any, are offered meanwhile).
+    Listing,
+    /// It listed its tools to this worker.
+    Ready,
+    /// Asking failed (`problem` says why); the tools it listed for an
+    /// earlier worker, if any, are offered, and their calls fail with the
+    /// reason while it stays so.
+    Unreachable,
+}
+
+/// A tool of an MCP server as a client lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpToolSummary {
+    /// The model's name of it (`server__tool`).
+    pub name: String,
+    pub label: String,
+    /// The server marks it read-only (it is run again after a crash; it
+    /// asks like every other tool of a server).
+    pub read_only: bool,
+}
+
+/// An MCP server as a client lists it (`mcpServers.list`,
+/// `mcpServers.updated`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerSummary {
+    /// Its name in `extension/mcp-servers.js`.
+    pub name: String,
+    pub url: String,
+    pub state: McpServerState,
+    /// The tools of it the agent is offered now.
+    pub tools: Vec<McpToolSummary>,
+    /// Why it is unreachable, or which of its tools were left out and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// When its state last changed (ms since the epoch).
+    pub since: u64,
+}
+
 /// A site rule as a client lists it (`siteRules.list`, `siteRules.updated`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

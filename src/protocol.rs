@@ -10,8 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ApprovalRecord, ApprovalStatus, InteractionRecord, InteractionStatus, Node, QueueItem, Run,
-    SiteRuleSummary, StopReason, ThreadSummary, Usage,
+    ApprovalRecord, ApprovalStatus, InteractionRecord, InteractionStatus, McpServerSummary, Node,
+    QueueItem, Run, SiteRuleSummary, StopReason, ThreadSummary, Usage,
 };
 
 /// Protocol version announced in `initialized`; bump on breaking changes.
@@ -237,6 +237,15 @@ pub enum Op {
         #[serde(flatten)]
         submission: Submission,
     },
+    /// The embedding extension's MCP servers, each with its state and the
+    /// tools of it the agent is offered → `command.ack{servers:
+    /// McpServerSummary[]}`, in the order of `extension/mcp-servers.js`.
+    /// Reads only; no receipt.
+    #[serde(rename = "mcpServers.list")]
+    McpServersList {
+        #[serde(flatten)]
+        submission: Submission,
+    },
     /// Remove a site's rule → `command.ack{origin}` once the removal is
     /// saved: from then on every write tool on that origin asks again.
     /// `not_found` when the site has no rule.
@@ -323,6 +332,7 @@ impl Op {
             | Op::ApprovalResponse { submission, .. }
             | Op::InteractionResponse { submission, .. }
             | Op::SiteRulesList { submission }
+            | Op::McpServersList { submission }
             | Op::SettingsDefaults { submission }
             | Op::SiteRuleRevoke { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
@@ -352,6 +362,7 @@ impl Op {
             Op::ApprovalResponse { .. } => "approval.response",
             Op::InteractionResponse { .. } => "interaction.response",
             Op::SiteRulesList { .. } => "siteRules.list",
+            Op::McpServersList { .. } => "mcpServers.list",
             Op::SettingsDefaults { .. } => "settings.defaults",
             Op::SiteRuleRevoke { .. } => "siteRule.revoke",
         }
@@ -359,7 +370,7 @@ impl Op {
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 22] = [
+pub const OP_TYPES: [&str; 23] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -381,17 +392,19 @@ pub const OP_TYPES: [&str; 22] = [
     "provider.test",
     "siteRules.list",
     "siteRule.revoke",
+    "mcpServers.list",
     "settings.defaults",
 ];
 
 /// The ops that only read: they keep no receipt, so a retry reads again
 /// (every other ACKed op replays its first answer).
-pub const READ_OP_TYPES: [&str; 6] = [
+pub const READ_OP_TYPES: [&str; 7] = [
     "initialize",
     "thread.history",
     "attachment.get",
     "provider.test",
     "siteRules.list",
+    "mcpServers.list",
     "settings.defaults",
 ];
 
@@ -566,6 +579,7 @@ impl Op {
                 profile: f.req("profile")?,
             },
             "siteRules.list" => Op::SiteRulesList { submission },
+            "mcpServers.list" => Op::McpServersList { submission },
             "settings.defaults" => Op::SettingsDefaults { submission },
             "siteRule.revoke" => Op::SiteRuleRevoke {
                 submission,
@@ -766,6 +780,11 @@ pub enum Event {
     /// `acceptForSite`, one removed by `siteRule.revoke`).
     #[serde(rename = "siteRules.updated")]
     SiteRulesUpdated { rules: Vec<SiteRuleSummary> },
+    /// The MCP servers as `mcpServers.list` answers, sent to every
+    /// extension page when one's state changes (its tools listed, asking
+    /// failed).
+    #[serde(rename = "mcpServers.updated")]
+    McpServersUpdated { servers: Vec<McpServerSummary> },
     #[serde(rename = "turn.start")]
     TurnStart { thread_id: String, turn_id: String },
     #[serde(rename = "item.start")]
@@ -1170,6 +1189,9 @@ mod tests {
                 title: "Groceries".into(),
             },
             Op::SiteRulesList {
+                submission: submission(),
+            },
+            Op::McpServersList {
                 submission: submission(),
             },
             Op::SiteRuleRevoke {

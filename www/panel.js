@@ -72,6 +72,9 @@ const dom = {
   siteRulesEmpty: $("site-rules-empty"),
   siteRulesList: $("site-rules-list"),
   siteRulesStatus: $("site-rules-status"),
+  mcpServers: $("mcp-servers"),
+  mcpServersList: $("mcp-servers-list"),
+  mcpServersStatus: $("mcp-servers-status"),
   status: $("status"),
   statusText: $("status-text"),
   usageText: $("usage-text"),
@@ -194,6 +197,7 @@ const OP_VERBS = {
   "approval.response": "record your answer to the approval request",
   "interaction.response": "send your answer to the agent's question",
   "siteRules.list": "list the sites where the agent acts without asking",
+  "mcpServers.list": "list the extension's MCP servers",
   "siteRule.revoke": "remove the site",
   "settings.defaults": "read the extension's settings defaults",
   "attachment.get": "load the attached file",
@@ -617,8 +621,12 @@ function handleEvent(event) {
   if (event === null || typeof event !== "object" || typeof event.type !== "string") return;
   if (!state.connected) setConnected(true);
   if (typeof event.epoch === "string" && event.epoch !== state.epoch) {
+    const restarted = typeof state.epoch === "string" && state.epoch !== "";
     state.epoch = event.epoch;
     dom.connection.dataset.epoch = event.epoch;
+    // A new worker asks the MCP servers again: an open list follows it
+    // (its first `mcpServers.updated` may have gone out before this Port).
+    if (restarted && !dom.settingsSection.hidden) requestMcpServers();
   }
   if (typeof event.seq === "number") state.seq = event.seq;
 
@@ -628,6 +636,7 @@ function handleEvent(event) {
     case "command.reject": return onReject(event);
     case "threads.updated": return renderThreads(event.threads);
     case "siteRules.updated": return syncSiteRules(event.rules);
+    case "mcpServers.updated": return renderMcpServers(event.servers);
     default: break;
   }
   if (state.threadId === null || event.threadId !== state.threadId) return;
@@ -827,6 +836,9 @@ function onAck(event) {
     case "siteRules.list":
       if (event.submissionId === siteRulesSubmission) syncSiteRules(result.rules);
       break;
+    case "mcpServers.list":
+      if (event.submissionId === mcpServersSubmission) renderMcpServers(result.servers);
+      break;
     case "settings.defaults":
       onSettingsDefaults(result.defaults ?? {});
       break;
@@ -916,6 +928,13 @@ function onReject(event) {
   }
   if (opType === "settings.defaults") {
     onSettingsDefaults(null);
+    return;
+  }
+  if (opType === "mcpServers.list") {
+    if (pending && pending.message && pending.message.submissionId === mcpServersSubmission) {
+      dom.mcpServersStatus.textContent = `Could not list the MCP servers: ${explainError(event.error).text}`;
+      dom.mcpServersStatus.classList.add("error");
+    }
     return;
   }
   if (opType === "siteRules.list" || opType === "siteRule.revoke") {
@@ -3902,7 +3921,73 @@ function openSettings() {
   dom.settingsToggle.setAttribute("aria-expanded", "true");
   setSettingsStatus("", false);
   requestSiteRules();
+  requestMcpServers();
   return loadSettings();
+}
+
+// ----------------------------------------------------------- MCP servers ---
+// The embedding extension's MCP servers (extension/mcp-servers.js), each
+// with where the engine stands with it and the tools of it the agent is
+// offered (`mcpServers.list`, asked for whenever Settings opens; kept
+// current by `mcpServers.updated`). Hidden when the extension names none.
+
+/** The `mcpServers.list` whose answer is drawn (an older one is ignored). */
+let mcpServersSubmission = null;
+
+function requestMcpServers() {
+  mcpServersSubmission = sendOp("mcpServers.list", {});
+}
+
+/** What a server's state means, in words. */
+const MCP_STATE_TEXT = {
+  listing: "Asking for its tools…",
+  ready: "Connected",
+  unreachable: "Not reachable",
+};
+
+/**
+ * Draws the list (a `mcpServers.list` answer or a `mcpServers.updated`).
+ * Nothing in it takes focus, so it is drawn again whole.
+ * @param {unknown} servers
+ */
+function renderMcpServers(servers) {
+  const shown = Array.isArray(servers)
+    ? servers.filter((s) => s !== null && typeof s === "object" && typeof s.name === "string")
+    : [];
+  dom.mcpServersStatus.textContent = "";
+  dom.mcpServersStatus.classList.remove("error");
+  dom.mcpServersList.replaceChildren(...shown.map(mcpServerItem));
+  dom.mcpServers.hidden = shown.length === 0;
+}
+
+/** @param {{ name: string, url?: unknown, state?: unknown, tools?: unknown, problem?: unknown }} server */
+function mcpServerItem(server) {
+  const item = document.createElement("li");
+  item.dataset.server = server.name;
+  const state = typeof server.state === "string" ? server.state : "";
+  item.dataset.state = state;
+  const tools = Array.isArray(server.tools) ? server.tools.filter((t) => t && typeof t.name === "string") : [];
+  const title = document.createElement("strong");
+  title.textContent = server.name;
+  const status = document.createElement("span");
+  status.className = "mcp-state";
+  status.dataset.state = state;
+  const problem = typeof server.problem === "string" ? server.problem : "";
+  let text = MCP_STATE_TEXT[state] ?? state;
+  if (state === "unreachable" && problem) text = `${text}: ${problem}`;
+  else if (problem) text = `${text}. ${problem}`;
+  if (state !== "ready" && tools.length > 0) text += ` Offering the ${tools.length === 1 ? "tool" : `${tools.length} tools`} it listed before.`;
+  status.textContent = ` — ${text}`;
+  const url = document.createElement("span");
+  url.className = "mcp-url";
+  url.textContent = typeof server.url === "string" ? server.url : "";
+  const list = document.createElement("span");
+  list.className = "mcp-tools";
+  list.textContent = tools.length === 0
+    ? "No tools offered."
+    : `${tools.length === 1 ? "1 tool" : `${tools.length} tools`}: ${tools.map((t) => (typeof t.label === "string" && t.label ? t.label : t.name)).join(", ")}`;
+  item.append(title, status, url, list);
+  return item;
 }
 
 // ------------------------------------------------------------ site rules ---

@@ -194,6 +194,15 @@ export type Op =
     type: "siteRules.list";
   } & Submission
   /**
+   * The embedding extension's MCP servers, each with its state and the
+   * tools of it the agent is offered → `command.ack{servers:
+   * McpServerSummary[]}`, in the order of `extension/mcp-servers.js`.
+   * Reads only; no receipt.
+   */
+  | {
+    type: "mcpServers.list";
+  } & Submission
+  /**
    * Remove a site's rule → `command.ack{origin}` once the removal is
    * saved: from then on every write tool on that origin asks again.
    * `not_found` when the site has no rule.
@@ -368,6 +377,15 @@ export type Event =
   | {
     type: "siteRules.updated";
     rules: SiteRuleSummary[];
+  }
+  /**
+   * The MCP servers as `mcpServers.list` answers, sent to every
+   * extension page when one's state changes (its tools listed, asking
+   * failed).
+   */
+  | {
+    type: "mcpServers.updated";
+    servers: McpServerSummary[];
   }
   | {
     type: "turn.start";
@@ -861,6 +879,51 @@ export interface SiteRuleSummary {
   origin: string;
   allowWrites: boolean;
   createdAt: number;
+}
+
+/**
+ * An MCP server as a client lists it (`mcpServers.list`,
+ * `mcpServers.updated`).
+ */
+export interface McpServerSummary {
+  /** Its name in `extension/mcp-servers.js`. */
+  name: string;
+  url: string;
+  state: McpServerState;
+  /** The tools of it the agent is offered now. */
+  tools: McpToolSummary[];
+  /** Why it is unreachable, or which of its tools were left out and why. */
+  problem?: string | null;
+  /** When its state last changed (ms since the epoch). */
+  since: number;
+}
+
+/** Where the engine stands with an MCP server of the embedding extension's. */
+export type McpServerState =
+  /**
+   * Its tools are being asked for (those it listed for an earlier
+   * worker, if any, are offered meanwhile).
+   */
+  | "listing"
+  /** It listed its tools to this worker. */
+  | "ready"
+  /**
+   * Asking failed (`problem` says why); the tools it listed for an
+   * earlier worker, if any, are offered, and their calls fail with the
+   * reason while it stays so.
+   */
+  | "unreachable";
+
+/** A tool of an MCP server as a client lists it. */
+export interface McpToolSummary {
+  /** The model's name of it (`server__tool`). */
+  name: string;
+  label: string;
+  /**
+   * The server marks it read-only (it is run again after a crash; it
+   * asks like every other tool of a server).
+   */
+  readOnly: boolean;
 }
 
 /** Kind of a streaming item. */

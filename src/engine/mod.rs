@@ -44,9 +44,9 @@ use sha2::{Digest, Sha256};
 use crate::gatekeeper::{self, TargetInfo, Verdict};
 use crate::model::{
     path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, Attachment, InFlightTool,
-    InteractionRecord, InteractionStatus, Node, NodeBody, NoticeLevel, PendingSteer,
-    ProviderProfile, QueueItem, Receipt, Run, RunState, SiteRule, StopReason, Thread, ToolStatus,
-    Usage, UserInput, MAX_QUEUE,
+    InteractionRecord, InteractionStatus, McpServerState, McpServerSummary, McpToolSummary, Node,
+    NodeBody, NoticeLevel, PendingSteer, ProviderProfile, QueueItem, Receipt, Run, RunState,
+    SiteRule, StopReason, Thread, ToolStatus, Usage, UserInput, MAX_QUEUE,
 };
 use crate::protocol::{
     ApprovalDecision, BranchPoint, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event,
@@ -1101,6 +1101,9 @@ pub struct Engine {
     held: Vec<(ConnId, Op)>,
     /// Persisted site rules, by origin.
     site_rules: HashMap<String, SiteRule>,
+    /// The embedding extension's MCP servers, in its order, and where each
+    /// stands (`handle_mcp_status`); their tools are in the registry.
+    mcp_servers: Vec<McpServerSummary>,
     /// Receipts whose transaction is in flight: key → (fingerprint, duplicate waiters).
     inflight_receipts: VecMap<String, (String, Vec<Reply>)>,
     pending: VecMap<u64, Pending>,
@@ -1156,6 +1159,7 @@ impl Engine {
             receipts_state: Receipts::Loaded,
             held: Vec::new(),
             site_rules: HashMap::new(),
+            mcp_servers: Vec::new(),
             inflight_receipts: VecMap::new(),
             pending: VecMap::new(),
             next_steer_seq: 1,
@@ -1443,6 +1447,57 @@ impl Engine {
         problems
     }
 
+    /// Where an MCP server stands (the driver: asking at start, then its
+    /// tools listed or the reason it could not): kept for `mcpServers.list`
+    /// and sent to every extension page (`mcpServers.updated`).
+    pub fn handle_mcp_status(
+        &mut self,
+        now: u64,
+        name: &str,
+        url: &str,
+        state: McpServerState,
+        problem: Option<String>,
+    ) {
+        let status = McpServerSummary {
+            name: name.to_string(),
+            url: url.to_string(),
+            state,
+            tools: Vec::new(),
+            problem,
+            since: now,
+        };
+        match self.mcp_servers.iter_mut().find(|s| s.name == name) {
+            Some(known) => *known = status,
+            None => self.mcp_servers.push(status),
+        }
+        let servers = self.mcp_server_summaries();
+        self.send_to_pages(Event::McpServersUpdated { servers });
+    }
+
+    /// The MCP servers with the tools of each the agent is offered now.
+    pub(super) fn mcp_server_summaries(&self) -> Vec<McpServerSummary> {
+        self.mcp_servers
+            .iter()
+            .map(|server| McpServerSummary {
+                tools: self
+                    .config
+                    .registry
+                    .descriptors()
+                    .iter()
+                    .filter(|d| {
+                        matches!(&d.binding, crate::tools::Binding::Mcp { server: s, .. } if *s == server.name)
+                    })
+                    .map(|d| McpToolSummary {
+                        name: d.name.clone(),
+                        label: d.label.clone(),
+                        read_only: d.effects == crate::tools::Effects::Read,
+                    })
+                    .collect(),
+                ..server.clone()
+            })
+            .collect()
+    }
+
     pub fn handle_settings(&mut self, profile: ProviderProfile) {
         self.profile = profile;
     }
@@ -1622,6 +1677,10 @@ impl Engine {
             } => self.op_select_branch(now, reply, &thread_id, &node_id),
             Op::ProviderTest { profile, .. } => self.op_provider_test(now, reply, profile),
             Op::SiteRulesList { .. } => self.op_site_rules_list(reply),
+            Op::McpServersList { .. } => {
+                let servers = self.mcp_server_summaries();
+                self.ack(&reply, serde_json::json!({ "servers": servers }));
+            }
             Op::SettingsDefaults { .. } => self.op_settings_defaults(reply),
             Op::SiteRuleRevoke { origin, .. } => self.op_site_rule_revoke(now, reply, &origin),
             Op::ThreadHistory {

@@ -837,6 +837,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         Op::ThreadCreate { .. }
         | Op::ProviderTest { .. }
         | Op::SiteRulesList { .. }
+        | Op::McpServersList { .. }
         | Op::SettingsDefaults { .. }
         | Op::SiteRuleRevoke { .. } => None,
     }

@@ -39,7 +39,7 @@ use crate::engine::{
 };
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
 use crate::gatekeeper::{self, origin_of, TargetInfo};
-use crate::model::ProviderProfile;
+use crate::model::{McpServerState, ProviderProfile};
 use crate::protocol::{classify_sender, ClientKind, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
     http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
@@ -904,10 +904,21 @@ impl Driver {
         let mut changed = false;
         for (server, listed) in servers.iter().zip(lists) {
             let name = &server.config.name;
+            let url = &server.config.url;
             let listed = match listed {
                 Ok(listed) => listed,
                 Err(e) => {
-                    console_error(&e.describe(name));
+                    let problem = e.describe(name);
+                    console_error(&problem);
+                    self.input(|e, now| {
+                        e.handle_mcp_status(
+                            now,
+                            name,
+                            url,
+                            McpServerState::Unreachable,
+                            Some(problem),
+                        )
+                    });
                     continue;
                 }
             };
@@ -917,9 +928,13 @@ impl Driver {
             let mut more = Vec::new();
             self.input(|e, _| more = e.handle_mcp_tools(name, descriptors));
             problems.extend(more);
-            for problem in problems {
-                console_error(&problem);
+            for problem in &problems {
+                console_error(problem);
             }
+            let problem = (!problems.is_empty()).then(|| problems.join("; "));
+            self.input(|e, now| {
+                e.handle_mcp_status(now, name, url, McpServerState::Ready, problem)
+            });
             let entry = json!({ "url": server.config.url, "tools": listed });
             let mut catalog = self.mcp_catalog.borrow_mut();
             if catalog.get(name) != Some(&entry) {
@@ -1546,6 +1561,18 @@ impl EngineHandle {
         });
         driver.pump();
         if !driver.mcp.servers.is_empty() {
+            let servers = driver.mcp.servers.clone();
+            driver.input(|e, now| {
+                for server in &servers {
+                    e.handle_mcp_status(
+                        now,
+                        &server.config.name,
+                        &server.config.url,
+                        McpServerState::Listing,
+                        None,
+                    );
+                }
+            });
             let discovering = driver.clone();
             spawn_local(async move { discovering.discover_mcp().await });
         }

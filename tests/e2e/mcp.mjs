@@ -124,6 +124,29 @@ function callIds(request, name) {
 
 const offeredTools = (request) => (request.body.tools ?? []).map((t) => t.function?.name);
 
+/**
+ * The MCP servers Settings lists (opened first): [{ name, state, text }],
+ * or null while the section is hidden.
+ */
+async function shownServers(panel) {
+  if (await panel.locator('#settings-section').isHidden()) await panel.click('#settings-toggle');
+  return panel.evaluate(() => (document.getElementById('mcp-servers').hidden
+    ? null
+    : [...document.querySelectorAll('#mcp-servers-list li')].map((li) => ({
+      name: li.dataset.server,
+      state: li.dataset.state,
+      text: li.innerText.replace(/\s+/g, ' ').trim(),
+    }))));
+}
+
+/** Waits until Settings lists the servers in `states` ({ name: state }); returns the list. */
+function serversIn(panel, states) {
+  return waitFor(async () => {
+    const shown = await shownServers(panel);
+    return shown && shown.length === Object.keys(states).length && shown.every((s) => states[s.name] === s.state) ? shown : null;
+  }, { message: `Settings to list the MCP servers as ${JSON.stringify(states)}` });
+}
+
 async function consoleErrors(session) {
   const worker = await waitForExtensionServiceWorker(session.context, { extensionId: session.extensionId });
   return worker.evaluate(() => globalThis.__consoleErrors ?? []);
@@ -217,6 +240,10 @@ mcpTest(
     assert.equal(status.docs__search, 'ok', JSON.stringify(cards));
     assert.equal(status.docs__create_ticket, 'ok', JSON.stringify(cards));
     assert.deepEqual(await consoleErrors(session), []);
+
+    // Settings lists the server, its address and the tools offered.
+    const [listed] = await serversIn(panel, { docs: 'ready' });
+    assert.equal(listed.text, `docs — Connected ${mcp.url} 5 tools: Search the docs, create_ticket, Build a report, broken, ask_model`);
   },
 );
 
@@ -294,6 +321,14 @@ mcpTest(
     const request = mock.requests().at(-2);
     assert.ok(offeredTools(request).includes('docs__search'), 'the kept tools are offered');
     assert.match(resultsByTool(mock.requests().at(-1)).docs__search, /The MCP server "docs" answered HTTP 503: .*down for maintenance/);
+
+    // Settings says so, and follows the next worker once the server is back.
+    const [down] = await serversIn(panel, { docs: 'unreachable' });
+    assert.match(down.text, /^docs — Not reachable: The MCP server "docs" answered HTTP 503: .* Offering the 5 tools it listed before\./);
+    mcp.setDown(null);
+    await killServiceWorker(context, extensionId);
+    const [back] = await serversIn(panel, { docs: 'ready' });
+    assert.match(back.text, /^docs — Connected .* 5 tools: Search the docs,/);
   },
   // This server answers every request with one JSON body (the others use
   // event streams): the client takes both.
@@ -319,6 +354,10 @@ mcpTest(
     assert.equal(leftOut.length, 2, errors.join('\n'));
     assert.match(leftOut[0], /Bad Name/);
     assert.match(leftOut[1], /files/);
+    const listed = await serversIn(panel, { gone: 'unreachable', docs: 'ready' });
+    assert.deepEqual(listed.map((s) => s.name), ['gone', 'docs'], 'the wrong entries are not listed; the others in their order');
+    assert.match(listed[0].text, /^gone — Not reachable: The MCP server "gone" could not be reached \(.*\)\. http:\/\/127\.0\.0\.1:9\/mcp No tools offered\.$/);
+    await panel.click('#settings-toggle');
 
     await scriptModel(mock, [call('docs__ask_model'), { text: 'It could not sample.' }]);
     await submitTask(panel, 'Ask the docs server to sample');

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use sw_agent::engine::{EngineConfig, ToolOutcome};
 use sw_agent::mcp::{parse_servers, remote_tools, ServerConfig};
-use sw_agent::model::{ApprovalStatus, NodeBody, RunState, StopReason, ToolStatus};
+use sw_agent::model::{ApprovalStatus, McpServerState, NodeBody, RunState, StopReason, ToolStatus};
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event};
 use sw_agent::provider::{ProviderRequest, RawToolCall};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
@@ -405,4 +405,90 @@ fn an_mcp_tool_that_would_break_the_catalog_s_limits_is_left_out_with_the_reason
         (Effects::Write, Recovery::NeverRetry)
     );
     assert!(matches!(&d.binding, Binding::Mcp { server, .. } if server == "docs"));
+}
+
+#[test]
+fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_of_a_change() {
+    const URL: &str = "http://127.0.0.1:9000/mcp";
+    let mut sim = Sim::new(511, policy(), server_world());
+    with_docs(&mut sim.config, URL);
+    sim.reconfigure();
+    let panel = sim.connect();
+    let other = sim.connect();
+    let servers_of = |value: &Value| value["servers"].clone();
+
+    // A worker starts: the server is asked, the kept tools are offered.
+    sim.engine
+        .handle_mcp_status(5, "docs", URL, McpServerState::Listing, None);
+    sim.send(panel, list_mcp_servers("l1"));
+    sim.run(1_000);
+    let listed = servers_of(&answer(&sim, panel, "l1").unwrap().unwrap());
+    assert_eq!(
+        listed,
+        json!([{
+            "name": "docs",
+            "url": URL,
+            "state": "listing",
+            "tools": [
+                { "name": "docs__search", "label": "Search docs", "readOnly": true },
+                { "name": "docs__page_create", "label": "page.create", "readOnly": false },
+            ],
+            "since": 5,
+        }])
+    );
+
+    // It cannot be reached: every page hears it, with the reason; the
+    // kept tools stay offered.
+    sim.engine.handle_mcp_status(
+        9,
+        "docs",
+        URL,
+        McpServerState::Unreachable,
+        Some("The MCP server \"docs\" could not be reached (Failed to fetch).".into()),
+    );
+    sim.run(1_000);
+    for conn in [panel, other] {
+        let heard: Vec<Value> = sim
+            .events_for(conn)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::McpServersUpdated { servers } => {
+                    Some(serde_json::to_value(servers).unwrap())
+                }
+                _ => None,
+            })
+            .collect();
+        let last = heard.last().expect("mcpServers.updated");
+        assert_eq!(last[0]["state"], "unreachable");
+        assert_eq!(last[0]["since"], 9);
+        assert!(last[0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("could not be reached"));
+        assert_eq!(last[0]["tools"].as_array().unwrap().len(), 2);
+    }
+
+    // It answers with another list: the list shows what is offered now.
+    let server = docs_server(URL);
+    sim.engine.handle_mcp_tools(
+        "docs",
+        mcp_descriptors(&server, &[json!({ "name": "lookup" })]),
+    );
+    sim.engine
+        .handle_mcp_status(12, "docs", URL, McpServerState::Ready, None);
+    sim.send(panel, list_mcp_servers("l2"));
+    sim.run(1_000);
+    let listed = servers_of(&answer(&sim, panel, "l2").unwrap().unwrap());
+    assert_eq!(listed[0]["state"], "ready");
+    assert_eq!(listed[0]["problem"], Value::Null);
+    assert_eq!(
+        listed[0]["tools"],
+        json!([{ "name": "docs__lookup", "label": "lookup", "readOnly": false }])
+    );
+    // A read: sent again, it reads again (no receipt kept).
+    assert!(sim
+        .store
+        .receipts
+        .keys()
+        .all(|k| !k.contains("l1") && !k.contains("l2")));
 }

@@ -819,6 +819,12 @@ pub fn list_site_rules(id: &str) -> Op {
     }
 }
 
+pub fn list_mcp_servers(id: &str) -> Op {
+    Op::McpServersList {
+        submission: submission(id),
+    }
+}
+
 pub fn revoke_site_rule(id: &str, origin: &str) -> Op {
     Op::SiteRuleRevoke {
         submission: submission(id),
