@@ -835,28 +835,12 @@ impl Driver {
         name: &str,
         params: &Value,
     ) -> Result<ToolOutcome, String> {
-        let controller = AbortController::new().map_err(|e| error::js_to_error(e).message)?;
-        self.host_aborts
-            .borrow_mut()
-            .insert(dispatch_id, controller.clone());
-        let me = self.me.clone();
-        let progress = Closure::<dyn FnMut(JsValue)>::new(move |text: JsValue| {
-            if let (Some(driver), Some(text)) = (me.upgrade(), text.as_string()) {
-                driver.input(|e, now| e.handle_tool_progress(now, dispatch_id, text));
-            }
-        });
-        let result = self
-            .host_tools
-            .call(
-                name,
-                call_id,
-                params,
-                &controller.signal(),
-                progress.as_ref().unchecked_ref(),
-            )
-            .await;
-        self.host_aborts.borrow_mut().remove(&dispatch_id);
-        result
+        self.abortable_call(dispatch_id, |controller, progress| async move {
+            self.host_tools
+                .call(name, call_id, params, &controller.signal(), &progress)
+                .await
+        })
+        .await
     }
 
     /// A tool of an MCP server (`Binding::Mcp`). Its progress
@@ -872,6 +856,22 @@ impl Driver {
         let server = self.mcp.get(server).ok_or_else(|| {
             format!("The MCP server \"{server}\" is not configured in this extension.")
         })?;
+        self.abortable_call(dispatch_id, |controller, progress| async move {
+            server
+                .call(name, call_id, params, &controller, &progress)
+                .await
+        })
+        .await
+    }
+
+    /// Runs `call` (of a host or MCP tool) with a controller that
+    /// `abort_host_tool` aborts (a stop, the time limit) and a progress
+    /// function whose reports become `item.delta{toolProgress}`.
+    async fn abortable_call<F, Fut>(&self, dispatch_id: u64, call: F) -> Result<ToolOutcome, String>
+    where
+        F: FnOnce(AbortController, js_sys::Function) -> Fut,
+        Fut: std::future::Future<Output = Result<ToolOutcome, String>>,
+    {
         let controller = AbortController::new().map_err(|e| error::js_to_error(e).message)?;
         self.host_aborts
             .borrow_mut()
@@ -882,15 +882,9 @@ impl Driver {
                 driver.input(|e, now| e.handle_tool_progress(now, dispatch_id, text));
             }
         });
-        let result = server
-            .call(
-                name,
-                call_id,
-                params,
-                &controller,
-                progress.as_ref().unchecked_ref(),
-            )
-            .await;
+        let result = call(controller, progress.as_ref().clone().unchecked_into()).await;
+        // The progress function works until the call ended, not after.
+        drop(progress);
         self.host_aborts.borrow_mut().remove(&dispatch_id);
         result
     }

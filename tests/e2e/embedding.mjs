@@ -22,7 +22,7 @@ import {
   waitFor,
   waitForExtensionServiceWorker,
 } from '../support/browser.mjs';
-import { isolatedTest as sharedIsolatedTest, waitForSettledTurn, scriptModel } from '../support/session.mjs';
+import { isolatedTest as sharedIsolatedTest, waitForSettledTurn, scriptModel, RECORD_CONSOLE_ERRORS } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
@@ -52,16 +52,7 @@ function systemPrompt(request) {
 
 /** The defaults as an extension developer writes them, naming the mock LLM. */
 function defaultsFile(mockUrl, extra = '') {
-  return `
-const errors = (globalThis.__consoleErrors ??= []);
-if (typeof document === 'undefined' && !globalThis.__consoleWrapped) {
-  globalThis.__consoleWrapped = true;
-  const consoleError = console.error.bind(console);
-  console.error = (...args) => {
-    errors.push(args.map(String).join(' '));
-    consoleError(...args);
-  };
-}
+  return `${RECORD_CONSOLE_ERRORS}
 export const SETTINGS_DEFAULTS = {
   provider: 'openai',
   baseUrl: ${JSON.stringify(mockUrl)},

@@ -33,7 +33,7 @@ import {
   orphanToolCallProblems,
   toolCards,
   waitForSettledTurn,
-  messageText,
+  resultsByTool,
   scriptModel,
 } from '../support/session.mjs';
 
@@ -171,20 +171,6 @@ function isolatedTest(name, options, body) {
 }
 
 const call = (name, args = {}) => ({ toolCalls: [{ name, arguments: args }] });
-
-/** The result the model received for each tool call, by tool name (the last request has them all). */
-function resultsByTool(request) {
-  const messages = request.body?.messages ?? [];
-  const out = {};
-  for (const message of messages) {
-    if (message.role !== 'assistant' || !Array.isArray(message.tool_calls)) continue;
-    for (const toolCall of message.tool_calls) {
-      const result = messages.find((m) => m.role === 'tool' && m.tool_call_id === toolCall.id);
-      out[toolCall.function?.name] = result ? messageText(result) : null;
-    }
-  }
-  return out;
-}
 
 /** The details blocks the panel shows under extension tools' results. */
 function shownToolDetails(panel) {

@@ -27,8 +27,9 @@ import {
 } from '../support/browser.mjs';
 import {
   isolatedTest as sharedIsolatedTest,
-  messageText,
   orphanToolCallProblems,
+  RECORD_CONSOLE_ERRORS,
+  resultsByTool,
   scriptModel,
   toolCards,
   waitForSettledTurn,
@@ -52,16 +53,7 @@ function extensionWithServers(servers) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-mcp-'));
   dirs.push(dir);
   cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
-  writeFileSync(path.join(dir, 'mcp-servers.js'), `
-const errors = (globalThis.__consoleErrors ??= []);
-if (typeof document === 'undefined' && !globalThis.__consoleWrapped) {
-  globalThis.__consoleWrapped = true;
-  const consoleError = console.error.bind(console);
-  console.error = (...args) => {
-    errors.push(args.map(String).join(' '));
-    consoleError(...args);
-  };
-}
+  writeFileSync(path.join(dir, 'mcp-servers.js'), `${RECORD_CONSOLE_ERRORS}
 export const MCP_SERVERS = ${JSON.stringify(servers, null, 2)};
 `);
   return dir;
@@ -99,20 +91,6 @@ async function keptCatalog(panel, server, count) {
 }
 
 const call = (name, args = {}, text) => ({ ...(text ? { text } : {}), toolCalls: [{ name, arguments: args }] });
-
-/** Tool results of a recorded OpenAI-format request, by tool name (the last of each name). */
-function resultsByTool(request) {
-  const messages = request.body?.messages ?? [];
-  const out = {};
-  for (const message of messages) {
-    if (message.role !== 'assistant' || !Array.isArray(message.tool_calls)) continue;
-    for (const toolCall of message.tool_calls) {
-      const result = messages.find((m) => m.role === 'tool' && m.tool_call_id === toolCall.id);
-      out[toolCall.function?.name] = result ? messageText(result) : null;
-    }
-  }
-  return out;
-}
 
 /** The call ids the model gave each tool, in order. */
 function callIds(request, name) {

@@ -8,16 +8,6 @@ use sw_agent::sim::Sim;
 
 use super::support::*;
 
-fn approval_requests(sim: &Sim) -> Vec<sw_agent::model::ApprovalRecord> {
-    sim.events
-        .iter()
-        .filter_map(|(_, e)| match &e.event {
-            Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn respond(id: &str, thread: &str, approval: &str, decision: ApprovalDecision) -> Op {
     Op::ApprovalResponse {
         submission: submission(id),

@@ -819,6 +819,17 @@ pub fn list_site_rules(id: &str) -> Op {
     }
 }
 
+/// Every approval request the engine sent, in order.
+pub fn approval_requests(sim: &Sim) -> Vec<sw_agent::model::ApprovalRecord> {
+    sim.events
+        .iter()
+        .filter_map(|(_, e)| match &e.event {
+            Event::ApprovalRequest { approval, .. } => Some(approval.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn list_mcp_servers(id: &str) -> Op {
     Op::McpServersList {
         submission: submission(id),

@@ -284,6 +284,37 @@ export function messageText(message) {
   return '';
 }
 
+/** Tool results of a recorded OpenAI-format request, by tool name (the last of each name). */
+export function resultsByTool(request) {
+  const messages = request.body?.messages ?? [];
+  const out = {};
+  for (const message of messages) {
+    if (message.role !== 'assistant' || !Array.isArray(message.tool_calls)) continue;
+    for (const toolCall of message.tool_calls) {
+      const result = messages.find((m) => m.role === 'tool' && m.tool_call_id === toolCall.id);
+      out[toolCall.function?.name] = result ? messageText(result) : null;
+    }
+  }
+  return out;
+}
+
+/**
+ * Source for the top of a module the worker imports (an extension file a
+ * test writes): it keeps the worker's console errors in
+ * `globalThis.__consoleErrors`, once per worker, for the test to read.
+ */
+export const RECORD_CONSOLE_ERRORS = `
+const errors = (globalThis.__consoleErrors ??= []);
+if (typeof document === 'undefined' && !globalThis.__consoleWrapped) {
+  globalThis.__consoleWrapped = true;
+  const consoleError = console.error.bind(console);
+  console.error = (...args) => {
+    errors.push(args.map(String).join(' '));
+    consoleError(...args);
+  };
+}
+`;
+
 /** Replaces the mock LLM's queue of responses through its HTTP control API (POST /__control/script). */
 export async function scriptModel(mock, steps) {
   const response = await fetch(`${mock.origin}/__control/script`, {
