@@ -1082,6 +1082,17 @@ struct Conn {
     subscribed: Option<String>,
 }
 
+/// Where the engine stands with an MCP server (`McpServerSummary` without
+/// the tools, which the registry holds).
+#[derive(Debug)]
+struct McpServerStatus {
+    name: String,
+    url: String,
+    state: McpServerState,
+    problem: Option<String>,
+    since: u64,
+}
+
 /// The engine. One per service-worker instance; rebuilt from the store after a crash.
 #[derive(Debug)]
 pub struct Engine {
@@ -1103,7 +1114,7 @@ pub struct Engine {
     site_rules: HashMap<String, SiteRule>,
     /// The embedding extension's MCP servers, in its order, and where each
     /// stands (`handle_mcp_status`); their tools are in the registry.
-    mcp_servers: Vec<McpServerSummary>,
+    mcp_servers: Vec<McpServerStatus>,
     /// Receipts whose transaction is in flight: key → (fingerprint, duplicate waiters).
     inflight_receipts: VecMap<String, (String, Vec<Reply>)>,
     pending: VecMap<u64, Pending>,
@@ -1458,11 +1469,10 @@ impl Engine {
         state: McpServerState,
         problem: Option<String>,
     ) {
-        let status = McpServerSummary {
+        let status = McpServerStatus {
             name: name.to_string(),
             url: url.to_string(),
             state,
-            tools: Vec::new(),
             problem,
             since: now,
         };
@@ -1479,6 +1489,11 @@ impl Engine {
         self.mcp_servers
             .iter()
             .map(|server| McpServerSummary {
+                name: server.name.clone(),
+                url: server.url.clone(),
+                state: server.state,
+                problem: server.problem.clone(),
+                since: server.since,
                 tools: self
                     .config
                     .registry
@@ -1493,7 +1508,6 @@ impl Engine {
                         read_only: d.effects == crate::tools::Effects::Read,
                     })
                     .collect(),
-                ..server.clone()
             })
             .collect()
     }

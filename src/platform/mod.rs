@@ -919,16 +919,14 @@ impl Driver {
             let (tools, mut problems) = crate::mcp::remote_tools(&server.config, &listed);
             server.set_tools(&tools);
             let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
-            let mut more = Vec::new();
-            self.input(|e, _| more = e.handle_mcp_tools(name, descriptors));
-            problems.extend(more);
+            self.input(|e, now| {
+                problems.extend(e.handle_mcp_tools(name, descriptors));
+                let problem = (!problems.is_empty()).then(|| problems.join("; "));
+                e.handle_mcp_status(now, name, url, McpServerState::Ready, problem);
+            });
             for problem in &problems {
                 console_error(problem);
             }
-            let problem = (!problems.is_empty()).then(|| problems.join("; "));
-            self.input(|e, now| {
-                e.handle_mcp_status(now, name, url, McpServerState::Ready, problem)
-            });
             let entry = json!({ "url": server.config.url, "tools": listed });
             let mut catalog = self.mcp_catalog.borrow_mut();
             if catalog.get(name) != Some(&entry) {
