@@ -1356,6 +1356,18 @@ impl EngineHandle {
                 .ok()
                 .filter(|v| v.is_object())
         };
+        // An option of the embedding extension's as JSON data: absent (or
+        // null) is `Null`; one that is not JSON data (a function in it) is
+        // `false`, which its checker refuses as a whole, by name.
+        let json_field = |key: &str| {
+            let value = js_sys::Reflect::get(&prefetched, &JsValue::from_str(key))
+                .unwrap_or(JsValue::UNDEFINED);
+            if value.is_undefined() || value.is_null() {
+                Value::Null
+            } else {
+                serde_wasm_bindgen::from_value(value).unwrap_or(Value::Bool(false))
+            }
+        };
         let fail = |e: crate::store::StoreError| wasm_bindgen::JsError::new(&e.message);
         let prefetch = field("store").and_then(|p| IdbStore::prefetched(DB_NAME, &p));
         let from_prefetch = prefetch.is_some();
@@ -1382,15 +1394,8 @@ impl EngineHandle {
         // The embedding extension's settings defaults
         // (`extension/settings-defaults.js`): a wrong field is left out and
         // named in the console, like a wrong tool.
-        let defaults = js_sys::Reflect::get(&prefetched, &JsValue::from_str("settingsDefaults"))
-            .unwrap_or(JsValue::UNDEFINED);
-        let defaults = if defaults.is_undefined() || defaults.is_null() {
-            Value::Null
-        } else {
-            // Not JSON data (a function in it): refused as a whole, by name.
-            serde_wasm_bindgen::from_value(defaults).unwrap_or(Value::Bool(false))
-        };
-        let (settings_defaults, refused) = settings::check_defaults(&defaults);
+        let (settings_defaults, refused) =
+            settings::check_defaults(&json_field("settingsDefaults"));
         for e in refused {
             console_error(&format!(
                 "a field of extension/settings-defaults.js was left out: {e}"
@@ -1495,14 +1500,7 @@ impl EngineHandle {
         // The embedding extension's MCP servers (`extension/mcp-servers.js`):
         // a wrong entry is left out and named. Each offers the tools it
         // listed last at once (`mcp_catalog`); they are asked again below.
-        let servers = js_sys::Reflect::get(&prefetched, &JsValue::from_str("mcpServers"))
-            .unwrap_or(JsValue::UNDEFINED);
-        let servers = if servers.is_undefined() || servers.is_null() {
-            Value::Null
-        } else {
-            serde_wasm_bindgen::from_value(servers).unwrap_or(Value::Bool(false))
-        };
-        let (servers, refused) = crate::mcp::parse_servers(&servers);
+        let (servers, refused) = crate::mcp::parse_servers(&json_field("mcpServers"));
         for e in refused {
             console_error(&format!("extension/mcp-servers.js: {e}"));
         }
