@@ -227,7 +227,7 @@ fn never_retry_at_most_once_an_mcp_write_running_at_a_crash_is_never_run_again()
 }
 
 #[test]
-fn a_run_resumes_with_the_tools_a_server_listed_before_and_not_against_another_server() {
+fn resume_refuses_drift_of_another_server_and_resumes_with_the_kept_tools() {
     // The next worker offers the listed tools again before the server
     // answers (the driver's kept catalog): the run resumes.
     let (mut sim, _, _) = started(504);
