@@ -8,6 +8,7 @@
 //! to test their own tools.
 
 pub mod diff;
+pub mod elicitation;
 pub mod engine;
 pub mod frames;
 pub mod gatekeeper;

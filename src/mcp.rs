@@ -383,7 +383,9 @@ pub fn notification(method: &str, params: Option<Value>) -> String {
 pub fn initialize_params() -> Value {
     json!({
         "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {},
+        // Requests for the user's input during a tool call are shown in the
+        // side panel (`crate::elicitation`).
+        "capabilities": { "elicitation": {} },
         "clientInfo": { "name": "sw-agent", "version": env!("CARGO_PKG_VERSION") },
     })
 }
@@ -479,8 +481,16 @@ pub enum Incoming {
         id: Value,
         answer: Result<Value, McpError>,
     },
-    /// A request of the server's (we answer [`refusal`]).
-    Request { id: Value, method: String },
+    /// A request of the server's: `elicitation/create` during a tool call
+    /// is shown to the user (`crate::elicitation`); others are answered
+    /// [`refusal`]. `order`: the names of the requested fields in the
+    /// message's own order ([`crate::elicitation::property_order`]).
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+        order: Vec<String>,
+    },
     /// A notification (`notifications/progress`, `notifications/message`…).
     Notification { method: String, params: Value },
 }
@@ -502,7 +512,12 @@ fn classify(message: Value) -> Result<Incoming, McpError> {
         .map(str::to_string);
     let id = object.remove("id");
     match (method, id) {
-        (Some(method), Some(id)) => Ok(Incoming::Request { id, method }),
+        (Some(method), Some(id)) => Ok(Incoming::Request {
+            id,
+            method,
+            params: object.remove("params").unwrap_or(Value::Null),
+            order: Vec::new(),
+        }),
         (Some(method), None) => Ok(Incoming::Notification {
             method,
             params: object.remove("params").unwrap_or(Value::Null),
@@ -589,7 +604,10 @@ impl AnswerReader {
                     .map_err(|e| McpError::Malformed(format!("the body is not JSON ({e})")))?;
                 match value {
                     Value::Array(batch) => batch.into_iter().map(classify).collect(),
-                    one => Ok(vec![classify(one)?]),
+                    one => Ok(vec![with_order(
+                        classify(one)?,
+                        &String::from_utf8_lossy(&text),
+                    )]),
                 }
             }
         }
@@ -623,10 +641,26 @@ fn sse_messages(data: impl Iterator<Item = String>) -> Result<Vec<Incoming>, Mcp
                     out.push(classify(message)?);
                 }
             }
-            one => out.push(classify(one)?),
+            one => out.push(with_order(classify(one)?, &data)),
         }
     }
     Ok(out)
+}
+
+/// A request for input keeps the order its text gives the fields (a
+/// batch's requests keep none: their fields come by name).
+fn with_order(message: Incoming, text: &str) -> Incoming {
+    match message {
+        Incoming::Request {
+            id, method, params, ..
+        } if method == crate::elicitation::METHOD => Incoming::Request {
+            id,
+            method,
+            params,
+            order: crate::elicitation::property_order(text),
+        },
+        other => other,
+    }
 }
 
 /// Whether `id` is the id we sent as `ours`.

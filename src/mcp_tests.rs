@@ -224,7 +224,9 @@ fn an_answer_is_read_as_json_or_as_an_event_stream_split_anywhere() {
             messages[1],
             Incoming::Request {
                 id: json!("s1"),
-                method: "sampling/createMessage".into()
+                method: "sampling/createMessage".into(),
+                params: json!({}),
+                order: Vec::new(),
             }
         );
         assert!(
@@ -443,4 +445,39 @@ fn errors_name_the_server_and_what_to_check() {
     assert!(McpError::Version("1999-01-01".into())
         .describe("docs")
         .contains("2025-06-18 and 2025-03-26"));
+}
+
+#[test]
+fn a_request_for_input_keeps_the_order_of_its_fields_as_the_server_wrote_them() {
+    let text = r#"{"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"Who?","requestedSchema":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"boolean"},"mid":{"type":"integer"}}}}}"#;
+    let sse = format!("data: {text}\n\n");
+    for (content_type, body) in [
+        ("text/event-stream", sse.as_bytes()),
+        ("application/json", text.as_bytes()),
+    ] {
+        let messages = read_all(content_type, body, 7).unwrap();
+        let [Incoming::Request {
+            method,
+            params,
+            order,
+            ..
+        }] = messages.as_slice()
+        else {
+            panic!("one request expected: {messages:?}");
+        };
+        assert_eq!(method, "elicitation/create");
+        assert_eq!(order, &["zeta", "alpha", "mid"]);
+        let request = crate::elicitation::parse_request(params, order).unwrap();
+        let names: Vec<&str> = request
+            .form
+            .fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(names, ["zeta", "alpha", "mid"]);
+    }
+    assert_eq!(
+        initialize_params()["capabilities"],
+        json!({ "elicitation": {} })
+    );
 }

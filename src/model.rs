@@ -929,29 +929,139 @@ pub struct ApprovalRecord {
 #[serde(rename_all = "snake_case")]
 pub enum InteractionStatus {
     Pending,
+    /// Answered (a server's request: accepted, declined or cancelled, `action`).
     Answered,
-    /// The run ended before the user answered.
+    /// The run ended before the user answered (or, for a server's request,
+    /// its call ended or the worker restarted: the call cannot go on).
     Cancelled,
 }
 
-/// A durable question from the model to the user (the `ask_user` tool).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A durable question to the user: the model's (the `ask_user` tool), or
+/// an MCP server's request for input during one of its tool calls
+/// (`elicitation/create`; `server` is set, and `form` says what it asks).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InteractionRecord {
     pub id: String,
     pub thread_id: String,
     pub run_id: String,
     pub call_id: String,
+    /// The model's question, or the server's message.
     pub question: String,
     /// Suggested answers (the user may also type another).
     #[serde(default)]
     pub options: Vec<String>,
     pub status: InteractionStatus,
+    /// The user's answer to a question of the model's.
     #[serde(default)]
     pub answer: Option<String>,
     pub created_at: u64,
     #[serde(default)]
     pub answered_at: Option<u64>,
+    /// The MCP server asking (its name in `extension/mcp-servers.js`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// That server's endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_url: Option<String>,
+    /// The fields the server asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<ElicitationForm>,
+    /// How the user answered the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ElicitationAction>,
+    /// The values the user gave the server (with `accept`), by field name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<serde_json::Value>,
+}
+
+/// How the user answered an MCP server's request for input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationAction {
+    /// Sent the values filled in.
+    Accept,
+    /// Refused to give them.
+    Decline,
+    /// Dismissed the request without deciding.
+    Cancel,
+}
+
+impl ElicitationAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElicitationAction::Accept => "accept",
+            ElicitationAction::Decline => "decline",
+            ElicitationAction::Cancel => "cancel",
+        }
+    }
+}
+
+/// What an MCP server asks the user for (its `requestedSchema`, checked
+/// and flattened into fields in the server's order: `crate::elicitation`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationForm {
+    pub fields: Vec<FormField>,
+}
+
+/// The kind of value a form field takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldKind {
+    String,
+    Number,
+    Integer,
+    Boolean,
+}
+
+/// The shape a string field's value must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StringFormat {
+    #[serde(rename = "email")]
+    Email,
+    #[serde(rename = "uri")]
+    Uri,
+    #[serde(rename = "date")]
+    Date,
+    #[serde(rename = "date-time")]
+    DateTime,
+}
+
+/// One value an MCP server asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FormField {
+    /// The key of the value in the answer.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: FieldKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub required: bool,
+    /// The only values allowed (a string field's `enum`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    /// What to show for each option (`enumNames`), same length.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub option_labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<StringFormat>,
+    /// In characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_length: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<f64>,
+    /// Filled in to begin with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<serde_json::Value>,
 }
 
 /// A persisted per-site permission, created by "accept for this site".

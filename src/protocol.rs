@@ -10,8 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ApprovalRecord, ApprovalStatus, InteractionRecord, InteractionStatus, McpServerSummary, Node,
-    QueueItem, Run, SiteRuleSummary, StopReason, ThreadSummary, Usage,
+    ApprovalRecord, ApprovalStatus, ElicitationAction, InteractionRecord, InteractionStatus,
+    McpServerSummary, Node, QueueItem, Run, SiteRuleSummary, StopReason, ThreadSummary, Usage,
 };
 
 /// Protocol version announced in `initialized`; bump on breaking changes.
@@ -186,6 +186,22 @@ pub enum Op {
         interaction_id: String,
         answer: String,
     },
+    /// Answer an MCP server's request for input (an `interaction.request`
+    /// whose record names a `server`) → `command.ack{interactionId, status,
+    /// action}` once the answer is durable, `interaction.resolved`, then the
+    /// answer goes to the server, whose call goes on. `content` (the values,
+    /// by field name) only with `accept`; checked against the record's
+    /// `form` (`invalid_command` names the field that does not fit).
+    #[serde(rename = "elicitation.response")]
+    ElicitationResponse {
+        #[serde(flatten)]
+        submission: Submission,
+        thread_id: String,
+        interaction_id: String,
+        action: ElicitationAction,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<serde_json::Value>,
+    },
     /// The part of the active path before `beforeNodeId` (at most `limit`
     /// nodes, default and maximum as for snapshots) → `command.ack{nodes,
     /// olderNodes}`: a page of earlier history for a client that got the
@@ -331,6 +347,7 @@ impl Op {
             | Op::RunResume { submission, .. }
             | Op::ApprovalResponse { submission, .. }
             | Op::InteractionResponse { submission, .. }
+            | Op::ElicitationResponse { submission, .. }
             | Op::SiteRulesList { submission }
             | Op::McpServersList { submission }
             | Op::SettingsDefaults { submission }
@@ -361,6 +378,7 @@ impl Op {
             Op::RunResolveUncertain { .. } => "run.resolveUncertain",
             Op::ApprovalResponse { .. } => "approval.response",
             Op::InteractionResponse { .. } => "interaction.response",
+            Op::ElicitationResponse { .. } => "elicitation.response",
             Op::SiteRulesList { .. } => "siteRules.list",
             Op::McpServersList { .. } => "mcpServers.list",
             Op::SettingsDefaults { .. } => "settings.defaults",
@@ -370,7 +388,7 @@ impl Op {
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 23] = [
+pub const OP_TYPES: [&str; 24] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -389,6 +407,7 @@ pub const OP_TYPES: [&str; 23] = [
     "run.resolveUncertain",
     "approval.response",
     "interaction.response",
+    "elicitation.response",
     "provider.test",
     "siteRules.list",
     "siteRule.revoke",
@@ -573,6 +592,13 @@ impl Op {
                 thread_id: f.req("threadId")?,
                 interaction_id: f.req("interactionId")?,
                 answer: f.req("answer")?,
+            },
+            "elicitation.response" => Op::ElicitationResponse {
+                submission,
+                thread_id: f.req("threadId")?,
+                interaction_id: f.req("interactionId")?,
+                action: f.req("action")?,
+                content: f.opt("content")?,
             },
             "provider.test" => Op::ProviderTest {
                 submission,
@@ -1174,6 +1200,20 @@ mod tests {
                 thread_id: t(),
                 interaction_id: "i".into(),
                 answer: "yes".into(),
+            },
+            Op::ElicitationResponse {
+                submission: submission(),
+                thread_id: t(),
+                interaction_id: "i".into(),
+                action: crate::model::ElicitationAction::Accept,
+                content: Some(serde_json::json!({ "seats": 4 })),
+            },
+            Op::ElicitationResponse {
+                submission: submission(),
+                thread_id: t(),
+                interaction_id: "i".into(),
+                action: crate::model::ElicitationAction::Decline,
+                content: None,
             },
             Op::ProviderTest {
                 submission: submission(),

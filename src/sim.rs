@@ -93,6 +93,7 @@ enum Input {
 /// A tool dispatch as the world saw it (the side effect happened).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
+    pub dispatch_id: u64,
     pub call_id: String,
     pub name: String,
     pub params: Value,
@@ -164,6 +165,14 @@ pub struct Sim {
     /// (a slow model): their replies wait in `held_replies`.
     pub hold_replies_to: Option<fn(&ProviderRequest) -> bool>,
     held_replies: Vec<(u64, Reply)>,
+    /// Tools this says yes to (by name) are run, but their results are
+    /// delivered only at `release_tools` (a call that takes a while: a
+    /// server asking the user for input meanwhile).
+    pub hold_tools: Option<fn(&str) -> bool>,
+    held_tools: Vec<(u64, ToolOutcome)>,
+    /// Every answer the engine sent to a server's request for input
+    /// (`Effect::AnswerElicitation`): the call, the action, the content.
+    pub elicitation_answers: Vec<(u64, crate::model::ElicitationAction, Option<Value>)>,
     /// Start the engine without receipts and deliver them as an input after
     /// whatever was already queued, as the browser's start does (true).
     pub defer_receipts: bool,
@@ -230,6 +239,9 @@ impl Sim {
             inputs: VecDeque::new(),
             hold_replies_to: None,
             held_replies: Vec::new(),
+            hold_tools: None,
+            held_tools: Vec::new(),
+            elicitation_answers: Vec::new(),
             seed,
             next_conn: 1,
             connected: Vec::new(),
@@ -329,6 +341,7 @@ impl Sim {
         self.crashes += 1;
         self.inputs.clear();
         self.held_replies.clear();
+        self.held_tools.clear();
         self.parked_receipts = None;
         self.seed = self
             .seed
@@ -399,6 +412,19 @@ impl Sim {
     }
 
     /// Answer the requests `hold_replies_to` held, in the order they were made.
+    /// Deliver the results of the held tool calls (`hold_tools`).
+    pub fn release_tools(&mut self) {
+        for (dispatch_id, outcome) in std::mem::take(&mut self.held_tools) {
+            self.inputs.push_back((
+                dispatch_id,
+                Input::ToolResult {
+                    dispatch_id,
+                    outcome,
+                },
+            ));
+        }
+    }
+
     pub fn release_replies(&mut self) {
         for (request_id, reply) in std::mem::take(&mut self.held_replies) {
             self.queue_reply(request_id, reply);
@@ -756,12 +782,18 @@ impl Sim {
                 ..
             }) => {
                 let outcome = (self.tool)(&name, &params);
+                let held = self.hold_tools.is_some_and(|hold| hold(&name));
                 self.dispatches.push(Dispatch {
+                    dispatch_id,
                     call_id,
                     name,
                     params,
                     target,
                 });
+                if held {
+                    self.held_tools.push((dispatch_id, outcome));
+                    return;
+                }
                 self.inputs.push_back((
                     dispatch_id,
                     Input::ToolResult {
@@ -772,7 +804,15 @@ impl Sim {
             }
             Effect::AbortTool { dispatch_id } => {
                 self.inputs.retain(|(_, i)| !matches!(i, Input::ToolResult { dispatch_id: d, .. } if *d == dispatch_id));
+                self.held_tools.retain(|(d, _)| *d != dispatch_id);
             }
+            Effect::AnswerElicitation {
+                dispatch_id,
+                action,
+                content,
+            } => self
+                .elicitation_answers
+                .push((dispatch_id, action, content)),
             Effect::ResolveTarget {
                 resolve_id, params, ..
             } => {

@@ -144,6 +144,21 @@ export type Op =
     answer: string;
   } & Submission
   /**
+   * Answer an MCP server's request for input (an `interaction.request`
+   * whose record names a `server`) → `command.ack{interactionId, status,
+   * action}` once the answer is durable, `interaction.resolved`, then the
+   * answer goes to the server, whose call goes on. `content` (the values,
+   * by field name) only with `accept`; checked against the record's
+   * `form` (`invalid_command` names the field that does not fit).
+   */
+  | {
+    type: "elicitation.response";
+    threadId: string;
+    interactionId: string;
+    action: ElicitationAction;
+    content?: JsonValue | null;
+  } & Submission
+  /**
    * The part of the active path before `beforeNodeId` (at most `limit`
    * nodes, default and maximum as for snapshots) → `command.ack{nodes,
    * olderNodes}`: a page of earlier history for a client that got the
@@ -299,6 +314,15 @@ export type ApprovalDecision =
   /** Accept, and allow this tool's kind of action on this site from now on. */
   | "acceptForSite"
   | "decline";
+
+/** How the user answered an MCP server's request for input. */
+export type ElicitationAction =
+  /** Sent the values filled in. */
+  | "accept"
+  /** Refused to give them. */
+  | "decline"
+  /** Dismissed the request without deciding. */
+  | "cancel";
 
 /** The frozen provider settings of a run (never the API key). */
 export interface ProviderProfile {
@@ -843,27 +867,91 @@ export interface ApprovalRecord {
   decidedAt?: number | null;
 }
 
-/** A durable question from the model to the user (the `ask_user` tool). */
+/**
+ * A durable question to the user: the model's (the `ask_user` tool), or
+ * an MCP server's request for input during one of its tool calls
+ * (`elicitation/create`; `server` is set, and `form` says what it asks).
+ */
 export interface InteractionRecord {
   id: string;
   threadId: string;
   runId: string;
   callId: string;
+  /** The model's question, or the server's message. */
   question: string;
   /** Suggested answers (the user may also type another). */
   options?: string[];
   status: InteractionStatus;
+  /** The user's answer to a question of the model's. */
   answer?: string | null;
   createdAt: number;
   answeredAt?: number | null;
+  /** The MCP server asking (its name in `extension/mcp-servers.js`). */
+  server?: string | null;
+  /** That server's endpoint. */
+  serverUrl?: string | null;
+  /** The fields the server asks for. */
+  form?: ElicitationForm | null;
+  /** How the user answered the server. */
+  action?: ElicitationAction | null;
+  /** The values the user gave the server (with `accept`), by field name. */
+  content?: JsonValue | null;
 }
 
 /** Where a question to the user stands. */
 export type InteractionStatus =
   | "pending"
+  /** Answered (a server's request: accepted, declined or cancelled, `action`). */
   | "answered"
-  /** The run ended before the user answered. */
+  /**
+   * The run ended before the user answered (or, for a server's request,
+   * its call ended or the worker restarted: the call cannot go on).
+   */
   | "cancelled";
+
+/**
+ * What an MCP server asks the user for (its `requestedSchema`, checked
+ * and flattened into fields in the server's order: `crate::elicitation`).
+ */
+export interface ElicitationForm {
+  fields: FormField[];
+}
+
+/** One value an MCP server asks for. */
+export interface FormField {
+  /** The key of the value in the answer. */
+  name: string;
+  type: FieldKind;
+  title?: string | null;
+  description?: string | null;
+  required?: boolean;
+  /** The only values allowed (a string field's `enum`). */
+  options?: string[];
+  /** What to show for each option (`enumNames`), same length. */
+  optionLabels?: string[];
+  format?: StringFormat | null;
+  /** In characters. */
+  minLength?: number | null;
+  maxLength?: number | null;
+  minimum?: number | null;
+  maximum?: number | null;
+  /** Filled in to begin with. */
+  default?: JsonValue | null;
+}
+
+/** The kind of value a form field takes. */
+export type FieldKind =
+  | "string"
+  | "number"
+  | "integer"
+  | "boolean";
+
+/** The shape a string field's value must have. */
+export type StringFormat =
+  | "email"
+  | "uri"
+  | "date"
+  | "date-time";
 
 /**
  * A place where the conversation has alternatives: `nodeIds` are siblings

@@ -70,6 +70,11 @@ impl Engine {
             answer: None,
             created_at: now,
             answered_at: None,
+            server: None,
+            server_url: None,
+            form: None,
+            action: None,
+            content: None,
         };
         run.state = RunState::WaitingInteraction;
         run.pending_interaction = Some(interaction.id.clone());
@@ -234,5 +239,344 @@ impl Engine {
             return;
         }
         self.run_next_tool(now, tid);
+    }
+}
+
+/// An MCP server's request for input during one of its tool calls
+/// (`crate::elicitation`, spec 000 §5 "MCP Elicitation").
+///
+/// The request is written as an `InteractionRecord` naming the server
+/// before it is shown; the call stays the run's running tool (its time
+/// limit waits meanwhile, in the driver). The answer is checked against the
+/// form, made durable with its receipt, ACKed, and only then sent to the
+/// server. If the call ends first (its result, a stop, the run's end), the
+/// request is withdrawn (`Cancelled`). If the worker dies while the request
+/// waits or before the call's result, the server's call cannot be
+/// continued: recovery gives the call an interrupted result that tells the
+/// model to call again only if that is safe (`elicitation_recovery`).
+impl Engine {
+    /// The server of the call `dispatch_id` asks the user for input.
+    pub fn handle_elicitation(
+        &mut self,
+        now: u64,
+        dispatch_id: u64,
+        server: &str,
+        server_url: &str,
+        request: crate::elicitation::Request,
+    ) {
+        let Some((tid, index)) = self.thread_running_tool(dispatch_id) else {
+            // The call already ended: nobody is left to ask.
+            return self.effects.push_back(Effect::AnswerElicitation {
+                dispatch_id,
+                action: ElicitationAction::Cancel,
+                content: None,
+            });
+        };
+        let t = &self.threads[&tid];
+        let exec = t.exec.as_ref().expect("running tool implies exec");
+        let interaction = InteractionRecord {
+            id: self.ids.next_id("i"),
+            thread_id: tid.clone(),
+            run_id: t
+                .latest_run
+                .as_ref()
+                .map(|r| r.id.clone())
+                .unwrap_or_default(),
+            call_id: exec.calls[index].call_id.clone(),
+            question: request.message,
+            options: Vec::new(),
+            status: InteractionStatus::Pending,
+            answer: None,
+            created_at: now,
+            answered_at: None,
+            server: Some(server.to_string()),
+            server_url: Some(server_url.to_string()),
+            form: Some(request.form),
+            action: None,
+            content: None,
+        };
+        let interaction_id = interaction.id.clone();
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Interaction(interaction));
+        // Not a run checkpoint: the run stays on its running call.
+        self.persist(
+            &tid,
+            unit,
+            Then::ElicitationAsked {
+                dispatch_id,
+                interaction_id,
+            },
+        );
+    }
+
+    /// Whether the call `dispatch_id` is still the running call `call_id`
+    /// of thread `tid`.
+    fn call_still_running(&self, tid: &str, dispatch_id: u64, call_id: &str) -> bool {
+        self.thread_running_tool(dispatch_id)
+            .is_some_and(|(t, index)| {
+                t == tid
+                    && self.threads[tid]
+                        .exec
+                        .as_ref()
+                        .is_some_and(|e| e.calls[index].call_id == call_id)
+            })
+    }
+
+    pub(super) fn after_elicitation_asked(
+        &mut self,
+        now: u64,
+        tid: &str,
+        dispatch_id: u64,
+        interaction_id: &str,
+    ) {
+        let Some(interaction) = self.threads.get(tid).and_then(|t| {
+            t.interactions
+                .iter()
+                .find(|i| i.id == interaction_id && i.status == InteractionStatus::Pending)
+                .cloned()
+        }) else {
+            return;
+        };
+        if self.call_still_running(tid, dispatch_id, &interaction.call_id) {
+            let turn_id = interaction.run_id.clone();
+            return self.broadcast(
+                tid,
+                Event::InteractionRequest {
+                    thread_id: tid.to_string(),
+                    turn_id,
+                    interaction,
+                },
+            );
+        }
+        // The call ended while the request was being saved.
+        let mut withdrawn = interaction;
+        withdrawn.status = InteractionStatus::Cancelled;
+        withdrawn.answered_at = Some(now);
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Interaction(withdrawn));
+        self.persist(
+            tid,
+            unit,
+            Then::Command {
+                follow: Follow::AckOnly,
+            },
+        );
+        self.effects.push_back(Effect::AnswerElicitation {
+            dispatch_id,
+            action: ElicitationAction::Cancel,
+            content: None,
+        });
+    }
+
+    /// Saving the request failed: the server is told the user did not
+    /// answer (`cancel`), and its call goes on.
+    pub(super) fn elicitation_unsaved(&mut self, dispatch_id: u64) {
+        self.effects.push_back(Effect::AnswerElicitation {
+            dispatch_id,
+            action: ElicitationAction::Cancel,
+            content: None,
+        });
+    }
+
+    #[inline(never)]
+    pub(super) fn op_elicitation_response(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        interaction_id: &str,
+        action: ElicitationAction,
+        content: Option<Value>,
+    ) {
+        let Some(t) = self.threads.get(thread_id) else {
+            return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
+        };
+        let Some(interaction) = t
+            .interactions
+            .iter()
+            .find(|i| i.id == interaction_id && i.server.is_some())
+            .cloned()
+        else {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                "No such request of an MCP server.",
+            );
+        };
+        let form = interaction
+            .form
+            .clone()
+            .unwrap_or(crate::model::ElicitationForm { fields: Vec::new() });
+        let checked = match crate::elicitation::check_answer(&form, action, content.as_ref()) {
+            Ok(checked) => checked,
+            Err(message) => return self.reject(&reply, ErrorKind::InvalidCommand, &message),
+        };
+        let result = json!({
+            "interactionId": interaction.id,
+            "status": InteractionStatus::Answered,
+            "action": action,
+        });
+        if interaction.status != InteractionStatus::Pending {
+            // Claimed once: the same answer is acknowledged again, another is refused.
+            return if interaction.status == InteractionStatus::Answered
+                && interaction.action == Some(action)
+                && interaction.content == checked
+            {
+                self.ack_with_receipt(now, thread_id, reply, result)
+            } else {
+                let message = match interaction.status {
+                    InteractionStatus::Cancelled => {
+                        "This request was already withdrawn: the server's call ended."
+                    }
+                    _ => "This request was already answered.",
+                };
+                self.reject(&reply, ErrorKind::InvalidCommand, message)
+            };
+        }
+        let dispatch = t.exec.as_ref().and_then(|e| match &e.phase {
+            Phase::Tool { dispatch_id, index }
+                if e.calls[*index].call_id == interaction.call_id =>
+            {
+                Some(*dispatch_id)
+            }
+            _ => None,
+        });
+        let Some(dispatch_id) = dispatch else {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "The server's call this request belongs to is no longer running.",
+            );
+        };
+        let mut answered = interaction;
+        answered.status = InteractionStatus::Answered;
+        answered.action = Some(action);
+        answered.content = checked.clone();
+        answered.answered_at = Some(now);
+        let mut unit = UnitOfWork::new();
+        unit.put(Record::Interaction(answered));
+        self.persist_command(
+            now,
+            thread_id,
+            unit,
+            Then::ElicitationAnswered {
+                dispatch_id,
+                interaction_id: interaction_id.to_string(),
+                action,
+                content: checked,
+            },
+            reply,
+            result,
+        );
+    }
+
+    pub(super) fn after_elicitation_answered(
+        &mut self,
+        tid: &str,
+        dispatch_id: u64,
+        interaction_id: String,
+        action: ElicitationAction,
+        content: Option<Value>,
+    ) {
+        let turn_id = self.threads[tid]
+            .latest_run
+            .as_ref()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        self.broadcast(
+            tid,
+            Event::InteractionResolved {
+                thread_id: tid.to_string(),
+                turn_id,
+                interaction_id,
+                status: InteractionStatus::Answered,
+            },
+        );
+        // The driver sends it if the call still waits for it.
+        self.effects.push_back(Effect::AnswerElicitation {
+            dispatch_id,
+            action,
+            content,
+        });
+    }
+
+    /// The requests for input of the call `call_id` (None: of the run)
+    /// still waiting, withdrawn in `unit` (the call ended: its result, a
+    /// stop, the run's end, a restart); `announce_withdrawn` tells the
+    /// clients once the unit commits.
+    pub(super) fn withdraw_elicitations(
+        &self,
+        now: u64,
+        tid: &str,
+        call_id: Option<&str>,
+        unit: &mut UnitOfWork,
+    ) {
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
+        let run_id = t.latest_run.as_ref().map(|r| r.id.as_str());
+        for interaction in &t.interactions {
+            let open = interaction.server.is_some()
+                && interaction.status == InteractionStatus::Pending
+                && Some(interaction.run_id.as_str()) == run_id
+                && call_id.is_none_or(|c| c == interaction.call_id);
+            if open {
+                let mut cancelled = interaction.clone();
+                cancelled.status = InteractionStatus::Cancelled;
+                cancelled.answered_at = Some(now);
+                unit.put(Record::Interaction(cancelled));
+            }
+        }
+    }
+
+    /// `interaction.resolved{cancelled}` for each request for input a
+    /// committed unit withdrew.
+    pub(super) fn announce_withdrawn(&mut self, tid: &str, unit: &UnitOfWork) {
+        for record in &unit.puts {
+            if let Record::Interaction(i) = record {
+                if i.server.is_some() && i.status == InteractionStatus::Cancelled {
+                    self.broadcast(
+                        tid,
+                        Event::InteractionResolved {
+                            thread_id: tid.to_string(),
+                            turn_id: i.run_id.clone(),
+                            interaction_id: i.id.clone(),
+                            status: InteractionStatus::Cancelled,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// A request for input of the running call at a restart: the server's
+    /// call cannot be continued (its stream ended with the worker). The
+    /// call's index and its result's text, if there was such a request.
+    pub(super) fn elicitation_recovery(&self, tid: &str) -> Option<(usize, String)> {
+        let t = self.threads.get(tid)?;
+        let exec = t.exec.as_ref()?;
+        let run_id = t.latest_run.as_ref()?.id.as_str();
+        t.interactions.iter().rev().find_map(|i| {
+            let server = i.server.as_deref()?;
+            if i.run_id != run_id || i.status == InteractionStatus::Cancelled {
+                return None;
+            }
+            let index = exec
+                .calls
+                .iter()
+                .position(|c| c.call_id == i.call_id && !c.done)?;
+            let answered = match (i.status, i.action) {
+                (InteractionStatus::Answered, Some(action)) => {
+                    format!(" (the user had answered it: {})", action.as_str())
+                }
+                _ => String::new(),
+            };
+            Some((
+                index,
+                format!(
+                    "The MCP server \"{server}\" asked the user for input during this call{answered}, and the worker restarted before the call finished, so the server's call cannot be continued and whether it took effect is unknown. Call the tool again only if that is safe: a read, or an action you have checked did not happen."
+                ),
+            ))
+        })
     }
 }

@@ -43,10 +43,10 @@ use sha2::{Digest, Sha256};
 
 use crate::gatekeeper::{self, TargetInfo, Verdict};
 use crate::model::{
-    path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, Attachment, InFlightTool,
-    InteractionRecord, InteractionStatus, McpServerState, McpServerSummary, McpToolSummary, Node,
-    NodeBody, NoticeLevel, PendingSteer, ProviderProfile, QueueItem, Receipt, Run, RunState,
-    SiteRule, StopReason, Thread, ToolStatus, Usage, UserInput, MAX_QUEUE,
+    path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, Attachment, ElicitationAction,
+    InFlightTool, InteractionRecord, InteractionStatus, McpServerState, McpServerSummary,
+    McpToolSummary, Node, NodeBody, NoticeLevel, PendingSteer, ProviderProfile, QueueItem, Receipt,
+    Run, RunState, SiteRule, StopReason, Thread, ToolStatus, Usage, UserInput, MAX_QUEUE,
 };
 use crate::protocol::{
     ApprovalDecision, BranchPoint, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event,
@@ -386,6 +386,13 @@ pub enum Effect {
     DispatchTool(ToolDispatch),
     /// Abort a running tool; its late result will be ignored.
     AbortTool { dispatch_id: u64 },
+    /// Answer the MCP server's request for input made during the call
+    /// `dispatch_id` (`crate::elicitation::answer`); the call goes on.
+    AnswerElicitation {
+        dispatch_id: u64,
+        action: ElicitationAction,
+        content: Option<Value>,
+    },
     /// Deliver an event to one client.
     Send { conn: ConnId, event: EventEnvelope },
     /// How much the worker's life is needed from now on (README, "Worker
@@ -1023,6 +1030,19 @@ enum Then {
     },
     InteractionAnswered {
         interaction_id: String,
+    },
+    /// An MCP server's request for input is durable: show it, unless its
+    /// call ended meanwhile.
+    ElicitationAsked {
+        dispatch_id: u64,
+        interaction_id: String,
+    },
+    /// The user's answer to it is durable: send it to the server.
+    ElicitationAnswered {
+        dispatch_id: u64,
+        interaction_id: String,
+        action: ElicitationAction,
+        content: Option<Value>,
     },
     ApprovalDecided {
         index: usize,
@@ -1749,6 +1769,20 @@ impl Engine {
                 answer,
                 ..
             } => self.op_interaction_response(now, reply, &thread_id, &interaction_id, answer),
+            Op::ElicitationResponse {
+                thread_id,
+                interaction_id,
+                action,
+                content,
+                ..
+            } => self.op_elicitation_response(
+                now,
+                reply,
+                &thread_id,
+                &interaction_id,
+                action,
+                content,
+            ),
         }
     }
 
@@ -1938,6 +1972,7 @@ impl Engine {
         }
         self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
+        self.announce_withdrawn(&pending.thread_id, &pending.unit);
         if pending.unit.touches(stores::SITE_RULES) {
             self.broadcast_site_rules();
         }
@@ -2032,6 +2067,10 @@ impl Engine {
             Then::Upgraded => {}
             Then::SnapshotsCached { .. } => self.cache_write_failed(),
             Then::Probed => self.probe_failed(now, &tid),
+            // Nothing the run depends on: the server is told the user did
+            // not answer, or the user may answer again.
+            Then::ElicitationAsked { dispatch_id, .. } => self.elicitation_unsaved(dispatch_id),
+            Then::ElicitationAnswered { .. } => {}
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.

@@ -827,6 +827,11 @@ pick a different element or tool, or explain the problem to the user.",
             unit.put(Record::Node(node));
         }
         unit.put(Record::Thread(thread)).put(Record::Run(run));
+        // A server's request for input ends with its call.
+        for result in &results {
+            let call_id = &exec.calls[result.index].call_id;
+            self.withdraw_elicitations(now, tid, Some(call_id), &mut unit);
+        }
         unit
     }
 
@@ -1019,7 +1024,9 @@ pick a different element or tool, or explain the problem to the user.",
             thread.updated_at = now;
             thread.revision += 1;
         }
-        // A question nobody answered is withdrawn with the run.
+        // A question nobody answered is withdrawn with the run (and so is
+        // a server's request for input).
+        self.withdraw_elicitations(now, tid, None, &mut unit);
         if let Some(interaction_id) = run.pending_interaction.take() {
             let pending = self.threads[tid]
                 .interactions
@@ -1153,6 +1160,17 @@ pick a different element or tool, or explain the problem to the user.",
                 );
             }
             _ => {}
+        }
+        // A call whose server asked the user for input cannot be continued.
+        if let Some((index, message)) = self.elicitation_recovery(tid) {
+            return self.persist_tool_result(
+                now,
+                tid,
+                index,
+                ToolStatus::Interrupted,
+                message,
+                None,
+            );
         }
         match (run.state, uncertain) {
             (RunState::PausedUncertain, Some(index)) => {
@@ -1409,6 +1427,18 @@ pick a different element or tool, or explain the problem to the user.",
             } => self.after_interaction_asked(now, &tid, index, interaction_id, &unit),
             Then::InteractionAnswered { interaction_id } => {
                 self.after_interaction_answered(now, &tid, interaction_id, &unit)
+            }
+            Then::ElicitationAsked {
+                dispatch_id,
+                interaction_id,
+            } => self.after_elicitation_asked(now, &tid, dispatch_id, &interaction_id),
+            Then::ElicitationAnswered {
+                dispatch_id,
+                interaction_id,
+                action,
+                content,
+            } => {
+                self.after_elicitation_answered(&tid, dispatch_id, interaction_id, action, content)
             }
             Then::ApprovalAsked { index, approval_id } => {
                 self.after_approval_asked(now, &tid, index, approval_id, &unit)

@@ -696,11 +696,21 @@ impl Engine {
             pending_interaction: t
                 .latest_run
                 .as_ref()
-                .and_then(|r| r.pending_interaction.as_ref())
-                .and_then(|id| {
-                    t.interactions
-                        .iter()
-                        .find(|q| &q.id == id && q.status == InteractionStatus::Pending)
+                .and_then(|r| {
+                    let question = r.pending_interaction.as_ref().and_then(|id| {
+                        t.interactions
+                            .iter()
+                            .find(|q| &q.id == id && q.status == InteractionStatus::Pending)
+                    });
+                    // Or an MCP server's request for input during the running call.
+                    question.or_else(|| {
+                        t.interactions.iter().rev().find(|q| {
+                            q.server.is_some()
+                                && q.run_id == r.id
+                                && q.status == InteractionStatus::Pending
+                                && !r.state.is_terminal()
+                        })
+                    })
                 })
                 .cloned(),
             branches,
@@ -824,6 +834,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         | Op::ThreadFork { thread_id, .. }
         | Op::ApprovalResponse { thread_id, .. }
         | Op::InteractionResponse { thread_id, .. }
+        | Op::ElicitationResponse { thread_id, .. }
         | Op::RunResolveUncertain { thread_id, .. }
         | Op::TurnInterrupt { thread_id, .. }
         | Op::QueueRemove { thread_id, .. }

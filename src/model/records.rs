@@ -100,6 +100,11 @@ impl Fields {
         self.take(key, false).unwrap_or(Value::Null)
     }
 
+    /// A value of any JSON type that may be absent (absent and null are None).
+    fn opt_value(&mut self, key: &'static str) -> Option<Value> {
+        self.take(key, true).filter(|v| !v.is_null())
+    }
+
     #[inline(never)]
     fn string_in(&mut self, key: &'static str, value: Value) -> String {
         match value {
@@ -539,6 +544,11 @@ impl FromRecord for InteractionRecord {
             answer: f.opt_string("answer"),
             created_at: f.u64("createdAt"),
             answered_at: f.opt_u64("answeredAt"),
+            server: f.opt_string("server"),
+            server_url: f.opt_string("serverUrl"),
+            form: f.opt_name("form"),
+            action: f.opt_name("action"),
+            content: f.opt_value("content"),
         };
         f.done(record)
     }
@@ -846,8 +856,75 @@ mod tests {
             answer: Some("M".into()),
             created_at: 1,
             answered_at: Some(2),
+            server: None,
+            server_url: None,
+            form: None,
+            action: None,
+            content: None,
         };
         agrees_with_the_derive(&interaction, &[]);
+        agrees_with_the_derive(
+            &InteractionRecord {
+                question: "Where shall the table be?".into(),
+                options: Vec::new(),
+                answer: None,
+                server: Some("bookings".into()),
+                server_url: Some("https://mcp.example/mcp".into()),
+                form: Some(ElicitationForm {
+                    fields: vec![
+                        FormField {
+                            name: "email".into(),
+                            kind: FieldKind::String,
+                            title: Some("Email".into()),
+                            description: Some("For the confirmation".into()),
+                            required: true,
+                            options: Vec::new(),
+                            option_labels: Vec::new(),
+                            format: Some(StringFormat::Email),
+                            min_length: Some(3),
+                            max_length: Some(200),
+                            minimum: None,
+                            maximum: None,
+                            default: None,
+                        },
+                        FormField {
+                            name: "seats".into(),
+                            kind: FieldKind::Integer,
+                            title: None,
+                            description: None,
+                            required: false,
+                            options: Vec::new(),
+                            option_labels: Vec::new(),
+                            format: None,
+                            min_length: None,
+                            max_length: None,
+                            minimum: Some(1.0),
+                            maximum: Some(12.5),
+                            default: Some(json!(2)),
+                        },
+                        FormField {
+                            name: "room".into(),
+                            kind: FieldKind::String,
+                            title: None,
+                            description: None,
+                            required: false,
+                            options: vec!["in".into(), "out".into()],
+                            option_labels: vec!["Inside".into(), "Terrace".into()],
+                            format: None,
+                            min_length: None,
+                            max_length: None,
+                            minimum: None,
+                            maximum: None,
+                            default: None,
+                        },
+                    ],
+                }),
+                action: Some(ElicitationAction::Accept),
+                content: Some(json!({ "email": "ada@example.com", "seats": 4 })),
+                ..interaction.clone()
+            },
+            &[],
+        );
         agrees_with_the_derive(
             &InteractionRecord {
                 options: Vec::new(),

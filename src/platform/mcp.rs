@@ -5,9 +5,11 @@
 //! (`initialize`, `notifications/initialized`, the `Mcp-Session-Id` and
 //! `MCP-Protocol-Version` headers, a new session when the server forgot
 //! the old one), `tools/list` (every page), `tools/call` with its progress
-//! notifications, `notifications/cancelled` for a call given up, and the
-//! answer to a request of the server's (none is supported: sampling,
-//! elicitation and roots are refused as "method not found").
+//! notifications, `notifications/cancelled` for a call given up, a request
+//! for the user's input during a call (`elicitation/create`, handed to the
+//! caller; its answer sent back with [`Server::send`]), and the answer to
+//! any other request of the server's (sampling and roots are refused as
+//! "method not found").
 //!
 //! Must not: decide whether a call may run (the engine gatekept it), or
 //! retry a call (only the session is set up again when the server says it
@@ -99,8 +101,10 @@ impl Server {
     }
 
     /// POST one message and read the answer to request `id` (None: a
-    /// notification, whose answer is only its status). Notifications the
-    /// server sends meanwhile go to `on_note`; its requests are refused.
+    /// notification or an answer of ours, whose answer is only its
+    /// status). Notifications the server sends meanwhile go to `on_note`,
+    /// its requests for input to `on_ask` (id, params, field order) when
+    /// there is one; its other requests are refused.
     async fn post(
         self: &Rc<Self>,
         body: String,
@@ -108,6 +112,7 @@ impl Server {
         session: Option<&Session>,
         controller: &AbortController,
         on_note: &mut dyn FnMut(&str, &Value),
+        on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
     ) -> Result<(Option<String>, Option<Value>), McpError> {
         let headers = self.headers(session);
         let headers: Vec<(&str, &str)> = headers
@@ -154,7 +159,15 @@ impl Server {
                         return answer.map(|result| (session_id, Some(result)));
                     }
                     Incoming::Response { .. } => {}
-                    Incoming::Request { id, method } => self.refuse(id, method),
+                    Incoming::Request {
+                        id,
+                        method,
+                        params,
+                        order,
+                    } => match on_ask {
+                        Some(ask) if method == crate::elicitation::METHOD => ask(id, params, order),
+                        _ => self.send(mcp::refusal(&id, &method)),
+                    },
                     Incoming::Notification { method, params } => on_note(&method, &params),
                 }
             }
@@ -164,20 +177,21 @@ impl Server {
         }
     }
 
-    /// Answer a request of the server's with "not supported" (in the
-    /// background: the answer it waits for is not ours to hold up).
-    fn refuse(self: &Rc<Self>, id: Value, method: String) {
+    /// Send an answer to a request of the server's (in the background:
+    /// what the server does with it is not ours to wait for).
+    pub fn send(self: &Rc<Self>, body: String) {
         let server = self.clone();
         wasm_bindgen_futures::spawn_local(async move {
             if let Ok(controller) = AbortController::new() {
                 let session = server.session.borrow().clone();
                 let _ = server
                     .post(
-                        mcp::refusal(&id, &method),
+                        body,
                         None,
                         session.as_ref(),
                         &controller,
                         &mut |_, _| {},
+                        None,
                     )
                     .await;
             }
@@ -196,6 +210,7 @@ impl Server {
                 None,
                 &controller,
                 &mut |_, _| {},
+                None,
             )
             .await?;
         let version = mcp::agreed_version(&result.unwrap_or(Value::Null))?;
@@ -210,6 +225,7 @@ impl Server {
             Some(&session),
             &controller,
             &mut |_, _| {},
+            None,
         )
         .await?;
         *self.session.borrow_mut() = Some(session);
@@ -225,6 +241,7 @@ impl Server {
         controller: &AbortController,
         on_request: &mut dyn FnMut(u64),
         on_note: &mut dyn FnMut(&str, &Value),
+        on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
     ) -> Result<Value, McpError> {
         for attempt in 0..2 {
             if self.session.borrow().is_none() {
@@ -244,6 +261,7 @@ impl Server {
                     session.as_ref(),
                     controller,
                     on_note,
+                    on_ask,
                 )
                 .await
             {
@@ -276,6 +294,7 @@ impl Server {
                     &controller,
                     &mut |_| {},
                     &mut |_, _| {},
+                    None,
                 )
                 .await?;
             let (page, next) = mcp::tools_page(&result)?;
@@ -289,7 +308,8 @@ impl Server {
     }
 
     /// Call the tool the model knows as `name`. `progress` gets the text of
-    /// each progress notification; aborting `controller` gives the call up
+    /// each progress notification, `ask` each request for the user's input
+    /// (id, params, field order); aborting `controller` gives the call up
     /// (the server is told: `notifications/cancelled`).
     pub async fn call(
         self: &Rc<Self>,
@@ -298,6 +318,7 @@ impl Server {
         params: &Value,
         controller: &AbortController,
         progress: &Function,
+        ask: &dyn Fn(Value, Value, Vec<String>),
     ) -> Result<ToolOutcome, String> {
         let server = &self.config.name;
         let remote = self.remote.borrow().get(name).cloned().ok_or_else(|| {
@@ -327,6 +348,7 @@ impl Server {
                         }
                     }
                 },
+                Some(ask),
             )
             .await;
         guard.answered();
@@ -364,7 +386,14 @@ impl Drop for CancelOnDrop {
                 );
                 let session = server.session.borrow().clone();
                 let _ = server
-                    .post(note, None, session.as_ref(), &controller, &mut |_, _| {})
+                    .post(
+                        note,
+                        None,
+                        session.as_ref(),
+                        &controller,
+                        &mut |_, _| {},
+                        None,
+                    )
                     .await;
             }
         });

@@ -99,6 +99,47 @@ struct KeptBody {
 /// Ports from 1, far below it.
 const WORKER_CLIENT_IDS: ConnId = 1 << 40;
 
+/// A running tool call's time limit. It waits while the user is asked
+/// for input (`paused`), and starts again, whole, once the answer is sent:
+/// the limit measures the tool, not the user.
+struct ToolClock {
+    limit_ms: u32,
+    /// When the limit is reached (`Date.now()` ms).
+    deadline: Cell<f64>,
+    paused: Cell<bool>,
+}
+
+impl ToolClock {
+    fn start(limit_ms: u32) -> Rc<Self> {
+        Rc::new(ToolClock {
+            limit_ms,
+            deadline: Cell::new(js_sys::Date::now() + f64::from(limit_ms)),
+            paused: Cell::new(false),
+        })
+    }
+
+    fn restart(&self) {
+        self.deadline
+            .set(js_sys::Date::now() + f64::from(self.limit_ms));
+        self.paused.set(false);
+    }
+
+    /// Ends when the limit is reached.
+    async fn expired(self: Rc<Self>) {
+        loop {
+            if self.paused.get() {
+                TimeoutFuture::new(1_000).await;
+                continue;
+            }
+            let left = self.deadline.get() - js_sys::Date::now();
+            if left <= 0.0 {
+                return;
+            }
+            TimeoutFuture::new(left.ceil().min(f64::from(u32::MAX)) as u32).await;
+        }
+    }
+}
+
 struct Driver {
     engine: RefCell<Engine>,
     store: IdbStore,
@@ -117,6 +158,12 @@ struct Driver {
     host_tools: host_tools::HostTools,
     /// What gives up a running host or MCP tool call, by dispatch.
     host_aborts: RefCell<VecMap<u64, AbortController>>,
+    /// The time limit of each running tool call, by dispatch (it waits
+    /// while the user is asked for input).
+    clocks: RefCell<VecMap<u64, Rc<ToolClock>>>,
+    /// An MCP server's request for input waiting for the user, by the
+    /// dispatch of the call it came with: the server and the request's id.
+    elicitations: RefCell<VecMap<u64, (Rc<mcp::Server>, Value)>>,
     /// The embedding extension's MCP servers (`extension/mcp-servers.js`).
     mcp: mcp::McpServers,
     /// The tools each server listed last (`chrome.storage.local.mcpCatalog`:
@@ -286,6 +333,19 @@ impl Driver {
             Effect::AbortTool { dispatch_id } => {
                 self.close_page_port(dispatch_id);
                 self.abort_host_tool(dispatch_id);
+            }
+            Effect::AnswerElicitation {
+                dispatch_id,
+                action,
+                content,
+            } => {
+                let waiting = self.elicitations.borrow_mut().remove(&dispatch_id);
+                if let Some((server, id)) = waiting {
+                    server.send(crate::elicitation::answer(&id, action, content.as_ref()));
+                }
+                if let Some(clock) = self.clocks.borrow().get(&dispatch_id) {
+                    clock.restart();
+                }
             }
             Effect::Send { conn, event } => {
                 let message = match boundary::to_js(&event) {
@@ -622,13 +682,19 @@ impl Driver {
             }
         }
         .fuse();
-        let timeout = TimeoutFuture::new(limit_ms).fuse();
+        let clock = ToolClock::start(limit_ms);
+        self.clocks.borrow_mut().insert(dispatch_id, clock.clone());
+        let timeout = clock.expired().fuse();
         let started = metrics::precise_now();
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
             r = work => r,
             _ = timeout => Err(format!("{waited_for} within {}.", time_limit_text(limit_ms))),
         };
+        self.clocks.borrow_mut().remove(&dispatch_id);
+        // A request for input still waiting ends with its call (the engine
+        // withdraws it with the result).
+        self.elicitations.borrow_mut().remove(&dispatch_id);
         self.metrics
             .borrow_mut()
             .tools
@@ -856,12 +922,55 @@ impl Driver {
         let server = self.mcp.get(server).ok_or_else(|| {
             format!("The MCP server \"{server}\" is not configured in this extension.")
         })?;
+        let me = self.me.clone();
+        let asking = server.clone();
+        let ask = move |id: Value, params: Value, order: Vec<String>| {
+            if let Some(driver) = me.upgrade() {
+                driver.elicitation_asked(dispatch_id, &asking, id, params, order);
+            }
+        };
         self.abortable_call(dispatch_id, |controller, progress| async move {
             server
-                .call(name, call_id, params, &controller, &progress)
+                .call(name, call_id, params, &controller, &progress, &ask)
                 .await
         })
         .await
+    }
+
+    /// The server of the MCP call `dispatch_id` asks the user for input:
+    /// checked, then handed to the engine, which keeps it before the panel
+    /// shows it; the call's time limit waits until the answer is sent. A
+    /// request this client cannot show is refused to the server at once.
+    fn elicitation_asked(
+        &self,
+        dispatch_id: u64,
+        server: &Rc<mcp::Server>,
+        id: Value,
+        params: Value,
+        order: Vec<String>,
+    ) {
+        let name = server.config.name.clone();
+        let request = match crate::elicitation::parse_request(&params, &order) {
+            Ok(request) => request,
+            Err(reason) => {
+                warn(&format!(
+                    "MCP server \"{name}\": a request for the user's input was refused: {reason}"
+                ));
+                return server.send(crate::elicitation::invalid(&id, &reason));
+            }
+        };
+        if self.elicitations.borrow().contains_key(&dispatch_id) {
+            let reason = "the user is already asked for input during this call";
+            return server.send(crate::elicitation::invalid(&id, reason));
+        }
+        self.elicitations
+            .borrow_mut()
+            .insert(dispatch_id, (server.clone(), id));
+        if let Some(clock) = self.clocks.borrow().get(&dispatch_id) {
+            clock.paused.set(true);
+        }
+        let url = server.config.url.clone();
+        self.input(|e, now| e.handle_elicitation(now, dispatch_id, &name, &url, request));
     }
 
     /// Runs `call` (of a host or MCP tool) with a controller that
@@ -1540,6 +1649,8 @@ impl EngineHandle {
             page_ports: RefCell::new(VecMap::new()),
             host_tools,
             host_aborts: RefCell::new(VecMap::new()),
+            clocks: RefCell::new(VecMap::new()),
+            elicitations: RefCell::new(VecMap::new()),
             mcp,
             mcp_catalog: RefCell::new(mcp_catalog),
             timer: RefCell::new(None),

@@ -14,14 +14,14 @@ use sw_agent::tools::{Binding, Effects, Level, Recovery, ToolDescriptor};
 
 use super::support::*;
 
-fn docs_server(url: &str) -> ServerConfig {
+pub(super) fn docs_server(url: &str) -> ServerConfig {
     let (mut servers, errors) = parse_servers(&json!([{ "name": "docs", "url": url }]));
     assert!(errors.is_empty(), "{errors:?}");
     servers.remove(0)
 }
 
 /// The tools the `docs` server lists: a read and a write.
-fn listed() -> Vec<Value> {
+pub(super) fn listed() -> Vec<Value> {
     vec![
         json!({
             "name": "search",
@@ -43,14 +43,14 @@ fn mcp_descriptors(server: &ServerConfig, listed: &[Value]) -> Vec<ToolDescripto
     tools.into_iter().map(|t| t.descriptor).collect()
 }
 
-fn with_docs(config: &mut EngineConfig, url: &str) {
+pub(super) fn with_docs(config: &mut EngineConfig, url: &str) {
     let server = docs_server(url);
     let problems = config.set_mcp_tools("docs", mcp_descriptors(&server, &listed()));
     assert!(problems.is_empty(), "{problems:?}");
 }
 
 /// Search, create a page, then answer.
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     Box::new(
         |request: &ProviderRequest| match tool_results_so_far(request) {
             0 => Reply::ToolCalls {
@@ -70,7 +70,7 @@ fn policy() -> Policy {
 
 /// The server as the world: its answers carry an instruction, as a
 /// hostile server's would.
-fn server_world() -> ToolFn {
+pub(super) fn server_world() -> ToolFn {
     Box::new(|name: &str, params: &Value| match name {
         "docs__search" => ToolOutcome::text(
             true,
@@ -84,7 +84,7 @@ fn server_world() -> ToolFn {
     })
 }
 
-fn ran(sim: &Sim, name: &str) -> usize {
+pub(super) fn ran(sim: &Sim, name: &str) -> usize {
     sim.dispatches.iter().filter(|d| d.name == name).count()
 }
 
@@ -100,7 +100,7 @@ fn started(seed: u64) -> (Sim, u64, String) {
     (sim, conn, thread)
 }
 
-fn result_of(sim: &Sim, tool: &str) -> (ToolStatus, String) {
+pub(super) fn result_of(sim: &Sim, tool: &str) -> (ToolStatus, String) {
     paths(sim)[0]
         .iter()
         .find_map(|n| match &n.body {

@@ -3,6 +3,7 @@ mod attachments;
 pub mod bad_input;
 mod compaction;
 mod details;
+mod elicitation;
 mod environment;
 mod host_tools;
 mod interactions;

@@ -50,6 +50,11 @@ fn answered_question(sim: &mut Sim, thread_id: &str, run_id: String) {
             answer: Some("M".into()),
             created_at: 30 * DAY,
             answered_at: Some(30 * DAY),
+            server: None,
+            server_url: None,
+            form: None,
+            action: None,
+            content: None,
         },
     );
 }

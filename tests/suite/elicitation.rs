@@ -1,0 +1,369 @@
+//! An MCP server asking the user for input during one of its tool calls
+//! (`elicitation/create`, spec 000 §5: "MCP Elicitation"): the request is
+//! kept before it is shown, the answer is checked against the form and
+//! ACKed once durable before it goes to the server, the request ends with
+//! its call, and after a restart the server's call is not continued: the
+//! model is told to call again only if that is safe.
+
+use serde_json::{json, Value};
+use sw_agent::elicitation::{parse_request, Request};
+use sw_agent::model::{
+    ElicitationAction, InteractionRecord, InteractionStatus, RunState, ToolStatus,
+};
+use sw_agent::protocol::{ErrorKind, Event, Op};
+use sw_agent::sim::Sim;
+
+use super::mcp::{policy, ran, result_of, server_world, with_docs};
+use super::support::*;
+
+const URL: &str = "http://127.0.0.1:9000/mcp";
+
+fn booking() -> Request {
+    let params = json!({
+        "message": "How many seats, and where shall the confirmation go?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "email": { "type": "string", "format": "email" },
+                "seats": { "type": "integer", "minimum": 1, "maximum": 8 }
+            },
+            "required": ["email"]
+        }
+    });
+    parse_request(&params, &["email".into(), "seats".into()]).unwrap()
+}
+
+fn respond(
+    id: &str,
+    thread: &str,
+    interaction: &str,
+    action: ElicitationAction,
+    content: Option<Value>,
+) -> Op {
+    Op::ElicitationResponse {
+        submission: submission(id),
+        thread_id: thread.into(),
+        interaction_id: interaction.into(),
+        action,
+        content,
+    }
+}
+
+/// A run whose call `tool` is running (its result held) with every
+/// approval accepted: (sim, conn, thread, the call's dispatch).
+fn calling(seed: u64, tool: &'static str) -> (Sim, u64, String, u64) {
+    let mut sim = Sim::new(seed, policy(), server_world());
+    with_docs(&mut sim.config, URL);
+    sim.reconfigure();
+    sim.auto_approve = Some(sw_agent::protocol::ApprovalDecision::AcceptOnce);
+    sim.hold_tools = Some(match tool {
+        "docs__search" => |name: &str| name == "docs__search",
+        _ => |name: &str| name == "docs__page_create",
+    });
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Document the install"));
+    while ran(&sim, tool) == 0 {
+        assert!(sim.step(), "{tool} was never called");
+    }
+    sim.run(10_000);
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    let dispatch = sim
+        .dispatches
+        .iter()
+        .find(|d| d.name == tool)
+        .unwrap()
+        .dispatch_id;
+    (sim, conn, thread, dispatch)
+}
+
+fn ask(sim: &mut Sim, dispatch: u64) -> InteractionRecord {
+    sim.engine
+        .handle_elicitation(sim.now, dispatch, "docs", URL, booking());
+    sim.run(10_000);
+    sim.store
+        .interactions
+        .values()
+        .find(|i| i.server.is_some() && i.status == InteractionStatus::Pending)
+        .expect("the request is kept")
+        .clone()
+}
+
+fn requests_shown(sim: &Sim, conn: u64) -> Vec<InteractionRecord> {
+    sim.events_for(conn)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn ack_after_commit_a_server_s_request_for_input_is_kept_before_it_is_shown_and_answered_after() {
+    let (mut sim, conn, thread, dispatch) = calling(601, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    // Kept, then shown (the simulation checks every event against the store).
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+    assert_eq!(requests_shown(&sim, conn), vec![asked.clone()]);
+    assert_eq!(asked.server.as_deref(), Some("docs"));
+    assert_eq!(asked.server_url.as_deref(), Some(URL));
+    assert_eq!(
+        asked.question,
+        "How many seats, and where shall the confirmation go?"
+    );
+    let fields: Vec<&str> = asked
+        .form
+        .as_ref()
+        .unwrap()
+        .fields
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(fields, ["email", "seats"]);
+    // The run stays on its call; a panel that connects now sees the request.
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::ExecutingTools
+    );
+    let late = sim.connect();
+    sim.send(late, initialize("late", Some(&thread)));
+    sim.run(10_000);
+    let view = last_view(&sim, late);
+    assert_eq!(
+        view.pending_interaction.as_ref().map(|i| i.id.clone()),
+        Some(asked.id.clone())
+    );
+
+    // An answer that does not fit the form is refused, naming the field;
+    // nothing is kept or sent.
+    sim.send(
+        conn,
+        respond(
+            "e1",
+            &thread,
+            &asked.id,
+            ElicitationAction::Accept,
+            Some(json!({ "email": "ada", "seats": 2 })),
+        ),
+    );
+    sim.run(10_000);
+    let error = answer(&sim, conn, "e1").unwrap().unwrap_err();
+    assert_eq!(error.kind, ErrorKind::InvalidCommand);
+    assert_eq!(error.message, "Field \"email\": not an email address.");
+    sim.send(
+        conn,
+        respond(
+            "e2",
+            &thread,
+            &asked.id,
+            ElicitationAction::Accept,
+            Some(json!({ "seats": 2 })),
+        ),
+    );
+    sim.run(10_000);
+    assert_eq!(
+        reject_message(&sim, conn, "e2").as_deref(),
+        Some("Field \"email\" is required.")
+    );
+    assert!(sim.elicitation_answers.is_empty());
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Pending
+    );
+
+    // A fitting one: durable with its receipt, ACKed, then sent to the server.
+    sim.send(
+        conn,
+        respond(
+            "e3",
+            &thread,
+            &asked.id,
+            ElicitationAction::Accept,
+            Some(json!({ "email": "ada@example.com", "seats": 4.0 })),
+        ),
+    );
+    sim.run(10_000);
+    let ack = answer(&sim, conn, "e3").unwrap().unwrap();
+    assert_eq!(
+        ack,
+        json!({ "interactionId": asked.id, "status": "answered", "action": "accept" })
+    );
+    let kept = &sim.store.interactions[&asked.id];
+    assert_eq!(kept.status, InteractionStatus::Answered);
+    assert_eq!(kept.action, Some(ElicitationAction::Accept));
+    assert_eq!(
+        kept.content,
+        Some(json!({ "email": "ada@example.com", "seats": 4 }))
+    );
+    assert_eq!(
+        sim.elicitation_answers,
+        vec![(
+            dispatch,
+            ElicitationAction::Accept,
+            Some(json!({ "email": "ada@example.com", "seats": 4 }))
+        )]
+    );
+    assert!(sim.events_for(conn).iter().any(|e| matches!(e,
+        Event::InteractionResolved { interaction_id, status: InteractionStatus::Answered, .. } if *interaction_id == asked.id)));
+    // Claimed once: the same answer again is ACKed (nothing sent twice), another refused.
+    sim.send(
+        conn,
+        respond(
+            "e4",
+            &thread,
+            &asked.id,
+            ElicitationAction::Accept,
+            Some(json!({ "email": "ada@example.com", "seats": 4 })),
+        ),
+    );
+    sim.send(
+        conn,
+        respond("e5", &thread, &asked.id, ElicitationAction::Decline, None),
+    );
+    sim.run(10_000);
+    assert!(answer(&sim, conn, "e4").unwrap().is_ok());
+    assert_eq!(
+        reject_message(&sim, conn, "e5").as_deref(),
+        Some("This request was already answered.")
+    );
+    assert_eq!(sim.elicitation_answers.len(), 1);
+
+    // The server's answer to the call arrives: the run goes on to its end.
+    sim.release_tools();
+    sim.run(10_000);
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
+    assert_eq!(result_of(&sim, "docs__page_create").0, ToolStatus::Ok);
+    assert_eq!(ran(&sim, "docs__page_create"), 1);
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn a_request_for_input_ends_with_its_call_and_a_late_answer_is_refused() {
+    let (mut sim, conn, thread, dispatch) = calling(602, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    // The server answers the call without waiting for the user.
+    sim.release_tools();
+    sim.run(10_000);
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Cancelled
+    );
+    assert!(sim.events_for(conn).iter().any(|e| matches!(e,
+        Event::InteractionResolved { interaction_id, status: InteractionStatus::Cancelled, .. } if *interaction_id == asked.id)));
+    sim.send(
+        conn,
+        respond("late", &thread, &asked.id, ElicitationAction::Decline, None),
+    );
+    sim.run(10_000);
+    assert_eq!(
+        reject_message(&sim, conn, "late").as_deref(),
+        Some("This request was already withdrawn: the server's call ended.")
+    );
+    assert!(sim.elicitation_answers.is_empty());
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
+    check_invariants(&sim, &[]).unwrap();
+
+    // A stop withdraws it with the run.
+    let (mut sim, conn, thread, dispatch) = calling(603, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    sim.send(conn, interrupt("stop", &thread));
+    sim.run(10_000);
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Cancelled
+    );
+    let fresh = sim.connect();
+    sim.send(fresh, initialize("fresh", Some(&thread)));
+    sim.run(10_000);
+    let view = last_view(&sim, fresh);
+    assert!(view.pending_interaction.is_none());
+    check_invariants(&sim, &[]).unwrap();
+
+    // A request for a call that already ended is answered "cancel" at once
+    // and never kept.
+    let kept = sim.store.interactions.len();
+    sim.engine
+        .handle_elicitation(sim.now, dispatch, "docs", URL, booking());
+    sim.run(10_000);
+    assert_eq!(
+        sim.elicitation_answers,
+        vec![(dispatch, ElicitationAction::Cancel, None)]
+    );
+    assert_eq!(sim.store.interactions.len(), kept);
+}
+
+#[test]
+fn never_retry_at_most_once_a_call_whose_server_asked_for_input_is_not_continued_after_a_restart() {
+    // Asked, not answered; and asked, answered, the answer sent: either way
+    // the server's call died with the worker.
+    for (seed, tool, answered) in [
+        (604, "docs__page_create", false),
+        (605, "docs__page_create", true),
+        // A read would be run again after a restart, but not this one.
+        (606, "docs__search", false),
+    ] {
+        let (mut sim, conn, thread, dispatch) = calling(seed, tool);
+        let asked = ask(&mut sim, dispatch);
+        if answered {
+            sim.send(
+                conn,
+                respond("e1", &thread, &asked.id, ElicitationAction::Decline, None),
+            );
+            sim.run(10_000);
+            assert_eq!(
+                sim.elicitation_answers,
+                vec![(dispatch, ElicitationAction::Decline, None)]
+            );
+        }
+        sim.crash();
+        sim.hold_tools = None;
+        let panel = reconnect(&mut sim);
+        sim.run(10_000);
+        // The next call (after a search) asks first.
+        let pending: Vec<_> = approval_requests(&sim)
+            .into_iter()
+            .filter(|a| {
+                sim.store.approvals[&a.id].status == sw_agent::model::ApprovalStatus::Pending
+            })
+            .collect();
+        for (i, approval) in pending.iter().enumerate() {
+            let decision = sw_agent::protocol::ApprovalDecision::AcceptOnce;
+            sim.send(
+                panel,
+                approval_response(&format!("a{i}"), &thread, &approval.id, decision),
+            );
+            sim.run(10_000);
+        }
+        assert_eq!(ran(&sim, tool), 1, "{tool} must not run again");
+        let (status, content) = result_of(&sim, tool);
+        assert_eq!(status, ToolStatus::Interrupted);
+        assert!(
+            content.contains("asked the user for input during this call"),
+            "{content}"
+        );
+        assert!(content.contains("cannot be continued"), "{content}");
+        assert!(
+            content.contains("Call the tool again only if that is safe"),
+            "{content}"
+        );
+        assert_eq!(
+            content.contains("the user had answered it: decline"),
+            answered,
+            "{content}"
+        );
+        let kept = &sim.store.interactions[&asked.id];
+        let expected = if answered {
+            InteractionStatus::Answered
+        } else {
+            InteractionStatus::Cancelled
+        };
+        assert_eq!(kept.status, expected);
+        let run = sim.store.runs.values().next().unwrap();
+        assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
+        check_invariants(&sim, &[]).unwrap();
+    }
+}
