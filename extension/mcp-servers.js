@@ -38,8 +38,11 @@
 // - A tool the server marks readOnlyHint is run again after a crash
 //   mid-call; any other is never run twice by itself: the user is asked
 //   whether it happened.
-// - At most 8 servers and 32 tools per server. Sampling, elicitation and
-//   roots requests from a server are answered "not supported".
+// - A server may ask the user for values during one of its calls
+//   (elicitation): the side panel shows its form, and the answer goes to
+//   that server only. Sampling and roots requests are answered "not
+//   supported".
+// - At most 8 servers and 32 tools per server.
 //
 // Example:
 //

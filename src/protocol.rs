@@ -888,6 +888,9 @@ pub enum Event {
         turn_id: String,
         interaction_id: String,
         status: InteractionStatus,
+        /// How the user answered an MCP server's request for input.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        action: Option<ElicitationAction>,
     },
     #[serde(rename = "run.status")]
     RunStatus {

@@ -492,6 +492,8 @@ export type Event =
     turnId: string;
     interactionId: string;
     status: InteractionStatus;
+    /** How the user answered an MCP server's request for input. */
+    action?: ElicitationAction | null;
   }
   | {
     type: "run.status";

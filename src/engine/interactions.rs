@@ -232,6 +232,7 @@ impl Engine {
                 turn_id,
                 interaction_id,
                 status: InteractionStatus::Answered,
+                action: None,
             },
         );
         self.announce(tid, unit);
@@ -252,8 +253,11 @@ impl Engine {
 /// server. If the call ends first (its result, a stop, the run's end), the
 /// request is withdrawn (`Cancelled`). If the worker dies while the request
 /// waits or before the call's result, the server's call cannot be
-/// continued: recovery gives the call an interrupted result that tells the
-/// model to call again only if that is safe (`elicitation_recovery`).
+/// continued: a read (which recovery would otherwise run again) gets an
+/// interrupted result that tells the model to call again only if that is
+/// safe (`elicitation_recovery`); a write in flight is `paused_uncertain`
+/// like any other (the user decides; never_retry_at_most_once), its request
+/// withdrawn.
 impl Engine {
     /// The server of the call `dispatch_id` asks the user for input.
     pub fn handle_elicitation(
@@ -490,6 +494,7 @@ impl Engine {
                 turn_id,
                 interaction_id,
                 status: InteractionStatus::Answered,
+                action: Some(action),
             },
         );
         // The driver sends it if the call still waits for it.
@@ -542,6 +547,7 @@ impl Engine {
                             turn_id: i.run_id.clone(),
                             interaction_id: i.id.clone(),
                             status: InteractionStatus::Cancelled,
+                            action: None,
                         },
                     );
                 }

@@ -1972,7 +1972,10 @@ impl Engine {
         }
         self.cache_deleted(&pending.unit);
         self.apply_to_memory(&pending.unit);
-        self.announce_withdrawn(&pending.thread_id, &pending.unit);
+        // (A run's end announces what it withdrew itself.)
+        if !matches!(pending.then, Then::RunFinished { .. }) {
+            self.announce_withdrawn(&pending.thread_id, &pending.unit);
+        }
         if pending.unit.touches(stores::SITE_RULES) {
             self.broadcast_site_rules();
         }

@@ -1161,8 +1161,13 @@ pick a different element or tool, or explain the problem to the user.",
             }
             _ => {}
         }
-        // A call whose server asked the user for input cannot be continued.
-        if let Some((index, message)) = self.elicitation_recovery(tid) {
+        // A call whose server asked the user for input cannot be continued:
+        // a read is not run again by itself, the model is told (a write in
+        // flight is the user's to decide, below: never_retry_at_most_once).
+        if let Some((index, message)) = self
+            .elicitation_recovery(tid)
+            .filter(|(index, _)| Some(*index) != uncertain)
+        {
             return self.persist_tool_result(
                 now,
                 tid,
@@ -1199,6 +1204,8 @@ pick a different element or tool, or explain the problem to the user.",
                 run.revision += 1;
                 run.updated_at = now;
                 let mut unit = UnitOfWork::new();
+                // A server's request for input died with its call.
+                self.withdraw_elicitations(now, tid, None, &mut unit);
                 unit.put(Record::Run(run));
                 let token = self.persist(tid, unit, Then::RunPaused);
                 self.set_phase(tid, Phase::Persisting(token));
@@ -1494,6 +1501,7 @@ pick a different element or tool, or explain the problem to the user.",
                             turn_id: turn_id.clone(),
                             interaction_id: i.id.clone(),
                             status: i.status,
+                            action: i.action,
                         },
                         _ => continue,
                     };

@@ -702,13 +702,19 @@ impl Engine {
                             .iter()
                             .find(|q| &q.id == id && q.status == InteractionStatus::Pending)
                     });
-                    // Or an MCP server's request for input during the running call.
+                    // Or an MCP server's request for input during the call
+                    // running now (not one a restart left behind: recovery
+                    // withdraws it).
+                    let running = t.exec.as_ref().and_then(|e| match &e.phase {
+                        Phase::Tool { index, .. } => Some(e.calls[*index].call_id.as_str()),
+                        _ => None,
+                    });
                     question.or_else(|| {
                         t.interactions.iter().rev().find(|q| {
                             q.server.is_some()
                                 && q.run_id == r.id
                                 && q.status == InteractionStatus::Pending
-                                && !r.state.is_terminal()
+                                && running == Some(q.call_id.as_str())
                         })
                     })
                 })

@@ -204,7 +204,7 @@ fn ack_after_commit_a_server_s_request_for_input_is_kept_before_it_is_shown_and_
         )]
     );
     assert!(sim.events_for(conn).iter().any(|e| matches!(e,
-        Event::InteractionResolved { interaction_id, status: InteractionStatus::Answered, .. } if *interaction_id == asked.id)));
+        Event::InteractionResolved { interaction_id, status: InteractionStatus::Answered, action: Some(ElicitationAction::Accept), .. } if *interaction_id == asked.id)));
     // Claimed once: the same answer again is ACKed (nothing sent twice), another refused.
     sim.send(
         conn,
@@ -297,16 +297,12 @@ fn a_request_for_input_ends_with_its_call_and_a_late_answer_is_refused() {
 }
 
 #[test]
-fn never_retry_at_most_once_a_call_whose_server_asked_for_input_is_not_continued_after_a_restart() {
+fn a_read_whose_server_asked_for_input_is_not_run_again_after_a_restart_and_the_model_is_told() {
     // Asked, not answered; and asked, answered, the answer sent: either way
-    // the server's call died with the worker.
-    for (seed, tool, answered) in [
-        (604, "docs__page_create", false),
-        (605, "docs__page_create", true),
-        // A read would be run again after a restart, but not this one.
-        (606, "docs__search", false),
-    ] {
-        let (mut sim, conn, thread, dispatch) = calling(seed, tool);
+    // the server's call died with the worker. A read would be run again by
+    // itself; this one is not.
+    for (seed, answered) in [(604, false), (605, true)] {
+        let (mut sim, conn, thread, dispatch) = calling(seed, "docs__search");
         let asked = ask(&mut sim, dispatch);
         if answered {
             sim.send(
@@ -323,23 +319,8 @@ fn never_retry_at_most_once_a_call_whose_server_asked_for_input_is_not_continued
         sim.hold_tools = None;
         let panel = reconnect(&mut sim);
         sim.run(10_000);
-        // The next call (after a search) asks first.
-        let pending: Vec<_> = approval_requests(&sim)
-            .into_iter()
-            .filter(|a| {
-                sim.store.approvals[&a.id].status == sw_agent::model::ApprovalStatus::Pending
-            })
-            .collect();
-        for (i, approval) in pending.iter().enumerate() {
-            let decision = sw_agent::protocol::ApprovalDecision::AcceptOnce;
-            sim.send(
-                panel,
-                approval_response(&format!("a{i}"), &thread, &approval.id, decision),
-            );
-            sim.run(10_000);
-        }
-        assert_eq!(ran(&sim, tool), 1, "{tool} must not run again");
-        let (status, content) = result_of(&sim, tool);
+        assert_eq!(ran(&sim, "docs__search"), 1, "the read must not run again");
+        let (status, content) = result_of(&sim, "docs__search");
         assert_eq!(status, ToolStatus::Interrupted);
         assert!(
             content.contains("asked the user for input during this call"),
@@ -355,15 +336,52 @@ fn never_retry_at_most_once_a_call_whose_server_asked_for_input_is_not_continued
             answered,
             "{content}"
         );
-        let kept = &sim.store.interactions[&asked.id];
         let expected = if answered {
             InteractionStatus::Answered
         } else {
             InteractionStatus::Cancelled
         };
-        assert_eq!(kept.status, expected);
+        assert_eq!(sim.store.interactions[&asked.id].status, expected);
+        // The run goes on: the next call asks first, then the answer.
+        let approval = approval_requests(&sim)
+            .into_iter()
+            .last()
+            .expect("the next call asks");
+        assert_eq!(approval.tool_name, "docs__page_create");
+        let decision = sw_agent::protocol::ApprovalDecision::AcceptOnce;
+        sim.send(
+            panel,
+            approval_response("a1", &thread, &approval.id, decision),
+        );
+        sim.run(10_000);
         let run = sim.store.runs.values().next().unwrap();
         assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
         check_invariants(&sim, &[]).unwrap();
     }
+}
+
+#[test]
+fn never_retry_at_most_once_a_write_whose_server_asked_for_input_is_the_user_s_to_decide_after_a_restart(
+) {
+    let (mut sim, _, _, dispatch) = calling(606, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    sim.crash();
+    sim.hold_tools = None;
+    let panel = reconnect(&mut sim);
+    sim.run(10_000);
+    assert_eq!(ran(&sim, "docs__page_create"), 1);
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!(run.state, RunState::PausedUncertain);
+    // The request died with its call: no form is offered for it any more.
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Cancelled
+    );
+    assert!(sim.events_for(panel).iter().any(|e| matches!(e,
+        Event::InteractionResolved { interaction_id, status: InteractionStatus::Cancelled, .. } if *interaction_id == asked.id)));
+    let thread = asked.thread_id.clone();
+    sim.send(panel, initialize("again", Some(&thread)));
+    sim.run(10_000);
+    assert!(last_view(&sim, panel).pending_interaction.is_none());
+    check_invariants(&sim, &[]).unwrap();
 }
