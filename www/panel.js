@@ -28,6 +28,16 @@
 /** @typedef {import("./protocol").InteractionRecord} InteractionRecord */
 /** @typedef {import("./protocol").JsonValue} JsonValue */
 /** @typedef {import("./protocol").Attachment} Attachment */
+/** @typedef {import("./protocol").ElicitationAction} ElicitationAction */
+/**
+ * An MCP server's request for input (`elicitation/create`), as the panel
+ * reads it from an InteractionRecord with `server` (see `elicitationOf`).
+ * @typedef {{ server: string, serverUrl: string, fields: ElicitationField[] }} Elicitation
+ * @typedef {{ name: string, type: "string" | "number" | "integer" | "boolean", title: string,
+ *   description: string, required: boolean, options: string[] | null, optionLabels: string[] | null,
+ *   format: string, minLength: number | null, maxLength: number | null, minimum: number | null,
+ *   maximum: number | null, default: string | number | boolean | null }} ElicitationField
+ */
 /**
  * The fields of an op the panel fills in; `sendOp` adds the type and the ids.
  * @template {OpType} T @typedef {Omit<OpOf<T>, "type" | "clientId" | "submissionId">} OpFields
@@ -127,12 +137,23 @@ const dom = {
     decline: $button("approval-decline"),
   },
   interactionCard: $("interaction-card"),
+  interactionHeading: $("interaction-heading"),
+  interactionServerUrl: $("interaction-server-url"),
   interactionQuestion: $("interaction-question"),
   interactionOptions: $("interaction-options"),
   interactionForm: /** @type {HTMLFormElement} */ ($("interaction-form")),
   interactionAnswer: $input("interaction-answer"),
   interactionSubmit: $button("interaction-submit"),
   interactionStatus: $("interaction-status"),
+  elicitationForm: /** @type {HTMLFormElement} */ ($("elicitation-form")),
+  elicitationFields: $("elicitation-fields"),
+  elicitationRequiredNote: $("elicitation-required-note"),
+  elicitationNoteServer: $("elicitation-note-server"),
+  elicitationButtons: {
+    accept: $button("elicitation-submit"),
+    decline: $button("elicitation-decline"),
+    cancel: $button("elicitation-cancel"),
+  },
   uncertainCard: $("uncertain-card"),
   uncertainLabel: $("uncertain-tool-label"),
   uncertainName: $("uncertain-tool-name"),
@@ -196,6 +217,7 @@ const OP_VERBS = {
   "run.resolveUncertain": "record your answer about the interrupted action",
   "approval.response": "record your answer to the approval request",
   "interaction.response": "send your answer to the agent's question",
+  "elicitation.response": "send your answer to the MCP server's request",
   "siteRules.list": "list the sites where the agent acts without asking",
   "mcpServers.list": "list the extension's MCP servers",
   "siteRule.revoke": "remove the site",
@@ -216,6 +238,33 @@ const APPROVAL_STATUS_TEXT = {
 const INTERACTION_STATUS_TEXT = {
   answered: "answered",
   cancelled: "question withdrawn",
+};
+/** How an MCP server's request for input ended, on its tool card (`markElicitationOnCard`). */
+const ELICITATION_END_TEXT = {
+  accept: "accepted",
+  decline: "declined",
+  cancel: "cancelled",
+  answered: "answered",
+  withdrawn: "request withdrawn",
+};
+/** The interaction card's status line while an answer to a server is on its way. */
+const ELICITATION_SENDING_TEXT = {
+  accept: "Sending your answer…",
+  decline: "Declining…",
+  cancel: "Cancelling…",
+};
+/** The same once the engine has recorded it. */
+const ELICITATION_RECORDED_TEXT = {
+  accept: "Answer recorded. The server gets it now.",
+  decline: "Recorded: the server is told you declined.",
+  cancel: "Recorded: the server is told you cancelled.",
+};
+/** The input type of a string field per JSON Schema `format` (MCP 2025-06-18 allows these four). */
+const FORMAT_INPUT_TYPES = {
+  email: "email",
+  uri: "url",
+  date: "date",
+  "date-time": "datetime-local",
 };
 /** Prefix of the tool result the engine writes for an answered `ask_user`. */
 const ANSWER_PREFIX = "The user answered: ";
@@ -334,9 +383,16 @@ const state = {
   approval: null,
   /** { submissionId, approvalId, decision } of a sent approval.response, until the question closes (or it is rejected). */
   approvalAnswer: null,
-  /** The pending InteractionRecord (ask_user) of this thread's run (from interaction.request or the snapshot). */
+  /**
+   * The pending InteractionRecord of this thread's run (from interaction.request
+   * or the snapshot): the agent's question (ask_user) or an MCP server's request for input.
+   */
   interaction: null,
-  /** { submissionId, interactionId, answer } of a sent interaction.response, until the question closes (or it is rejected). */
+  /**
+   * { submissionId, interactionId, answer } of a sent interaction.response, or
+   * { submissionId, interactionId, answer: null, action, content } of a sent
+   * elicitation.response, until the question closes (or it is rejected).
+   */
   interactionAnswer: null,
   /** The last run.retry of the current turn, until the retried request shows progress. */
   retry: null,
@@ -791,6 +847,11 @@ function onAck(event) {
     waiter.resolve(result);
     return;
   }
+  if (isElicitationReply(event.submissionId)) {
+    // Durable now; the card goes away with interaction.resolved (or the next snapshot).
+    dom.interactionStatus.textContent = ELICITATION_RECORDED_TEXT[state.interactionAnswer.action] || "Answer recorded.";
+    return;
+  }
   switch (event.opType || pending.message.type) {
     case "thread.create":
       if (typeof result.threadId === "string") expectThread(result.threadId);
@@ -941,6 +1002,7 @@ function onReject(event) {
     onSiteRuleReject(opType, pending ? pending.message : null, event.error);
     return;
   }
+  if (isElicitationReply(event.submissionId) && onElicitationRejected(event.error)) return;
   const editor = view.editor;
   if (editor && editor.submissionId === event.submissionId) {
     // Said where the user is looking; the text stays in the editor.
@@ -1035,7 +1097,7 @@ function onTurnComplete(event) {
     state.approvalAnswer = null;
   }
   if (state.interaction && (!event.turnId || state.interaction.runId === event.turnId)) {
-    markInteractionOnCard(state.interaction.callId, "cancelled", null);
+    markInteractionEnd(state.interaction, "cancelled", null);
     state.interaction = null;
     state.interactionAnswer = null;
     dom.interactionStatus.textContent = "";
@@ -2439,7 +2501,7 @@ function updateWaitingSection() {
 function renderRunState() {
   dom.status.dataset.state = state.runState;
   dom.status.dataset.turnId = state.turnId || "";
-  dom.statusText.textContent = STATE_TEXT[state.runState] || state.runState.replace(/_/g, " ");
+  renderStatusText();
   const running = isRunning();
   dom.stop.disabled = !running;
   dom.send.textContent = running ? "Steer" : "Send";
@@ -2713,12 +2775,65 @@ function onInteractionRequest(event) {
 function onInteractionResolved(event) {
   const shown = state.interaction && state.interaction.id === event.interactionId ? state.interaction : null;
   if (!shown) return;
-  const sent = state.interactionAnswer && state.interactionAnswer.interactionId === shown.id ? state.interactionAnswer.answer : null;
-  markInteractionOnCard(shown.callId, typeof event.status === "string" ? event.status : "", sent);
+  const sent = state.interactionAnswer && state.interactionAnswer.interactionId === shown.id ? state.interactionAnswer : null;
+  markInteractionEnd(shown, typeof event.status === "string" ? event.status : "", sent, event);
   state.interaction = null;
   state.interactionAnswer = null;
   dom.interactionStatus.textContent = "";
   renderInteraction();
+}
+
+/**
+ * Shows how a question ended on its tool card: the agent's (`ask_user`) or
+ * an MCP server's request for input. `sent` is what this panel sent, if it
+ * answered; `event` the interaction.resolved, if any.
+ * @param {InteractionRecord} interaction
+ * @param {string} status
+ * @param {{ answer: string | null, action?: ElicitationAction } | null} sent
+ * @param {EventOf<"interaction.resolved"> | null} [event]
+ */
+function markInteractionEnd(interaction, status, sent, event = null) {
+  if (elicitationOf(interaction) === null) {
+    markInteractionOnCard(interaction.callId, status, sent ? sent.answer : null);
+    return;
+  }
+  // Another panel's answer: the event says which.
+  const told = event ? event.action : undefined;
+  const action = sent && sent.action ? sent.action : typeof told === "string" ? told : "";
+  markElicitationOnCard(interaction.callId, status, action, elicitationOf(interaction).server);
+}
+
+/**
+ * Shows how an MCP server's request for input ended on the call's tool card
+ * (a badge: accepted, declined, cancelled, request withdrawn), until the
+ * next snapshot redraws it; the call itself goes on running.
+ */
+function markElicitationOnCard(callId, status, action, server) {
+  const card = view.cardsByCallId.get(callId);
+  const key = status === "answered" ? (ELICITATION_END_TEXT[action] ? action : "answered") : status === "cancelled" ? "withdrawn" : "";
+  if (!card || !key) return;
+  const header = card.querySelector(":scope > .tool-header");
+  if (!header) return;
+  const statusElement = header.querySelector(":scope > .tool-status");
+  let mark = /** @type {HTMLElement | null} */ (header.querySelector(":scope > .badge-elicitation"));
+  if (!mark) {
+    mark = document.createElement("span");
+    mark.className = "badge badge-elicitation";
+    header.insertBefore(mark, statusElement);
+  }
+  mark.dataset.status = key;
+  mark.textContent = ELICITATION_END_TEXT[key];
+  const to = `the MCP server “${server}”`;
+  mark.title = {
+    accept: `You sent your answer to ${to}`,
+    decline: `You declined the request of ${to}`,
+    cancel: `You cancelled the request of ${to} without answering`,
+    answered: `The request of ${to} was answered`,
+    withdrawn: `The request of ${to} ended before you answered`,
+  }[key];
+  card.dataset.elicitation = key;
+  delete card.dataset.awaitingAnswer;
+  if (statusElement && statusElement.textContent === "waiting for your answer") statusElement.textContent = card.dataset.status || "";
 }
 
 /** Show how the question ended on the ask_user tool card (until its result or the next snapshot redraws it). */
@@ -2743,7 +2858,18 @@ function markInteractionOnCard(callId, status, answer) {
   if (status === "answered" && typeof answer === "string" && !view.resultsByCallId.has(callId)) showAnswerOnCard(card, answer);
 }
 
+/**
+ * The status line's words: the run's state, or, while an MCP server's call
+ * waits for the user's answer to its request (the run is executing that
+ * call), that the run waits for the user.
+ */
+function renderStatusText() {
+  const serverAsks = state.interaction !== null && state.runState === "executing_tools" && elicitationOf(state.interaction) !== null;
+  dom.statusText.textContent = serverAsks ? STATE_TEXT.waiting_interaction : STATE_TEXT[state.runState] || state.runState.replace(/_/g, " ");
+}
+
 function renderInteraction() {
+  renderStatusText();
   const card = dom.interactionCard;
   const interaction = state.interaction;
   const show = interaction !== null && state.threadId !== null
@@ -2759,30 +2885,46 @@ function renderInteraction() {
     card.hidden = true;
     delete card.dataset.interactionId;
     delete card.dataset.callId;
+    delete card.dataset.server;
     card.removeAttribute("aria-busy");
     dom.interactionAnswer.value = "";
+    // What was typed for a server goes nowhere once its request is gone.
+    dom.elicitationFields.replaceChildren();
     return;
   }
   if (card.dataset.interactionId !== interaction.id) {
     // A new question: draw it (kept as is while it stays open, so typed text survives redraws).
     const question = typeof interaction.question === "string" ? interaction.question : "";
     dom.interactionQuestion.textContent = question;
-    const options = Array.isArray(interaction.options)
-      ? interaction.options.filter((option) => typeof option === "string" && option.trim() !== "")
-      : [];
-    dom.interactionOptions.replaceChildren(...options.map((option) => {
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "interaction-option";
-      button.textContent = option;
-      button.dataset.answer = option;
-      button.addEventListener("click", () => answerInteraction(option));
-      return button;
-    }));
-    dom.interactionOptions.hidden = options.length === 0;
-    dom.interactionAnswer.value = "";
-    dom.interactionAnswer.placeholder = options.length ? "Or type another answer…" : "Type your answer…";
-    dom.interactionSubmit.textContent = "Answer";
+    const elicitation = elicitationOf(interaction);
+    if (elicitation !== null) {
+      drawElicitation(elicitation);
+    } else {
+      dom.interactionHeading.textContent = "The agent asks you";
+      dom.interactionServerUrl.textContent = "";
+      dom.interactionServerUrl.hidden = true;
+      dom.elicitationForm.hidden = true;
+      dom.elicitationFields.replaceChildren();
+      dom.interactionForm.hidden = false;
+      card.setAttribute("aria-describedby", "interaction-question");
+      delete card.dataset.server;
+      const options = Array.isArray(interaction.options)
+        ? interaction.options.filter((option) => typeof option === "string" && option.trim() !== "")
+        : [];
+      dom.interactionOptions.replaceChildren(...options.map((option) => {
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "interaction-option";
+        button.textContent = option;
+        button.dataset.answer = option;
+        button.addEventListener("click", () => answerInteraction(option));
+        return button;
+      }));
+      dom.interactionOptions.hidden = options.length === 0;
+      dom.interactionAnswer.value = "";
+      dom.interactionAnswer.placeholder = options.length ? "Or type another answer…" : "Type your answer…";
+      dom.interactionSubmit.textContent = "Answer";
+    }
   }
   card.dataset.interactionId = interaction.id;
   card.dataset.epoch = state.epoch || "";
@@ -2797,9 +2939,10 @@ function renderInteraction() {
 
   const busy = state.interactionAnswer !== null;
   card.setAttribute("aria-busy", String(busy));
-  for (const button of dom.interactionOptions.querySelectorAll("button")) button.disabled = busy;
-  dom.interactionAnswer.disabled = busy;
-  dom.interactionSubmit.disabled = busy;
+  // Every control of the card (the question's and the server form's) waits while an answer is on its way.
+  for (const control of /** @type {NodeListOf<HTMLButtonElement | HTMLInputElement | HTMLSelectElement>} */ (card.querySelectorAll("button, input, select"))) {
+    control.disabled = busy;
+  }
   const appearing = card.hidden;
   card.hidden = false;
   if (appearing) {
@@ -2824,6 +2967,393 @@ function answerInteraction(answer) {
   dom.interactionStatus.textContent = `Sending your answer: ${clipText(answer, 80)}`;
   hideError();
   renderInteraction();
+}
+
+// ----------------------------------------------------------- elicitation ---
+// An MCP server asks the user for input during a call of one of its tools
+// (`elicitation/create`): the engine shows it as an interaction whose record
+// names the server, with the server's form. The card then shows that form;
+// the answer (Submit, Decline or Cancel) goes to the server, not to the
+// agent, as `elicitation.response`. The panel checks the values first; the
+// engine checks them again and its refusal names the field.
+
+/**
+ * The server's request in an InteractionRecord, or null for the agent's own
+ * question (`ask_user`). Every field is checked here (what arrives is the
+ * worker's JSON), and the rest of the panel uses what this returns.
+ * @param {InteractionRecord} interaction
+ * @returns {Elicitation | null}
+ */
+function elicitationOf(interaction) {
+  if (!interaction || typeof interaction.server !== "string" || interaction.server === "") return null;
+  const form = interaction.form && typeof interaction.form === "object" ? interaction.form : null;
+  /** @type {unknown[]} */
+  const raw = form && Array.isArray(form.fields) ? form.fields : [];
+  return {
+    server: interaction.server,
+    serverUrl: typeof interaction.serverUrl === "string" ? interaction.serverUrl : "",
+    fields: raw.map(fieldOf).filter((field) => field !== null),
+  };
+}
+
+/** One field of the server's form, or null when it is not one (no name). @returns {ElicitationField | null} */
+function fieldOf(value) {
+  if (!value || typeof value !== "object" || typeof value.name !== "string" || value.name === "") return null;
+  const number = (key) => (typeof value[key] === "number" && Number.isFinite(value[key]) ? value[key] : null);
+  const text = (key) => (typeof value[key] === "string" ? value[key] : "");
+  const type = ["string", "number", "integer", "boolean"].includes(value.type) ? value.type : "string";
+  const options = Array.isArray(value.options) ? value.options.filter((option) => typeof option === "string") : null;
+  const labels = options && Array.isArray(value.optionLabels) && value.optionLabels.length === options.length
+    ? value.optionLabels.map((label, index) => (typeof label === "string" && label.trim() !== "" ? label : options[index]))
+    : null;
+  const fallback = value.default;
+  return {
+    name: value.name,
+    type,
+    title: text("title").trim() || value.name,
+    description: text("description").trim(),
+    required: value.required === true,
+    options: options && options.length > 0 ? options : null,
+    optionLabels: labels,
+    format: text("format"),
+    minLength: number("minLength"),
+    maxLength: number("maxLength"),
+    minimum: number("minimum"),
+    maximum: number("maximum"),
+    default: typeof fallback === "string" || typeof fallback === "boolean" || (typeof fallback === "number" && Number.isFinite(fallback)) ? fallback : null,
+  };
+}
+
+/** Draws the server's request in the interaction card: heading, address, one control per field. @param {Elicitation} elicitation */
+function drawElicitation(elicitation) {
+  const card = dom.interactionCard;
+  dom.interactionHeading.textContent = `The MCP server “${elicitation.server}” asks you`;
+  dom.interactionServerUrl.textContent = elicitation.serverUrl;
+  dom.interactionServerUrl.hidden = elicitation.serverUrl === "";
+  dom.interactionOptions.replaceChildren();
+  dom.interactionOptions.hidden = true;
+  dom.interactionForm.hidden = true;
+  dom.interactionAnswer.value = "";
+  dom.elicitationNoteServer.textContent = `“${elicitation.server}”`;
+  dom.elicitationFields.replaceChildren(...elicitation.fields.map(buildElicitationField));
+  dom.elicitationRequiredNote.hidden = !elicitation.fields.some((field) => field.required && field.type !== "boolean");
+  dom.elicitationForm.hidden = false;
+  card.dataset.server = elicitation.server;
+  // Read with the message: where the answer goes, and what not to share.
+  card.setAttribute("aria-describedby", "interaction-question elicitation-note");
+}
+
+/**
+ * The label, control, hint and error line of one field. A field with
+ * options is a select (with an empty choice when it is not required); a
+ * boolean a checkbox; a number a number input; a string a text input of its
+ * format. The server's default is filled in.
+ * @param {ElicitationField} field
+ * @param {number} index
+ */
+function buildElicitationField(field, index) {
+  const id = `elicitation-field-${index}`;
+  const wrapper = document.createElement("div");
+  wrapper.className = "elicitation-field";
+  wrapper.dataset.field = field.name;
+  wrapper.dataset.type = field.type;
+  const label = document.createElement("label");
+  label.htmlFor = id;
+  /** @type {HTMLInputElement | HTMLSelectElement} */
+  let control;
+  if (field.options !== null) {
+    const select = document.createElement("select");
+    const empty = document.createElement("option");
+    empty.value = "";
+    if (field.required) {
+      // Not a choice: the user picks one (unless the server named a default).
+      empty.textContent = "Choose…";
+      empty.disabled = true;
+    } else {
+      empty.textContent = "(none)";
+    }
+    select.append(empty, ...field.options.map((value, optionIndex) => {
+      const option = document.createElement("option");
+      option.value = value;
+      option.textContent = field.optionLabels ? field.optionLabels[optionIndex] : value;
+      return option;
+    }));
+    const chosen = field.default === null ? -1 : field.options.indexOf(String(field.default));
+    select.selectedIndex = chosen + 1;
+    control = select;
+  } else {
+    const input = document.createElement("input");
+    input.autocomplete = "off";
+    if (field.type === "boolean") {
+      input.type = "checkbox";
+      input.checked = field.default === true;
+    } else if (field.type === "number" || field.type === "integer") {
+      input.type = "number";
+      input.step = field.type === "integer" ? "1" : "any";
+      input.inputMode = field.type === "integer" ? "numeric" : "decimal";
+      if (field.minimum !== null) input.min = String(field.minimum);
+      if (field.maximum !== null) input.max = String(field.maximum);
+      if (typeof field.default === "number") input.value = String(field.default);
+    } else {
+      input.type = FORMAT_INPUT_TYPES[field.format] || "text";
+      if (field.minLength !== null) input.minLength = field.minLength;
+      if (field.maxLength !== null) input.maxLength = field.maxLength;
+      if (input.type !== "text") input.spellcheck = false;
+      if (typeof field.default === "string") {
+        input.value = field.format === "date-time" ? localDateTimeOf(field.default) : field.default;
+      }
+    }
+    control = input;
+  }
+  control.id = id;
+  control.name = field.name;
+  control.dataset.field = field.name;
+  // A checkbox always has a value (checked or not): nothing to require.
+  const required = field.required && field.type !== "boolean";
+  if (required) {
+    control.required = true;
+    control.setAttribute("aria-required", "true");
+  }
+  const describedBy = [];
+  if (field.description) describedBy.push(`${id}-hint`);
+  describedBy.push(`${id}-error`);
+  control.setAttribute("aria-describedby", describedBy.join(" "));
+
+  if (field.type === "boolean" && field.options === null) {
+    label.className = "check";
+    label.append(control, document.createTextNode(field.title));
+    wrapper.append(label);
+  } else {
+    label.textContent = field.title;
+    if (required) {
+      const mark = document.createElement("span");
+      mark.className = "required-mark";
+      mark.setAttribute("aria-hidden", "true");
+      mark.textContent = " *";
+      label.append(mark);
+    }
+    wrapper.append(label, control);
+  }
+  if (field.description) {
+    const hint = document.createElement("p");
+    hint.id = `${id}-hint`;
+    hint.className = "hint elicitation-hint";
+    hint.textContent = field.description;
+    wrapper.append(hint);
+  }
+  const error = document.createElement("p");
+  error.id = `${id}-error`;
+  error.className = "field-error";
+  wrapper.append(error);
+  return wrapper;
+}
+
+/** The control of the field named `name` in the drawn form, or null. */
+function elicitationControl(name) {
+  for (const control of /** @type {NodeListOf<HTMLInputElement | HTMLSelectElement>} */ (dom.elicitationFields.querySelectorAll("input, select"))) {
+    if (control.dataset.field === name) return control;
+  }
+  return null;
+}
+
+/**
+ * The form's values as the server's JSON types (numbers as numbers,
+ * booleans as booleans; an empty optional field left out), and what is
+ * wrong with each field that does not fit its schema.
+ * @param {ElicitationField[]} fields
+ * @returns {{ content: { [key: string]: JsonValue }, errors: Map<string, string> }}
+ */
+function readElicitationForm(fields) {
+  /** @type {{ [key: string]: JsonValue }} */
+  const content = {};
+  const errors = new Map();
+  for (const field of fields) {
+    const control = elicitationControl(field.name);
+    if (control === null) continue;
+    const read = readElicitationField(field, control);
+    if (read.error) errors.set(field.name, read.error);
+    else if (read.value !== undefined) content[field.name] = read.value;
+  }
+  return { content, errors };
+}
+
+/**
+ * One field's value, or what is wrong with it (the checks a server's
+ * schema makes: required, type, range, length, options, format).
+ * @param {ElicitationField} field
+ * @param {HTMLInputElement | HTMLSelectElement} control
+ * @returns {{ value?: JsonValue, error?: string }}
+ */
+function readElicitationField(field, control) {
+  if (control instanceof HTMLInputElement && control.type === "checkbox") return { value: control.checked };
+  const raw = control.value.trim();
+  if (control instanceof HTMLInputElement && control.validity.badInput) {
+    if (control.type === "number") return { error: field.type === "integer" ? "Enter a whole number." : "Enter a number." };
+    if (control.type === "date") return { error: "Enter a complete date." };
+    if (control.type === "datetime-local") return { error: "Enter a complete date and time." };
+    return { error: "Enter a valid value." };
+  }
+  if (raw === "") return field.required ? { error: field.options ? "Required: choose one." : "Required: fill this in." } : {};
+  if (field.options !== null && !field.options.includes(raw)) return { error: "Choose one of the options." };
+  if (field.type === "number" || field.type === "integer") {
+    const number = Number(raw);
+    if (!Number.isFinite(number)) return { error: field.type === "integer" ? "Enter a whole number." : "Enter a number." };
+    if (field.type === "integer" && !Number.isInteger(number)) return { error: "Enter a whole number." };
+    const below = field.minimum !== null && number < field.minimum;
+    const above = field.maximum !== null && number > field.maximum;
+    if (below || above) {
+      if (field.minimum !== null && field.maximum !== null) return { error: `Enter a number from ${field.minimum} to ${field.maximum}.` };
+      return { error: below ? `Enter ${field.minimum} or more.` : `Enter ${field.maximum} or less.` };
+    }
+    return { value: number };
+  }
+  if (field.type === "boolean") {
+    // A boolean with options (not drawn as a checkbox): "true" or "false".
+    if (raw !== "true" && raw !== "false") return { error: "Choose yes or no." };
+    return { value: raw === "true" };
+  }
+  const length = [...raw].length;
+  if (field.minLength !== null && length < field.minLength) return { error: `Use at least ${field.minLength} character${field.minLength === 1 ? "" : "s"}.` };
+  if (field.maxLength !== null && length > field.maxLength) return { error: `Use at most ${field.maxLength} character${field.maxLength === 1 ? "" : "s"}.` };
+  // As the engine checks it (src/elicitation.rs): a dot in the domain, no empty label.
+  if (field.format === "email" && (!/^[^\s@]+@[^\s@.]+(\.[^\s@.]+)+$/.test(raw) || (control instanceof HTMLInputElement && control.validity.typeMismatch))) {
+    return { error: "Enter an email address, like name@example.com." };
+  }
+  if (field.format === "uri") {
+    try {
+      new URL(raw);
+    } catch {
+      return { error: "Enter a full address, like https://example.com." };
+    }
+  }
+  if (field.format === "date" && !/^\d{4}-\d{2}-\d{2}$/.test(raw)) return { error: "Enter a date, like 2025-07-01." };
+  if (field.format === "date-time") {
+    const dateTime = rfc3339Of(raw);
+    return dateTime ? { value: dateTime } : { error: "Enter a date and time." };
+  }
+  return { value: raw };
+}
+
+/**
+ * A `datetime-local` value (local time, no zone) as RFC 3339 with the
+ * browser's offset (JSON Schema's `date-time`), or "" when it is none.
+ */
+function rfc3339Of(local) {
+  const date = new Date(local);
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}/.test(local) || Number.isNaN(date.getTime())) return "";
+  const pad = (n) => String(n).padStart(2, "0");
+  const offset = -date.getTimezoneOffset();
+  const zone = offset === 0 ? "Z" : `${offset > 0 ? "+" : "-"}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}${zone}`;
+}
+
+/** A `date-time` default (RFC 3339) as a `datetime-local` value in the browser's time zone ("" when it is none). */
+function localDateTimeOf(value) {
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) return "";
+  const pad = (n) => String(n).padStart(2, "0");
+  const seconds = date.getSeconds() ? `:${pad(date.getSeconds())}` : "";
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}${seconds}`;
+}
+
+/** Says what is wrong next to a field (its error line, read with the control) and marks it invalid. */
+function showFieldError(name, message) {
+  const control = elicitationControl(name);
+  if (control === null) return null;
+  const error = document.getElementById(`${control.id}-error`);
+  if (error) error.textContent = message;
+  control.setAttribute("aria-invalid", "true");
+  return control;
+}
+
+function clearFieldError(control) {
+  const error = document.getElementById(`${control.id}-error`);
+  if (error) error.textContent = "";
+  control.removeAttribute("aria-invalid");
+}
+
+function clearFieldErrors() {
+  for (const control of /** @type {NodeListOf<HTMLInputElement | HTMLSelectElement>} */ (dom.elicitationFields.querySelectorAll("input, select"))) {
+    clearFieldError(control);
+  }
+}
+
+/**
+ * Answers the server's request shown in the card: `accept` sends the
+ * form's values once they fit its schema (else each field that does not
+ * says why, and nothing is sent); `decline` and `cancel` send no values.
+ * @param {ElicitationAction} action
+ */
+function answerElicitation(action) {
+  const interaction = state.interaction;
+  const elicitation = interaction === null ? null : elicitationOf(interaction);
+  if (elicitation === null || state.threadId === null || state.interactionAnswer !== null || refusedWhileOpening()) return;
+  clearFieldErrors();
+  /** @type {{ [key: string]: JsonValue } | null} */
+  let content = null;
+  if (action === "accept") {
+    const read = readElicitationForm(elicitation.fields);
+    if (read.errors.size > 0) {
+      let first = null;
+      for (const [name, message] of read.errors) {
+        const control = showFieldError(name, message);
+        if (first === null) first = control;
+      }
+      dom.interactionStatus.textContent = read.errors.size === 1
+        ? "Not sent: check the marked field."
+        : `Not sent: check the ${read.errors.size} marked fields.`;
+      if (first) first.focus();
+      return;
+    }
+    content = read.content;
+  }
+  // Keep focus inside the card while its controls are disabled (a disabled control drops focus).
+  dom.interactionCard.focus({ preventScroll: true });
+  const submissionId = sendOp("elicitation.response", {
+    threadId: state.threadId,
+    interactionId: interaction.id,
+    action,
+    ...(content !== null ? { content } : {}),
+  });
+  state.interactionAnswer = { submissionId, interactionId: interaction.id, answer: null, action, content };
+  dom.interactionStatus.textContent = ELICITATION_SENDING_TEXT[action];
+  hideError();
+  renderInteraction();
+}
+
+/** Whether `submissionId` is the elicitation.response this panel sent for the request shown. */
+function isElicitationReply(submissionId) {
+  const sent = state.interactionAnswer;
+  return sent !== null && sent.submissionId === submissionId && typeof sent.action === "string";
+}
+
+/**
+ * The engine refused the answer to the server's request (its values do not
+ * fit the form, the request is gone, …): said in the card, next to the field
+ * it names (`Field "email": …`), and the controls work again so the user can
+ * fix it. Returns false when the card no longer shows that request (the
+ * caller then says it in the banner).
+ * @param {ErrorInfo} error
+ */
+function onElicitationRejected(error) {
+  const sent = state.interactionAnswer;
+  state.interactionAnswer = null;
+  const shown = state.interaction !== null && state.interaction.id === sent.interactionId;
+  if (!shown) return false;
+  const text = explainError(error).text;
+  dom.interactionStatus.textContent = `Not sent: ${text}`;
+  renderInteraction();
+  const message = error && typeof error.message === "string" ? error.message.trim() : "";
+  const named = /^Field "([^"]+)":\s*(.*)$/s.exec(message);
+  const control = named ? showFieldError(named[1], capitalize(named[2]) || text) : null;
+  if (control) control.focus();
+  else dom.interactionCard.focus({ preventScroll: true });
+  if (error && error.kind !== "invalid_command") showError(error, `Could not ${OP_VERBS["elicitation.response"]}: `);
+  return true;
+}
+
+function capitalize(text) {
+  return text ? text[0].toUpperCase() + text.slice(1) : text;
 }
 
 // ------------------------------------------------------------ provider retry ---
@@ -3576,6 +4106,19 @@ dom.interactionForm.addEventListener("submit", (event) => {
   event.preventDefault();
   answerInteraction(dom.interactionAnswer.value.trim());
 });
+dom.elicitationForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  answerElicitation("accept");
+});
+dom.elicitationButtons.decline.addEventListener("click", () => answerElicitation("decline"));
+dom.elicitationButtons.cancel.addEventListener("click", () => answerElicitation("cancel"));
+// A field the user changes is no longer marked wrong (the next Submit checks it again).
+for (const type of ["input", "change"]) {
+  dom.elicitationFields.addEventListener(type, (event) => {
+    const control = event.target;
+    if ((control instanceof HTMLInputElement || control instanceof HTMLSelectElement) && control.hasAttribute("aria-invalid")) clearFieldError(control);
+  });
+}
 dom.threadList.addEventListener("change", () => {
   const threadId = dom.threadList.value;
   if (!threadId || threadId === state.threadId) return;

@@ -4,7 +4,11 @@
 // (tests/mock-mcp/server.mjs, Streamable HTTP on 127.0.0.1), in headless
 // Chromium, with the mock LLM scripted to call the server's tools.
 //
+// Also: a server's request for input during a call (elicitation/create),
+// shown as a form in the side panel's interaction card and answered there.
+//
 // Run:  node tests/e2e/mcp.mjs       (after `make build`)
+//       node --test-name-pattern=request_for_input tests/e2e/mcp.mjs   (some tests)
 // On failure: target/e2e/<test>.png and <test>.txt (see tests/support/session.mjs).
 
 import { test } from 'node:test';
@@ -17,6 +21,7 @@ import {
   answerApprovalInPanel,
   exitUnlessExtensionBuilt,
   killServiceWorker,
+  portLog,
   readPanel,
   submitTask,
   transcriptLines,
@@ -34,12 +39,12 @@ import {
   toolCards,
   waitForSettledTurn,
 } from '../support/session.mjs';
-import { startMockMcp } from '../mock-mcp/server.mjs';
+import { BOOKING_MESSAGE, BOOKING_SCHEMA, startMockMcp } from '../mock-mcp/server.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
 const TEST_TIMEOUT = 300000;
-const DEMO_TOOLS = ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model'];
+const DEMO_TOOLS = ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability'];
 const dirs = [];
 test.after(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
@@ -221,7 +226,7 @@ mcpTest(
 
     // Settings lists the server, its address and the tools offered.
     const [listed] = await serversIn(panel, { docs: 'ready' });
-    assert.equal(listed.text, `docs — Connected ${mcp.url} 5 tools: Search the docs, create_ticket, Build a report, broken, ask_model`);
+    assert.equal(listed.text, `docs — Connected ${mcp.url} 7 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability`);
   },
 );
 
@@ -302,11 +307,11 @@ mcpTest(
 
     // Settings says so, and follows the next worker once the server is back.
     const [down] = await serversIn(panel, { docs: 'unreachable' });
-    assert.match(down.text, /^docs — Not reachable: The MCP server "docs" answered HTTP 503: .* Offering the 5 tools it listed before\./);
+    assert.match(down.text, /^docs — Not reachable: The MCP server "docs" answered HTTP 503: .* Offering the 7 tools it listed before\./);
     mcp.setDown(null);
     await killServiceWorker(context, extensionId);
     const [back] = await serversIn(panel, { docs: 'ready' });
-    assert.match(back.text, /^docs — Connected .* 5 tools: Search the docs,/);
+    assert.match(back.text, /^docs — Connected .* 7 tools: Search the docs,/);
   },
   // This server answers every request with one JSON body (the others use
   // event streams): the client takes both.
@@ -375,3 +380,401 @@ mcpTest(
     assert.deepEqual(orphanToolCallProblems(mock.requests()), []);
   },
 );
+
+// ------------------------------------------- a server's request for input ---
+// During a call of `book_table` the mock server sends `elicitation/create`
+// on the call's event stream; the engine shows it in the panel's interaction
+// card as the server's form, and sends the user's answer back to the server.
+
+/** The interaction card as an MCP server's form, read from the DOM. */
+async function readServerForm(panel) {
+  return panel.evaluate(() => {
+    const text = (element) => (element?.textContent ?? '').replace(/\s+/g, ' ').trim();
+    const card = document.getElementById('interaction-card');
+    const form = document.getElementById('elicitation-form');
+    const active = document.activeElement;
+    return {
+      visible: !card.hidden && card.getClientRects().length > 0,
+      server: card.dataset.server ?? null,
+      interactionId: card.dataset.interactionId ?? null,
+      callId: card.dataset.callId ?? null,
+      busy: card.getAttribute('aria-busy') === 'true',
+      focused: card.contains(active),
+      activeField: active instanceof HTMLElement ? active.dataset.field ?? null : null,
+      describedBy: card.getAttribute('aria-describedby'),
+      heading: text(document.getElementById('interaction-heading')),
+      serverUrl: text(document.getElementById('interaction-server-url')),
+      message: text(document.getElementById('interaction-question')),
+      formVisible: !form.hidden && form.getClientRects().length > 0,
+      answerBoxVisible: !document.getElementById('interaction-form').hidden,
+      note: text(document.getElementById('elicitation-note')),
+      fields: [...document.querySelectorAll('#elicitation-fields .elicitation-field')].map((wrapper) => {
+        const control = wrapper.querySelector('input, select');
+        return {
+          name: wrapper.dataset.field,
+          control: control.tagName === 'SELECT' ? 'select' : control.type,
+          required: control.required,
+          value: control.type === 'checkbox' ? control.checked : control.value,
+          min: control.getAttribute('min'),
+          max: control.getAttribute('max'),
+          step: control.getAttribute('step'),
+          minLength: control.getAttribute('minlength'),
+          maxLength: control.getAttribute('maxlength'),
+          options: control.tagName === 'SELECT' ? [...control.options].map((o) => [o.value, o.textContent]) : null,
+          hint: text(document.getElementById(`${control.id}-hint`)),
+          error: text(document.getElementById(`${control.id}-error`)),
+          describedBy: control.getAttribute('aria-describedby'),
+          invalid: control.getAttribute('aria-invalid') === 'true',
+          disabled: control.disabled,
+        };
+      }),
+      buttons: [...form.querySelectorAll('button')].map((b) => ({ text: b.textContent.trim(), disabled: b.disabled })),
+      status: text(document.getElementById('interaction-status')),
+    };
+  });
+}
+
+/** Waits until the card shows a server's form with its controls enabled (another than `previousId`); returns it. */
+async function waitForServerForm(panel, { previousId = null, timeout = 120000 } = {}) {
+  return waitFor(
+    async () => {
+      const form = await readServerForm(panel);
+      return form.visible && form.server && form.formVisible && !form.busy && form.interactionId !== previousId
+        && form.buttons.every((b) => !b.disabled) && form.fields.every((f) => !f.disabled) ? form : null;
+    },
+    { timeout, interval: 50, message: 'the interaction card to show the MCP server\'s form' },
+  );
+}
+
+/** Parsed Port-recorder messages of one direction (`out`: panel → engine, `in`: engine → panel). */
+async function portMessages(panel, dir) {
+  return ((await portLog(panel)) ?? [])
+    .filter((entry) => entry.dir === dir && entry.json)
+    .map((entry) => JSON.parse(entry.json));
+}
+
+/** The text of each result of `name`'s calls in the conversation of `request`, in order. */
+function resultsOfCalls(request, name) {
+  const messages = request.body?.messages ?? [];
+  return callIds(request, name).map((id) => {
+    const result = messages.find((m) => m.role === 'tool' && m.tool_call_id === id);
+    return typeof result?.content === 'string' ? result.content : JSON.stringify(result?.content ?? null);
+  });
+}
+
+/** The badge that says how a server's request ended, on the tool card of `callId` ('' when none). */
+function elicitationBadge(panel, callId) {
+  return panel.evaluate((id) => {
+    const card = document.querySelector(`#messages .node.tool-call[data-call-id="${CSS.escape(id)}"]`);
+    return (card?.querySelector(':scope > .tool-header > .badge-elicitation')?.textContent ?? '').trim();
+  }, callId);
+}
+
+/** The status text on the tool card of `callId`. */
+function toolCardStatus(panel, callId) {
+  return panel.evaluate((id) => {
+    const card = document.querySelector(`#messages .node.tool-call[data-call-id="${CSS.escape(id)}"]`);
+    return (card?.querySelector(':scope > .tool-header > .tool-status')?.textContent ?? '').trim();
+  }, callId);
+}
+
+/**
+ * Lets the test rewrite what the panel posts on its Port (an init script,
+ * so it wraps the Port the panel opens): `window.__rewriteOp = (op) => op`.
+ */
+function opRewriterInitScript() {
+  if (location.protocol !== 'chrome-extension:') return;
+  const runtime = globalThis.chrome && globalThis.chrome.runtime;
+  if (!runtime || typeof runtime.connect !== 'function' || globalThis.__opRewriterInstalled) return;
+  globalThis.__opRewriterInstalled = true;
+  const connect = runtime.connect.bind(runtime);
+  runtime.connect = (...args) => {
+    const port = connect(...args);
+    const post = port.postMessage.bind(port);
+    port.postMessage = (message) => post(typeof globalThis.__rewriteOp === 'function' ? globalThis.__rewriteOp(message) : message);
+    return port;
+  };
+}
+
+const BOOKING_FIELDS = Object.keys(BOOKING_SCHEMA.properties);
+
+mcpTest(
+  'a_server_s_request_for_input_shows_its_form_in_the_panel_and_the_typed_answer_reaches_the_server',
+  (url) => [{ name: 'diner', url }],
+  async (session) => {
+    const { panel, mock, mcp, context } = session;
+    await keptCatalog(panel, 'diner', DEMO_TOOLS.length);
+    // The engine's own check of the values is tried by changing one op on its way.
+    await context.addInitScript(opRewriterInitScript);
+    await panel.reload();
+    await waitFor(() => panel.evaluate(() => document.body.dataset.ready === 'true'), { timeout: 60000, message: 'the reloaded panel' });
+
+    await scriptModel(mock, [
+      call('diner__book_table', { date: '2025-07-01' }, 'I will book it.'),
+      { text: 'Your table is booked.' },
+    ]);
+    await submitTask(panel, 'Book a table for 4 on July 1st');
+    const approval = await waitForApprovalCard(panel);
+    assert.equal(approval.toolName, 'diner__book_table');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+
+    // The server asks; the card shows its form.
+    const form = await waitForServerForm(panel);
+    const waiting = await readPanel(panel);
+    // The run executes the server's call, which waits for the user.
+    assert.equal(waiting.state, 'executing_tools', transcriptLines(waiting).join('\n'));
+    assert.equal(await panel.locator('#status-text').textContent(), 'Waiting for your answer');
+    assert.equal(form.heading, 'The MCP server “diner” asks you');
+    assert.equal(form.serverUrl, mcp.url);
+    assert.equal(form.message, BOOKING_MESSAGE);
+    assert.equal(form.answerBoxVisible, false, 'the form, not the single answer box');
+    assert.ok(form.focused, 'focus moved to the card when it appeared');
+    assert.equal(form.describedBy, 'interaction-question elicitation-note');
+    assert.match(form.note, /goes to the MCP server “diner”, not to the agent\. Share nothing you would not give that server: never a password\./);
+    assert.deepEqual(form.fields.map((f) => [f.name, f.control, f.required]), [
+      ['name', 'text', true],
+      ['email', 'email', true],
+      ['partySize', 'number', true],
+      ['seating', 'select', false],
+      ['highChair', 'checkbox', false],
+    ]);
+    const field = Object.fromEntries(form.fields.map((f) => [f.name, f]));
+    assert.deepEqual([field.name.minLength, field.name.maxLength, field.name.value], ['2', '60', '']);
+    assert.equal(field.email.hint, 'The confirmation goes there.');
+    assert.match(field.email.describedBy, /-hint .*-error$/, 'the hint is read with the field');
+    assert.deepEqual([field.partySize.value, field.partySize.min, field.partySize.max, field.partySize.step], ['2', '1', '12', '1'], 'the default, the range, whole numbers');
+    assert.deepEqual(field.seating.options, [['', '(none)'], ['indoor', 'Indoors'], ['terrace', 'On the terrace'], ['bar', 'At the bar']]);
+    assert.equal(field.seating.value, '', 'not required: the empty choice');
+    assert.equal(field.highChair.value, false, 'the default');
+    assert.deepEqual(form.buttons.map((b) => b.text), ['Submit', 'Decline', 'Cancel']);
+    // Every control has its label as its accessible name (the required mark is not read).
+    assert.equal(await panel.getByRole('region', { name: 'The MCP server “diner” asks you' }).count(), 1);
+    for (const [role, name] of [['textbox', 'Your name'], ['textbox', 'Email'], ['spinbutton', 'Guests'], ['combobox', 'Seating'], ['checkbox', 'High chair needed']]) {
+      assert.equal(await panel.getByRole(role, { name, exact: true }).count(), 1, `a ${role} named ${name}`);
+    }
+    assert.equal(await toolCardStatus(panel, form.callId), 'waiting for your answer');
+
+    // What the engine told the panel, and what the server asked.
+    const request = (await portMessages(panel, 'in')).find((m) => m.type === 'interaction.request');
+    assert.equal(request?.interaction.id, form.interactionId);
+    assert.equal(request.interaction.server, 'diner');
+    assert.equal(request.interaction.serverUrl, mcp.url);
+    assert.equal(request.interaction.question, BOOKING_MESSAGE);
+    assert.deepEqual(request.interaction.form.fields.map((f) => f.name), BOOKING_FIELDS, 'in the server\'s order');
+    const [asked] = mcp.elicitations();
+    assert.deepEqual(asked.params.requestedSchema, BOOKING_SCHEMA);
+    assert.equal(asked.callId, mcp.calls()[0].id);
+    assert.deepEqual(mcp.elicitationResponses(), [], 'the server still waits');
+
+    // Bad values are caught in the panel: nothing is sent.
+    await panel.getByRole('textbox', { name: 'Your name', exact: true }).fill('Ada Lovelace');
+    await panel.getByRole('textbox', { name: 'Email', exact: true }).fill('ada-at-example');
+    await panel.getByRole('spinbutton', { name: 'Guests', exact: true }).fill('40');
+    await panel.getByRole('combobox', { name: 'Seating', exact: true }).selectOption('terrace');
+    await panel.getByRole('checkbox', { name: 'High chair needed', exact: true }).check();
+    await panel.getByRole('button', { name: 'Submit', exact: true }).click();
+    const checked = await readServerForm(panel);
+    const marked = Object.fromEntries(checked.fields.map((f) => [f.name, f]));
+    assert.equal(marked.email.error, 'Enter an email address, like name@example.com.');
+    assert.equal(marked.partySize.error, 'Enter a number from 1 to 12.');
+    assert.deepEqual(checked.fields.filter((f) => f.invalid).map((f) => f.name), ['email', 'partySize']);
+    assert.equal(checked.activeField, 'email', 'focus on the first field to fix');
+    assert.equal(checked.status, 'Not sent: check the 2 marked fields.');
+    assert.equal(checked.busy, false);
+    assert.deepEqual((await portMessages(panel, 'out')).filter((m) => m.type === 'elicitation.response'), [], 'nothing sent');
+
+    // The engine checks again: an answer it refuses (changed on its way) is
+    // said next to the field it names, and the form works again.
+    await panel.getByRole('textbox', { name: 'Email', exact: true }).fill('ada@example.com');
+    await panel.getByRole('spinbutton', { name: 'Guests', exact: true }).fill('4');
+    await panel.evaluate(() => {
+      globalThis.__rewriteOp = (op) => {
+        if (op.type !== 'elicitation.response' || globalThis.__rewritten) return op;
+        globalThis.__rewritten = true;
+        return { ...op, content: { ...op.content, email: 'not-an-email' } };
+      };
+    });
+    await panel.getByRole('button', { name: 'Submit', exact: true }).click();
+    const refused = await waitFor(
+      async () => (await portMessages(panel, 'in')).find((m) => m.type === 'command.reject' && m.opType === 'elicitation.response'),
+      { timeout: 30000, message: 'the engine to refuse the answer that does not fit the form' },
+    );
+    assert.equal(refused.error.kind, 'invalid_command');
+    assert.match(refused.error.message, /email/, 'the message names the field');
+    const back = await waitForServerForm(panel);
+    assert.equal(back.interactionId, form.interactionId, 'the same request, still open');
+    assert.equal(back.status, `Not sent: ${refused.error.message.trim()}${/[.!?]$/.test(refused.error.message.trim()) ? '' : '.'}`);
+    const emailBack = back.fields.find((f) => f.name === 'email');
+    assert.ok(emailBack.invalid && emailBack.error !== '', `the engine's message next to the field: ${JSON.stringify(emailBack)}`);
+    assert.equal(back.activeField, 'email');
+    assert.equal(emailBack.value, 'ada@example.com', 'what was typed stays');
+    assert.equal((await readPanel(panel)).error, '', 'said in the card, not in the banner');
+    assert.deepEqual(mcp.elicitationResponses(), [], 'the server got nothing');
+
+    await panel.getByRole('button', { name: 'Submit', exact: true }).click();
+    await mcp.waitFor(() => mcp.elicitationResponses().length === 1, { message: 'the answer to reach the server' });
+    const [response] = mcp.elicitationResponses();
+    assert.equal(response.id, asked.id);
+    assert.equal(response.action, 'accept');
+    assert.deepEqual(response.content, { name: 'Ada Lovelace', email: 'ada@example.com', partySize: 4, seating: 'terrace', highChair: true }, 'typed: a number, a boolean');
+    assert.equal(response.late, false);
+    assert.equal(response.session, mcp.calls()[0].session, 'in the session of the call');
+    assert.equal(response.requestSession, response.session);
+    assert.equal(response.headers['mcp-protocol-version'], '2025-06-18');
+
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.equal((await readServerForm(panel)).visible, false, 'the card is gone');
+    const result = resultsByTool(mock.requests().at(-1)).diner__book_table;
+    assert.match(result, /^<untrusted_tool_content origin="mcp:diner">\nBooked for 4 on 2025-07-01 \(name: Ada Lovelace, email: ada@example\.com, seating: terrace, high chair: yes\)/);
+    assert.equal(mock.requests().length, 2, 'the model was not asked while the form waited');
+    assert.deepEqual(orphanToolCallProblems(mock.requests()), []);
+    assert.equal(await elicitationBadge(panel, form.callId), 'accepted');
+    assert.equal(await toolCardStatus(panel, form.callId), 'ok');
+
+    // The wire: the refused answer, then the one recorded, acknowledged and resolved.
+    const sent = (await portMessages(panel, 'out')).filter((m) => m.type === 'elicitation.response');
+    assert.deepEqual(sent.map((m) => [m.interactionId, m.action, m.content.email]), [
+      [form.interactionId, 'accept', 'not-an-email'],
+      [form.interactionId, 'accept', 'ada@example.com'],
+    ]);
+    const received = await portMessages(panel, 'in');
+    const ack = received.find((m) => m.type === 'command.ack' && m.submissionId === sent[1].submissionId);
+    assert.deepEqual(ack?.result, { interactionId: form.interactionId, status: 'answered', action: 'accept' });
+    const resolved = received.filter((m) => m.type === 'interaction.resolved');
+    assert.deepEqual(resolved.map((m) => [m.interactionId, m.status]), [[form.interactionId, 'answered']]);
+    assert.deepEqual(mcp.bookings().map((b) => b.name), ['Ada Lovelace']);
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+);
+
+mcpTest(
+  'a_server_s_request_for_input_declined_or_cancelled_sends_no_values_and_the_call_ends_as_the_server_says',
+  (url) => [{ name: 'diner', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    await keptCatalog(panel, 'diner', DEMO_TOOLS.length);
+    await scriptModel(mock, [
+      call('diner__book_table', { date: '2025-07-01' }),
+      call('diner__book_table', { date: '2025-07-02' }),
+      { text: 'No table was booked.' },
+    ]);
+    await submitTask(panel, 'Book a table, July 1st or 2nd');
+
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const first = await waitForServerForm(panel);
+    await panel.getByRole('textbox', { name: 'Your name', exact: true }).fill('Ada Lovelace');
+    await panel.getByRole('button', { name: 'Decline', exact: true }).click();
+    await mcp.waitFor(() => mcp.elicitationResponses().length === 1, { message: 'the decline to reach the server' });
+
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const second = await waitForServerForm(panel, { previousId: first.interactionId });
+    assert.equal(second.fields.find((f) => f.name === 'name').value, '', 'a new request starts empty');
+    // Keyboard: the button, Enter.
+    await panel.getByRole('button', { name: 'Cancel', exact: true }).press('Enter');
+    await mcp.waitFor(() => mcp.elicitationResponses().length === 2, { message: 'the cancel to reach the server' });
+
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.deepEqual(mcp.elicitationResponses().map((r) => [r.action, r.content]), [['decline', undefined], ['cancel', undefined]], 'no values with either');
+    const sent = (await portMessages(panel, 'out')).filter((m) => m.type === 'elicitation.response');
+    assert.deepEqual(sent.map((m) => [m.interactionId, m.action, 'content' in m]), [
+      [first.interactionId, 'decline', false],
+      [second.interactionId, 'cancel', false],
+    ]);
+    const results = resultsOfCalls(mock.requests().at(-1), 'diner__book_table');
+    assert.equal(results.length, 2);
+    assert.match(results[0], /Booking declined/);
+    assert.match(results[1], /Booking cancelled/);
+    assert.deepEqual(mcp.bookings(), []);
+    assert.equal(await elicitationBadge(panel, first.callId), 'declined');
+    assert.equal(await elicitationBadge(panel, second.callId), 'cancelled');
+    assert.equal((await readServerForm(panel)).visible, false);
+    assert.deepEqual(orphanToolCallProblems(mock.requests()), []);
+  },
+);
+
+mcpTest(
+  'a_read_whose_server_asked_for_input_when_the_worker_died_is_not_run_again_and_the_model_is_told',
+  (url) => [{ name: 'diner', url }],
+  async (session) => {
+    const { panel, mock, mcp, context, extensionId } = session;
+    await keptCatalog(panel, 'diner', DEMO_TOOLS.length);
+    await scriptModel(mock, [
+      call('diner__check_availability', {}),
+      { text: 'I could not check; tell me the day again.' },
+    ]);
+    await submitTask(panel, 'Is there a table free?');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const before = await waitForServerForm(panel);
+    assert.deepEqual(before.fields.map((f) => [f.name, f.control, f.required]), [['day', 'date', true]]);
+    const epochBefore = (await readPanel(panel)).epoch;
+    assert.equal(mcp.elicitations().length, 1);
+
+    await killServiceWorker(context, extensionId, { page: panel });
+    // A new worker cannot answer a request of the old worker's call (its
+    // stream is gone): the form goes away, and the read, which a restart
+    // would otherwise run again, ends with a result that says why.
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.notEqual(final.epoch, epochBefore, 'a new worker finished the run');
+    assert.equal((await readServerForm(panel)).visible, false, 'the form is gone');
+    const fromNewWorker = (await portMessages(panel, 'in')).filter((m) => m.epoch !== undefined && m.epoch !== epochBefore);
+    const withdrawn = fromNewWorker.filter((m) => m.type === 'interaction.resolved' && m.interactionId === before.interactionId);
+    assert.ok(withdrawn.every((m) => m.status === 'cancelled'), JSON.stringify(withdrawn));
+
+    const [result] = resultsOfCalls(mock.requests().at(-1), 'diner__check_availability');
+    assert.match(result, /asked the user for input during this call/, result);
+    assert.match(result, /cannot be continued/, result);
+    assert.match(result, /Call the tool again only if that is safe/, result);
+    assert.equal(mock.requests().length, 2, 'the run went on: the model got the result');
+    assert.match(topLevelText(final), /I could not check/);
+    const calls = mcp.calls();
+    assert.equal(calls.length, 1, 'a read, yet not run again: the user would be asked again unasked');
+    assert.deepEqual(mcp.elicitationResponses(), [], 'the server never got an answer');
+    assert.deepEqual(orphanToolCallProblems(mock.requests()), []);
+  },
+);
+
+mcpTest(
+  'never_retry_at_most_once_a_write_whose_server_asked_for_input_when_the_worker_died_is_the_user_s_to_decide',
+  (url) => [{ name: 'diner', url }],
+  async (session) => {
+    const { panel, mock, mcp, context, extensionId } = session;
+    await keptCatalog(panel, 'diner', DEMO_TOOLS.length);
+    await scriptModel(mock, [
+      call('diner__book_table', { date: '2025-07-01' }),
+      { text: 'Done.' },
+    ]);
+    await submitTask(panel, 'Book a table for July 1st');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const before = await waitForServerForm(panel);
+    const epochBefore = (await readPanel(panel)).epoch;
+    await panel.getByRole('textbox', { name: 'Your name', exact: true }).fill('Ada Lovelace');
+
+    await killServiceWorker(context, extensionId, { page: panel });
+    // The booking may have happened on the server's side: the new worker
+    // neither runs it again nor guesses; the user decides (paused_uncertain),
+    // and the server's form, whose call is gone, is withdrawn.
+    const paused = await waitForSettledTurn(panel);
+    assert.equal(paused.state, 'paused_uncertain', transcriptLines(paused).join('\n'));
+    assert.notEqual(paused.epoch, epochBefore);
+    await waitFor(async () => !(await readServerForm(panel)).visible, { timeout: 30000, message: 'the form to go away' });
+    const fromNewWorker = (await portMessages(panel, 'in')).filter((m) => m.epoch !== undefined && m.epoch !== epochBefore);
+    const snapshots = fromNewWorker.filter((m) => m.type === 'initialized');
+    const withdrawn = fromNewWorker.filter((m) => m.type === 'interaction.resolved' && m.interactionId === before.interactionId);
+    const askedAgain = snapshots.filter((m) => m.snapshot?.thread?.pendingInteraction?.id === before.interactionId);
+    assert.ok(askedAgain.length === 0 || withdrawn.some((m) => m.status === 'cancelled'), JSON.stringify(withdrawn));
+    const calls = mcp.calls();
+    assert.equal(calls.length, 1, 'never run twice by itself');
+    assert.equal(calls[0].outcome, 'disconnected');
+    assert.deepEqual(mcp.elicitationResponses(), []);
+    assert.deepEqual(mcp.bookings(), []);
+    assert.equal(mock.requests().length, 1, 'the model is not asked until the user decides');
+  },
+);
+
+/** The text of the panel's top-level messages, joined. */
+function topLevelText(panelState) {
+  return panelState.nodes.filter((n) => !n.parentNodeId).map((n) => n.text).join('\n');
+}

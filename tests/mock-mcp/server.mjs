@@ -10,8 +10,11 @@
 // (`event: message`) carrying progress notifications and requests of the
 // server's before the result, `tools/list` in pages (`nextCursor`),
 // `tools/call` of scripted tools, `notifications/cancelled` (the running
-// call's signal aborts), sessions forgotten on demand, and a log of every
-// message for assertions.
+// call's signal aborts, and a request of the server's it waits on stops
+// waiting), elicitation (`elicitation/create` on a call's event stream, only
+// to a client whose `initialize` declared `capabilities.elicitation`; the
+// client's answer is a POST of its own, 202), sessions forgotten on demand,
+// and a log of every message for assertions.
 // Must not: listen on anything but 127.0.0.1, depend on any package, or reach
 // the network.
 //
@@ -19,17 +22,27 @@
 //       prints `MOCK_MCP_URL=http://127.0.0.1:<port>/mcp` as its first
 //       stdout line and serves the demo tools (DEMO_TOOLS) until killed.
 // In-process: `startMockMcp({ port, tools, pageSize, answer, versions })` →
-//   { url, origin, log, calls, cancellations, responses, tickets,
-//     setTools, setDown, expireSessions, sessionCount, waitFor, reset,
-//     close }.
+//   { url, origin, log, calls, cancellations, responses, elicitations,
+//     elicitationResponses, tickets, bookings, setTools, setDown,
+//     expireSessions, sessionCount, waitFor, reset, close }.
 //   `tools`: [{ name, description, inputSchema, annotations?, title?,
 //     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }];
 //   ctx: { signal, progress(progress, total?, message?), ask(method, params)
-//     → the client's answer (a JSON-RPC response object), sleep(ms) }.
+//     → the client's answer (a JSON-RPC response object), elicit(message,
+//     requestedSchema) → the client's answer to `elicitation/create` (a
+//     JSON-RPC response object; rejects when the call is cancelled or its
+//     stream closes), clientCapabilities (of the session's initialize),
+//     canElicit, sleep(ms) }.
 //   `answer`: 'sse' (default) or 'json', how results are sent unless a tool
 //   says otherwise; progress and server requests need 'sse'.
-//   `log` entries: { kind: request|notification|response|rejected, method?,
-//     id?, params?, headers, status, session }.
+//   `log` entries: { kind: request|notification|response|rejected|
+//     elicitation|elicitation-response, method?, id?, params?, headers,
+//     status, session }. `elicitation` is the server's `elicitation/create`
+//     as sent on a call's stream (with that call's headers, `callId` the
+//     call's JSON-RPC id, `answered` once the client answered);
+//     `elicitation-response` the client's POST answering one (`action`,
+//     `content`, `requestSession`: the session the question was asked in,
+//     `late`: it answered nothing that still waited).
 
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
@@ -50,10 +63,65 @@ function sleep(ms, signal) {
 
 const text = (value) => ({ content: [{ type: 'text', text: value }] });
 
+/** The form `book_table` asks the user to fill in (elicitation/create's requestedSchema). */
+export const BOOKING_SCHEMA = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', title: 'Your name', minLength: 2, maxLength: 60 },
+    email: { type: 'string', format: 'email', title: 'Email', description: 'The confirmation goes there.' },
+    partySize: { type: 'integer', title: 'Guests', minimum: 1, maximum: 12, default: 2 },
+    seating: {
+      type: 'string',
+      title: 'Seating',
+      enum: ['indoor', 'terrace', 'bar'],
+      enumNames: ['Indoors', 'On the terrace', 'At the bar'],
+    },
+    highChair: { type: 'boolean', title: 'High chair needed', description: 'For a small child.', default: false },
+  },
+  required: ['name', 'email', 'partySize'],
+};
+
+/** The form `check_availability` (a read) asks the user to fill in. */
+export const AVAILABILITY_SCHEMA = {
+  type: 'object',
+  properties: { day: { type: 'string', format: 'date', title: 'Day' } },
+  required: ['day'],
+};
+
+export const AVAILABILITY_MESSAGE = 'Which day shall I look at?';
+
+export const BOOKING_MESSAGE = 'Who is the table for? The restaurant needs a name, an email and the number of guests.';
+
+/**
+ * Where an accepted booking's `content` does not fit BOOKING_SCHEMA, in words
+ * (null: it fits), as a server checks what it is given.
+ */
+export function bookingProblem(content) {
+  if (content === null || typeof content !== 'object' || Array.isArray(content)) return 'no content';
+  for (const name of BOOKING_SCHEMA.required) {
+    if (content[name] === undefined) return `${name} is missing`;
+  }
+  for (const [name, value] of Object.entries(content)) {
+    const field = BOOKING_SCHEMA.properties[name];
+    if (!field) return `${name} is not a field of the form`;
+    if (field.type === 'integer' && !Number.isInteger(value)) return `${name} is not an integer: ${JSON.stringify(value)}`;
+    if (field.type === 'integer' && (value < field.minimum || value > field.maximum)) return `${name} is out of range: ${value}`;
+    if (field.type === 'boolean' && typeof value !== 'boolean') return `${name} is not a boolean: ${JSON.stringify(value)}`;
+    if (field.type === 'string' && typeof value !== 'string') return `${name} is not a string: ${JSON.stringify(value)}`;
+    if (field.enum && !field.enum.includes(value)) return `${name} is not one of ${field.enum.join(', ')}: ${JSON.stringify(value)}`;
+    if (field.format === 'email' && !/^[^\s@]+@[^\s@]+$/.test(value)) return `${name} is not an email address: ${JSON.stringify(value)}`;
+    if (field.minLength !== undefined && [...value].length < field.minLength) return `${name} is too short`;
+    if (field.maxLength !== undefined && [...value].length > field.maxLength) return `${name} is too long`;
+  }
+  return null;
+}
+
 /**
  * The demo tools: a docs search (read), a ticket desk (write), a slow report
- * with progress (read), a tool that fails, and one that asks the client for
- * a model answer (sampling, which the engine refuses).
+ * with progress (read), a tool that fails, one that asks the client for
+ * a model answer (sampling, which the engine refuses), a table booking
+ * (write) that asks the user for the booking's details (elicitation), and
+ * an availability check (read) that asks the user for a day.
  */
 export function demoTools(state) {
   return [
@@ -121,11 +189,58 @@ export function demoTools(state) {
         return text(answer.error ? `The client refused: ${answer.error.code} ${answer.error.message}` : 'The client sampled.');
       },
     },
+    {
+      name: 'book_table',
+      title: 'Book a table',
+      description: 'Book a table at the restaurant. Asks the user who it is for (name, email, guests, seating).',
+      inputSchema: {
+        type: 'object',
+        properties: { date: { type: 'string', description: 'The day, as YYYY-MM-DD.' } },
+      },
+      run: async ({ date }, ctx) => {
+        if (!ctx.canElicit) {
+          return {
+            content: [{ type: 'text', text: 'This client cannot answer questions (it declared no elicitation capability): the booking needs a name, an email and the number of guests.' }],
+            isError: true,
+          };
+        }
+        const answer = await ctx.elicit(BOOKING_MESSAGE, BOOKING_SCHEMA);
+        if (answer.error) return { content: [{ type: 'text', text: `The client refused: ${answer.error.code} ${answer.error.message}` }], isError: true };
+        const action = answer.result?.action;
+        if (action === 'decline') return text('Booking declined');
+        if (action === 'cancel') return text('Booking cancelled');
+        if (action !== 'accept') return { content: [{ type: 'text', text: `Unknown action: ${JSON.stringify(action)}` }], isError: true };
+        const content = answer.result.content;
+        const problem = bookingProblem(content);
+        if (problem) return { content: [{ type: 'text', text: `Invalid booking: ${problem}` }], isError: true };
+        state.bookings.push({ date: date ?? null, ...content });
+        const seating = content.seating ? `, seating: ${content.seating}` : '';
+        const chair = content.highChair === undefined ? '' : `, high chair: ${content.highChair ? 'yes' : 'no'}`;
+        return {
+          content: [{ type: 'text', text: `Booked for ${content.partySize}${date ? ` on ${date}` : ''} (name: ${content.name}, email: ${content.email}${seating}${chair})` }],
+          structuredContent: { booking: state.bookings.length, ...content },
+        };
+      },
+    },
+    {
+      name: 'check_availability',
+      title: 'Check availability',
+      description: 'Say which tables are free on a day. Asks the user which day.',
+      annotations: { readOnlyHint: true },
+      inputSchema: { type: 'object', properties: {} },
+      run: async (_args, ctx) => {
+        if (!ctx.canElicit) return { content: [{ type: 'text', text: 'This client cannot answer questions.' }], isError: true };
+        const answer = await ctx.elicit(AVAILABILITY_MESSAGE, AVAILABILITY_SCHEMA);
+        const action = answer.result?.action;
+        if (action !== 'accept') return text(`No day given (${action ?? 'error'})`);
+        return text(`Tables free on ${answer.result.content.day}: 3`);
+      },
+    },
   ];
 }
 
 export async function startMockMcp(options = {}) {
-  const state = { tickets: [] };
+  const state = { tickets: [], bookings: [] };
   let tools = options.tools ?? demoTools(state);
   const pageSize = options.pageSize ?? 2;
   const defaultAnswer = options.answer ?? 'sse';
@@ -133,9 +248,11 @@ export async function startMockMcp(options = {}) {
   const sessions = new Map();
   let sessionCounter = 0;
   let serverRequestCounter = 0;
+  let elicitationCounter = 0;
   let log = [];
   const running = new Map(); // `${session} ${id}` → AbortController
   const askedByServer = new Map(); // server request id → resolve
+  const elicitationsAsked = new Map(); // elicitation id → its log entry
   const waiters = new Set();
   let down = null; // an HTTP status every message gets, or null
 
@@ -210,7 +327,8 @@ export async function startMockMcp(options = {}) {
       const version = versions.includes(asked) ? asked : versions[0];
       sessionCounter += 1;
       const id = `session-${sessionCounter}-${Math.random().toString(36).slice(2)}`;
-      sessions.set(id, { version, initialized: false });
+      const capabilities = message.params?.capabilities;
+      sessions.set(id, { version, initialized: false, capabilities: capabilities && typeof capabilities === 'object' ? capabilities : {} });
       entry.status = 200;
       entry.session = id;
       entry.agreed = version;
@@ -242,6 +360,15 @@ export async function startMockMcp(options = {}) {
       entry.result = message.result;
       entry.error = message.error;
       entry.status = 202;
+      const asked = elicitationsAsked.get(message.id);
+      if (asked || String(message.id).startsWith('elicit-')) {
+        entry.kind = 'elicitation-response';
+        entry.action = message.result?.action;
+        entry.content = message.result?.content;
+        entry.requestSession = asked?.session ?? null;
+        entry.late = !askedByServer.has(message.id);
+        if (asked) asked.answered = true;
+      }
       record(entry);
       askedByServer.get(message.id)?.(message);
       askedByServer.delete(message.id);
@@ -325,13 +452,56 @@ export async function startMockMcp(options = {}) {
         if (token === undefined) return;
         send({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress, ...(total !== undefined ? { total } : {}), ...(text ? { message: text } : {}) } });
       },
-      ask: (method, params) => new Promise((resolve) => {
+      ask: (method, params) => {
         serverRequestCounter += 1;
-        const id = `srv-${serverRequestCounter}`;
-        askedByServer.set(id, resolve);
-        if (!send({ jsonrpc: '2.0', id, method, params })) resolve({ error: { code: 0, message: 'not sent: a JSON answer cannot carry requests' } });
-      }),
+        return askClient(`srv-${serverRequestCounter}`, method, params);
+      },
+      clientCapabilities: sessions.get(entry.session)?.capabilities ?? {},
+      canElicit: Boolean(sessions.get(entry.session)?.capabilities?.elicitation),
+      elicit: (text, requestedSchema) => {
+        elicitationCounter += 1;
+        const id = `elicit-${elicitationCounter}`;
+        const params = { message: text, requestedSchema };
+        const asked = {
+          kind: 'elicitation',
+          method: 'elicitation/create',
+          id,
+          params,
+          callId: message.id,
+          tool: entry.tool,
+          headers: entry.headers,
+          session: entry.session,
+          status: 200,
+          answered: false,
+        };
+        elicitationsAsked.set(id, asked);
+        return askClient(id, 'elicitation/create', params, () => record(asked));
+      },
     };
+    // Sends a request of the server's on this call's stream and waits for
+    // the client's answer (a POST of its own); stops waiting when the call
+    // is cancelled or its stream closes.
+    function askClient(id, method, params, onSent = () => {}) {
+      return new Promise((resolve, rejectAsk) => {
+        const stop = () => {
+          askedByServer.delete(id);
+          rejectAsk(controller.signal.reason ?? new Error('cancelled'));
+        };
+        if (controller.signal.aborted) return stop();
+        controller.signal.addEventListener('abort', stop, { once: true });
+        askedByServer.set(id, (answer) => {
+          controller.signal.removeEventListener('abort', stop);
+          resolve(answer);
+        });
+        if (!send({ jsonrpc: '2.0', id, method, params })) {
+          askedByServer.delete(id);
+          controller.signal.removeEventListener('abort', stop);
+          resolve({ error: { code: 0, message: 'not sent: a JSON answer cannot carry requests' } });
+          return;
+        }
+        onSent();
+      });
+    }
     if (mode === 'sse') res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
     let result;
     try {
@@ -384,9 +554,14 @@ export async function startMockMcp(options = {}) {
     calls: () => log.filter((e) => e.kind === 'request' && e.method === 'tools/call'),
     /** The notifications/cancelled received. */
     cancellations: () => log.filter((e) => e.method === 'notifications/cancelled'),
-    /** The client's answers to requests of the server's. */
-    responses: () => log.filter((e) => e.kind === 'response'),
+    /** The client's answers to requests of the server's (elicitation answers too). */
+    responses: () => log.filter((e) => e.kind === 'response' || e.kind === 'elicitation-response'),
+    /** The `elicitation/create` requests sent on calls' streams, in order. */
+    elicitations: () => log.filter((e) => e.kind === 'elicitation'),
+    /** The client's answers to them: { id, action, content, headers, session, requestSession, late }. */
+    elicitationResponses: () => log.filter((e) => e.kind === 'elicitation-response'),
     tickets: () => state.tickets.slice(),
+    bookings: () => state.bookings.slice(),
     setTools(next) {
       tools = next;
     },
@@ -419,6 +594,8 @@ export async function startMockMcp(options = {}) {
     reset() {
       log = [];
       state.tickets.length = 0;
+      state.bookings.length = 0;
+      elicitationsAsked.clear();
       sessions.clear();
       down = null;
       for (const controller of running.values()) controller.abort(new Error('reset'));

@@ -5,7 +5,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startMockMcp } from './server.mjs';
+import { BOOKING_MESSAGE, BOOKING_SCHEMA, startMockMcp } from './server.mjs';
 
 const ACCEPT = 'application/json, text/event-stream';
 
@@ -31,8 +31,8 @@ async function messages(response) {
     });
 }
 
-async function session(mock, version = '2025-06-18') {
-  const response = await post(mock, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: version, capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+async function session(mock, version = '2025-06-18', capabilities = {}) {
+  const response = await post(mock, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: version, capabilities, clientInfo: { name: 't', version: '1' } } });
   assert.equal(response.status, 200);
   const id = response.headers.get('mcp-session-id');
   const [answer] = await messages(response);
@@ -76,8 +76,8 @@ test('tools_list_comes_in_pages_without_the_run_functions', async (t) => {
     cursor = answer.result.nextCursor;
     pages += 1;
   } while (cursor);
-  assert.deepEqual(names, ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model']);
-  assert.equal(pages, 3);
+  assert.deepEqual(names, ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability']);
+  assert.equal(pages, 4);
 });
 
 test('a_call_streams_progress_then_its_result_and_a_json_server_answers_in_one_body', async (t) => {
@@ -128,4 +128,151 @@ test('a_cancelled_call_stops_and_a_server_request_waits_for_the_client_s_answer'
   }
   assert.match(rest, /The client refused: -32601 Method not found/);
   assert.equal(mock.responses().length, 1);
+});
+
+/**
+ * Reads an event stream one JSON-RPC message at a time, as it arrives:
+ * `next()` → the next message, or null once the stream ended.
+ */
+function streamReader(response) {
+  assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffered = '';
+  return {
+    async next() {
+      for (;;) {
+        const end = buffered.indexOf('\n\n');
+        if (end >= 0) {
+          const event = buffered.slice(0, end);
+          buffered = buffered.slice(end + 2);
+          if (!event.trim()) continue;
+          assert.match(event, /^event: message\n/);
+          return JSON.parse(event.split('\n').find((line) => line.startsWith('data: ')).slice(6));
+        }
+        const { value, done } = await reader.read();
+        if (done) return null;
+        buffered += decoder.decode(value, { stream: true });
+      }
+    },
+    cancel: () => reader.cancel(),
+  };
+}
+
+const ELICITING = { elicitation: {} };
+const bookTable = (id, args = { date: '2025-07-01' }) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'book_table', arguments: args } });
+
+test('book_table_asks_the_client_on_the_call_s_stream_and_answers_after_the_client_s_accept', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock, '2025-06-18', ELICITING);
+  const stream = streamReader(await post(mock, bookTable(5), { session: s.id }));
+
+  const request = await stream.next();
+  assert.equal(request.jsonrpc, '2.0');
+  assert.equal(request.id, 'elicit-1');
+  assert.equal(request.method, 'elicitation/create');
+  assert.equal(request.params.message, BOOKING_MESSAGE);
+  assert.deepEqual(request.params.requestedSchema, BOOKING_SCHEMA);
+  const kinds = Object.values(request.params.requestedSchema.properties).map((p) => [p.type, p.format ?? (p.enum ? 'enum' : '')]);
+  assert.deepEqual(kinds, [['string', ''], ['string', 'email'], ['integer', ''], ['string', 'enum'], ['boolean', '']]);
+  assert.deepEqual(request.params.requestedSchema.properties.seating.enumNames, ['Indoors', 'On the terrace', 'At the bar']);
+
+  // The wait is observable: the question in the log, no answer yet.
+  await mock.waitFor((log) => log.some((e) => e.kind === 'elicitation' && e.id === 'elicit-1'));
+  const [asked] = mock.elicitations();
+  assert.equal(asked.callId, 5);
+  assert.equal(asked.tool, 'book_table');
+  assert.equal(asked.session, s.id);
+  assert.equal(asked.answered, false);
+  assert.deepEqual(mock.elicitationResponses(), []);
+  assert.equal(mock.calls()[0].outcome, undefined, 'the call still runs');
+
+  const content = { name: 'Ada Lovelace', email: 'ada@example.com', partySize: 4, seating: 'terrace', highChair: true };
+  const answered = await post(mock, { jsonrpc: '2.0', id: 'elicit-1', result: { action: 'accept', content } }, { session: s.id });
+  assert.equal(answered.status, 202);
+  assert.equal(await answered.text(), '', 'no body');
+
+  const result = await stream.next();
+  assert.equal(result.id, 5);
+  assert.equal(result.result.content[0].text, 'Booked for 4 on 2025-07-01 (name: Ada Lovelace, email: ada@example.com, seating: terrace, high chair: yes)');
+  assert.equal(result.result.isError, undefined);
+  assert.equal(await stream.next(), null, 'the stream ends with the result');
+
+  const [response] = mock.elicitationResponses();
+  assert.equal(response.id, 'elicit-1');
+  assert.equal(response.action, 'accept');
+  assert.deepEqual(response.content, content);
+  assert.equal(response.status, 202);
+  assert.equal(response.late, false);
+  // The answer carries the session's headers, in the session that was asked.
+  assert.equal(response.session, s.id);
+  assert.equal(response.requestSession, s.id);
+  assert.equal(response.headers['mcp-protocol-version'], '2025-06-18');
+  assert.equal(mock.elicitations()[0].answered, true);
+  assert.deepEqual(mock.responses(), [response], 'listed with the client\'s answers');
+  assert.deepEqual(mock.bookings(), [{ date: '2025-07-01', ...content }]);
+  assert.equal(mock.calls()[0].outcome, 'answered');
+});
+
+test('a_declined_cancelled_or_ill_typed_answer_is_said_in_the_result', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock, '2025-06-18', ELICITING);
+  const answers = [
+    [{ action: 'decline' }, 'Booking declined', undefined],
+    [{ action: 'cancel' }, 'Booking cancelled', undefined],
+    [{ action: 'accept', content: { name: 'Ada', email: 'ada@example.com', partySize: '4' } }, 'Invalid booking: partySize is not an integer: "4"', true],
+    [{ action: 'accept', content: { name: 'Ada', email: 'ada@example.com', partySize: 2 } }, 'Booked for 2 (name: Ada, email: ada@example.com)', undefined],
+  ];
+  for (const [index, [answer, text, isError]] of answers.entries()) {
+    const stream = streamReader(await post(mock, bookTable(20 + index, {}), { session: s.id }));
+    const request = await stream.next();
+    assert.equal(request.id, `elicit-${index + 1}`);
+    assert.equal((await post(mock, { jsonrpc: '2.0', id: request.id, result: answer }, { session: s.id })).status, 202);
+    const result = await stream.next();
+    assert.equal(result.result.content[0].text, text);
+    assert.equal(result.result.isError, isError);
+  }
+  assert.deepEqual(mock.elicitationResponses().map((e) => e.action), ['decline', 'cancel', 'accept', 'accept']);
+  assert.equal(mock.bookings().length, 1);
+});
+
+test('a_client_without_the_elicitation_capability_is_not_asked', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock);
+  const [result] = (await messages(await post(mock, bookTable(9), { session: s.id }))).filter((m) => m.id === 9);
+  assert.equal(result.result.isError, true);
+  assert.match(result.result.content[0].text, /cannot answer questions/);
+  assert.deepEqual(mock.elicitations(), []);
+});
+
+test('a_call_cancelled_or_dropped_while_its_question_waits_stops_waiting', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock, '2025-06-18', ELICITING);
+
+  // Cancelled: the call ends with an error, a late answer changes nothing.
+  const stream = streamReader(await post(mock, bookTable(30), { session: s.id }));
+  const request = await stream.next();
+  const cancelled = await post(mock, { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 30, reason: 'the user stopped' } }, { session: s.id });
+  assert.equal(cancelled.status, 202);
+  await mock.waitFor((log) => log.some((e) => e.tool === 'book_table' && e.outcome === 'cancelled'), { timeout: 5000 });
+  const end = await stream.next();
+  assert.equal(end.id, 30);
+  assert.equal(end.error.code, -32603);
+  const late = await post(mock, { jsonrpc: '2.0', id: request.id, result: { action: 'accept', content: { name: 'Ada', email: 'a@b.c', partySize: 2 } } }, { session: s.id });
+  assert.equal(late.status, 202);
+  const [response] = mock.elicitationResponses();
+  assert.equal(response.late, true, 'nothing waited for it any more');
+  assert.deepEqual(mock.bookings(), []);
+
+  // Dropped: the client closes the call's stream (its worker died).
+  const controller = new AbortController();
+  const dropped = streamReader(await post(mock, bookTable(31), { session: s.id, signal: controller.signal }));
+  assert.equal((await dropped.next()).method, 'elicitation/create');
+  controller.abort();
+  await mock.waitFor((log) => log.some((e) => e.tool === 'book_table' && e.id === 31 && e.outcome === 'disconnected'), { timeout: 5000 });
+  assert.deepEqual(mock.elicitations().map((e) => [e.callId, e.answered]), [[30, true], [31, false]]);
 });
