@@ -28,7 +28,6 @@
 //!   field left out is refused with the field's name, and nothing is sent.
 //!   An integer typed as `4.0` is sent as `4`.
 
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{json, Map, Value};
 
 use crate::model::{ElicitationAction, ElicitationForm, FieldKind, FormField, StringFormat};
@@ -486,49 +485,132 @@ pub fn invalid(id: &Value, reason: &str) -> String {
 
 /// The names of `params.requestedSchema.properties` in the order the
 /// message's text has them (a JSON object read into a `Value` loses it);
-/// empty when the text is not such a message.
+/// empty when the text is not such a message. A small scan of the text
+/// rather than a typed parse: one more serde instantiation would cost the
+/// module more than this.
 pub fn property_order(text: &str) -> Vec<String> {
-    #[derive(serde::Deserialize)]
-    struct Message {
-        params: Option<Params>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params {
-        #[serde(rename = "requestedSchema")]
-        requested_schema: Option<Schema>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Schema {
-        properties: Option<Keys>,
-    }
-    serde_json::from_str::<Message>(text)
-        .ok()
-        .and_then(|m| m.params?.requested_schema?.properties)
-        .map(|k| k.0)
+    let mut scan = Scan {
+        text: text.as_bytes(),
+        at: 0,
+    };
+    scan.keys_at(&["params", "requestedSchema", "properties"])
         .unwrap_or_default()
 }
 
-/// The keys of a JSON object, in order.
-struct Keys(Vec<String>);
+/// A cursor over JSON text, for [`property_order`].
+struct Scan<'a> {
+    text: &'a [u8],
+    at: usize,
+}
 
-impl<'de> Deserialize<'de> for Keys {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeysVisitor;
-        impl<'de> Visitor<'de> for KeysVisitor {
-            type Value = Keys;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
-                let mut keys = Vec::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    map.next_value::<IgnoredAny>()?;
-                    keys.push(key);
+impl Scan<'_> {
+    fn skip_space(&mut self) {
+        while self.text.get(self.at).is_some_and(u8::is_ascii_whitespace) {
+            self.at += 1;
+        }
+    }
+
+    /// Expect `byte` (after any space).
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (self.text.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    /// A string at the cursor, decoded.
+    fn string(&mut self) -> Option<String> {
+        self.skip_space();
+        let start = self.at;
+        self.skip_string()?;
+        let raw = std::str::from_utf8(&self.text[start..self.at]).ok()?;
+        if !raw.contains('\\') {
+            return Some(raw[1..raw.len() - 1].to_string());
+        }
+        match serde_json::from_str::<Value>(raw).ok()? {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn skip_string(&mut self) -> Option<()> {
+        (self.text.get(self.at) == Some(&b'"')).then_some(())?;
+        self.at += 1;
+        loop {
+            match self.text.get(self.at)? {
+                b'\\' => self.at += 2,
+                b'"' => {
+                    self.at += 1;
+                    return Some(());
                 }
-                Ok(Keys(keys))
+                _ => self.at += 1,
             }
         }
-        deserializer.deserialize_map(KeysVisitor)
+    }
+
+    /// Past one value of any kind.
+    fn skip_value(&mut self) -> Option<()> {
+        self.skip_space();
+        match self.text.get(self.at)? {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match self.text.get(self.at)? {
+                        b'"' => {
+                            self.skip_string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            _ => {
+                while self
+                    .text
+                    .get(self.at)
+                    .is_some_and(|b| !b.is_ascii_whitespace() && !b",}]".contains(b))
+                {
+                    self.at += 1;
+                }
+                Some(())
+            }
+        }
+    }
+
+    /// The keys of the object at `path` (keys, object in object) from
+    /// the object at the cursor.
+    fn keys_at(&mut self, path: &[&str]) -> Option<Vec<String>> {
+        self.eat(b'{')?;
+        let mut keys = Vec::new();
+        if self.eat(b'}').is_some() {
+            return path.is_empty().then_some(keys);
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            match path.split_first() {
+                Some((first, rest)) if key == *first => {
+                    self.skip_space();
+                    return self.keys_at(rest);
+                }
+                _ => self.skip_value()?,
+            }
+            if path.is_empty() {
+                keys.push(key);
+            }
+            if self.eat(b',').is_none() {
+                self.eat(b'}')?;
+                return path.is_empty().then_some(keys);
+            }
+        }
     }
 }
 

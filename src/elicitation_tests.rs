@@ -242,3 +242,19 @@ fn the_server_gets_the_action_and_only_an_accepted_answer_s_content() {
     assert_eq!(refused["id"], 3);
     assert_eq!(property_order("not json"), Vec::<String>::new());
 }
+
+#[test]
+fn the_fields_order_is_read_from_the_text_past_anything_before_it() {
+    let text = r#" { "jsonrpc" : "2.0", "id": 7, "method": "elicitation/create",
+        "params": { "_meta": {"a": [1, {"properties": {"x": 1}}], "b": "}\"{"}, "message": "Hi",
+          "requestedSchema": { "type": "object", "required": ["b"], "properties": {
+            "z\u00e9": {"type": "string", "title": "properties"},
+            "title": {"type": "number", "minimum": -1.5e3},
+            "a": {"type": "boolean", "default": true},
+            "e": {"type": "string", "enum": ["}", "]"]} } } } } "#;
+    assert_eq!(property_order(text), ["zé", "title", "a", "e"]);
+    assert!(property_order(r#"{"params":{"requestedSchema":{"properties":{}}}}"#).is_empty());
+    assert!(property_order(r#"{"params":{"requestedSchema":{"properties":{"a":"#).is_empty());
+    assert!(property_order(r#"{"params":{"requestedSchema":{"type":"object"}}}"#).is_empty());
+    assert!(property_order("[1,2]").is_empty());
+}

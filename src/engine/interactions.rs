@@ -372,6 +372,38 @@ impl Engine {
         });
     }
 
+    /// The user left the request of the call `dispatch_id` unanswered for
+    /// as long as a request may wait (the driver's
+    /// `ELICITATION_WAIT_MS`): it is withdrawn and the server told
+    /// `cancel`; its call goes on.
+    pub fn handle_elicitation_expired(&mut self, now: u64, dispatch_id: u64) {
+        let Some((tid, index)) = self.thread_running_tool(dispatch_id) else {
+            return;
+        };
+        let call_id = self.threads[&tid]
+            .exec
+            .as_ref()
+            .map(|e| e.calls[index].call_id.clone())
+            .unwrap_or_default();
+        let mut unit = UnitOfWork::new();
+        self.withdraw_elicitations(now, &tid, Some(&call_id), &mut unit);
+        if unit.puts.is_empty() {
+            return;
+        }
+        self.persist(
+            &tid,
+            unit,
+            Then::Command {
+                follow: Follow::AckOnly,
+            },
+        );
+        self.effects.push_back(Effect::AnswerElicitation {
+            dispatch_id,
+            action: ElicitationAction::Cancel,
+            content: None,
+        });
+    }
+
     /// Saving the request failed: the server is told the user did not
     /// answer (`cancel`), and its call goes on.
     pub(super) fn elicitation_unsaved(&mut self, dispatch_id: u64) {

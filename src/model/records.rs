@@ -100,6 +100,18 @@ impl Fields {
         self.take(key, false).unwrap_or(Value::Null)
     }
 
+    /// A number that may be absent (absent and null are None).
+    fn opt_f64(&mut self, key: &'static str) -> Option<f64> {
+        match self.take(key, true) {
+            Some(Value::Null) | None => None,
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(other) => {
+                self.wrong(key, &other, "f64");
+                None
+            }
+        }
+    }
+
     /// A value of any JSON type that may be absent (absent and null are None).
     fn opt_value(&mut self, key: &'static str) -> Option<Value> {
         self.take(key, true).filter(|v| !v.is_null())
@@ -546,9 +558,41 @@ impl FromRecord for InteractionRecord {
             answered_at: f.opt_u64("answeredAt"),
             server: f.opt_string("server"),
             server_url: f.opt_string("serverUrl"),
-            form: f.opt_name("form"),
+            form: f.opt_rec("form"),
             action: f.opt_name("action"),
             content: f.opt_value("content"),
+        };
+        f.done(record)
+    }
+}
+
+impl FromRecord for ElicitationForm {
+    fn from_record(value: Value) -> Result<Self, String> {
+        let mut f = Fields::of(value)?;
+        let record = ElicitationForm {
+            fields: f.recs("fields"),
+        };
+        f.done(record)
+    }
+}
+
+impl FromRecord for FormField {
+    fn from_record(value: Value) -> Result<Self, String> {
+        let mut f = Fields::of(value)?;
+        let record = FormField {
+            name: f.string("name"),
+            kind: f.name("type", FieldKind::String),
+            title: f.opt_string("title"),
+            description: f.opt_string("description"),
+            required: f.bool("required", Some(false)),
+            options: f.strings_or_default("options"),
+            option_labels: f.strings_or_default("optionLabels"),
+            format: f.opt_name("format"),
+            min_length: f.opt_u64("minLength"),
+            max_length: f.opt_u64("maxLength"),
+            minimum: f.opt_f64("minimum"),
+            maximum: f.opt_f64("maximum"),
+            default: f.opt_value("default"),
         };
         f.done(record)
     }
@@ -932,6 +976,28 @@ mod tests {
                 answer: None,
                 answered_at: None,
                 ..interaction
+            },
+            &[],
+        );
+        let field = FormField {
+            name: "seats".into(),
+            kind: FieldKind::Integer,
+            title: Some("Seats".into()),
+            description: Some("How many".into()),
+            required: true,
+            options: vec!["1".into()],
+            option_labels: vec!["One".into()],
+            format: Some(StringFormat::Date),
+            min_length: Some(1),
+            max_length: Some(3),
+            minimum: Some(1.5),
+            maximum: Some(12.0),
+            default: Some(json!(2)),
+        };
+        agrees_with_the_derive(&field, &[]);
+        agrees_with_the_derive(
+            &ElicitationForm {
+                fields: vec![field],
             },
             &[],
         );

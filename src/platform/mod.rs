@@ -99,6 +99,10 @@ struct KeptBody {
 /// Ports from 1, far below it.
 const WORKER_CLIENT_IDS: ConnId = 1 << 40;
 
+/// How long an MCP server's request for the user's input waits for an
+/// answer (10 minutes) before it is withdrawn and the server told `cancel`.
+const ELICITATION_WAIT_MS: u32 = 10 * 60 * 1000;
+
 /// A running tool call's time limit. It waits while the user is asked
 /// for input (`paused`), and starts again, whole, once the answer is sent:
 /// the limit measures the tool, not the user.
@@ -965,7 +969,18 @@ impl Driver {
         }
         self.elicitations
             .borrow_mut()
-            .insert(dispatch_id, (server.clone(), id));
+            .insert(dispatch_id, (server.clone(), id.clone()));
+        // Unanswered for too long: withdrawn, so that a forgotten form
+        // neither keeps the worker alive nor the call waiting for ever.
+        let me = self.me.clone();
+        spawn_local(async move {
+            TimeoutFuture::new(ELICITATION_WAIT_MS).await;
+            let Some(driver) = me.upgrade() else { return };
+            let still = matches!(driver.elicitations.borrow().get(&dispatch_id), Some((_, waiting)) if *waiting == id);
+            if still {
+                driver.input(|e, now| e.handle_elicitation_expired(now, dispatch_id));
+            }
+        });
         if let Some(clock) = self.clocks.borrow().get(&dispatch_id) {
             clock.paused.set(true);
         }

@@ -294,6 +294,42 @@ fn a_request_for_input_ends_with_its_call_and_a_late_answer_is_refused() {
         vec![(dispatch, ElicitationAction::Cancel, None)]
     );
     assert_eq!(sim.store.interactions.len(), kept);
+
+    // Left unanswered for as long as a request may wait: withdrawn, the
+    // server told "cancel", and the call goes on.
+    let (mut sim, conn, thread, waiting) = calling(607, "docs__page_create");
+    let asked = ask(&mut sim, waiting);
+    sim.engine.handle_elicitation_expired(sim.now, waiting);
+    sim.run(10_000);
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Cancelled
+    );
+    assert_eq!(
+        sim.elicitation_answers,
+        vec![(waiting, ElicitationAction::Cancel, None)]
+    );
+    assert!(sim.events_for(conn).iter().any(|e| matches!(e,
+        Event::InteractionResolved { interaction_id, status: InteractionStatus::Cancelled, .. } if *interaction_id == asked.id)));
+    sim.send(
+        conn,
+        respond("slow", &thread, &asked.id, ElicitationAction::Decline, None),
+    );
+    sim.run(10_000);
+    assert!(reject_message(&sim, conn, "slow")
+        .unwrap()
+        .contains("withdrawn"));
+    // Expiring again (or after the answer) changes nothing.
+    sim.engine.handle_elicitation_expired(sim.now, waiting);
+    sim.run(10_000);
+    assert_eq!(sim.elicitation_answers.len(), 1);
+    sim.release_tools();
+    sim.run(10_000);
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
+    check_invariants(&sim, &[]).unwrap();
 }
 
 #[test]
