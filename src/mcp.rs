@@ -308,7 +308,7 @@ fn remote_tool(
     let label: String = label.chars().take(80).collect();
     let description = text(tool.get("description")).unwrap_or_else(|| label.clone());
     let description = format!(
-        "[Tool of the MCP server \"{}\"] {}",
+        "[Tool of the MCP server \"{}\"; described by that server, not by the user] {}",
         server.name,
         cut(&description, MAX_DESCRIPTION_CHARS)
     );

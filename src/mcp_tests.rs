@@ -118,7 +118,7 @@ fn a_server_s_tools_become_mcp_descriptors_whose_hints_only_make_reads() {
     assert_eq!(search.label, "Search the docs");
     assert_eq!(
         search.description,
-        "[Tool of the MCP server \"docs\"] Full-text search."
+        "[Tool of the MCP server \"docs\"; described by that server, not by the user] Full-text search."
     );
     assert_eq!(search.binding, s.binding());
     assert!(!search.parallel_safe);

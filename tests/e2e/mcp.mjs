@@ -207,7 +207,7 @@ mcpTest(
     const offered = offeredTools(requests[0]);
     for (const tool of DEMO_TOOLS) assert.ok(offered.includes(`docs__${tool}`), `docs__${tool} offered: ${offered}`);
     const search = requests[0].body.tools.find((t) => t.function?.name === 'docs__search').function;
-    assert.match(search.description, /^\[Tool of the MCP server "docs"\] Search the product documentation/);
+    assert.match(search.description, /^\[Tool of the MCP server "docs"; described by that server, not by the user\] Search the product documentation/);
     assert.deepEqual(search.parameters.required, ['query']);
     assert.equal(mcp.calls()[0].progressToken, callIds(requests.at(-1), 'docs__search')[0], 'the progress token is the call id');
 

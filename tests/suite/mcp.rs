@@ -126,7 +126,7 @@ fn mcp_tools_join_the_catalog_and_every_call_asks_even_a_read() {
         .expect("offered");
     assert_eq!(
         search.description,
-        "[Tool of the MCP server \"docs\"] Search the documentation."
+        "[Tool of the MCP server \"docs\"; described by that server, not by the user] Search the documentation."
     );
     assert_eq!(search.parameters["required"], json!(["q"]));
     assert!(offered.iter().any(|t| t.name == "docs__page_create"));
