@@ -54,6 +54,9 @@ pub const MAX_OPTIONS: usize = 100;
 /// smaller `maxLength`.
 pub const MAX_VALUE_CHARS: usize = 10_000;
 
+/// The largest whole number a JSON number carries exactly (2^53 − 1).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
 /// A server's request for input, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
@@ -106,12 +109,12 @@ pub fn parse_request(params: &Value, order: &[String]) -> Result<Request, String
             "requestedSchema.required names {unknown:?}, which it does not define"
         ));
     }
-    let mut names: Vec<&String> = order
+    // A name the text repeats counts once (its last schema is the one read).
+    let mut names: Vec<&String> = Vec::with_capacity(properties.len());
+    let listed = order
         .iter()
-        .filter_map(|n| properties.get_key_value(n).map(|(k, _)| k))
-        .collect();
-    names.dedup();
-    for name in properties.keys() {
+        .filter_map(|n| properties.get_key_value(n).map(|(k, _)| k));
+    for name in listed.chain(properties.keys()) {
         if !names.contains(&name) {
             names.push(name);
         }
@@ -213,7 +216,11 @@ fn field(name: &str, schema: &Value, required: bool) -> Result<FormField, String
                 Some(_) => return Err("format is not a string".into()),
             };
             field.min_length = count("minLength")?;
-            field.max_length = count("maxLength")?;
+            // What a user may type is bounded here whatever the server allows.
+            field.max_length = count("maxLength")?.map(|n| n.min(MAX_VALUE_CHARS as u64));
+            if field.min_length.is_some_and(|n| n > MAX_VALUE_CHARS as u64) {
+                return Err(format!("minLength is more than {MAX_VALUE_CHARS}"));
+            }
             if let (Some(min), Some(max)) = (field.min_length, field.max_length) {
                 if min > max {
                     return Err("minLength is greater than maxLength".into());
@@ -315,6 +322,10 @@ fn check_value(field: &FormField, value: &Value) -> Result<(), String> {
             if field.kind == FieldKind::Integer && n.fract() != 0.0 {
                 return Err("not a whole number".into());
             }
+            // Beyond this a JSON number loses whole units on the way.
+            if field.kind == FieldKind::Integer && n.abs() > MAX_SAFE_INTEGER {
+                return Err("too large".into());
+            }
             if let Some(min) = field.minimum.filter(|min| n < *min) {
                 return Err(format!("less than {min}"));
             }
@@ -363,7 +374,7 @@ fn check_value(field: &FormField, value: &Value) -> Result<(), String> {
 fn normalize(field: &FormField, value: &Value) -> Value {
     match (field.kind, value.as_f64()) {
         (FieldKind::Integer, Some(n)) if !value.is_i64() && !value.is_u64() => {
-            if n.abs() < 9.0e15 {
+            if n.abs() <= MAX_SAFE_INTEGER {
                 json!(n as i64)
             } else {
                 value.clone()
@@ -603,7 +614,11 @@ impl Scan<'_> {
                 }
                 _ => self.skip_value()?,
             }
-            if path.is_empty() {
+            // Each name once; past MAX_FIELDS the request is refused anyway.
+            if path.is_empty() && !keys.contains(&key) {
+                if keys.len() > MAX_FIELDS {
+                    return Some(keys);
+                }
                 keys.push(key);
             }
             if self.eat(b',').is_none() {

@@ -258,3 +258,49 @@ fn the_fields_order_is_read_from_the_text_past_anything_before_it() {
     assert!(property_order(r#"{"params":{"requestedSchema":{"type":"object"}}}"#).is_empty());
     assert!(property_order("[1,2]").is_empty());
 }
+
+#[test]
+fn a_name_the_text_repeats_counts_once_and_lengths_are_bounded() {
+    let mut text = String::from(
+        r#"{"params":{"message":"m","requestedSchema":{"type":"object","properties":{"#,
+    );
+    for _ in 0..2_000 {
+        text.push_str(r#""a":0,"b":0,"#);
+    }
+    text.push_str(r#""a":{"type":"string","maxLength":3000000000},"b":{"type":"integer"}}}}}"#);
+    let order = property_order(&text);
+    assert_eq!(order, ["a", "b"]);
+    let message: Value = serde_json::from_str(&text).unwrap();
+    let request = parse_request(&message["params"], &order).unwrap();
+    let names: Vec<&str> = request
+        .form
+        .fields
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(
+        request.form.fields[0].max_length,
+        Some(MAX_VALUE_CHARS as u64)
+    );
+    let too_long = json!({
+        "message": "m",
+        "requestedSchema": { "type": "object", "properties": { "a": { "type": "string", "minLength": 20_000 } } }
+    });
+    assert!(parse_request(&too_long, &[])
+        .unwrap_err()
+        .contains("minLength is more than"));
+    let form = request.form;
+    let accept =
+        |v: Value| check_answer(&form, ElicitationAction::Accept, Some(&json!({ "b": v })));
+    assert_eq!(accept(json!(1e300)).unwrap_err(), "Field \"b\": too large.");
+    assert_eq!(
+        accept(json!(u64::MAX)).unwrap_err(),
+        "Field \"b\": too large."
+    );
+    assert_eq!(
+        accept(json!(9_007_199_254_740_991u64)).unwrap().unwrap(),
+        json!({ "b": 9_007_199_254_740_991u64 })
+    );
+    assert_eq!(accept(json!(-4.0)).unwrap().unwrap(), json!({ "b": -4 }));
+}

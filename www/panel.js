@@ -2996,6 +2996,9 @@ function elicitationOf(interaction) {
   };
 }
 
+/** The most characters a user may type in one field of a server's form (the engine's bound). */
+const MAX_ELICITATION_CHARS = 10000;
+
 /** One field of the server's form, or null when it is not one (no name). @returns {ElicitationField | null} */
 function fieldOf(value) {
   if (!value || typeof value !== "object" || typeof value.name !== "string" || value.name === "") return null;
@@ -3016,8 +3019,9 @@ function fieldOf(value) {
     options: options && options.length > 0 ? options : null,
     optionLabels: labels,
     format: text("format"),
-    minLength: number("minLength"),
-    maxLength: number("maxLength"),
+    // As the engine bounds what a user may type (src/elicitation.rs, MAX_VALUE_CHARS).
+    minLength: number("minLength") === null ? null : Math.min(number("minLength"), MAX_ELICITATION_CHARS),
+    maxLength: number("maxLength") === null ? null : Math.min(number("maxLength"), MAX_ELICITATION_CHARS),
     minimum: number("minimum"),
     maximum: number("maximum"),
     default: typeof fallback === "string" || typeof fallback === "boolean" || (typeof fallback === "number" && Number.isFinite(fallback)) ? fallback : null,
@@ -3074,7 +3078,7 @@ function buildElicitationField(field, index) {
     }
     select.append(empty, ...field.options.map((value, optionIndex) => {
       const option = document.createElement("option");
-      option.value = value;
+      option.value = String(optionIndex);
       option.textContent = field.optionLabels ? field.optionLabels[optionIndex] : value;
       return option;
     }));
@@ -3164,17 +3168,18 @@ function elicitationControl(name) {
  * @returns {{ content: { [key: string]: JsonValue }, errors: Map<string, string> }}
  */
 function readElicitationForm(fields) {
-  /** @type {{ [key: string]: JsonValue }} */
-  const content = {};
+  /** @type {[string, JsonValue][]} */
+  const entries = [];
   const errors = new Map();
   for (const field of fields) {
     const control = elicitationControl(field.name);
     if (control === null) continue;
     const read = readElicitationField(field, control);
     if (read.error) errors.set(field.name, read.error);
-    else if (read.value !== undefined) content[field.name] = read.value;
+    else if (read.value !== undefined) entries.push([field.name, read.value]);
   }
-  return { content, errors };
+  // Own keys whatever the names (a field called "__proto__" too).
+  return { content: Object.fromEntries(entries), errors };
 }
 
 /**
@@ -3186,14 +3191,18 @@ function readElicitationForm(fields) {
  */
 function readElicitationField(field, control) {
   if (control instanceof HTMLInputElement && control.type === "checkbox") return { value: control.checked };
-  const raw = control.value.trim();
+  // A choice's value is its option's index (an option may be "" or have edge spaces).
+  const raw = control instanceof HTMLSelectElement
+    ? (control.value === "" ? "" : field.options?.[Number(control.value)] ?? "")
+    : control.value.trim();
   if (control instanceof HTMLInputElement && control.validity.badInput) {
     if (control.type === "number") return { error: field.type === "integer" ? "Enter a whole number." : "Enter a number." };
     if (control.type === "date") return { error: "Enter a complete date." };
     if (control.type === "datetime-local") return { error: "Enter a complete date and time." };
     return { error: "Enter a valid value." };
   }
-  if (raw === "") return field.required ? { error: field.options ? "Required: choose one." : "Required: fill this in." } : {};
+  const chose = control instanceof HTMLSelectElement && control.value !== "";
+  if (raw === "" && !chose) return field.required ? { error: field.options ? "Required: choose one." : "Required: fill this in." } : {};
   if (field.options !== null && !field.options.includes(raw)) return { error: "Choose one of the options." };
   if (field.type === "number" || field.type === "integer") {
     const number = Number(raw);

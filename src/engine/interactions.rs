@@ -387,16 +387,38 @@ impl Engine {
             .unwrap_or_default();
         let mut unit = UnitOfWork::new();
         self.withdraw_elicitations(now, &tid, Some(&call_id), &mut unit);
-        if unit.puts.is_empty() {
+        let interaction_ids: Vec<String> = unit
+            .puts
+            .iter()
+            .filter_map(|r| match r {
+                Record::Interaction(i) => Some(i.id.clone()),
+                _ => None,
+            })
+            .collect();
+        if interaction_ids.is_empty() {
             return;
         }
+        // Claimed until durable: an answer arriving meanwhile is refused,
+        // and the server hears `cancel` only once the withdrawal is kept.
+        self.elicitations_in_flight
+            .extend(interaction_ids.iter().cloned());
         self.persist(
             &tid,
             unit,
-            Then::Command {
-                follow: Follow::AckOnly,
+            Then::ElicitationWithdrawn {
+                dispatch_id,
+                interaction_ids,
             },
         );
+    }
+
+    pub(super) fn after_elicitation_withdrawn(
+        &mut self,
+        dispatch_id: u64,
+        interaction_ids: Vec<String>,
+    ) {
+        self.elicitations_in_flight
+            .retain(|i| !interaction_ids.contains(i));
         self.effects.push_back(Effect::AnswerElicitation {
             dispatch_id,
             action: ElicitationAction::Cancel,
@@ -452,6 +474,15 @@ impl Engine {
             "status": InteractionStatus::Answered,
             "action": action,
         });
+        if interaction.status == InteractionStatus::Pending
+            && self.elicitations_in_flight.contains(&interaction.id)
+        {
+            return self.reject(
+                &reply,
+                ErrorKind::InvalidCommand,
+                "An answer to this request, or its withdrawal, is being saved.",
+            );
+        }
         if interaction.status != InteractionStatus::Pending {
             // Claimed once: the same answer is acknowledged again, another is refused.
             return if interaction.status == InteractionStatus::Answered
@@ -491,6 +522,7 @@ impl Engine {
         answered.answered_at = Some(now);
         let mut unit = UnitOfWork::new();
         unit.put(Record::Interaction(answered));
+        self.elicitations_in_flight.push(interaction_id.to_string());
         self.persist_command(
             now,
             thread_id,
@@ -514,6 +546,7 @@ impl Engine {
         action: ElicitationAction,
         content: Option<Value>,
     ) {
+        self.elicitations_in_flight.retain(|i| *i != interaction_id);
         let turn_id = self.threads[tid]
             .latest_run
             .as_ref()
@@ -553,8 +586,10 @@ impl Engine {
         };
         let run_id = t.latest_run.as_ref().map(|r| r.id.as_str());
         for interaction in &t.interactions {
+            // One whose answer is being saved is the user's, not withdrawn.
             let open = interaction.server.is_some()
                 && interaction.status == InteractionStatus::Pending
+                && !self.elicitations_in_flight.contains(&interaction.id)
                 && Some(interaction.run_id.as_str()) == run_id
                 && call_id.is_none_or(|c| c == interaction.call_id);
             if open {

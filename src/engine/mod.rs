@@ -1038,6 +1038,12 @@ enum Then {
         dispatch_id: u64,
         interaction_id: String,
     },
+    /// Requests for input left unanswered too long are withdrawn: tell
+    /// the server `cancel`.
+    ElicitationWithdrawn {
+        dispatch_id: u64,
+        interaction_ids: Vec<String>,
+    },
     /// The user's answer to it is durable: send it to the server.
     ElicitationAnswered {
         dispatch_id: u64,
@@ -1136,6 +1142,10 @@ pub struct Engine {
     /// The embedding extension's MCP servers, in its order, and where each
     /// stands (`handle_mcp_status`); their tools are in the registry.
     mcp_servers: Vec<McpServerStatus>,
+    /// MCP servers' requests for input whose answer or withdrawal is being
+    /// saved: claimed, so that nothing else answers or withdraws them
+    /// before memory has the outcome.
+    elicitations_in_flight: Vec<String>,
     /// Receipts whose transaction is in flight: key → (fingerprint, duplicate waiters).
     inflight_receipts: VecMap<String, (String, Vec<Reply>)>,
     pending: VecMap<u64, Pending>,
@@ -1192,6 +1202,7 @@ impl Engine {
             held: Vec::new(),
             site_rules: HashMap::new(),
             mcp_servers: Vec::new(),
+            elicitations_in_flight: Vec::new(),
             inflight_receipts: VecMap::new(),
             pending: VecMap::new(),
             next_steer_seq: 1,
@@ -2074,7 +2085,15 @@ impl Engine {
             // Nothing the run depends on: the server is told the user did
             // not answer, or the user may answer again.
             Then::ElicitationAsked { dispatch_id, .. } => self.elicitation_unsaved(dispatch_id),
-            Then::ElicitationAnswered { .. } => {}
+            Then::ElicitationAnswered { interaction_id, .. } => {
+                self.elicitations_in_flight.retain(|i| *i != interaction_id);
+            }
+            // Still pending, still answerable.
+            Then::ElicitationWithdrawn {
+                interaction_ids, ..
+            } => self
+                .elicitations_in_flight
+                .retain(|i| !interaction_ids.contains(i)),
             _ => {
                 // The durable state is the last checkpoint; a fresh worker resumes
                 // from it. This instance stops driving the run.

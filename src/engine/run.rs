@@ -1447,6 +1447,10 @@ pick a different element or tool, or explain the problem to the user.",
             } => {
                 self.after_elicitation_answered(&tid, dispatch_id, interaction_id, action, content)
             }
+            Then::ElicitationWithdrawn {
+                dispatch_id,
+                interaction_ids,
+            } => self.after_elicitation_withdrawn(dispatch_id, interaction_ids),
             Then::ApprovalAsked { index, approval_id } => {
                 self.after_approval_asked(now, &tid, index, approval_id, &unit)
             }

@@ -99,9 +99,18 @@ struct KeptBody {
 /// Ports from 1, far below it.
 const WORKER_CLIENT_IDS: ConnId = 1 << 40;
 
+/// An MCP server's request for input waiting for the user: the server,
+/// the request's JSON-RPC id and which of the call's requests it is
+/// (`ToolClock::asked`).
+type WaitingRequest = (Rc<mcp::Server>, Value, u32);
+
 /// How long an MCP server's request for the user's input waits for an
 /// answer (10 minutes) before it is withdrawn and the server told `cancel`.
 const ELICITATION_WAIT_MS: u32 = 10 * 60 * 1000;
+
+/// How many times one call's server may ask the user for input; later
+/// requests are refused to the server (invalid params).
+const MAX_ELICITATIONS_PER_CALL: u32 = 5;
 
 /// A running tool call's time limit. It waits while the user is asked
 /// for input (`paused`), and starts again, whole, once the answer is sent:
@@ -111,6 +120,8 @@ struct ToolClock {
     /// When the limit is reached (`Date.now()` ms).
     deadline: Cell<f64>,
     paused: Cell<bool>,
+    /// How many times the call's server asked the user for input.
+    asked: Cell<u32>,
 }
 
 impl ToolClock {
@@ -119,6 +130,7 @@ impl ToolClock {
             limit_ms,
             deadline: Cell::new(js_sys::Date::now() + f64::from(limit_ms)),
             paused: Cell::new(false),
+            asked: Cell::new(0),
         })
     }
 
@@ -166,8 +178,8 @@ struct Driver {
     /// while the user is asked for input).
     clocks: RefCell<VecMap<u64, Rc<ToolClock>>>,
     /// An MCP server's request for input waiting for the user, by the
-    /// dispatch of the call it came with: the server and the request's id.
-    elicitations: RefCell<VecMap<u64, (Rc<mcp::Server>, Value)>>,
+    /// dispatch of the call it came with.
+    elicitations: RefCell<VecMap<u64, WaitingRequest>>,
     /// The embedding extension's MCP servers (`extension/mcp-servers.js`).
     mcp: mcp::McpServers,
     /// The tools each server listed last (`chrome.storage.local.mcpCatalog`:
@@ -344,7 +356,7 @@ impl Driver {
                 content,
             } => {
                 let waiting = self.elicitations.borrow_mut().remove(&dispatch_id);
-                if let Some((server, id)) = waiting {
+                if let Some((server, id, _)) = waiting {
                     server.send(crate::elicitation::answer(&id, action, content.as_ref()));
                 }
                 if let Some(clock) = self.clocks.borrow().get(&dispatch_id) {
@@ -967,23 +979,35 @@ impl Driver {
             let reason = "the user is already asked for input during this call";
             return server.send(crate::elicitation::invalid(&id, reason));
         }
+        // Each request gives the call its whole time limit again once
+        // answered: a bounded number of them keeps a server from holding a
+        // call (and the worker) for ever.
+        let Some(clock) = self.clocks.borrow().get(&dispatch_id).cloned() else {
+            return server.send(crate::elicitation::invalid(&id, "the call has ended"));
+        };
+        let asked = clock.asked.get() + 1;
+        if asked > MAX_ELICITATIONS_PER_CALL {
+            let reason = format!(
+                "the user was already asked for input {MAX_ELICITATIONS_PER_CALL} times during this call"
+            );
+            return server.send(crate::elicitation::invalid(&id, &reason));
+        }
+        clock.asked.set(asked);
+        clock.paused.set(true);
         self.elicitations
             .borrow_mut()
-            .insert(dispatch_id, (server.clone(), id.clone()));
+            .insert(dispatch_id, (server.clone(), id, asked));
         // Unanswered for too long: withdrawn, so that a forgotten form
         // neither keeps the worker alive nor the call waiting for ever.
         let me = self.me.clone();
         spawn_local(async move {
             TimeoutFuture::new(ELICITATION_WAIT_MS).await;
             let Some(driver) = me.upgrade() else { return };
-            let still = matches!(driver.elicitations.borrow().get(&dispatch_id), Some((_, waiting)) if *waiting == id);
+            let still = matches!(driver.elicitations.borrow().get(&dispatch_id), Some((_, _, n)) if *n == asked);
             if still {
                 driver.input(|e, now| e.handle_elicitation_expired(now, dispatch_id));
             }
         });
-        if let Some(clock) = self.clocks.borrow().get(&dispatch_id) {
-            clock.paused.set(true);
-        }
         let url = server.config.url.clone();
         self.input(|e, now| e.handle_elicitation(now, dispatch_id, &name, &url, request));
     }

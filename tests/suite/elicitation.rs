@@ -421,3 +421,106 @@ fn never_retry_at_most_once_a_write_whose_server_asked_for_input_is_the_user_s_t
     assert!(last_view(&sim, panel).pending_interaction.is_none());
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn ack_after_commit_an_answer_being_saved_claims_its_request_against_another_answer_and_a_withdrawal(
+) {
+    // Two panels answer differently before the first answer is saved: one
+    // answer is kept, ACKed and sent; the other is refused.
+    let (mut sim, conn, thread, dispatch) = calling(608, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    let other = sim.connect();
+    sim.hold_persists = true;
+    sim.send(
+        conn,
+        respond(
+            "e1",
+            &thread,
+            &asked.id,
+            ElicitationAction::Accept,
+            Some(json!({ "email": "ada@example.com" })),
+        ),
+    );
+    sim.send(
+        other,
+        respond("e2", &thread, &asked.id, ElicitationAction::Decline, None),
+    );
+    sim.drain_effects();
+    assert_eq!(
+        reject_message(&sim, other, "e2").as_deref(),
+        Some("An answer to this request, or its withdrawal, is being saved.")
+    );
+    assert!(
+        answer(&sim, conn, "e1").is_none(),
+        "no ACK before the commit"
+    );
+    assert!(
+        sim.elicitation_answers.is_empty(),
+        "nothing sent before the commit"
+    );
+    // The server's answer to the call arrives while the answer is being
+    // saved: the answer stays the user's (not overwritten as withdrawn).
+    sim.release_tools();
+    sim.run(10_000);
+    sim.release_persists();
+    sim.run(10_000);
+    assert!(answer(&sim, conn, "e1").unwrap().is_ok());
+    let kept = &sim.store.interactions[&asked.id];
+    assert_eq!(kept.status, InteractionStatus::Answered);
+    assert_eq!(kept.action, Some(ElicitationAction::Accept));
+    assert_eq!(sim.elicitation_answers.len(), 1);
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Completed
+    );
+    check_invariants(&sim, &[]).unwrap();
+
+    // A withdrawal (the request waited too long) being saved: an answer is
+    // refused, and the server hears `cancel` only once the withdrawal is kept.
+    let (mut sim, conn, thread, dispatch) = calling(609, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    sim.hold_persists = true;
+    sim.engine.handle_elicitation_expired(sim.now, dispatch);
+    sim.send(
+        conn,
+        respond("late", &thread, &asked.id, ElicitationAction::Decline, None),
+    );
+    sim.drain_effects();
+    assert!(reject_message(&sim, conn, "late")
+        .unwrap()
+        .contains("being saved"));
+    assert!(sim.elicitation_answers.is_empty());
+    sim.release_persists();
+    sim.run(10_000);
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Cancelled
+    );
+    assert_eq!(
+        sim.elicitation_answers,
+        vec![(dispatch, ElicitationAction::Cancel, None)]
+    );
+
+    // A withdrawal that could not be saved leaves the request answerable.
+    let (mut sim, conn, thread, dispatch) = calling(610, "docs__page_create");
+    let asked = ask(&mut sim, dispatch);
+    sim.refuse_writes = true;
+    sim.engine.handle_elicitation_expired(sim.now, dispatch);
+    sim.run(10_000);
+    sim.refuse_writes = false;
+    assert!(sim.elicitation_answers.is_empty());
+    assert_eq!(
+        sim.store.interactions[&asked.id].status,
+        InteractionStatus::Pending
+    );
+    sim.send(
+        conn,
+        respond("e3", &thread, &asked.id, ElicitationAction::Decline, None),
+    );
+    sim.run(10_000);
+    assert!(answer(&sim, conn, "e3").unwrap().is_ok());
+    assert_eq!(
+        sim.elicitation_answers,
+        vec![(dispatch, ElicitationAction::Decline, None)]
+    );
+}
