@@ -173,6 +173,9 @@ pub struct Sim {
     /// Every answer the engine sent to a server's request for input
     /// (`Effect::AnswerElicitation`): the call, the action, the content.
     pub elicitation_answers: Vec<(u64, crate::model::ElicitationAction, Option<Value>)>,
+    /// The tool call each of `elicitation_answers` was for (dispatch ids
+    /// start again with every worker).
+    pub elicitation_answer_calls: Vec<String>,
     /// Start the engine without receipts and deliver them as an input after
     /// whatever was already queued, as the browser's start does (true).
     pub defer_receipts: bool,
@@ -242,6 +245,7 @@ impl Sim {
             hold_tools: None,
             held_tools: Vec::new(),
             elicitation_answers: Vec::new(),
+            elicitation_answer_calls: Vec::new(),
             seed,
             next_conn: 1,
             connected: Vec::new(),
@@ -810,9 +814,19 @@ impl Sim {
                 dispatch_id,
                 action,
                 content,
-            } => self
-                .elicitation_answers
-                .push((dispatch_id, action, content)),
+            } => {
+                // This worker's dispatch of that id: the latest one.
+                let call = self
+                    .dispatches
+                    .iter()
+                    .rev()
+                    .find(|d| d.dispatch_id == dispatch_id)
+                    .map(|d| d.call_id.clone())
+                    .unwrap_or_default();
+                self.elicitation_answer_calls.push(call);
+                self.elicitation_answers
+                    .push((dispatch_id, action, content));
+            }
             Effect::ResolveTarget {
                 resolve_id, params, ..
             } => {

@@ -378,7 +378,13 @@ impl Engine {
     /// `cancel`; its call goes on.
     pub fn handle_elicitation_expired(&mut self, now: u64, dispatch_id: u64) {
         let Some((tid, index)) = self.thread_running_tool(dispatch_id) else {
-            return;
+            // The engine let the call go (a stalled save): the server is
+            // told, so that the call's time limit runs again.
+            return self.effects.push_back(Effect::AnswerElicitation {
+                dispatch_id,
+                action: ElicitationAction::Cancel,
+                content: None,
+            });
         };
         let call_id = self.threads[&tid]
             .exec
@@ -406,7 +412,44 @@ impl Engine {
             &tid,
             unit,
             Then::ElicitationWithdrawn {
-                dispatch_id,
+                dispatch_id: Some(dispatch_id),
+                interaction_ids,
+            },
+        );
+    }
+
+    /// At a restart: withdraw every request for input still pending (its
+    /// call died with the worker before). Claimed until durable, so the
+    /// running call's recovery (its result, or its pause) leaves them to
+    /// this unit; `elicitation_recovery` still reads them as they were.
+    pub(super) fn withdraw_stale_elicitations(&mut self, now: u64, tid: &str) {
+        let Some(t) = self.threads.get(tid) else {
+            return;
+        };
+        let mut unit = UnitOfWork::new();
+        let mut interaction_ids = Vec::new();
+        for interaction in &t.interactions {
+            let stale = interaction.server.is_some()
+                && interaction.status == InteractionStatus::Pending
+                && !self.elicitations_in_flight.contains(&interaction.id);
+            if stale {
+                let mut cancelled = interaction.clone();
+                cancelled.status = InteractionStatus::Cancelled;
+                cancelled.answered_at = Some(now);
+                interaction_ids.push(cancelled.id.clone());
+                unit.put(Record::Interaction(cancelled));
+            }
+        }
+        if interaction_ids.is_empty() {
+            return;
+        }
+        self.elicitations_in_flight
+            .extend(interaction_ids.iter().cloned());
+        self.persist(
+            tid,
+            unit,
+            Then::ElicitationWithdrawn {
+                dispatch_id: None,
                 interaction_ids,
             },
         );
@@ -414,16 +457,18 @@ impl Engine {
 
     pub(super) fn after_elicitation_withdrawn(
         &mut self,
-        dispatch_id: u64,
+        dispatch_id: Option<u64>,
         interaction_ids: Vec<String>,
     ) {
         self.elicitations_in_flight
             .retain(|i| !interaction_ids.contains(i));
-        self.effects.push_back(Effect::AnswerElicitation {
-            dispatch_id,
-            action: ElicitationAction::Cancel,
-            content: None,
-        });
+        if let Some(dispatch_id) = dispatch_id {
+            self.effects.push_back(Effect::AnswerElicitation {
+                dispatch_id,
+                action: ElicitationAction::Cancel,
+                content: None,
+            });
+        }
     }
 
     /// Saving the request failed: the server is told the user did not

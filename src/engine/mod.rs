@@ -1039,9 +1039,10 @@ enum Then {
         interaction_id: String,
     },
     /// Requests for input left unanswered too long are withdrawn: tell
-    /// the server `cancel`.
+    /// the server of the call `dispatch_id` `cancel` (None: left behind by
+    /// an earlier worker, whose call is gone).
     ElicitationWithdrawn {
-        dispatch_id: u64,
+        dispatch_id: Option<u64>,
         interaction_ids: Vec<String>,
     },
     /// The user's answer to it is durable: send it to the server.

@@ -1079,6 +1079,9 @@ pick a different element or tool, or explain the problem to the user.",
     }
 
     pub(super) fn recover_thread(&mut self, now: u64, tid: &str) {
+        // No server's call outlives the worker it ran in: a request for input
+        // still pending is withdrawn (the running call's, below, with its result).
+        self.withdraw_stale_elicitations(now, tid);
         let t = &self.threads[tid];
         let Some(run) = t.latest_run.clone() else {
             return self.maybe_start_queued(now, tid);

@@ -524,3 +524,278 @@ fn ack_after_commit_an_answer_being_saved_claims_its_request_against_another_ans
         vec![(dispatch, ElicitationAction::Decline, None)]
     );
 }
+
+/// A tiny deterministic RNG for the schedules below.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.next() % 1000 < per_mille
+    }
+}
+
+/// One seeded schedule: a run that calls a server's read and write while
+/// the server asks for input at random moments, two panels answer (right,
+/// wrong, conflicting, repeated), requests expire, results arrive, the
+/// user stops, saves are slow and the worker dies anywhere.
+fn elicitation_schedule(seed: u64) -> Result<(u32, usize), String> {
+    use sw_agent::protocol::{ApprovalDecision, UncertainChoice};
+    use sw_agent::sim::CrashPoint;
+    let mut rng = Rng(seed);
+    let mut sim = Sim::new(seed, policy(), server_world());
+    with_docs(&mut sim.config, URL);
+    sim.reconfigure();
+    sim.auto_approve = Some(ApprovalDecision::AcceptOnce);
+    sim.hold_tools = Some(|name: &str| name.starts_with("docs__"));
+    let mut panels = [sim.connect(), sim.connect()];
+    sim.send(panels[0], submit("s1", None, "Document the install"));
+    let mut n = 0u32;
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        if steps > 5_000 {
+            return Err("did not settle in 5,000 steps".into());
+        }
+        let thread = sim.store.threads.keys().next().cloned();
+        let last_dispatch = sim.dispatches.last().map(|d| d.dispatch_id);
+        if let Some(dispatch) = last_dispatch {
+            if rng.chance(80) {
+                sim.engine
+                    .handle_elicitation(sim.now, dispatch, "docs", URL, booking());
+            }
+            if rng.chance(15) {
+                sim.engine.handle_elicitation_expired(sim.now, dispatch);
+            }
+        }
+        if rng.chance(300) {
+            // Mostly the request waiting now; sometimes one shown before.
+            let waiting = sim
+                .store
+                .interactions
+                .values()
+                .find(|i| i.status == InteractionStatus::Pending)
+                .cloned();
+            let shown = sim.events.iter().rev().find_map(|(_, e)| match &e.event {
+                Event::InteractionRequest { interaction, .. } => Some(interaction.clone()),
+                _ => None,
+            });
+            let pending = if rng.chance(800) {
+                waiting.or(shown)
+            } else {
+                shown
+            };
+            if let Some(asked) = pending {
+                n += 1;
+                let (action, content) = match rng.next() % 5 {
+                    0 => (
+                        ElicitationAction::Accept,
+                        Some(json!({ "email": "ada@example.com", "seats": 2 })),
+                    ),
+                    1 => (
+                        ElicitationAction::Accept,
+                        Some(json!({ "email": "nobody" })),
+                    ),
+                    2 => (ElicitationAction::Decline, None),
+                    3 => (ElicitationAction::Cancel, None),
+                    _ => (
+                        ElicitationAction::Accept,
+                        Some(json!({ "email": "bob@example.com", "seats": 9 })),
+                    ),
+                };
+                // Sometimes a submission id used before (a resend).
+                let id = if rng.chance(300) {
+                    format!("e{}", n / 2)
+                } else {
+                    format!("e{n}")
+                };
+                let panel = panels[(rng.next() % 2) as usize];
+                sim.send(
+                    panel,
+                    respond(&id, &asked.thread_id, &asked.id, action, content),
+                );
+            }
+        }
+        if rng.chance(20) {
+            sim.release_tools();
+        }
+        if rng.chance(8) {
+            if let Some(thread) = &thread {
+                n += 1;
+                sim.send(panels[0], interrupt(&format!("i{n}"), thread));
+            }
+        }
+        if rng.chance(40) {
+            if sim.hold_persists {
+                sim.release_persists();
+            } else {
+                sim.hold_persists = true;
+            }
+        }
+        if rng.chance(20) {
+            match rng.next() % 3 {
+                0 | 1 => {
+                    let point = if rng.next() % 2 == 0 {
+                        CrashPoint::BeforeCommit
+                    } else {
+                        CrashPoint::AfterCommit
+                    };
+                    let before = sim.crashes;
+                    while sim.crashes == before {
+                        if !sim.step_with(Some(point)) {
+                            sim.crash();
+                        }
+                    }
+                }
+                _ => sim.crash(),
+            }
+            sim.hold_persists = false;
+            panels = [reconnect(&mut sim), sim.connect()];
+            continue;
+        }
+        if sim.step() {
+            continue;
+        }
+        if sim.hold_persists {
+            sim.release_persists();
+            continue;
+        }
+        // Idle: what a user (or the server) would settle.
+        let run = sim
+            .store
+            .runs
+            .values()
+            .max_by_key(|r| (r.created_at, r.id.clone()))
+            .cloned();
+        match run.map(|r| (r.state, r.thread_id)) {
+            Some((RunState::PausedUncertain, thread)) => {
+                n += 1;
+                let choice = match rng.next() % 3 {
+                    0 => UncertainChoice::MarkDone,
+                    1 => UncertainChoice::Retry,
+                    _ => UncertainChoice::Fail,
+                };
+                sim.send(panels[0], resolve(&format!("u{n}"), &thread, choice));
+            }
+            // A call is running (its result held): the server takes its time.
+            Some((state, _)) if !state.is_terminal() => {
+                if rng.chance(100) {
+                    sim.release_tools();
+                }
+            }
+            _ => break,
+        }
+    }
+    check_invariants(&sim, &[])?;
+    // Nothing is left asking at quiescence.
+    if let Some(open) = sim
+        .store
+        .interactions
+        .values()
+        .find(|i| i.status == InteractionStatus::Pending)
+    {
+        return Err(format!("request {} still pending at quiescence", open.id));
+    }
+    // ack_after_commit: every ACKed answer is the stored one.
+    for (_, e) in &sim.events {
+        if let Event::CommandAck {
+            op_type, result, ..
+        } = &e.event
+        {
+            if op_type != "elicitation.response" {
+                continue;
+            }
+            let id = result["interactionId"].as_str().unwrap_or_default();
+            let kept = sim
+                .store
+                .interactions
+                .get(id)
+                .ok_or(format!("ACKed answer to {id}, which is not stored"))?;
+            let action = serde_json::to_value(kept.action).unwrap();
+            if kept.status != InteractionStatus::Answered || action != result["action"] {
+                return Err(format!("ACKed {result} but stored {kept:?}"));
+            }
+        }
+    }
+    // Every answer sent to the server (other than cancel) is a stored
+    // answer of that call's request, and no request is answered twice.
+    let mut answered_sent: std::collections::HashMap<String, usize> = Default::default();
+    for ((_, action, content), call) in sim
+        .elicitation_answers
+        .iter()
+        .zip(&sim.elicitation_answer_calls)
+    {
+        if *action == ElicitationAction::Cancel {
+            continue;
+        }
+        let call = call.clone();
+        let kept = sim.store.interactions.values().filter(|i| {
+            i.call_id == call
+                && i.status == InteractionStatus::Answered
+                && i.action == Some(*action)
+                && i.content == *content
+        });
+        let count = kept.count();
+        if count == 0 {
+            return Err(format!(
+                "sent {action:?} {content:?} for {call}, which no stored answer says"
+            ));
+        }
+        *answered_sent.entry(call).or_default() += 1;
+    }
+    for (call, sent) in answered_sent {
+        let stored = sim
+            .store
+            .interactions
+            .values()
+            .filter(|i| i.call_id == call && i.status == InteractionStatus::Answered)
+            .count();
+        if sent > stored {
+            return Err(format!("{sent} answers sent for {call}, {stored} stored"));
+        }
+    }
+    let answers = sim
+        .elicitation_answers
+        .iter()
+        .filter(|(_, action, _)| *action != ElicitationAction::Cancel)
+        .count();
+    Ok((sim.crashes, answers))
+}
+
+#[test]
+fn ack_after_commit_randomized_schedules_send_servers_only_durable_answers_once() {
+    let seeds: u64 = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000)
+        .min(2_000);
+    let (mut crashes, mut answers, mut failures) = (0u64, 0usize, Vec::new());
+    for seed in (0..seeds).map(|s| 7_000 + s) {
+        match elicitation_schedule(seed) {
+            Ok((c, a)) => {
+                crashes += u64::from(c);
+                answers += a;
+            }
+            Err(e) if failures.len() < 5 => failures.push(format!("seed {seed}: {e}")),
+            Err(_) => {}
+        }
+    }
+    eprintln!("{seeds} schedules: {crashes} crashes, {answers} answers sent to the server");
+    // The schedules did what they are for: workers died, answers went out.
+    assert!(
+        crashes > seeds,
+        "only {crashes} crashes in {seeds} schedules"
+    );
+    assert!(
+        answers as u64 > seeds / 4,
+        "only {answers} answers sent in {seeds} schedules"
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+}
