@@ -117,7 +117,7 @@ storePrefetched.then((store) => {
 const prefetched = Promise.all([
   storePrefetched,
   Promise.resolve()
-    .then(() => chrome.storage.local.get(["settings", "mcpCatalog"]))
+    .then(() => chrome.storage.local.get(["settings", "mcpCatalog", "mcpUserServers"]))
     .catch(() => null),
 ]).then(([store, storage]) => {
   prefetchAt = performance.now();
@@ -337,6 +337,11 @@ chrome.storage.onChanged.addListener((changes, area) => {
   if (area === "local" && changes.settings) {
     const value = changes.settings.newValue;
     deliver((e) => e.on_settings(value));
+  }
+  // The MCP servers the user keeps in Settings.
+  if (area === "local" && changes.mcpUserServers) {
+    const value = changes.mcpUserServers.newValue;
+    deliver((e) => e.on_mcp_user_servers(value));
   }
 });
 chrome.runtime.onInstalled.addListener(() => deliver((e) => e.on_installed()));

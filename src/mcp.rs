@@ -133,6 +133,70 @@ pub fn parse_servers(value: &Value) -> (Vec<ServerConfig>, Vec<String>) {
     (servers, errors)
 }
 
+/// An entry of the user's servers that cannot be used, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedServer {
+    /// Its `name` if that is text, else "".
+    pub name: String,
+    /// Its `url` if that is text, else "".
+    pub url: String,
+    pub problem: String,
+}
+
+/// Read the user's servers (`chrome.storage.local.mcpUserServers`, JSON
+/// data; null: none), checked like `MCP_SERVERS` entries: each is a server
+/// or refused with what to fix. `taken`: the names of the extension's
+/// servers, which a user's server may not have; `room`: how many more
+/// servers may connect ([`MAX_SERVERS`] in all).
+pub fn parse_user_servers(
+    value: &Value,
+    taken: &[&str],
+    room: usize,
+) -> Vec<Result<ServerConfig, RefusedServer>> {
+    let list = match value {
+        Value::Null => return Vec::new(),
+        Value::Array(list) => list.as_slice(),
+        other => std::slice::from_ref(other),
+    };
+    let mut names: Vec<String> = Vec::new();
+    let mut out = Vec::with_capacity(list.len());
+    for entry in list {
+        let text = |key: &str| {
+            entry
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let refuse = |problem: String| RefusedServer {
+            name: text("name"),
+            url: text("url"),
+            problem,
+        };
+        let checked = match parse_server(entry) {
+            Err(problem) => Err(refuse(problem)),
+            Ok(server) if taken.contains(&server.name.as_str()) => Err(refuse(format!(
+                "MCP server {:?}: the extension has a server of that name",
+                server.name
+            ))),
+            Ok(server) if names.contains(&server.name) => Err(refuse(format!(
+                "MCP server {:?}: another of your servers has that name",
+                server.name
+            ))),
+            Ok(server) if names.len() >= room => Err(refuse(format!(
+                "MCP server {:?}: at most {MAX_SERVERS} servers are connected",
+                server.name
+            ))),
+            Ok(server) => {
+                names.push(server.name.clone());
+                Ok(server)
+            }
+        };
+        out.push(checked);
+    }
+    out
+}
+
 fn parse_server(entry: &Value) -> Result<ServerConfig, String> {
     const FIELDS: [&str; 4] = ["name", "url", "headers", "timeoutMs"];
     let object = entry

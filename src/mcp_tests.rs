@@ -481,3 +481,52 @@ fn a_request_for_input_keeps_the_order_of_its_fields_as_the_server_wrote_them() 
         json!({ "elicitation": {} })
     );
 }
+
+#[test]
+fn the_user_s_servers_are_checked_like_the_extension_s_and_refused_with_the_reason() {
+    let entries = json!([
+        { "name": "mine", "url": "https://mcp.example/mcp", "headers": { "Authorization": "Bearer t" } },
+        { "name": "docs", "url": "https://other.example/mcp" },
+        { "name": "mine", "url": "https://third.example/mcp" },
+        { "name": "Caps", "url": "https://x.example/mcp" },
+        { "name": "ftp", "url": "ftp://x.example/" },
+        { "name": "extra", "url": "https://x.example/mcp", "colour": "red" },
+        { "name": 7 },
+        { "name": "late", "url": "https://late.example/mcp" },
+        { "name": "later", "url": "https://later.example/mcp" },
+    ]);
+    let checked = parse_user_servers(&entries, &["docs"], 2);
+    assert_eq!(checked.len(), 9);
+    let ok: Vec<&str> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(ok, ["mine", "late"]);
+    let mine = checked[0].as_ref().unwrap();
+    assert_eq!(
+        mine.headers,
+        vec![("Authorization".to_string(), "Bearer t".to_string())]
+    );
+    let problem = |i: usize| checked[i].as_ref().unwrap_err().clone();
+    assert!(problem(1)
+        .problem
+        .contains("the extension has a server of that name"));
+    assert_eq!(
+        (problem(1).name.as_str(), problem(1).url.as_str()),
+        ("docs", "https://other.example/mcp")
+    );
+    assert!(problem(2)
+        .problem
+        .contains("another of your servers has that name"));
+    assert!(problem(3).problem.contains("`name` must be"));
+    assert!(problem(4)
+        .problem
+        .contains("`url` must be an http or https URL"));
+    assert!(problem(5).problem.contains("unknown field `colour`"));
+    assert_eq!(problem(6).name, "");
+    assert!(problem(8).problem.contains("at most 8 servers"));
+    // Not an array: one entry, refused or not; null: none.
+    assert!(parse_user_servers(&json!("x"), &[], 8)[0].is_err());
+    assert!(parse_user_servers(&Value::Null, &[], 8).is_empty());
+}

@@ -1089,6 +1089,21 @@ pub enum McpServerState {
     /// earlier worker, if any, are offered, and their calls fail with the
     /// reason while it stays so.
     Unreachable,
+    /// An entry of the user's that cannot be used (`problem` says why: a
+    /// wrong field, a name another server has, one server too many); not
+    /// connected, no tools.
+    Refused,
+}
+
+/// Who named an MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerOrigin {
+    /// The embedding extension (`extension/mcp-servers.js`).
+    Extension,
+    /// The user, in the side panel's Settings
+    /// (`chrome.storage.local.mcpUserServers`).
+    User,
 }
 
 /// A tool of an MCP server as a client lists it.
@@ -1108,9 +1123,10 @@ pub struct McpToolSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct McpServerSummary {
-    /// Its name in `extension/mcp-servers.js`.
+    /// Its name in `extension/mcp-servers.js` (or as the user wrote it).
     pub name: String,
     pub url: String,
+    pub added_by: McpServerOrigin,
     pub state: McpServerState,
     /// The tools of it the agent is offered now.
     pub tools: Vec<McpToolSummary>,

@@ -976,9 +976,10 @@ export interface SiteRuleSummary {
  * `mcpServers.updated`).
  */
 export interface McpServerSummary {
-  /** Its name in `extension/mcp-servers.js`. */
+  /** Its name in `extension/mcp-servers.js` (or as the user wrote it). */
   name: string;
   url: string;
+  addedBy: McpServerOrigin;
   state: McpServerState;
   /** The tools of it the agent is offered now. */
   tools: McpToolSummary[];
@@ -987,6 +988,16 @@ export interface McpServerSummary {
   /** When its state last changed (ms since the epoch). */
   since: number;
 }
+
+/** Who named an MCP server. */
+export type McpServerOrigin =
+  /** The embedding extension (`extension/mcp-servers.js`). */
+  | "extension"
+  /**
+   * The user, in the side panel's Settings
+   * (`chrome.storage.local.mcpUserServers`).
+   */
+  | "user";
 
 /** Where the engine stands with an MCP server of the embedding extension's. */
 export type McpServerState =
@@ -1002,7 +1013,13 @@ export type McpServerState =
    * earlier worker, if any, are offered, and their calls fail with the
    * reason while it stays so.
    */
-  | "unreachable";
+  | "unreachable"
+  /**
+   * An entry of the user's that cannot be used (`problem` says why: a
+   * wrong field, a name another server has, one server too many); not
+   * connected, no tools.
+   */
+  | "refused";
 
 /** A tool of an MCP server as a client lists it. */
 export interface McpToolSummary {

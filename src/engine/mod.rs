@@ -44,9 +44,10 @@ use sha2::{Digest, Sha256};
 use crate::gatekeeper::{self, TargetInfo, Verdict};
 use crate::model::{
     path_to_leaf, ApprovalNote, ApprovalRecord, ApprovalStatus, Attachment, ElicitationAction,
-    InFlightTool, InteractionRecord, InteractionStatus, McpServerState, McpServerSummary,
-    McpToolSummary, Node, NodeBody, NoticeLevel, PendingSteer, ProviderProfile, QueueItem, Receipt,
-    Run, RunState, SiteRule, StopReason, Thread, ToolStatus, Usage, UserInput, MAX_QUEUE,
+    InFlightTool, InteractionRecord, InteractionStatus, McpServerOrigin, McpServerState,
+    McpServerSummary, McpToolSummary, Node, NodeBody, NoticeLevel, PendingSteer, ProviderProfile,
+    QueueItem, Receipt, Run, RunState, SiteRule, StopReason, Thread, ToolStatus, Usage, UserInput,
+    MAX_QUEUE,
 };
 use crate::protocol::{
     ApprovalDecision, BranchPoint, ClientKind, Delta, DeltaKind, ErrorInfo, ErrorKind, Event,
@@ -1116,6 +1117,7 @@ struct Conn {
 struct McpServerStatus {
     name: String,
     url: String,
+    added_by: McpServerOrigin,
     state: McpServerState,
     problem: Option<String>,
     since: u64,
@@ -1140,7 +1142,8 @@ pub struct Engine {
     held: Vec<(ConnId, Op)>,
     /// Persisted site rules, by origin.
     site_rules: HashMap<String, SiteRule>,
-    /// The embedding extension's MCP servers, in its order, and where each
+    /// The MCP servers, the embedding extension's in its order, then the
+    /// user's (and the user's entries that were refused), and where each
     /// stands (`handle_mcp_status`); their tools are in the registry.
     mcp_servers: Vec<McpServerStatus>,
     /// MCP servers' requests for input whose answer or withdrawal is being
@@ -1499,19 +1502,63 @@ impl Engine {
         now: u64,
         name: &str,
         url: &str,
+        added_by: McpServerOrigin,
         state: McpServerState,
         problem: Option<String>,
     ) {
         let status = McpServerStatus {
             name: name.to_string(),
             url: url.to_string(),
+            added_by,
             state,
             problem,
             since: now,
         };
-        match self.mcp_servers.iter_mut().find(|s| s.name == name) {
+        // A refused entry of the user's is listed apart (it may even have
+        // a server's name: that is why it is refused).
+        let same = |s: &McpServerStatus| {
+            s.name == name && s.added_by == added_by && s.state != McpServerState::Refused
+        };
+        match self.mcp_servers.iter_mut().find(|s| same(s)) {
             Some(known) => *known = status,
             None => self.mcp_servers.push(status),
+        }
+        let servers = self.mcp_server_summaries();
+        self.send_to_pages(Event::McpServersUpdated { servers });
+    }
+
+    /// An MCP server is gone (the user removed it, or changed it and it is
+    /// set up anew): its tools are no longer offered from the next request
+    /// on (a run that used them does not resume: drift), and it leaves the
+    /// list.
+    pub fn handle_mcp_removed(&mut self, name: &str) {
+        self.config.registry.remove_mcp_server(name);
+        self.request_tools = Default::default();
+        self.mcp_servers.retain(|s| {
+            s.name != name
+                || s.added_by != McpServerOrigin::User
+                || s.state == McpServerState::Refused
+        });
+        let servers = self.mcp_server_summaries();
+        self.send_to_pages(Event::McpServersUpdated { servers });
+    }
+
+    /// The user's entries that cannot be used, each with the reason
+    /// (`crate::mcp::parse_user_servers`): they replace the ones listed
+    /// before.
+    pub fn handle_mcp_refused(&mut self, now: u64, refused: Vec<crate::mcp::RefusedServer>) {
+        self.mcp_servers.retain(|s| {
+            !(s.added_by == McpServerOrigin::User && s.state == McpServerState::Refused)
+        });
+        for refusal in refused {
+            self.mcp_servers.push(McpServerStatus {
+                name: refusal.name,
+                url: refusal.url,
+                added_by: McpServerOrigin::User,
+                state: McpServerState::Refused,
+                problem: Some(refusal.problem),
+                since: now,
+            });
         }
         let servers = self.mcp_server_summaries();
         self.send_to_pages(Event::McpServersUpdated { servers });
@@ -1524,10 +1571,14 @@ impl Engine {
             .map(|server| McpServerSummary {
                 name: server.name.clone(),
                 url: server.url.clone(),
+                added_by: server.added_by,
                 state: server.state,
                 problem: server.problem.clone(),
                 since: server.since,
-                tools: self
+                tools: if server.state == McpServerState::Refused {
+                    Vec::new()
+                } else {
+                    self
                     .config
                     .registry
                     .descriptors()
@@ -1540,7 +1591,8 @@ impl Engine {
                         label: d.label.clone(),
                         read_only: d.effects == crate::tools::Effects::Read,
                     })
-                    .collect(),
+                    .collect()
+                },
             })
             .collect()
     }

@@ -94,13 +94,14 @@ pub async fn load_settings() -> Result<JsValue, JsError> {
     Ok(get(&all, "settings"))
 }
 
-/// What a start reads of `chrome.storage.local`: the `settings` the side
-/// panel stored and the `mcpCatalog` the last worker kept (an object with
-/// those keys; each may be missing).
+/// What a start reads of `chrome.storage.local`: the `settings` and the
+/// `mcpUserServers` the side panel stored and the `mcpCatalog` the last
+/// worker kept (an object with those keys; each may be missing).
 pub async fn load_start_storage() -> Result<JsValue, JsError> {
-    let keys = Array::of2(
+    let keys = Array::of3(
         &JsValue::from_str("settings"),
         &JsValue::from_str("mcpCatalog"),
+        &JsValue::from_str("mcpUserServers"),
     );
     await_promise(storage_local_get(&keys)).await
 }

@@ -27,6 +27,7 @@ use super::error::js_to_error;
 use super::fetch;
 use crate::engine::ToolOutcome;
 use crate::mcp::{self, AnswerReader, Incoming, McpError, ServerConfig};
+use crate::model::McpServerOrigin;
 use crate::vecmap::VecMap;
 
 /// How many pages of `tools/list` are read at most (a server that keeps
@@ -45,6 +46,8 @@ struct Session {
 /// One configured server and this worker's session with it.
 pub struct Server {
     pub config: ServerConfig,
+    /// The extension's or the user's.
+    pub added_by: McpServerOrigin,
     session: RefCell<Option<Session>>,
     /// Held while a session is set up, so that calls starting together
     /// (discovery and a resumed run's call) share one.
@@ -55,9 +58,10 @@ pub struct Server {
 }
 
 impl Server {
-    fn new(config: ServerConfig) -> Self {
+    fn new(config: ServerConfig, added_by: McpServerOrigin) -> Self {
         Server {
             config,
+            added_by,
             session: RefCell::new(None),
             setting_up: futures::lock::Mutex::new(()),
             next_id: Cell::new(1),
@@ -404,24 +408,52 @@ fn new_controller() -> Result<AbortController, McpError> {
     AbortController::new().map_err(|e| McpError::Unreachable(js_to_error(e).message))
 }
 
-/// Every configured server.
+/// Every configured server: the extension's, then the user's.
 #[derive(Default)]
 pub struct McpServers {
-    pub servers: Vec<Rc<Server>>,
+    servers: RefCell<Vec<Rc<Server>>>,
 }
 
 impl McpServers {
-    pub fn new(configs: Vec<ServerConfig>) -> Self {
+    pub fn new(configs: Vec<(ServerConfig, McpServerOrigin)>) -> Self {
         McpServers {
-            servers: configs
-                .into_iter()
-                .map(|c| Rc::new(Server::new(c)))
-                .collect(),
+            servers: RefCell::new(
+                configs
+                    .into_iter()
+                    .map(|(c, origin)| Rc::new(Server::new(c, origin)))
+                    .collect(),
+            ),
         }
     }
 
     /// The server of that name.
     pub fn get(&self, name: &str) -> Option<Rc<Server>> {
-        self.servers.iter().find(|s| s.config.name == name).cloned()
+        self.servers
+            .borrow()
+            .iter()
+            .find(|s| s.config.name == name)
+            .cloned()
+    }
+
+    /// Every server now.
+    pub fn all(&self) -> Vec<Rc<Server>> {
+        self.servers.borrow().clone()
+    }
+
+    /// Whether `server` is still one of them (not removed meanwhile).
+    pub fn holds(&self, server: &Rc<Server>) -> bool {
+        self.servers.borrow().iter().any(|s| Rc::ptr_eq(s, server))
+    }
+
+    /// Set up a new server.
+    pub fn add(&self, config: ServerConfig, added_by: McpServerOrigin) -> Rc<Server> {
+        let server = Rc::new(Server::new(config, added_by));
+        self.servers.borrow_mut().push(server.clone());
+        server
+    }
+
+    /// Forget the server of that name (its session ends with it).
+    pub fn remove(&self, name: &str) {
+        self.servers.borrow_mut().retain(|s| s.config.name != name);
     }
 }

@@ -39,7 +39,7 @@ use crate::engine::{
 };
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
 use crate::gatekeeper::{self, origin_of, TargetInfo};
-use crate::model::{McpServerState, ProviderProfile};
+use crate::model::{McpServerOrigin, McpServerState, ProviderProfile};
 use crate::protocol::{classify_sender, ClientKind, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
     http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
@@ -1040,13 +1040,17 @@ impl Driver {
     /// Ask every MCP server for its tools, offer them, and keep the list
     /// for the next worker (`mcp_catalog`). A server that cannot be reached
     /// keeps the tools it listed last (their calls fail with the reason).
-    async fn discover_mcp(&self) {
-        let servers = self.mcp.servers.clone();
+    async fn discover_mcp(&self, servers: Vec<Rc<mcp::Server>>) {
         let lists = futures::future::join_all(servers.iter().map(|s| s.list_tools())).await;
         let mut changed = false;
         for (server, listed) in servers.iter().zip(lists) {
+            // Removed by the user while it was asked: nothing of it stays.
+            if !self.mcp.holds(server) {
+                continue;
+            }
             let name = &server.config.name;
             let url = &server.config.url;
+            let added_by = server.added_by;
             let listed = match listed {
                 Ok(listed) => listed,
                 Err(e) => {
@@ -1057,6 +1061,7 @@ impl Driver {
                             now,
                             name,
                             url,
+                            added_by,
                             McpServerState::Unreachable,
                             Some(problem),
                         )
@@ -1070,7 +1075,7 @@ impl Driver {
             self.input(|e, now| {
                 problems.extend(e.handle_mcp_tools(name, descriptors));
                 let problem = (!problems.is_empty()).then(|| problems.join("; "));
-                e.handle_mcp_status(now, name, url, McpServerState::Ready, problem);
+                e.handle_mcp_status(now, name, url, added_by, McpServerState::Ready, problem);
             });
             for problem in &problems {
                 console_error(problem);
@@ -1083,14 +1088,94 @@ impl Driver {
             }
         }
         if changed {
-            let catalog = Value::Object(self.mcp_catalog.borrow().clone());
-            if let Err(e) = chrome::store_local("mcpCatalog", &catalog).await {
-                console_error(&format!(
-                    "the MCP servers' tools were not kept: {}",
-                    e.message
-                ));
+            self.keep_mcp_catalog().await;
+        }
+    }
+
+    /// Keep the servers' last lists for the next worker (`mcp_catalog`).
+    async fn keep_mcp_catalog(&self) {
+        let catalog = Value::Object(self.mcp_catalog.borrow().clone());
+        if let Err(e) = chrome::store_local("mcpCatalog", &catalog).await {
+            console_error(&format!(
+                "the MCP servers' tools were not kept: {}",
+                e.message
+            ));
+        }
+    }
+
+    /// The user's list of servers changed (`chrome.storage.local
+    /// .mcpUserServers`, its new value): a server removed (or changed) is
+    /// disconnected and its tools no longer offered; a new one is set up
+    /// and asked for its tools; an entry that cannot be used is listed as
+    /// refused with the reason.
+    fn apply_user_servers(&self, value: &Value) {
+        let current = self.mcp.all();
+        let extension: Vec<&str> = current
+            .iter()
+            .filter(|s| s.added_by == McpServerOrigin::Extension)
+            .map(|s| s.config.name.as_str())
+            .collect();
+        let room = crate::mcp::MAX_SERVERS.saturating_sub(extension.len());
+        let checked = crate::mcp::parse_user_servers(value, &extension, room);
+        let wanted: Vec<&crate::mcp::ServerConfig> =
+            checked.iter().filter_map(|c| c.as_ref().ok()).collect();
+        // Gone or changed: removed (a changed one is set up anew below).
+        let mut removed: Vec<String> = Vec::new();
+        for server in current
+            .iter()
+            .filter(|s| s.added_by == McpServerOrigin::User)
+        {
+            if !wanted.iter().any(|w| **w == server.config) {
+                removed.push(server.config.name.clone());
             }
         }
+        let mut added = Vec::new();
+        for config in wanted {
+            if !current.iter().any(|s| s.config == *config) {
+                added.push(config.clone());
+            }
+        }
+        let refused: Vec<crate::mcp::RefusedServer> =
+            checked.into_iter().filter_map(Result::err).collect();
+        {
+            let mut catalog = self.mcp_catalog.borrow_mut();
+            for name in &removed {
+                self.mcp.remove(name);
+                catalog.remove(name);
+            }
+        }
+        let fresh: Vec<Rc<mcp::Server>> = added
+            .into_iter()
+            .map(|config| self.mcp.add(config, McpServerOrigin::User))
+            .collect();
+        for refusal in &refused {
+            console_error(&format!("your MCP servers: {}", refusal.problem));
+        }
+        self.input(|e, now| {
+            for name in &removed {
+                e.handle_mcp_removed(name);
+            }
+            e.handle_mcp_refused(now, refused);
+            for server in &fresh {
+                e.handle_mcp_status(
+                    now,
+                    &server.config.name,
+                    &server.config.url,
+                    McpServerOrigin::User,
+                    McpServerState::Listing,
+                    None,
+                );
+            }
+        });
+        let driver = self.rc();
+        spawn_local(async move {
+            if !removed.is_empty() {
+                driver.keep_mcp_catalog().await;
+            }
+            if !fresh.is_empty() {
+                driver.discover_mcp(fresh).await;
+            }
+        });
     }
 
     fn abort_host_tool(&self, dispatch_id: u64) {
@@ -1652,10 +1737,32 @@ impl EngineHandle {
         for e in refused {
             console_error(&format!("extension/mcp-servers.js: {e}"));
         }
-        let mcp = mcp::McpServers::new(servers);
+        // Then the user's (Settings: `chrome.storage.local.mcpUserServers`).
+        let extension: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+        let room = crate::mcp::MAX_SERVERS.saturating_sub(servers.len());
+        let user = crate::mcp::parse_user_servers(
+            &boundary::from_js_value(chrome::get(&storage, "mcpUserServers")),
+            &extension,
+            room,
+        );
+        let mut configs: Vec<_> = servers
+            .into_iter()
+            .map(|c| (c, McpServerOrigin::Extension))
+            .collect();
+        let mut user_refused = Vec::new();
+        for checked in user {
+            match checked {
+                Ok(config) => configs.push((config, McpServerOrigin::User)),
+                Err(refusal) => {
+                    console_error(&format!("your MCP servers: {}", refusal.problem));
+                    user_refused.push(refusal);
+                }
+            }
+        }
+        let mcp = mcp::McpServers::new(configs);
         let mut mcp_catalog = serde_json::Map::new();
         if let Value::Object(kept) = boundary::from_js_value(chrome::get(&storage, "mcpCatalog")) {
-            for server in &mcp.servers {
+            for server in &mcp.all() {
                 let name = &server.config.name;
                 let Some(entry) = kept.get(name) else {
                     continue;
@@ -1700,21 +1807,25 @@ impl EngineHandle {
             me: me.clone(),
         });
         driver.pump();
-        if !driver.mcp.servers.is_empty() {
-            let servers = driver.mcp.servers.clone();
+        let servers = driver.mcp.all();
+        if !servers.is_empty() || !user_refused.is_empty() {
             driver.input(|e, now| {
                 for server in &servers {
                     e.handle_mcp_status(
                         now,
                         &server.config.name,
                         &server.config.url,
+                        server.added_by,
                         McpServerState::Listing,
                         None,
                     );
                 }
+                if !user_refused.is_empty() {
+                    e.handle_mcp_refused(now, user_refused);
+                }
             });
             let discovering = driver.clone();
-            spawn_local(async move { discovering.discover_mcp().await });
+            spawn_local(async move { discovering.discover_mcp(servers).await });
         }
         driver.metrics.borrow_mut().start = metrics::StartTimes {
             start_ms: metrics::precise_now() - started,
@@ -1786,6 +1897,14 @@ impl EngineHandle {
     pub fn on_disconnect(&self, id: f64) {
         self.driver.ports.borrow_mut().remove(&(id as ConnId));
         self.driver.input(|e, _| e.handle_disconnect(id as ConnId));
+    }
+
+    /// `mcpUserServers` changed in `chrome.storage.local` (its new value:
+    /// the servers the user keeps in Settings). Registered by sw.js like
+    /// `on_settings`.
+    pub fn on_mcp_user_servers(&self, servers: JsValue) {
+        let value = boundary::from_js_value(servers);
+        self.driver.apply_user_servers(&value);
     }
 
     /// `settings` changed in `chrome.storage.local` (its new value). sw.js

@@ -6,7 +6,9 @@
 use serde_json::{json, Value};
 use sw_agent::engine::{EngineConfig, ToolOutcome};
 use sw_agent::mcp::{parse_servers, remote_tools, ServerConfig};
-use sw_agent::model::{ApprovalStatus, McpServerState, NodeBody, RunState, StopReason, ToolStatus};
+use sw_agent::model::{
+    ApprovalStatus, McpServerOrigin, McpServerState, NodeBody, RunState, StopReason, ToolStatus,
+};
 use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event};
 use sw_agent::provider::{ProviderRequest, RawToolCall};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
@@ -408,8 +410,14 @@ fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_o
     let servers_of = |value: &Value| value["servers"].clone();
 
     // A worker starts: the server is asked, the kept tools are offered.
-    sim.engine
-        .handle_mcp_status(5, "docs", URL, McpServerState::Listing, None);
+    sim.engine.handle_mcp_status(
+        5,
+        "docs",
+        URL,
+        McpServerOrigin::Extension,
+        McpServerState::Listing,
+        None,
+    );
     sim.send(panel, list_mcp_servers("l1"));
     sim.run(1_000);
     let listed = servers_of(&answer(&sim, panel, "l1").unwrap().unwrap());
@@ -418,6 +426,7 @@ fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_o
         json!([{
             "name": "docs",
             "url": URL,
+            "addedBy": "extension",
             "state": "listing",
             "tools": [
                 { "name": "docs__search", "label": "Search docs", "readOnly": true },
@@ -433,6 +442,7 @@ fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_o
         9,
         "docs",
         URL,
+        McpServerOrigin::Extension,
         McpServerState::Unreachable,
         Some("The MCP server \"docs\" could not be reached (Failed to fetch).".into()),
     );
@@ -464,8 +474,14 @@ fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_o
         "docs",
         mcp_descriptors(&server, &[json!({ "name": "lookup" })]),
     );
-    sim.engine
-        .handle_mcp_status(12, "docs", URL, McpServerState::Ready, None);
+    sim.engine.handle_mcp_status(
+        12,
+        "docs",
+        URL,
+        McpServerOrigin::Extension,
+        McpServerState::Ready,
+        None,
+    );
     sim.send(panel, list_mcp_servers("l2"));
     sim.run(1_000);
     let listed = servers_of(&answer(&sim, panel, "l2").unwrap().unwrap());
@@ -481,4 +497,115 @@ fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_o
         .receipts
         .keys()
         .all(|k| !k.contains("l1") && !k.contains("l2")));
+}
+
+#[test]
+fn mcp_servers_the_user_adds_are_listed_as_theirs_removed_with_their_tools_and_refused_apart() {
+    use sw_agent::mcp::parse_user_servers;
+    const URL: &str = "http://127.0.0.1:9000/mcp";
+    let mut sim = Sim::new(512, policy(), server_world());
+    with_docs(&mut sim.config, URL);
+    sim.reconfigure();
+    let panel = sim.connect();
+    sim.engine.handle_mcp_status(
+        1,
+        "docs",
+        URL,
+        McpServerOrigin::Extension,
+        McpServerState::Ready,
+        None,
+    );
+    // The user adds "mine" and, by hand, an entry named like the extension's.
+    let checked = parse_user_servers(
+        &json!([
+            { "name": "mine", "url": "https://mine.example/mcp" },
+            { "name": "docs", "url": "https://elsewhere.example/mcp" },
+        ]),
+        &["docs"],
+        7,
+    );
+    let mine = checked[0].clone().unwrap();
+    let refused: Vec<_> = checked.into_iter().filter_map(Result::err).collect();
+    let problems = sim.engine.handle_mcp_tools(
+        "mine",
+        mcp_descriptors(
+            &mine,
+            &[json!({ "name": "lookup", "annotations": { "readOnlyHint": true } })],
+        ),
+    );
+    assert!(problems.is_empty());
+    sim.engine.handle_mcp_status(
+        2,
+        "mine",
+        &mine.url,
+        McpServerOrigin::User,
+        McpServerState::Ready,
+        None,
+    );
+    sim.engine.handle_mcp_refused(3, refused);
+    sim.send(panel, list_mcp_servers("l1"));
+    sim.run(1_000);
+    let listed = answer(&sim, panel, "l1").unwrap().unwrap()["servers"].clone();
+    let rows: Vec<(String, String, String, usize)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["addedBy"].as_str().unwrap().to_string(),
+                s["state"].as_str().unwrap().to_string(),
+                s["tools"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("docs".into(), "extension".into(), "ready".into(), 2),
+            ("mine".into(), "user".into(), "ready".into(), 1),
+            ("docs".into(), "user".into(), "refused".into(), 0),
+        ]
+    );
+    assert!(listed[2]["problem"]
+        .as_str()
+        .unwrap()
+        .contains("the extension has a server of that name"));
+    // The next request offers the user's tool.
+    sim.send(panel, submit("s1", None, "Look it up"));
+    sim.run(10_000);
+    let offered = |sim: &Sim| -> Vec<String> {
+        sim.requests
+            .last()
+            .unwrap()
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    };
+    assert!(offered(&sim).contains(&"mine__lookup".to_string()));
+
+    // Removed: its tools are no longer offered, every page hears it, and the
+    // extension's server of the refused entry's name is untouched.
+    sim.engine.handle_mcp_removed("mine");
+    sim.engine.handle_mcp_refused(4, Vec::new());
+    sim.run(1_000);
+    let last = sim
+        .events_for(panel)
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::McpServersUpdated { servers } => Some(serde_json::to_value(servers).unwrap()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(last.as_array().unwrap().len(), 1);
+    assert_eq!(last[0]["name"], "docs");
+    assert_eq!(last[0]["tools"].as_array().unwrap().len(), 2);
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(panel, submit("s2", Some(&thread), "Again"));
+    sim.run(10_000);
+    let tools = offered(&sim);
+    assert!(!tools.iter().any(|t| t.starts_with("mine__")), "{tools:?}");
+    assert!(tools.contains(&"docs__search".to_string()));
 }
