@@ -132,6 +132,31 @@ impl Engine {
         }
     }
 
+    /// `interaction.resolved{answered}` (with how a server's request was
+    /// answered) for the thread's current turn.
+    fn broadcast_answered(
+        &mut self,
+        tid: &str,
+        interaction_id: String,
+        action: Option<ElicitationAction>,
+    ) {
+        let turn_id = self.threads[tid]
+            .latest_run
+            .as_ref()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        self.broadcast(
+            tid,
+            Event::InteractionResolved {
+                thread_id: tid.to_string(),
+                turn_id,
+                interaction_id,
+                status: InteractionStatus::Answered,
+                action,
+            },
+        );
+    }
+
     #[inline(never)]
     pub(super) fn op_interaction_response(
         &mut self,
@@ -220,21 +245,7 @@ impl Engine {
         interaction_id: String,
         unit: &UnitOfWork,
     ) {
-        let turn_id = self.threads[tid]
-            .latest_run
-            .as_ref()
-            .map(|r| r.id.clone())
-            .unwrap_or_default();
-        self.broadcast(
-            tid,
-            Event::InteractionResolved {
-                thread_id: tid.to_string(),
-                turn_id,
-                interaction_id,
-                status: InteractionStatus::Answered,
-                action: None,
-            },
-        );
+        self.broadcast_answered(tid, interaction_id, None);
         self.announce(tid, unit);
         if self.take_pending_finish(now, tid) {
             return;
@@ -592,21 +603,7 @@ impl Engine {
         content: Option<Value>,
     ) {
         self.elicitations_in_flight.retain(|i| *i != interaction_id);
-        let turn_id = self.threads[tid]
-            .latest_run
-            .as_ref()
-            .map(|r| r.id.clone())
-            .unwrap_or_default();
-        self.broadcast(
-            tid,
-            Event::InteractionResolved {
-                thread_id: tid.to_string(),
-                turn_id,
-                interaction_id,
-                status: InteractionStatus::Answered,
-                action: Some(action),
-            },
-        );
+        self.broadcast_answered(tid, interaction_id, Some(action));
         // The driver sends it if the call still waits for it.
         self.effects.push_back(Effect::AnswerElicitation {
             dispatch_id,

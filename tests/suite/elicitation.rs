@@ -525,23 +525,6 @@ fn ack_after_commit_an_answer_being_saved_claims_its_request_against_another_ans
     );
 }
 
-/// A tiny deterministic RNG for the schedules below.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
-}
-
 /// One seeded schedule: a run that calls a server's read and write while
 /// the server asks for input at random moments, two panels answer (right,
 /// wrong, conflicting, repeated), requests expire, results arrive, the

@@ -15,23 +15,6 @@ use sw_agent::sim::{CrashPoint, Sim};
 
 use super::support::*;
 
-/// A tiny deterministic RNG for the schedule (independent of engine ids).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
-}
-
 struct Outcome {
     steps: usize,
     /// Reconnects answered from the snapshot cache and adopted by the engine.
