@@ -83,8 +83,17 @@ const dom = {
   siteRulesList: $("site-rules-list"),
   siteRulesStatus: $("site-rules-status"),
   mcpServers: $("mcp-servers"),
+  mcpServersHeading: $("mcp-servers-heading"),
+  mcpServersEmpty: $("mcp-servers-empty"),
   mcpServersList: $("mcp-servers-list"),
   mcpServersStatus: $("mcp-servers-status"),
+  mcpAddForm: /** @type {HTMLFormElement} */ ($("mcp-add-form")),
+  mcpAddName: $input("mcp-add-name"),
+  mcpAddUrl: $input("mcp-add-url"),
+  mcpAddHeaderName: $input("mcp-add-header-name"),
+  mcpAddHeaderValue: $input("mcp-add-header-value"),
+  mcpAddSubmit: $button("mcp-add-submit"),
+  mcpAddStatus: $("mcp-add-status"),
   status: $("status"),
   statusText: $("status-text"),
   usageText: $("usage-text"),
@@ -219,7 +228,7 @@ const OP_VERBS = {
   "interaction.response": "send your answer to the agent's question",
   "elicitation.response": "send your answer to the MCP server's request",
   "siteRules.list": "list the sites where the agent acts without asking",
-  "mcpServers.list": "list the extension's MCP servers",
+  "mcpServers.list": "list the MCP servers",
   "siteRule.revoke": "remove the site",
   "settings.defaults": "read the extension's settings defaults",
   "attachment.get": "load the attached file",
@@ -993,8 +1002,7 @@ function onReject(event) {
   }
   if (opType === "mcpServers.list") {
     if (pending && pending.message && pending.message.submissionId === mcpServersSubmission) {
-      dom.mcpServersStatus.textContent = `Could not list the MCP servers: ${explainError(event.error).text}`;
-      dom.mcpServersStatus.classList.add("error");
+      setMcpServersStatus(`Could not list the MCP servers: ${explainError(event.error).text}`, true, "list");
     }
     return;
   }
@@ -4478,16 +4486,46 @@ function openSettings() {
 }
 
 // ----------------------------------------------------------- MCP servers ---
-// The embedding extension's MCP servers (extension/mcp-servers.js), each
-// with where the engine stands with it and the tools of it the agent is
-// offered (`mcpServers.list`, asked for whenever Settings opens; kept
-// current by `mcpServers.updated`). Hidden when the extension names none.
+// The MCP servers whose tools the agent is offered: the embedding
+// extension's (extension/mcp-servers.js) and the user's own, added here and
+// kept in chrome.storage.local.mcpUserServers (the worker follows that key:
+// it connects or lets go of a server, then sends `mcpServers.updated`). Each
+// is listed with where the engine stands with it, who added it and the tools
+// of it offered (`mcpServers.list`, asked for whenever Settings opens; kept
+// current by `mcpServers.updated`). The user's have Remove; an entry of the
+// user's the worker could not use is listed as refused, with the reason.
 
 /** The `mcpServers.list` whose answer is drawn (an older one is ignored). */
 let mcpServersSubmission = null;
+/**
+ * The servers last drawn, as the engine listed them (fields read
+ * defensively: `addedBy` and the `refused` state came later).
+ * @type {Record<string, any>[]}
+ */
+let mcpServersShown = [];
+
+/** Where the worker reads the user's servers (an array of MCP_SERVERS entries). */
+const MCP_USER_SERVERS_KEY = "mcpUserServers";
+/** The worker uses at most this many servers, the extension's and the user's. */
+const MCP_MAX_SERVERS = 8;
+/** Headers the MCP client sets itself (src/mcp.rs): an entry may not. */
+const MCP_CLIENT_HEADERS = ["accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
+/** The header name the form starts with. */
+const MCP_DEFAULT_HEADER = "Authorization";
 
 function requestMcpServers() {
   mcpServersSubmission = sendOp("mcpServers.list", {});
+}
+
+/**
+ * The line under the list: `about` says what it reports ("list": the list
+ * could not be read, cleared by the next list; "remove": a removal).
+ * @param {string} text @param {boolean} isError @param {"list" | "remove"} about
+ */
+function setMcpServersStatus(text, isError, about) {
+  dom.mcpServersStatus.textContent = text;
+  dom.mcpServersStatus.classList.toggle("error", isError);
+  dom.mcpServersStatus.dataset.about = about;
 }
 
 /** What a server's state means, in words. */
@@ -4495,52 +4533,419 @@ const MCP_STATE_TEXT = {
   listing: "Asking for its tools…",
   ready: "Connected",
   unreachable: "Not reachable",
+  refused: "Not used",
 };
 
+/** The name an entry is listed and stored under ("" when it has none in text). */
+const mcpNameOf = (entry) => (entry !== null && typeof entry === "object" && typeof entry.name === "string" ? entry.name : "");
+
 /**
- * Draws the list (a `mcpServers.list` answer or a `mcpServers.updated`).
- * Nothing in it takes focus, so it is drawn again whole.
+ * Brings the list to the engine's (a `mcpServers.list` answer or a
+ * `mcpServers.updated`). Items that stay are updated in place, so focus on a
+ * Remove button stays put; a removed server's focus moves on to the next
+ * Remove button, the one before, or the heading.
  * @param {unknown} servers
  */
 function renderMcpServers(servers) {
+  /** @type {Record<string, any>[]} */
   const shown = Array.isArray(servers)
-    ? servers.filter((s) => s !== null && typeof s === "object" && typeof s.name === "string")
+    ? servers.filter((s) => s !== null && typeof s === "object" && (typeof s.name === "string" || s.addedBy === "user"))
     : [];
-  dom.mcpServersStatus.textContent = "";
-  dom.mcpServersStatus.classList.remove("error");
-  dom.mcpServersList.replaceChildren(...shown.map(mcpServerItem));
-  dom.mcpServers.hidden = shown.length === 0;
+  mcpServersShown = shown;
+  if (dom.mcpServersStatus.dataset.about === "list") setMcpServersStatus("", false, "list");
+  const list = dom.mcpServersList;
+  const before = [...list.children];
+  const focused = before.find((item) => item.contains(document.activeElement)) ?? null;
+  const focusedAt = focused ? before.indexOf(focused) : -1;
+  /** @type {Map<string, HTMLElement>} */
+  const present = new Map();
+  for (const item of before) if (item instanceof HTMLElement) present.set(item.dataset.key ?? "", item);
+  /** @type {Map<string, number>} */
+  const seen = new Map();
+  let refusedAt = 0;
+  const items = shown.map((server) => {
+    const addedBy = server.addedBy === "user" ? "user" : "extension";
+    const refused = server.state === "refused";
+    const base = `${addedBy}:${refused ? "refused" : "server"}:${mcpNameOf(server)}`;
+    const occurrence = seen.get(base) ?? 0;
+    seen.set(base, occurrence + 1);
+    const key = `${base}#${occurrence}`;
+    const item = present.get(key) ?? document.createElement("li");
+    present.delete(key);
+    fillMcpServerItem(item, server, key, addedBy === "user", refused ? refusedAt++ : -1);
+    return item;
+  });
+  for (const gone of present.values()) gone.remove();
+  // Kept items stay in their order: only new ones are inserted, so no
+  // focused button is moved (which would blur it).
+  items.forEach((item, i) => {
+    if (list.children[i] !== item) list.insertBefore(item, list.children[i] ?? null);
+  });
+  list.hidden = items.length === 0;
+  dom.mcpServersEmpty.hidden = items.length !== 0;
+  if (focused && !focused.isConnected) {
+    const buttons = items.map((item) => item.querySelector("button.mcp-remove"));
+    const next = buttons.slice(focusedAt).find((b) => b) ?? buttons.slice(0, focusedAt).reverse().find((b) => b);
+    (/** @type {HTMLElement | null} */ (next) ?? dom.mcpServersHeading).focus();
+  }
 }
 
-/** @param {{ name: string, url?: unknown, state?: unknown, tools?: unknown, problem?: unknown }} server */
-function mcpServerItem(server) {
-  const item = document.createElement("li");
-  item.dataset.server = server.name;
+/**
+ * Writes one server into its list item (new or kept): its words in a fresh
+ * `.mcp-info`, and for a server of the user's a Remove button kept across
+ * redraws.
+ * @param {HTMLElement} item
+ * @param {Record<string, any>} server
+ * @param {string} key which item this is across redraws
+ * @param {boolean} byUser added by the user (else by the extension)
+ * @param {number} refusedAt a refused entry's place among the refused ones listed (-1: not refused)
+ */
+function fillMcpServerItem(item, server, key, byUser, refusedAt) {
+  const name = mcpNameOf(server);
   const state = typeof server.state === "string" ? server.state : "";
+  item.dataset.key = key;
+  item.dataset.server = name;
   item.dataset.state = state;
+  item.dataset.addedBy = byUser ? "user" : "extension";
+  if (refusedAt >= 0) item.dataset.refusedAt = String(refusedAt);
+  else delete item.dataset.refusedAt;
   const tools = Array.isArray(server.tools) ? server.tools.filter((t) => t && typeof t.name === "string") : [];
+
+  const info = document.createElement("div");
+  info.className = "mcp-info";
   const title = document.createElement("strong");
-  title.textContent = server.name;
+  title.textContent = name || "(no name)";
   const status = document.createElement("span");
   status.className = "mcp-state";
   status.dataset.state = state;
-  const problem = typeof server.problem === "string" ? server.problem : "";
+  const problem = typeof server.problem === "string" ? server.problem.trim() : "";
   let text = MCP_STATE_TEXT[state] ?? state;
-  if (state === "unreachable" && problem) text = `${text}: ${problem}`;
+  if ((state === "unreachable" || state === "refused") && problem) text = `${text}: ${problem}`;
   else if (problem) text = `${text}. ${problem}`;
   if (state !== "ready" && tools.length > 0) text += ` Offering the ${tools.length === 1 ? "tool" : `${tools.length} tools`} it listed before.`;
   status.textContent = ` — ${text}`;
   const url = document.createElement("span");
   url.className = "mcp-url";
   url.textContent = typeof server.url === "string" ? server.url : "";
+  const origin = document.createElement("span");
+  origin.className = "mcp-added-by";
+  origin.textContent = byUser ? "Added by you" : "Added by the extension";
   const list = document.createElement("span");
   list.className = "mcp-tools";
   list.textContent = tools.length === 0
     ? "No tools offered."
     : `${tools.length === 1 ? "1 tool" : `${tools.length} tools`}: ${tools.map((t) => (typeof t.label === "string" && t.label ? t.label : t.name)).join(", ")}`;
-  item.append(title, status, url, list);
-  return item;
+  info.append(title, status, url, origin, list);
+  const old = item.querySelector(":scope > .mcp-info");
+  if (old) old.replaceWith(info);
+  else item.prepend(info);
+
+  let remove = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-remove"));
+  if (!byUser) {
+    remove?.remove();
+    return;
+  }
+  if (remove === null) {
+    remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "mcp-remove";
+    remove.textContent = "Remove";
+    const button = remove;
+    button.addEventListener("click", () => {
+      removeMcpServer(item, button).catch((err) => {
+        button.removeAttribute("aria-disabled");
+        setMcpServersStatus(`Could not remove the server: ${err && err.message ? err.message : err}`, true, "remove");
+      });
+    });
+    item.append(remove);
+  }
+  remove.removeAttribute("aria-disabled");
+  remove.setAttribute("aria-label", name ? `Remove the MCP server ${name}` : `Remove the MCP server entry ${refusedAt + 1} without a name`);
 }
+
+/**
+ * The user's servers as stored, as the worker reads them: none, a list, or
+ * (written by hand) one entry.
+ * @param {unknown} stored
+ * @returns {unknown[]}
+ */
+function mcpUserEntries(stored) {
+  if (stored === undefined || stored === null) return [];
+  return Array.isArray(stored) ? stored : [stored];
+}
+
+/**
+ * Which of the user's entries the worker uses, as it decides (src/mcp.rs
+ * `parse_user_servers`): a well-formed entry whose name no server of the
+ * extension's and no earlier entry has, while there is room.
+ * @param {unknown[]} entries
+ * @returns {boolean[]}
+ */
+function mcpEntriesUsed(entries) {
+  const taken = mcpServersShown.filter((s) => s.addedBy !== "user").map(mcpNameOf);
+  const room = MCP_MAX_SERVERS - taken.length;
+  /** @type {string[]} */
+  const names = [];
+  return entries.map((entry) => {
+    const name = mcpNameOf(entry);
+    const used = mcpEntryWellFormed(entry) && !taken.includes(name) && !names.includes(name) && names.length < room;
+    if (used) names.push(name);
+    return used;
+  });
+}
+
+/**
+ * Where a listed server of the user's is in `entries`, or -1: a server in
+ * use is the used entry of its name; a refused one, the refused entry at
+ * its place among the refused ones (the worker lists those in their
+ * order), if it has the listed name. Else the first entry of that name.
+ * @param {unknown[]} entries @param {HTMLElement} item
+ */
+function mcpEntryIndex(entries, item) {
+  const name = item.dataset.server ?? "";
+  const used = mcpEntriesUsed(entries);
+  const refusedAt = Number(item.dataset.refusedAt ?? -1);
+  let at = -1;
+  if (refusedAt < 0) {
+    at = entries.findIndex((entry, i) => used[i] && mcpNameOf(entry) === name);
+  } else {
+    const refused = entries.map((_, i) => i).filter((i) => !used[i]);
+    at = refused[refusedAt] ?? -1;
+    if (at >= 0 && mcpNameOf(entries[at]) !== name) at = refused.find((i) => mcpNameOf(entries[i]) === name) ?? -1;
+  }
+  return at >= 0 ? at : entries.findIndex((entry) => mcpNameOf(entry) === name);
+}
+
+/**
+ * Remove: writes the user's servers without this one (the worker lets go
+ * of it and lists the servers again). Asks nothing: adding it again undoes
+ * it.
+ * @param {HTMLElement} item @param {HTMLButtonElement} button
+ */
+async function removeMcpServer(item, button) {
+  // aria-disabled, not disabled: a disabled button loses focus, which then
+  // could not move on to the next server once this one is gone.
+  if (button.getAttribute("aria-disabled") === "true") return;
+  button.setAttribute("aria-disabled", "true");
+  const name = item.dataset.server ?? "";
+  const called = name ? `“${name}”` : "the entry without a name";
+  setMcpServersStatus(`Removing ${called}…`, false, "remove");
+  const { [MCP_USER_SERVERS_KEY]: stored } = await chrome.storage.local.get(MCP_USER_SERVERS_KEY);
+  const entries = mcpUserEntries(stored);
+  const at = mcpEntryIndex(entries, item);
+  if (at < 0) {
+    // Gone already (another panel): the engine's list says so.
+    button.removeAttribute("aria-disabled");
+    setMcpServersStatus(`${called[0].toUpperCase()}${called.slice(1)} was already removed.`, false, "remove");
+    requestMcpServers();
+    return;
+  }
+  await chrome.storage.local.set({ [MCP_USER_SERVERS_KEY]: entries.filter((_, i) => i !== at) });
+  setMcpServersStatus(`Removed ${called}.`, false, "remove");
+}
+
+// -------------------------------------------------- add an MCP server ---
+// The form under the list: checked here as the worker checks an entry
+// (src/mcp.rs), each problem next to its field; only a valid entry is
+// added to chrome.storage.local.mcpUserServers.
+
+/** An entry's problem with one field of the form. @typedef {{ field: HTMLInputElement, message: string }} McpAddProblem */
+
+/** The fields an entry may have (MCP_SERVERS' shape). */
+const MCP_ENTRY_FIELDS = ["name", "url", "headers", "timeoutMs"];
+/** A call's longest time limit an entry may set (ms; src/tools.rs HOST_TOOL_MAX_TIME_LIMIT_MS). */
+const MCP_MAX_TIMEOUT_MS = 300000;
+
+/** Whether the worker takes `name` for a server: 1-24 of a-z, 0-9 and -. */
+const mcpNameOk = (name) => /^[a-z0-9-]{1,24}$/.test(name);
+
+/** The part of an http(s) URL between the scheme and the path, as the worker cuts it; null: no http(s) URL. */
+function mcpUrlAuthority(url) {
+  const rest = /^https?:\/\//.test(url) ? url.replace(/^https?:\/\//, "") : null;
+  return rest === null ? null : rest.split(/[/?#]/)[0];
+}
+
+/** Whether the worker takes `url` (src/mcp.rs): http(s) with a host, no user@, no white space. */
+function mcpUrlOk(url) {
+  const authority = mcpUrlAuthority(url);
+  return authority !== null && authority !== "" && !authority.includes("@") && !/\s/.test(url);
+}
+
+/** Why the worker would refuse header `name` ("" when it takes it). */
+function mcpHeaderNameProblem(name) {
+  if (name === "") return `Enter the header's name, like ${MCP_DEFAULT_HEADER}.`;
+  if (!/^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/.test(name)) return "A header name has only letters, digits and ! # $ % & ' * + - . ^ _ ` | ~ (no spaces or colons).";
+  if (MCP_CLIENT_HEADERS.includes(name.toLowerCase())) return `The client sets ${name} itself: use another header.`;
+  return "";
+}
+
+/** Whether the worker takes a header's value: text on one line. */
+const mcpHeaderValueOk = (value) => typeof value === "string" && !/[\u0000-\u001f\u007f-\u009f]/.test(value);
+
+/**
+ * Whether the worker could use `entry` as a server, names of other servers
+ * aside (src/mcp.rs `parse_server`).
+ * @param {unknown} entry
+ */
+function mcpEntryWellFormed(entry) {
+  if (entry === null || typeof entry !== "object" || Array.isArray(entry)) return false;
+  /** @type {Record<string, unknown>} */
+  const fields = /** @type {any} */ (entry);
+  if (typeof fields.name !== "string" || !mcpNameOk(fields.name)) return false;
+  if (Object.keys(fields).some((key) => !MCP_ENTRY_FIELDS.includes(key))) return false;
+  if (typeof fields.url !== "string" || !mcpUrlOk(fields.url)) return false;
+  const headers = fields.headers;
+  if (headers !== undefined && headers !== null) {
+    if (typeof headers !== "object" || Array.isArray(headers)) return false;
+    for (const [name, value] of Object.entries(headers)) {
+      if (mcpHeaderNameProblem(name) !== "" || !mcpHeaderValueOk(value)) return false;
+    }
+  }
+  const timeout = fields.timeoutMs;
+  return timeout === undefined || timeout === null
+    || (typeof timeout === "number" && Number.isInteger(timeout) && timeout >= 1 && timeout <= MCP_MAX_TIMEOUT_MS);
+}
+
+/**
+ * Why `text` is no address to add, or "" when it is one: the worker's rule,
+ * and one a browser can parse. `text` is trimmed, its scheme in lower case.
+ */
+function mcpUrlProblem(text) {
+  const example = "like https://mcp.example.com/mcp";
+  if (text === "") return `Enter the server's address, ${example}.`;
+  const authority = mcpUrlAuthority(text);
+  if (authority === null) return `The address must start with http:// or https://, ${example}.`;
+  if (/\s/.test(text)) return "The address cannot contain spaces.";
+  if (authority.includes("@")) return "Leave the user name out of the address (no “name@”): put a token in the header below instead.";
+  let host = "";
+  try {
+    host = new URL(text).hostname;
+  } catch {
+    return `This is not a valid address: write it ${example}.`;
+  }
+  if (authority === "" || host === "") return `The address needs a host, ${example}.`;
+  return "";
+}
+
+/**
+ * Reads the add form: the entry to store, or what is wrong (field by field).
+ * @returns {{ entry: { name: string, url: string, headers?: Record<string, string> } | null, problems: McpAddProblem[] }}
+ */
+function readMcpAddForm() {
+  /** @type {McpAddProblem[]} */
+  const problems = [];
+  const name = dom.mcpAddName.value.trim();
+  if (name === "") problems.push({ field: dom.mcpAddName, message: "Enter a name for the server, like docs." });
+  else if (!mcpNameOk(name)) {
+    problems.push({ field: dom.mcpAddName, message: "Use 1 to 24 characters of a–z, 0–9 and - (no capitals, spaces or other signs): the name prefixes its tools' names." });
+  }
+  // The scheme in lower case (the worker compares it as written).
+  const url = dom.mcpAddUrl.value.trim().replace(/^https?:/i, (scheme) => scheme.toLowerCase());
+  const urlProblem = mcpUrlProblem(url);
+  if (urlProblem) problems.push({ field: dom.mcpAddUrl, message: urlProblem });
+  const headerName = dom.mcpAddHeaderName.value.trim();
+  const headerValue = dom.mcpAddHeaderValue.value.trim();
+  /** @type {Record<string, string> | null} */
+  let headers = null;
+  if (headerValue !== "") {
+    const nameProblem = mcpHeaderNameProblem(headerName);
+    if (nameProblem) problems.push({ field: dom.mcpAddHeaderName, message: nameProblem });
+    if (!mcpHeaderValueOk(headerValue)) {
+      problems.push({ field: dom.mcpAddHeaderValue, message: "The value must be one line of text." });
+    } else if (/[^\u0000-\u00ff]/.test(headerValue)) {
+      // fetch() refuses such a header: the server could never be reached.
+      problems.push({ field: dom.mcpAddHeaderValue, message: "A header value can hold only Latin letters, digits and signs." });
+    }
+    headers = { [headerName]: headerValue };
+  } else if (headerName !== "" && headerName.toLowerCase() !== MCP_DEFAULT_HEADER.toLowerCase()) {
+    problems.push({ field: dom.mcpAddHeaderValue, message: `Enter the value of ${headerName}, or clear the header's name to send none.` });
+  }
+  if (problems.length > 0) return { entry: null, problems };
+  return { entry: headers ? { name, url, headers } : { name, url }, problems };
+}
+
+/** Says what is wrong next to a field of the add form and marks it invalid. @param {McpAddProblem} problem */
+function showMcpAddProblem({ field, message }) {
+  const error = document.getElementById(`${field.id}-error`);
+  if (error) error.textContent = message;
+  field.setAttribute("aria-invalid", "true");
+}
+
+/** @param {HTMLInputElement} field */
+function clearMcpAddProblem(field) {
+  const error = document.getElementById(`${field.id}-error`);
+  if (error) error.textContent = "";
+  field.removeAttribute("aria-invalid");
+}
+
+function clearMcpAddProblems() {
+  for (const field of [dom.mcpAddName, dom.mcpAddUrl, dom.mcpAddHeaderName, dom.mcpAddHeaderValue]) clearMcpAddProblem(field);
+}
+
+/** @param {string} text @param {boolean} isError */
+function setMcpAddStatus(text, isError) {
+  dom.mcpAddStatus.textContent = text;
+  dom.mcpAddStatus.classList.toggle("error", isError);
+}
+
+/** Shows the problems (focus on the first field to fix); nothing is stored. @param {McpAddProblem[]} problems */
+function refuseMcpAdd(problems) {
+  for (const problem of problems) showMcpAddProblem(problem);
+  setMcpAddStatus(problems.length === 1 ? "Not added: check the marked field." : `Not added: check the ${problems.length} marked fields.`, true);
+  problems[0].field.focus();
+}
+
+/** Whether an Add is being saved. */
+let mcpAdding = false;
+
+/** Add: checks the form, then appends the entry to the user's servers (read-modify-write). */
+async function addMcpServer() {
+  if (mcpAdding) return;
+  clearMcpAddProblems();
+  setMcpAddStatus("", false);
+  const { entry, problems } = readMcpAddForm();
+  if (entry === null) {
+    refuseMcpAdd(problems);
+    return;
+  }
+  mcpAdding = true;
+  dom.mcpAddSubmit.setAttribute("aria-disabled", "true");
+  setMcpAddStatus("Adding…", false);
+  try {
+    const { [MCP_USER_SERVERS_KEY]: stored } = await chrome.storage.local.get(MCP_USER_SERVERS_KEY);
+    const entries = mcpUserEntries(stored);
+    const extensionNames = mcpServersShown.filter((s) => s.addedBy !== "user").map(mcpNameOf);
+    // Not even a refused entry of that name: it would be unclear which one Remove takes.
+    if (extensionNames.includes(entry.name) || entries.some((e) => mcpNameOf(e) === entry.name)) {
+      refuseMcpAdd([{ field: dom.mcpAddName, message: `Another server is already called “${entry.name}”: choose another name.` }]);
+      return;
+    }
+    // Refused entries take no room.
+    if (extensionNames.length + mcpEntriesUsed(entries).filter(Boolean).length >= MCP_MAX_SERVERS) {
+      setMcpAddStatus(`Not added: at most ${MCP_MAX_SERVERS} MCP servers can be used. Remove one of yours first.`, true);
+      return;
+    }
+    await chrome.storage.local.set({ [MCP_USER_SERVERS_KEY]: [...entries, entry] });
+    dom.mcpAddForm.reset();
+    dom.mcpAddHeaderName.value = MCP_DEFAULT_HEADER;
+    setMcpAddStatus(`Added “${entry.name}”: the list above shows when it is connected.`, false);
+  } catch (err) {
+    setMcpAddStatus(`Could not add the server: ${err && err.message ? err.message : err}`, true);
+  } finally {
+    mcpAdding = false;
+    dom.mcpAddSubmit.removeAttribute("aria-disabled");
+  }
+}
+
+dom.mcpAddForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  addMcpServer();
+});
+dom.mcpAddForm.addEventListener("input", (event) => {
+  const field = event.target;
+  if (field instanceof HTMLInputElement && field.hasAttribute("aria-invalid")) clearMcpAddProblem(field);
+  if (!mcpAdding) setMcpAddStatus("", false);
+});
 
 // ------------------------------------------------------------ site rules ---
 // The sites where "Allow on this site" lets the agent's page changes run

@@ -5,7 +5,9 @@
 // Chromium, with the mock LLM scripted to call the server's tools.
 //
 // Also: a server's request for input during a call (elicitation/create),
-// shown as a form in the side panel's interaction card and answered there.
+// shown as a form in the side panel's interaction card and answered there;
+// and servers the user adds in Settings (chrome.storage.local.mcpUserServers,
+// which the worker follows), in a copy whose mcp-servers.js names none.
 //
 // Run:  node tests/e2e/mcp.mjs       (after `make build`)
 //       node --test-name-pattern=request_for_input tests/e2e/mcp.mjs   (some tests)
@@ -108,18 +110,19 @@ function callIds(request, name) {
 const offeredTools = (request) => (request.body.tools ?? []).map((t) => t.function?.name);
 
 /**
- * The MCP servers Settings lists (opened first): [{ name, state, text }],
- * or null while the section is hidden.
+ * The MCP servers Settings lists (opened first): [{ name, state, addedBy,
+ * text, remove }] (`text` without the Remove button, `remove` its
+ * accessible name or null).
  */
 async function shownServers(panel) {
   if (await panel.locator('#settings-section').isHidden()) await panel.click('#settings-toggle');
-  return panel.evaluate(() => (document.getElementById('mcp-servers').hidden
-    ? null
-    : [...document.querySelectorAll('#mcp-servers-list li')].map((li) => ({
-      name: li.dataset.server,
-      state: li.dataset.state,
-      text: li.innerText.replace(/\s+/g, ' ').trim(),
-    }))));
+  return panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list li')].map((li) => ({
+    name: li.dataset.server,
+    state: li.dataset.state,
+    addedBy: li.dataset.addedBy,
+    text: (li.querySelector('.mcp-info') ?? li).innerText.replace(/\s+/g, ' ').trim(),
+    remove: li.querySelector('button')?.getAttribute('aria-label') ?? null,
+  })));
 }
 
 /** Waits until Settings lists the servers in `states` ({ name: state }); returns the list. */
@@ -226,7 +229,9 @@ mcpTest(
 
     // Settings lists the server, its address and the tools offered.
     const [listed] = await serversIn(panel, { docs: 'ready' });
-    assert.equal(listed.text, `docs — Connected ${mcp.url} 7 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability`);
+    assert.equal(listed.text, `docs — Connected ${mcp.url} Added by the extension 7 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability`);
+    assert.equal(listed.addedBy, 'extension');
+    assert.equal(listed.remove, null, 'the extension\'s server cannot be removed in the panel');
   },
 );
 
@@ -339,7 +344,7 @@ mcpTest(
     assert.match(leftOut[1], /files/);
     const listed = await serversIn(panel, { gone: 'unreachable', docs: 'ready' });
     assert.deepEqual(listed.map((s) => s.name), ['gone', 'docs'], 'the wrong entries are not listed; the others in their order');
-    assert.match(listed[0].text, /^gone — Not reachable: The MCP server "gone" could not be reached \(.*\)\. http:\/\/127\.0\.0\.1:9\/mcp No tools offered\.$/);
+    assert.match(listed[0].text, /^gone — Not reachable: The MCP server "gone" could not be reached \(.*\)\. http:\/\/127\.0\.0\.1:9\/mcp Added by the extension No tools offered\.$/);
     await panel.click('#settings-toggle');
 
     await scriptModel(mock, [call('docs__ask_model'), { text: 'It could not sample.' }]);
@@ -377,6 +382,253 @@ mcpTest(
     assert.equal(calls[1].outcome, 'answered');
     assert.equal(calls[0].progressToken, calls[1].progressToken, 'the same call');
     assert.match(resultsByTool(mock.requests().at(-1)).docs__slow_report, /The report has 8 sections\./);
+    assert.deepEqual(orphanToolCallProblems(mock.requests()), []);
+  },
+);
+
+// ------------------------------------------- servers the user adds ---
+// Settings' form adds an entry to chrome.storage.local.mcpUserServers (an
+// array shaped like MCP_SERVERS); the worker follows that key, connects the
+// server and lists it "Added by you", with Remove. These copies of the
+// extension name no server of their own (or one, to collide with).
+
+const TOKEN = 'Bearer t0k3n';
+
+/** The user's servers as stored (null: none ever written). */
+function storedUserServers(panel) {
+  return panel.evaluate(async () => (await chrome.storage.local.get('mcpUserServers')).mcpUserServers ?? null);
+}
+
+/** Settings' "Add an MCP server" form, by the controls' accessible names. */
+function addForm(panel) {
+  return {
+    name: panel.getByRole('textbox', { name: 'Name', exact: true }),
+    url: panel.getByRole('textbox', { name: 'Address (URL)', exact: true }),
+    headerName: panel.getByRole('textbox', { name: 'Header name', exact: true }),
+    // A password field has no role: found by its label.
+    headerValue: panel.getByLabel('Header value', { exact: true }),
+    add: panel.getByRole('button', { name: 'Add', exact: true }),
+  };
+}
+
+/** The add form as drawn: values, each field's error line, marks, focus and status. */
+function readAddForm(panel) {
+  return panel.evaluate(() => {
+    const ids = { name: 'mcp-add-name', url: 'mcp-add-url', headerName: 'mcp-add-header-name', headerValue: 'mcp-add-header-value' };
+    const form = { values: {}, errors: {}, describedBy: {}, invalid: [], types: {} };
+    for (const [key, id] of Object.entries(ids)) {
+      const input = document.getElementById(id);
+      form.values[key] = input.value;
+      form.types[key] = input.type;
+      form.errors[key] = (document.getElementById(`${id}-error`)?.textContent ?? '').trim();
+      form.describedBy[key] = input.getAttribute('aria-describedby');
+      if (input.getAttribute('aria-invalid') === 'true') form.invalid.push(key);
+    }
+    form.active = document.activeElement?.id ?? null;
+    form.status = document.getElementById('mcp-add-status').textContent.trim();
+    return form;
+  });
+}
+
+/**
+ * Fills the form (Settings opened first) and presses Add; resolves with the
+ * form once the panel said how it went.
+ */
+async function addServerInPanel(panel, { name, url, header = null }) {
+  await shownServers(panel);
+  const form = addForm(panel);
+  await form.name.fill(name);
+  await form.url.fill(url);
+  if (header) {
+    await form.headerName.fill(header[0]);
+    await form.headerValue.fill(header[1]);
+  }
+  await form.add.click();
+  return waitFor(async () => {
+    const drawn = await readAddForm(panel);
+    return drawn.status !== '' && drawn.status !== 'Adding…' ? drawn : null;
+  }, { timeout: 15000, message: 'the add form to say how it went' });
+}
+
+async function closeSettings(panel) {
+  if (await panel.locator('#settings-section').isVisible()) await panel.click('#settings-toggle');
+}
+
+/** Waits until Settings lists exactly `wanted` ([name, addedBy, state], in order); returns the list. */
+function serversListedAs(panel, wanted) {
+  return waitFor(async () => {
+    const shown = await shownServers(panel);
+    return shown.length === wanted.length && shown.every((s, i) => s.name === wanted[i][0] && s.addedBy === wanted[i][1] && s.state === wanted[i][2])
+      ? shown
+      : null;
+  }, { message: `Settings to list the MCP servers as ${JSON.stringify(wanted)}` });
+}
+
+mcpTest(
+  'a_server_the_user_adds_in_settings_is_connected_with_its_header_every_call_asks_and_remove_takes_it_away',
+  () => [],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    // The extension names no server: the section is there, to add one.
+    assert.deepEqual(await shownServers(panel), []);
+    await waitFor(() => panel.locator('#mcp-servers-empty').isVisible(), { timeout: 15000, message: 'the empty list said' });
+    assert.equal(await panel.locator('#mcp-servers').isVisible(), true);
+    const blank = await readAddForm(panel);
+    assert.deepEqual(blank.values, { name: '', url: '', headerName: 'Authorization', headerValue: '' });
+    assert.equal(blank.types.headerValue, 'password', 'the header value is masked');
+    assert.match(await panel.locator('#mcp-add-note').textContent(), /each call asks you first.*goes to that address with every message and is kept in this browser profile's extension storage/);
+
+    const added = await addServerInPanel(panel, { name: 'mine', url: mcp.url, header: ['Authorization', TOKEN] });
+    assert.deepEqual(added.invalid, [], JSON.stringify(added));
+    assert.match(added.status, /^Added “mine”/);
+    assert.deepEqual(added.values, { name: '', url: '', headerName: 'Authorization', headerValue: '' }, 'the form is cleared');
+    assert.deepEqual(await storedUserServers(panel), [{ name: 'mine', url: mcp.url, headers: { Authorization: TOKEN } }]);
+
+    const [listed] = await serversIn(panel, { mine: 'ready' });
+    assert.equal(listed.addedBy, 'user');
+    assert.equal(listed.text, `mine — Connected ${mcp.url} Added by you 7 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability`);
+    assert.equal(listed.remove, 'Remove the MCP server mine');
+    await closeSettings(panel);
+
+    await scriptModel(mock, [call('mine__search', { query: 'refund' }, 'Looking it up.'), { text: 'Two passages mention refunds.' }]);
+    await submitTask(panel, 'Search my docs for refunds');
+    const card = await waitForApprovalCard(panel);
+    assert.equal(card.toolName, 'mine__search');
+    assert.deepEqual(card.params, { query: 'refund' });
+    assert.equal(await panel.locator('#approval-server').textContent(), `mine (${mcp.url})`);
+    assert.equal(mcp.calls().length, 0, 'nothing ran before the user answered');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+
+    const requests = mock.requests();
+    const offered = offeredTools(requests[0]);
+    for (const tool of DEMO_TOOLS) assert.ok(offered.includes(`mine__${tool}`), `mine__${tool} offered: ${offered}`);
+    assert.match(resultsByTool(requests.at(-1)).mine__search, /^<untrusted_tool_content origin="mcp:mine">\n2 passages for "refund":/);
+    assert.deepEqual(mcp.calls().map((c) => [c.tool, c.arguments]), [['search', { query: 'refund' }]]);
+    // The header went with every message; it never crossed the Port nor shows.
+    const log = mcp.log();
+    assert.ok(log.some((e) => e.method === 'initialize'));
+    for (const entry of log) assert.equal(entry.headers.authorization, TOKEN, `${entry.method ?? entry.kind} carries the user's header`);
+    const ports = (await portLog(panel)) ?? [];
+    assert.ok(ports.length > 0);
+    assert.ok(!ports.some((entry) => entry.json && entry.json.includes('t0k3n')), 'the header value never crosses the Port');
+    assert.ok(!(await panel.evaluate(() => document.body.innerText)).includes('t0k3n'), 'nor shows as text');
+    assert.deepEqual(orphanToolCallProblems(requests), []);
+
+    // Remove: asks nothing, the list and the storage lose it, focus stays in the section.
+    await shownServers(panel);
+    await panel.getByRole('button', { name: 'Remove the MCP server mine', exact: true }).click();
+    assert.deepEqual(await serversIn(panel, {}), []);
+    assert.deepEqual(await storedUserServers(panel), []);
+    assert.equal(await panel.evaluate(() => document.activeElement?.id), 'mcp-servers-heading', 'focus on the heading, not the page\'s start');
+    assert.equal(await panel.locator('#mcp-servers-empty').isVisible(), true);
+    await closeSettings(panel);
+
+    await scriptModel(mock, [{ text: 'Only the page tools are left.' }]);
+    await submitTask(panel, 'Which tools do you have now?');
+    const after = await waitForSettledTurn(panel, { previousTurnId: final.turnId });
+    assert.equal(after.state, 'completed', transcriptLines(after).join('\n'));
+    const offeredAfter = offeredTools(mock.requests().at(-1));
+    assert.ok(offeredAfter.length > 0, 'the page tools are still offered');
+    assert.ok(!offeredAfter.some((name) => name.startsWith('mine__')), offeredAfter.join(','));
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+);
+
+mcpTest(
+  'a_wrong_server_is_caught_in_the_panel_before_it_is_stored_and_an_entry_written_by_hand_the_worker_refuses_is_listed_with_why_and_removable',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mcp } = session;
+    const [docs] = await serversIn(panel, { docs: 'ready' });
+    assert.equal(docs.addedBy, 'extension');
+    assert.equal(docs.remove, null);
+
+    // Capitals and an ftp: address, both said next to their fields.
+    let form = await addServerInPanel(panel, { name: 'Mine', url: 'ftp://127.0.0.1/mcp' });
+    assert.deepEqual(form.invalid, ['name', 'url']);
+    assert.match(form.errors.name, /1 to 24 characters of a–z, 0–9 and -/);
+    assert.match(form.errors.url, /must start with http:\/\/ or https:\/\//);
+    assert.equal(form.describedBy.name, 'mcp-add-name-hint mcp-add-name-error', 'the message is read with the field');
+    assert.equal(form.describedBy.url, 'mcp-add-url-hint mcp-add-url-error');
+    assert.equal(form.active, 'mcp-add-name', 'focus on the first field to fix');
+    assert.equal(form.status, 'Not added: check the 2 marked fields.');
+    assert.equal(form.values.name, 'Mine', 'what was typed stays');
+    // Typing in a marked field takes its mark away.
+    await addForm(panel).url.fill('http://127.0.0.1/mcp');
+    assert.deepEqual((await readAddForm(panel)).invalid, ['name']);
+
+    // The name of the extension's server.
+    form = await addServerInPanel(panel, { name: 'docs', url: mcp.url });
+    assert.deepEqual(form.invalid, ['name']);
+    assert.equal(form.errors.name, 'Another server is already called “docs”: choose another name.');
+    // A header the client sets itself.
+    form = await addServerInPanel(panel, { name: 'mine', url: mcp.url, header: ['Mcp-Session-Id', 'abc'] });
+    assert.deepEqual(form.invalid, ['headerName']);
+    assert.match(form.errors.headerName, /sets Mcp-Session-Id itself/);
+    assert.equal(form.active, 'mcp-add-header-name');
+    assert.equal(await storedUserServers(panel), null, 'nothing was stored');
+    assert.deepEqual((await shownServers(panel)).map((s) => s.name), ['docs']);
+
+    // Entries written by hand: one with a field the worker does not know, one
+    // with the extension's server's name. Both listed as refused, with why.
+    await panel.evaluate((url) => chrome.storage.local.set({ mcpUserServers: [{ name: 'hand', url, colour: 'blue' }, { name: 'docs', url }] }), mcp.url);
+    const refused = await serversListedAs(panel, [['docs', 'extension', 'ready'], ['hand', 'user', 'refused'], ['docs', 'user', 'refused']]);
+    assert.match(refused[1].text, /^hand — Not used: .*colour/, refused[1].text);
+    assert.match(refused[1].text, /Added by you No tools offered\.$/);
+    assert.equal(refused[1].remove, 'Remove the MCP server hand');
+    assert.match(refused[2].text, /^docs — Not used: .*name/, refused[2].text);
+    assert.equal(refused[2].remove, 'Remove the MCP server docs');
+    assert.equal(refused[0].remove, null);
+
+    await panel.getByRole('button', { name: 'Remove the MCP server hand', exact: true }).click();
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['docs', 'user', 'refused']]);
+    assert.deepEqual(await storedUserServers(panel), [{ name: 'docs', url: mcp.url }]);
+    assert.equal(await panel.evaluate(() => document.activeElement?.getAttribute('aria-label')), 'Remove the MCP server docs', 'focus moved on to the next Remove');
+    // Keyboard: the focused Remove, Enter. The extension's "docs" stays.
+    await panel.keyboard.press('Enter');
+    await serversListedAs(panel, [['docs', 'extension', 'ready']]);
+    assert.deepEqual(await storedUserServers(panel), []);
+    assert.equal(await panel.evaluate(() => document.activeElement?.id), 'mcp-servers-heading');
+  },
+);
+
+mcpTest(
+  'a_server_the_user_added_is_connected_again_by_a_new_worker_and_its_tools_offered',
+  () => [],
+  async (session) => {
+    const { panel, mock, mcp, context, extensionId } = session;
+    await addServerInPanel(panel, { name: 'mine', url: mcp.url, header: ['Authorization', TOKEN] });
+    await serversIn(panel, { mine: 'ready' });
+    const epochBefore = (await readPanel(panel)).epoch;
+    const logBefore = mcp.log().length;
+
+    await killServiceWorker(context, extensionId);
+    // The panel reconnects (a new worker); Settings is open, so it asks the
+    // new worker for its list, which sets up a session with the server again.
+    await mcp.waitFor(
+      () => mcp.log().slice(logBefore).some((e) => e.method === 'tools/list' && e.status === 200),
+      { message: 'the new worker to list the tools of the user\'s server' },
+    );
+    const [listed] = await serversIn(panel, { mine: 'ready' });
+    assert.notEqual((await readPanel(panel)).epoch, epochBefore, 'a new worker');
+    assert.equal(listed.addedBy, 'user');
+    assert.match(listed.text, /^mine — Connected .* Added by you 7 tools: Search the docs,/);
+    assert.equal(listed.remove, 'Remove the MCP server mine');
+    assert.deepEqual(await storedUserServers(panel), [{ name: 'mine', url: mcp.url, headers: { Authorization: TOKEN } }]);
+    await closeSettings(panel);
+
+    await scriptModel(mock, [call('mine__search', { query: 'shipping' }), { text: 'Shipping takes two days.' }]);
+    await submitTask(panel, 'How long does shipping take?');
+    const card = await waitForApprovalCard(panel);
+    assert.equal(card.toolName, 'mine__search');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.ok(offeredTools(mock.requests()[0]).includes('mine__search'), 'the new worker offers its tools');
+    assert.match(resultsByTool(mock.requests().at(-1)).mine__search, /^<untrusted_tool_content origin="mcp:mine">\n2 passages for "shipping":/);
+    for (const entry of mcp.log().slice(logBefore)) assert.equal(entry.headers.authorization, TOKEN, `${entry.method ?? entry.kind} carries the user's header`);
     assert.deepEqual(orphanToolCallProblems(mock.requests()), []);
   },
 );
