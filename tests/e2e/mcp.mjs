@@ -40,6 +40,7 @@ import {
   scriptModel,
   toolCards,
   waitForSettledTurn,
+  opRewriterInitScript,
 } from '../support/session.mjs';
 import { BOOKING_MESSAGE, BOOKING_SCHEMA, startMockMcp } from '../mock-mcp/server.mjs';
 
@@ -730,23 +731,6 @@ function toolCardStatus(panel, callId) {
   }, callId);
 }
 
-/**
- * Lets the test rewrite what the panel posts on its Port (an init script,
- * so it wraps the Port the panel opens): `window.__rewriteOp = (op) => op`.
- */
-function opRewriterInitScript() {
-  if (location.protocol !== 'chrome-extension:') return;
-  const runtime = globalThis.chrome && globalThis.chrome.runtime;
-  if (!runtime || typeof runtime.connect !== 'function' || globalThis.__opRewriterInstalled) return;
-  globalThis.__opRewriterInstalled = true;
-  const connect = runtime.connect.bind(runtime);
-  runtime.connect = (...args) => {
-    const port = connect(...args);
-    const post = port.postMessage.bind(port);
-    port.postMessage = (message) => post(typeof globalThis.__rewriteOp === 'function' ? globalThis.__rewriteOp(message) : message);
-    return port;
-  };
-}
 
 const BOOKING_FIELDS = Object.keys(BOOKING_SCHEMA.properties);
 

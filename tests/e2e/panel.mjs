@@ -59,6 +59,7 @@ import {
   messageText,
   inEngineWorker,
   enableVision,
+  opRewriterInitScript,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -492,23 +493,6 @@ isolatedTest(
   },
 );
 
-/**
- * Lets the test rewrite what the panel posts on its Port (init script, so it
- * wraps the Port the panel opens): `window.__rewriteOp = (op) => op`.
- */
-function opRewriterInitScript() {
-  if (location.protocol !== 'chrome-extension:') return;
-  const runtime = globalThis.chrome && globalThis.chrome.runtime;
-  if (!runtime || typeof runtime.connect !== 'function' || globalThis.__opRewriterInstalled) return;
-  globalThis.__opRewriterInstalled = true;
-  const connect = runtime.connect.bind(runtime);
-  runtime.connect = (...args) => {
-    const port = connect(...args);
-    const post = port.postMessage.bind(port);
-    port.postMessage = (message) => post(typeof globalThis.__rewriteOp === 'function' ? globalThis.__rewriteOp(message) : message);
-    return port;
-  };
-}
 
 isolatedTest(
   'ask_user_rejected_answer_gives_the_card_back',

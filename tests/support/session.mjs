@@ -358,3 +358,21 @@ export async function enableVision(panel) {
   const stored = await panel.evaluate(async () => (await chrome.storage.local.get('settings')).settings);
   if (stored?.vision !== true) throw new Error(`enableVision: stored settings.vision is ${JSON.stringify(stored?.vision)}`);
 }
+
+/**
+ * Lets the test rewrite what the panel posts on its Port (init script, so it
+ * wraps the Port the panel opens): `window.__rewriteOp = (op) => op`.
+ */
+export function opRewriterInitScript() {
+  if (location.protocol !== 'chrome-extension:') return;
+  const runtime = globalThis.chrome && globalThis.chrome.runtime;
+  if (!runtime || typeof runtime.connect !== 'function' || globalThis.__opRewriterInstalled) return;
+  globalThis.__opRewriterInstalled = true;
+  const connect = runtime.connect.bind(runtime);
+  runtime.connect = (...args) => {
+    const port = connect(...args);
+    const post = port.postMessage.bind(port);
+    port.postMessage = (message) => post(typeof globalThis.__rewriteOp === 'function' ? globalThis.__rewriteOp(message) : message);
+    return port;
+  };
+}
