@@ -197,6 +197,25 @@ pub fn parse_user_servers(
     out
 }
 
+/// The user's servers that can be used and the entries refused
+/// ([`parse_user_servers`], with room for [`MAX_SERVERS`] in all next to
+/// the extension's `taken` ones).
+pub fn split_user_servers(
+    value: &Value,
+    taken: &[&str],
+) -> (Vec<ServerConfig>, Vec<RefusedServer>) {
+    let room = MAX_SERVERS.saturating_sub(taken.len());
+    let mut servers = Vec::new();
+    let mut refused = Vec::new();
+    for checked in parse_user_servers(value, taken, room) {
+        match checked {
+            Ok(server) => servers.push(server),
+            Err(refusal) => refused.push(refusal),
+        }
+    }
+    (servers, refused)
+}
+
 fn parse_server(entry: &Value) -> Result<ServerConfig, String> {
     const FIELDS: [&str; 4] = ["name", "url", "headers", "timeoutMs"];
     let object = entry

@@ -403,30 +403,8 @@ impl Engine {
             .map(|e| e.calls[index].call_id.clone())
             .unwrap_or_default();
         let mut unit = UnitOfWork::new();
-        self.withdraw_elicitations(now, &tid, Some(&call_id), &mut unit);
-        let interaction_ids: Vec<String> = unit
-            .puts
-            .iter()
-            .filter_map(|r| match r {
-                Record::Interaction(i) => Some(i.id.clone()),
-                _ => None,
-            })
-            .collect();
-        if interaction_ids.is_empty() {
-            return;
-        }
-        // Claimed until durable: an answer arriving meanwhile is refused,
-        // and the server hears `cancel` only once the withdrawal is kept.
-        self.elicitations_in_flight
-            .extend(interaction_ids.iter().cloned());
-        self.persist(
-            &tid,
-            unit,
-            Then::ElicitationWithdrawn {
-                dispatch_id: Some(dispatch_id),
-                interaction_ids,
-            },
-        );
+        let ids = self.withdraw_elicitations(now, &tid, Some(&call_id), &mut unit);
+        self.persist_withdrawal(&tid, unit, ids, Some(dispatch_id));
     }
 
     /// At a restart: withdraw every request for input still pending (its
@@ -434,36 +412,9 @@ impl Engine {
     /// running call's recovery (its result, or its pause) leaves them to
     /// this unit; `elicitation_recovery` still reads them as they were.
     pub(super) fn withdraw_stale_elicitations(&mut self, now: u64, tid: &str) {
-        let Some(t) = self.threads.get(tid) else {
-            return;
-        };
         let mut unit = UnitOfWork::new();
-        let mut interaction_ids = Vec::new();
-        for interaction in &t.interactions {
-            let stale = interaction.server.is_some()
-                && interaction.status == InteractionStatus::Pending
-                && !self.elicitations_in_flight.contains(&interaction.id);
-            if stale {
-                let mut cancelled = interaction.clone();
-                cancelled.status = InteractionStatus::Cancelled;
-                cancelled.answered_at = Some(now);
-                interaction_ids.push(cancelled.id.clone());
-                unit.put(Record::Interaction(cancelled));
-            }
-        }
-        if interaction_ids.is_empty() {
-            return;
-        }
-        self.elicitations_in_flight
-            .extend(interaction_ids.iter().cloned());
-        self.persist(
-            tid,
-            unit,
-            Then::ElicitationWithdrawn {
-                dispatch_id: None,
-                interaction_ids,
-            },
-        );
+        let ids = self.withdraw_into(now, tid, &mut unit, |_| true);
+        self.persist_withdrawal(tid, unit, ids, None);
     }
 
     pub(super) fn after_elicitation_withdrawn(
@@ -622,25 +573,70 @@ impl Engine {
         tid: &str,
         call_id: Option<&str>,
         unit: &mut UnitOfWork,
-    ) {
+    ) -> Vec<String> {
+        let run_id = self
+            .threads
+            .get(tid)
+            .and_then(|t| t.latest_run.as_ref())
+            .map(|r| r.id.clone());
+        self.withdraw_into(now, tid, unit, |i| {
+            Some(&i.run_id) == run_id.as_ref() && call_id.is_none_or(|c| c == i.call_id)
+        })
+    }
+
+    /// The pending requests for input of thread `tid` that `which` picks,
+    /// withdrawn in `unit` (their ids); one whose answer or withdrawal is
+    /// being saved is left to that save.
+    fn withdraw_into(
+        &self,
+        now: u64,
+        tid: &str,
+        unit: &mut UnitOfWork,
+        which: impl Fn(&InteractionRecord) -> bool,
+    ) -> Vec<String> {
         let Some(t) = self.threads.get(tid) else {
-            return;
+            return Vec::new();
         };
-        let run_id = t.latest_run.as_ref().map(|r| r.id.as_str());
+        let mut ids = Vec::new();
         for interaction in &t.interactions {
-            // One whose answer is being saved is the user's, not withdrawn.
             let open = interaction.server.is_some()
                 && interaction.status == InteractionStatus::Pending
                 && !self.elicitations_in_flight.contains(&interaction.id)
-                && Some(interaction.run_id.as_str()) == run_id
-                && call_id.is_none_or(|c| c == interaction.call_id);
+                && which(interaction);
             if open {
                 let mut cancelled = interaction.clone();
                 cancelled.status = InteractionStatus::Cancelled;
                 cancelled.answered_at = Some(now);
+                ids.push(cancelled.id.clone());
                 unit.put(Record::Interaction(cancelled));
             }
         }
+        ids
+    }
+
+    /// Save a withdrawal of `interaction_ids`, claimed until durable: an
+    /// answer arriving meanwhile is refused, and the server of the call
+    /// `dispatch_id` (if it still runs) hears `cancel` only once it is kept.
+    fn persist_withdrawal(
+        &mut self,
+        tid: &str,
+        unit: UnitOfWork,
+        interaction_ids: Vec<String>,
+        dispatch_id: Option<u64>,
+    ) {
+        if interaction_ids.is_empty() {
+            return;
+        }
+        self.elicitations_in_flight
+            .extend(interaction_ids.iter().cloned());
+        self.persist(
+            tid,
+            unit,
+            Then::ElicitationWithdrawn {
+                dispatch_id,
+                interaction_ids,
+            },
+        );
     }
 
     /// `interaction.resolved{cancelled}` for each request for input a

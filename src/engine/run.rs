@@ -1079,8 +1079,9 @@ pick a different element or tool, or explain the problem to the user.",
     }
 
     pub(super) fn recover_thread(&mut self, now: u64, tid: &str) {
-        // No server's call outlives the worker it ran in: a request for input
-        // still pending is withdrawn (the running call's, below, with its result).
+        // No server's call outlives the worker it ran in: every request for
+        // input still pending is withdrawn (`elicitation_recovery` below
+        // still reads them as they were: memory changes at the commit).
         self.withdraw_stale_elicitations(now, tid);
         let t = &self.threads[tid];
         let Some(run) = t.latest_run.clone() else {
@@ -1207,8 +1208,6 @@ pick a different element or tool, or explain the problem to the user.",
                 run.revision += 1;
                 run.updated_at = now;
                 let mut unit = UnitOfWork::new();
-                // A server's request for input died with its call.
-                self.withdraw_elicitations(now, tid, None, &mut unit);
                 unit.put(Record::Run(run));
                 let token = self.persist(tid, unit, Then::RunPaused);
                 self.set_phase(tid, Phase::Persisting(token));

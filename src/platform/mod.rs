@@ -1115,28 +1115,21 @@ impl Driver {
             .filter(|s| s.added_by == McpServerOrigin::Extension)
             .map(|s| s.config.name.as_str())
             .collect();
-        let room = crate::mcp::MAX_SERVERS.saturating_sub(extension.len());
-        let checked = crate::mcp::parse_user_servers(value, &extension, room);
-        let wanted: Vec<&crate::mcp::ServerConfig> =
-            checked.iter().filter_map(|c| c.as_ref().ok()).collect();
+        let (wanted, refused) = crate::mcp::split_user_servers(value, &extension);
         // Gone or changed: removed (a changed one is set up anew below).
         let mut removed: Vec<String> = Vec::new();
         for server in current
             .iter()
             .filter(|s| s.added_by == McpServerOrigin::User)
         {
-            if !wanted.iter().any(|w| **w == server.config) {
+            if !wanted.iter().any(|w| *w == server.config) {
                 removed.push(server.config.name.clone());
             }
         }
-        let mut added = Vec::new();
-        for config in wanted {
-            if !current.iter().any(|s| s.config == *config) {
-                added.push(config.clone());
-            }
-        }
-        let refused: Vec<crate::mcp::RefusedServer> =
-            checked.into_iter().filter_map(Result::err).collect();
+        let added: Vec<crate::mcp::ServerConfig> = wanted
+            .into_iter()
+            .filter(|config| !current.iter().any(|s| s.config == *config))
+            .collect();
         {
             let mut catalog = self.mcp_catalog.borrow_mut();
             for name in &removed {
@@ -1739,26 +1732,18 @@ impl EngineHandle {
         }
         // Then the user's (Settings: `chrome.storage.local.mcpUserServers`).
         let extension: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
-        let room = crate::mcp::MAX_SERVERS.saturating_sub(servers.len());
-        let user = crate::mcp::parse_user_servers(
+        let (user, user_refused) = crate::mcp::split_user_servers(
             &boundary::from_js_value(chrome::get(&storage, "mcpUserServers")),
             &extension,
-            room,
         );
-        let mut configs: Vec<_> = servers
+        for refusal in &user_refused {
+            console_error(&format!("your MCP servers: {}", refusal.problem));
+        }
+        let configs: Vec<_> = servers
             .into_iter()
             .map(|c| (c, McpServerOrigin::Extension))
+            .chain(user.into_iter().map(|c| (c, McpServerOrigin::User)))
             .collect();
-        let mut user_refused = Vec::new();
-        for checked in user {
-            match checked {
-                Ok(config) => configs.push((config, McpServerOrigin::User)),
-                Err(refusal) => {
-                    console_error(&format!("your MCP servers: {}", refusal.problem));
-                    user_refused.push(refusal);
-                }
-            }
-        }
         let mcp = mcp::McpServers::new(configs);
         let mut mcp_catalog = serde_json::Map::new();
         if let Value::Object(kept) = boundary::from_js_value(chrome::get(&storage, "mcpCatalog")) {
