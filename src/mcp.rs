@@ -483,6 +483,37 @@ pub fn call_params(remote: &str, arguments: &Value, progress_token: &str) -> Val
     })
 }
 
+/// The notification a server sends when its list of tools changed
+/// (it declared `capabilities.tools.listChanged`).
+pub const LIST_CHANGED: &str = "notifications/tools/list_changed";
+
+/// Whether the server's `initialize` result says it announces changes of
+/// its tool list (`capabilities.tools.listChanged: true`).
+pub fn lists_changes(initialize_result: &Value) -> bool {
+    initialize_result
+        .pointer("/capabilities/tools/listChanged")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// How long to wait before opening a server's event stream again after
+/// `failures` attempts in a row that did not get it open (0: it was open
+/// and ended): 1 s, doubling to at most 60 s; `None` after 8 failures in a
+/// row (the stream is given up until the server's tools are listed again).
+pub fn stream_retry_ms(failures: u32) -> Option<u32> {
+    (failures < 8).then(|| 1_000u32.saturating_mul(1 << failures.min(6)).min(60_000))
+}
+
+/// The answer to a request the server sent us: `ping` is answered (an
+/// empty result, as the protocol asks); sampling, roots and anything else
+/// this client does not offer are refused as "method not found".
+pub fn answer_request(id: &Value, method: &str) -> String {
+    if method == "ping" {
+        return json!({ "jsonrpc": "2.0", "id": id, "result": {} }).to_string();
+    }
+    refusal(id, method)
+}
+
 /// The JSON-RPC answer to a request the server sent us (sampling,
 /// elicitation, roots): this client offers none of those.
 pub fn refusal(id: &Value, method: &str) -> String {
@@ -652,6 +683,11 @@ impl AnswerReader {
             sse: sse.then(SseParser::new),
             json: Vec::new(),
         }
+    }
+
+    /// Whether the answer is an event stream.
+    pub fn is_stream(&self) -> bool {
+        self.sse.is_some()
     }
 
     /// The messages completed by `bytes`.

@@ -530,3 +530,44 @@ fn the_user_s_servers_are_checked_like_the_extension_s_and_refused_with_the_reas
     assert!(parse_user_servers(&json!("x"), &[], 8)[0].is_err());
     assert!(parse_user_servers(&Value::Null, &[], 8).is_empty());
 }
+
+#[test]
+fn a_server_that_lists_changes_is_followed_and_its_pings_answered() {
+    assert!(lists_changes(
+        &json!({ "capabilities": { "tools": { "listChanged": true } } })
+    ));
+    for result in [
+        json!({ "capabilities": { "tools": { "listChanged": false } } }),
+        json!({ "capabilities": { "tools": {} } }),
+        json!({ "capabilities": { "tools": { "listChanged": "yes" } } }),
+        json!({ "capabilities": null }),
+        json!(null),
+    ] {
+        assert!(!lists_changes(&result), "{result}");
+    }
+    // Reopening a stream: 1 s after one that was open and ended, doubling
+    // with each failure in a row up to a minute, given up after 8.
+    let delays: Vec<Option<u32>> = (0..9).map(stream_retry_ms).collect();
+    assert_eq!(
+        delays,
+        [
+            Some(1_000),
+            Some(2_000),
+            Some(4_000),
+            Some(8_000),
+            Some(16_000),
+            Some(32_000),
+            Some(60_000),
+            Some(60_000),
+            None
+        ]
+    );
+    assert_eq!(stream_retry_ms(u32::MAX), None);
+    // `ping` gets an empty result with the server's id; anything else this
+    // client does not offer is refused as "method not found".
+    let pong: Value = serde_json::from_str(&answer_request(&json!(7), "ping")).unwrap();
+    assert_eq!(pong, json!({ "jsonrpc": "2.0", "id": 7, "result": {} }));
+    let refused: Value = serde_json::from_str(&answer_request(&json!("r"), "roots/list")).unwrap();
+    assert_eq!(refused["error"]["code"], -32601);
+    assert_eq!(refused["id"], "r");
+}

@@ -262,6 +262,18 @@ pub enum Op {
         #[serde(flatten)]
         submission: Submission,
     },
+    /// Ask MCP servers for their tools again (Settings' "Check again": one
+    /// was unreachable, or its tools changed) → `command.ack{servers}` with
+    /// those asked in state `listing`; `mcpServers.updated` follows with
+    /// each outcome. `name`: that server; none: every server that can be
+    /// used. Reads only; no receipt.
+    #[serde(rename = "mcpServers.refresh")]
+    McpServersRefresh {
+        #[serde(flatten)]
+        submission: Submission,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
     /// Remove a site's rule → `command.ack{origin}` once the removal is
     /// saved: from then on every write tool on that origin asks again.
     /// `not_found` when the site has no rule.
@@ -350,6 +362,7 @@ impl Op {
             | Op::ElicitationResponse { submission, .. }
             | Op::SiteRulesList { submission }
             | Op::McpServersList { submission }
+            | Op::McpServersRefresh { submission, .. }
             | Op::SettingsDefaults { submission }
             | Op::SiteRuleRevoke { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
@@ -381,6 +394,7 @@ impl Op {
             Op::ElicitationResponse { .. } => "elicitation.response",
             Op::SiteRulesList { .. } => "siteRules.list",
             Op::McpServersList { .. } => "mcpServers.list",
+            Op::McpServersRefresh { .. } => "mcpServers.refresh",
             Op::SettingsDefaults { .. } => "settings.defaults",
             Op::SiteRuleRevoke { .. } => "siteRule.revoke",
         }
@@ -388,7 +402,7 @@ impl Op {
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 24] = [
+pub const OP_TYPES: [&str; 25] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -412,18 +426,20 @@ pub const OP_TYPES: [&str; 24] = [
     "siteRules.list",
     "siteRule.revoke",
     "mcpServers.list",
+    "mcpServers.refresh",
     "settings.defaults",
 ];
 
 /// The ops that only read: they keep no receipt, so a retry reads again
 /// (every other ACKed op replays its first answer).
-pub const READ_OP_TYPES: [&str; 7] = [
+pub const READ_OP_TYPES: [&str; 8] = [
     "initialize",
     "thread.history",
     "attachment.get",
     "provider.test",
     "siteRules.list",
     "mcpServers.list",
+    "mcpServers.refresh",
     "settings.defaults",
 ];
 
@@ -606,6 +622,10 @@ impl Op {
             },
             "siteRules.list" => Op::SiteRulesList { submission },
             "mcpServers.list" => Op::McpServersList { submission },
+            "mcpServers.refresh" => Op::McpServersRefresh {
+                submission,
+                name: f.opt("name")?,
+            },
             "settings.defaults" => Op::SettingsDefaults { submission },
             "siteRule.revoke" => Op::SiteRuleRevoke {
                 submission,
@@ -1236,6 +1256,14 @@ mod tests {
             },
             Op::McpServersList {
                 submission: submission(),
+            },
+            Op::McpServersRefresh {
+                submission: submission(),
+                name: Some("docs".into()),
+            },
+            Op::McpServersRefresh {
+                submission: submission(),
+                name: None,
             },
             Op::SiteRuleRevoke {
                 submission: submission(),

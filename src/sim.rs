@@ -176,6 +176,8 @@ pub struct Sim {
     /// The tool call each of `elicitation_answers` was for (dispatch ids
     /// start again with every worker).
     pub elicitation_answer_calls: Vec<String>,
+    /// Each `Effect::ListMcpTools`: the servers asked for their tools.
+    pub mcp_listings: Vec<Vec<String>>,
     /// Start the engine without receipts and deliver them as an input after
     /// whatever was already queued, as the browser's start does (true).
     pub defer_receipts: bool,
@@ -246,6 +248,7 @@ impl Sim {
             held_tools: Vec::new(),
             elicitation_answers: Vec::new(),
             elicitation_answer_calls: Vec::new(),
+            mcp_listings: Vec::new(),
             seed,
             next_conn: 1,
             connected: Vec::new(),
@@ -827,6 +830,8 @@ impl Sim {
                 self.elicitation_answers
                     .push((dispatch_id, action, content));
             }
+            // The test answers for the servers (`handle_mcp_status`).
+            Effect::ListMcpTools { names } => self.mcp_listings.push(names),
             Effect::ResolveTarget {
                 resolve_id, params, ..
             } => {

@@ -229,6 +229,7 @@ const OP_VERBS = {
   "elicitation.response": "send your answer to the MCP server's request",
   "siteRules.list": "list the sites where the agent acts without asking",
   "mcpServers.list": "list the MCP servers",
+  "mcpServers.refresh": "ask the MCP server for its tools again",
   "siteRule.revoke": "remove the site",
   "settings.defaults": "read the extension's settings defaults",
   "attachment.get": "load the attached file",
@@ -909,6 +910,9 @@ function onAck(event) {
     case "mcpServers.list":
       if (event.submissionId === mcpServersSubmission) renderMcpServers(result.servers);
       break;
+    case "mcpServers.refresh":
+      renderMcpServers(result.servers);
+      break;
     case "settings.defaults":
       onSettingsDefaults(result.defaults ?? {});
       break;
@@ -1004,6 +1008,13 @@ function onReject(event) {
     if (pending && pending.message && pending.message.submissionId === mcpServersSubmission) {
       setMcpServersStatus(`Could not list the MCP servers: ${explainError(event.error).text}`, true, "list");
     }
+    return;
+  }
+  if (opType === "mcpServers.refresh") {
+    const message = pending ? pending.message : null;
+    const name = message && message.type === "mcpServers.refresh" && typeof message.name === "string" ? message.name : "";
+    setMcpServersStatus(`Could not ask ${name ? `the server ${name}` : "the servers"} again: ${explainError(event.error).text}`, true, "refresh");
+    requestMcpServers();
     return;
   }
   if (opType === "siteRules.list" || opType === "siteRule.revoke") {
@@ -4519,8 +4530,9 @@ function requestMcpServers() {
 
 /**
  * The line under the list: `about` says what it reports ("list": the list
- * could not be read, cleared by the next list; "remove": a removal).
- * @param {string} text @param {boolean} isError @param {"list" | "remove"} about
+ * could not be read, cleared by the next list; "remove": a removal;
+ * "refresh": asking a server again).
+ * @param {string} text @param {boolean} isError @param {"list" | "remove" | "refresh"} about
  */
 function setMcpServersStatus(text, isError, about) {
   dom.mcpServersStatus.textContent = text;
@@ -4640,6 +4652,7 @@ function fillMcpServerItem(item, server, key, byUser, refusedAt) {
   if (old) old.replaceWith(info);
   else item.prepend(info);
 
+  fillMcpRefreshButton(item, name, state);
   let remove = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-remove"));
   if (!byUser) {
     remove?.remove();
@@ -4661,6 +4674,39 @@ function fillMcpServerItem(item, server, key, byUser, refusedAt) {
   }
   remove.removeAttribute("aria-disabled");
   remove.setAttribute("aria-label", name ? `Remove the MCP server ${name}` : `Remove the MCP server entry ${refusedAt + 1} without a name`);
+}
+
+/**
+ * "Check again" (`mcpServers.refresh`): for a server in use, kept across
+ * redraws; while its tools are being asked for it says so and does
+ * nothing (aria-disabled, so focus stays on it). A refused entry has none:
+ * asking it again changes nothing (it is changed or removed).
+ * @param {HTMLElement} item @param {string} name @param {string} state
+ */
+function fillMcpRefreshButton(item, name, state) {
+  let refresh = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-refresh"));
+  if (state === "refused" || !name) {
+    refresh?.remove();
+    return;
+  }
+  if (refresh === null) {
+    refresh = document.createElement("button");
+    refresh.type = "button";
+    refresh.className = "mcp-refresh";
+    const button = refresh;
+    button.addEventListener("click", () => {
+      if (button.getAttribute("aria-disabled") === "true") return;
+      if (dom.mcpServersStatus.dataset.about === "refresh") setMcpServersStatus("", false, "refresh");
+      sendOp("mcpServers.refresh", { name: item.dataset.server ?? "" });
+    });
+    const remove = item.querySelector(":scope > button.mcp-remove");
+    item.insertBefore(refresh, remove);
+  }
+  const listing = state === "listing";
+  refresh.textContent = listing ? "Checking…" : "Check again";
+  if (listing) refresh.setAttribute("aria-disabled", "true");
+  else refresh.removeAttribute("aria-disabled");
+  refresh.setAttribute("aria-label", `Ask the MCP server ${name} for its tools again`);
 }
 
 /**

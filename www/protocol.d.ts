@@ -218,6 +218,17 @@ export type Op =
     type: "mcpServers.list";
   } & Submission
   /**
+   * Ask MCP servers for their tools again (Settings' "Check again": one
+   * was unreachable, or its tools changed) → `command.ack{servers}` with
+   * those asked in state `listing`; `mcpServers.updated` follows with
+   * each outcome. `name`: that server; none: every server that can be
+   * used. Reads only; no receipt.
+   */
+  | {
+    type: "mcpServers.refresh";
+    name?: string | null;
+  } & Submission
+  /**
    * Remove a site's rule → `command.ack{origin}` once the removal is
    * saved: from then on every write tool on that origin asks again.
    * `not_found` when the site has no rule.

@@ -395,6 +395,9 @@ pub enum Effect {
         action: ElicitationAction,
         content: Option<Value>,
     },
+    /// Ask these MCP servers for their tools again (`mcpServers.refresh`);
+    /// feed `handle_mcp_status` / `handle_mcp_tools` with what they answer.
+    ListMcpTools { names: Vec<String> },
     /// Deliver an event to one client.
     Send { conn: ConnId, event: EventEnvelope },
     /// How much the worker's life is needed from now on (README, "Worker
@@ -1506,7 +1509,7 @@ impl Engine {
         state: McpServerState,
         problem: Option<String>,
     ) {
-        let status = McpServerStatus {
+        let mut status = McpServerStatus {
             name: name.to_string(),
             url: url.to_string(),
             added_by,
@@ -1520,7 +1523,14 @@ impl Engine {
             s.name == name && s.added_by == added_by && s.state != McpServerState::Refused
         };
         match self.mcp_servers.iter_mut().find(|s| same(s)) {
-            Some(known) => *known = status,
+            Some(known) => {
+                // `since` is when the state last changed: listed again and
+                // still ready, a server keeps it.
+                if known.state == state {
+                    status.since = known.since;
+                }
+                *known = status;
+            }
             None => self.mcp_servers.push(status),
         }
         let servers = self.mcp_server_summaries();
@@ -1565,6 +1575,39 @@ impl Engine {
     }
 
     /// The MCP servers with the tools of each the agent is offered now.
+    /// `mcpServers.refresh`: the servers named (or every one that can be
+    /// used) are asked for their tools again; each is `listing` until it
+    /// answers. A name no usable server has is refused.
+    fn op_mcp_servers_refresh(&mut self, now: u64, reply: Reply, name: Option<String>) {
+        let asked: Vec<(String, String, McpServerOrigin)> = self
+            .mcp_servers
+            .iter()
+            .filter(|s| s.state != McpServerState::Refused)
+            .filter(|s| name.as_ref().is_none_or(|n| *n == s.name))
+            .map(|s| (s.name.clone(), s.url.clone(), s.added_by))
+            .collect();
+        if let (Some(name), true) = (&name, asked.is_empty()) {
+            let refused = self
+                .mcp_servers
+                .iter()
+                .any(|s| s.name == *name && s.state == McpServerState::Refused);
+            let message = if refused {
+                format!("The MCP server \"{name}\" cannot be used (see why in its entry); change or remove it.")
+            } else {
+                format!("There is no MCP server named \"{name}\".")
+            };
+            return self.reject(&reply, ErrorKind::NotFound, &message);
+        }
+        for (name, url, added_by) in &asked {
+            self.handle_mcp_status(now, name, url, *added_by, McpServerState::Listing, None);
+        }
+        self.effects.push_back(Effect::ListMcpTools {
+            names: asked.into_iter().map(|(name, ..)| name).collect(),
+        });
+        let servers = self.mcp_server_summaries();
+        self.ack(&reply, serde_json::json!({ "servers": servers }));
+    }
+
     pub(super) fn mcp_server_summaries(&self) -> Vec<McpServerSummary> {
         self.mcp_servers
             .iter()
@@ -1780,6 +1823,7 @@ impl Engine {
                 let servers = self.mcp_server_summaries();
                 self.ack(&reply, serde_json::json!({ "servers": servers }));
             }
+            Op::McpServersRefresh { name, .. } => self.op_mcp_servers_refresh(now, reply, name),
             Op::SettingsDefaults { .. } => self.op_settings_defaults(reply),
             Op::SiteRuleRevoke { origin, .. } => self.op_site_rule_revoke(now, reply, &origin),
             Op::ThreadHistory {

@@ -855,6 +855,7 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         | Op::ProviderTest { .. }
         | Op::SiteRulesList { .. }
         | Op::McpServersList { .. }
+        | Op::McpServersRefresh { .. }
         | Op::SettingsDefaults { .. }
         | Op::SiteRuleRevoke { .. } => None,
     }

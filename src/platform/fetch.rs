@@ -131,16 +131,38 @@ pub async fn post_json(
     body: &JsValue,
     controller: &AbortController,
 ) -> Result<Streaming, JsError> {
+    let mut with_type = vec![("content-type", "application/json")];
+    with_type.extend_from_slice(headers);
+    open("POST", url, &with_type, Some(body), controller).await
+}
+
+/// GET `url` (an event stream a server keeps open); resolves once headers
+/// arrived.
+pub async fn get(
+    url: &str,
+    headers: &[(&str, &str)],
+    controller: &AbortController,
+) -> Result<Streaming, JsError> {
+    open("GET", url, headers, None, controller).await
+}
+
+async fn open(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&JsValue>,
+    controller: &AbortController,
+) -> Result<Streaming, JsError> {
     let init = RequestInit::new();
-    init.set_method("POST");
+    init.set_method(method);
     let h = Headers::new().map_err(js_to_error)?;
-    h.set("content-type", "application/json")
-        .map_err(js_to_error)?;
     for (k, v) in headers {
         h.set(k, v).map_err(js_to_error)?;
     }
     init.set_headers(&h);
-    init.set_body(body);
+    if let Some(body) = body {
+        init.set_body(body);
+    }
     init.set_signal(Some(&controller.signal()));
     let request = Request::new_with_str_and_init(url, &init).map_err(js_to_error)?;
     let response: Response = JsFuture::from(global_fetch(&request))

@@ -41,7 +41,25 @@ struct Session {
     id: Option<String>,
     /// The protocol revision agreed on.
     version: String,
+    /// The server announces changes of its tool list
+    /// (`capabilities.tools.listChanged`).
+    lists_changes: bool,
 }
+
+/// How a server's event stream ended.
+enum StreamEnd {
+    /// Open for a while, then closed: open it again.
+    Closed,
+    /// Not opened, or cut short: open it again later, less often.
+    Failed,
+    /// Not to be opened again by this loop (none offered, the session
+    /// forgotten, given up by us).
+    Stop,
+}
+
+/// A stream that ends sooner than this after opening counts as a failure
+/// (a server that closes every stream at once is not asked every second).
+const STREAM_MIN_OPEN_MS: f64 = 5_000.0;
 
 /// One configured server and this worker's session with it.
 pub struct Server {
@@ -55,6 +73,15 @@ pub struct Server {
     next_id: Cell<u64>,
     /// The model's name of each tool → the server's name.
     remote: RefCell<VecMap<String, String>>,
+    /// Called when the server says its tools changed (on its event
+    /// stream or in the answer to a request): the driver lists them again.
+    on_tools_changed: RefCell<Option<Rc<dyn Fn()>>>,
+    /// What ends the loop following the server's event stream, while
+    /// there is one.
+    stream: RefCell<Option<AbortController>>,
+    /// A new listing of the tools: None idle, Some(again) running
+    /// (`again`: asked for once more meanwhile).
+    relisting: Cell<Option<bool>>,
 }
 
 impl Server {
@@ -66,6 +93,9 @@ impl Server {
             setting_up: futures::lock::Mutex::new(()),
             next_id: Cell::new(1),
             remote: RefCell::new(VecMap::new()),
+            on_tools_changed: RefCell::new(None),
+            stream: RefCell::new(None),
+            relisting: Cell::new(None),
         }
     }
 
@@ -170,9 +200,14 @@ impl Server {
                         order,
                     } => match on_ask {
                         Some(ask) if method == crate::elicitation::METHOD => ask(id, params, order),
-                        _ => self.send(mcp::refusal(&id, &method)),
+                        _ => self.send(mcp::answer_request(&id, &method)),
                     },
-                    Incoming::Notification { method, params } => on_note(&method, &params),
+                    Incoming::Notification { method, params } => {
+                        if method == mcp::LIST_CHANGED {
+                            self.tools_changed();
+                        }
+                        on_note(&method, &params)
+                    }
                 }
             }
             if chunk.is_none() {
@@ -181,8 +216,9 @@ impl Server {
         }
     }
 
-    /// Send an answer to a request of the server's (in the background:
-    /// what the server does with it is not ours to wait for).
+    /// Send a message that expects no answer (an answer to a request of the
+    /// server's, a cancellation) in the background: what the server does
+    /// with it is not ours to wait for.
     pub fn send(self: &Rc<Self>, body: String) {
         let server = self.clone();
         wasm_bindgen_futures::spawn_local(async move {
@@ -217,10 +253,12 @@ impl Server {
                 None,
             )
             .await?;
-        let version = mcp::agreed_version(&result.unwrap_or(Value::Null))?;
+        let result = result.unwrap_or(Value::Null);
+        let version = mcp::agreed_version(&result)?;
         let session = Session {
             id: session_id,
             version,
+            lists_changes: mcp::lists_changes(&result),
         };
         let controller = new_controller()?;
         self.post(
@@ -311,6 +349,180 @@ impl Server {
         Ok(tools)
     }
 
+    fn tools_changed(&self) {
+        let on_changed = self.on_tools_changed.borrow().clone();
+        if let Some(on_changed) = on_changed {
+            on_changed();
+        }
+    }
+
+    /// Start a new listing of the tools unless one is running, in which
+    /// case it runs once more when done (`finish_relist`). True: start one.
+    pub fn begin_relist(&self) -> bool {
+        let idle = self.relisting.get().is_none();
+        self.relisting.set(Some(!idle));
+        idle
+    }
+
+    /// A listing ended: true if it was asked for again meanwhile (run it
+    /// once more).
+    pub fn finish_relist(&self) -> bool {
+        let again = self.relisting.get() == Some(true);
+        self.relisting.set(again.then_some(false));
+        again
+    }
+
+    /// Follow what the server announces while this worker lives: once the
+    /// session says it announces changes of its tools, open its event
+    /// stream (GET) and call `on_changed` for each
+    /// `notifications/tools/list_changed` (the same notification in the
+    /// answer to a request of ours calls it too). A stream that ends is
+    /// opened again (after 1 s, backing off after failures, given up after
+    /// 8 in a row); a server that offers none (405) or forgot the session
+    /// (404) is not asked again until its tools are listed again, which
+    /// calls this again. Nothing is re-listed when a stream is opened
+    /// again: a change announced while none was open is seen at the next
+    /// listing (every worker's start, or the user's "Check again").
+    pub fn follow(self: &Rc<Self>, on_changed: Rc<dyn Fn()>) {
+        *self.on_tools_changed.borrow_mut() = Some(on_changed);
+        let announces = self
+            .session
+            .borrow()
+            .as_ref()
+            .is_some_and(|s| s.lists_changes);
+        if !announces || self.stream.borrow().is_some() {
+            return;
+        }
+        let Ok(controller) = AbortController::new() else {
+            return;
+        };
+        *self.stream.borrow_mut() = Some(controller.clone());
+        let server = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            server.listen(&controller).await;
+            let mut stream = server.stream.borrow_mut();
+            if stream.as_ref() == Some(&controller) {
+                *stream = None;
+            }
+        });
+    }
+
+    /// Stop following the server (it was removed): its stream is closed
+    /// and nothing it announces is acted on.
+    pub fn stop_following(&self) {
+        if let Some(controller) = self.stream.borrow_mut().take() {
+            controller.abort();
+        }
+        *self.on_tools_changed.borrow_mut() = None;
+    }
+
+    async fn listen(self: &Rc<Self>, controller: &AbortController) {
+        let mut failures = 0u32;
+        loop {
+            let session = self.session.borrow().clone();
+            let Some(session) = session.filter(|s| s.lists_changes) else {
+                return;
+            };
+            match self.read_stream(&session, controller).await {
+                StreamEnd::Closed => failures = 0,
+                StreamEnd::Failed => failures += 1,
+                StreamEnd::Stop => return,
+            }
+            if controller.signal().aborted() {
+                return;
+            }
+            let Some(delay) = mcp::stream_retry_ms(failures) else {
+                super::console_error(&format!(
+                    "MCP server \"{}\": its event stream could not be kept open; changes of its tools are seen when they are listed again",
+                    self.config.name
+                ));
+                return;
+            };
+            gloo_timers::future::TimeoutFuture::new(delay).await;
+            if controller.signal().aborted() {
+                return;
+            }
+        }
+    }
+
+    /// Open the server's event stream once and read it to its end.
+    async fn read_stream(
+        self: &Rc<Self>,
+        session: &Session,
+        controller: &AbortController,
+    ) -> StreamEnd {
+        let mut headers = self.headers(Some(session));
+        headers[0].1 = "text/event-stream".to_string();
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let opened = js_sys::Date::now();
+        let failed = || {
+            if controller.signal().aborted() {
+                StreamEnd::Stop
+            } else {
+                StreamEnd::Failed
+            }
+        };
+        let Ok(mut response) = fetch::get(&self.config.url, &headers, controller).await else {
+            return failed();
+        };
+        match response.status {
+            405 => return StreamEnd::Stop,
+            404 if session.id.is_some() => {
+                // The server forgot the session: the next request sets up
+                // a new one, and the listing after it follows again.
+                if self.session_id() == session.id {
+                    *self.session.borrow_mut() = None;
+                }
+                return StreamEnd::Stop;
+            }
+            200..=299 => {}
+            _ => return StreamEnd::Failed,
+        }
+        let content_type = response.header("content-type").unwrap_or_default();
+        let mut reader = AnswerReader::new(&content_type);
+        if !reader.is_stream() {
+            return StreamEnd::Failed;
+        }
+        loop {
+            let chunk = match response.next_chunk().await {
+                Ok(chunk) => chunk,
+                Err(_) => return failed(),
+            };
+            let messages = match &chunk {
+                Some(bytes) => reader.push(bytes),
+                None => reader.finish(),
+            };
+            let Ok(messages) = messages else {
+                // Too big or not JSON-RPC: this stream is not read on.
+                controller.abort();
+                return StreamEnd::Failed;
+            };
+            for message in messages {
+                match message {
+                    Incoming::Notification { method, .. } if method == mcp::LIST_CHANGED => {
+                        self.tools_changed()
+                    }
+                    Incoming::Notification { .. } | Incoming::Response { .. } => {}
+                    // A request for the user's input belongs to a call; on
+                    // this stream there is none, so it is refused too.
+                    Incoming::Request { id, method, .. } => {
+                        self.send(mcp::answer_request(&id, &method))
+                    }
+                }
+            }
+            if chunk.is_none() {
+                return if js_sys::Date::now() - opened < STREAM_MIN_OPEN_MS {
+                    StreamEnd::Failed
+                } else {
+                    StreamEnd::Closed
+                };
+            }
+        }
+    }
+
     /// Call the tool the model knows as `name`. `progress` gets the text of
     /// each progress notification, `ask` each request for the user's input
     /// (id, params, field order); aborting `controller` gives the call up
@@ -381,26 +593,10 @@ impl Drop for CancelOnDrop {
             return;
         };
         self.controller.abort();
-        let server = self.server.clone();
-        wasm_bindgen_futures::spawn_local(async move {
-            if let Ok(controller) = AbortController::new() {
-                let note = mcp::notification(
-                    "notifications/cancelled",
-                    Some(json!({ "requestId": id, "reason": "The call was given up." })),
-                );
-                let session = server.session.borrow().clone();
-                let _ = server
-                    .post(
-                        note,
-                        None,
-                        session.as_ref(),
-                        &controller,
-                        &mut |_, _| {},
-                        None,
-                    )
-                    .await;
-            }
-        });
+        self.server.send(mcp::notification(
+            "notifications/cancelled",
+            Some(json!({ "requestId": id, "reason": "The call was given up." })),
+        ));
     }
 }
 
@@ -454,6 +650,12 @@ impl McpServers {
 
     /// Forget the server of that name (its session ends with it).
     pub fn remove(&self, name: &str) {
-        self.servers.borrow_mut().retain(|s| s.config.name != name);
+        self.servers.borrow_mut().retain(|s| {
+            let keep = s.config.name != name;
+            if !keep {
+                s.stop_following();
+            }
+            keep
+        });
     }
 }

@@ -120,6 +120,8 @@ struct ToolClock {
     /// When the limit is reached (`Date.now()` ms).
     deadline: Cell<f64>,
     paused: Cell<bool>,
+    /// Wakes `expired` when the clock starts again after a pause.
+    resumed: RefCell<Option<futures::channel::oneshot::Sender<()>>>,
     /// How many times the call's server asked the user for input.
     asked: Cell<u32>,
 }
@@ -130,21 +132,32 @@ impl ToolClock {
             limit_ms,
             deadline: Cell::new(js_sys::Date::now() + f64::from(limit_ms)),
             paused: Cell::new(false),
+            resumed: RefCell::new(None),
             asked: Cell::new(0),
         })
+    }
+
+    fn pause(&self) {
+        self.paused.set(true);
     }
 
     fn restart(&self) {
         self.deadline
             .set(js_sys::Date::now() + f64::from(self.limit_ms));
         self.paused.set(false);
+        if let Some(wake) = self.resumed.borrow_mut().take() {
+            let _ = wake.send(());
+        }
     }
 
     /// Ends when the limit is reached.
     async fn expired(self: Rc<Self>) {
         loop {
             if self.paused.get() {
-                TimeoutFuture::new(1_000).await;
+                let (wake, woken) = futures::channel::oneshot::channel();
+                *self.resumed.borrow_mut() = Some(wake);
+                // Only `restart` sends; the sender lives as long as the clock.
+                let _ = woken.await;
                 continue;
             }
             let left = self.deadline.get() - js_sys::Date::now();
@@ -361,6 +374,13 @@ impl Driver {
                 }
                 if let Some(clock) = self.clocks.borrow().get(&dispatch_id) {
                     clock.restart();
+                }
+            }
+            Effect::ListMcpTools { names } => {
+                for name in names {
+                    if let Some(server) = self.mcp.get(&name) {
+                        self.relist_mcp(server);
+                    }
                 }
             }
             Effect::Send { conn, event } => {
@@ -993,7 +1013,7 @@ impl Driver {
             return server.send(crate::elicitation::invalid(&id, &reason));
         }
         clock.asked.set(asked);
-        clock.paused.set(true);
+        clock.pause();
         self.elicitations
             .borrow_mut()
             .insert(dispatch_id, (server.clone(), id, asked));
@@ -1071,6 +1091,7 @@ impl Driver {
             };
             let (tools, mut problems) = crate::mcp::remote_tools(&server.config, &listed);
             server.set_tools(&tools);
+            self.follow_mcp(server);
             let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
             self.input(|e, now| {
                 problems.extend(e.handle_mcp_tools(name, descriptors));
@@ -1090,6 +1111,39 @@ impl Driver {
         if changed {
             self.keep_mcp_catalog().await;
         }
+    }
+
+    /// List a server's tools again (it said they changed, or the user
+    /// asked): one listing at a time per server, and one more after it
+    /// when asked again meanwhile.
+    fn relist_mcp(&self, server: Rc<mcp::Server>) {
+        if !server.begin_relist() {
+            return;
+        }
+        let driver = self.rc();
+        spawn_local(async move {
+            loop {
+                driver.discover_mcp(vec![server.clone()]).await;
+                if !server.finish_relist() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Act on what a server announces (`mcp::Server::follow`): a change
+    /// of its tools lists them again.
+    fn follow_mcp(&self, server: &Rc<mcp::Server>) {
+        let driver = self.me.clone();
+        let weak = Rc::downgrade(server);
+        server.follow(Rc::new(move || {
+            let (Some(driver), Some(server)) = (driver.upgrade(), weak.upgrade()) else {
+                return;
+            };
+            if driver.mcp.holds(&server) {
+                driver.relist_mcp(server);
+            }
+        }));
     }
 
     /// Keep the servers' last lists for the next worker (`mcp_catalog`).

@@ -609,3 +609,105 @@ fn mcp_servers_the_user_adds_are_listed_as_theirs_removed_with_their_tools_and_r
     assert!(!tools.iter().any(|t| t.starts_with("mine__")), "{tools:?}");
     assert!(tools.contains(&"docs__search".to_string()));
 }
+
+#[test]
+fn mcp_servers_refresh_asks_usable_servers_again_and_refuses_an_unknown_or_refused_name() {
+    use sw_agent::mcp::parse_user_servers;
+    const URL: &str = "http://127.0.0.1:9000/mcp";
+    let mut sim = Sim::new(513, policy(), server_world());
+    with_docs(&mut sim.config, URL);
+    sim.reconfigure();
+    let panel = sim.connect();
+    sim.engine.handle_mcp_status(
+        1,
+        "docs",
+        URL,
+        McpServerOrigin::Extension,
+        McpServerState::Unreachable,
+        Some("connection refused".into()),
+    );
+    sim.engine.handle_mcp_status(
+        2,
+        "mine",
+        "https://mine.example/mcp",
+        McpServerOrigin::User,
+        McpServerState::Ready,
+        None,
+    );
+    let refused = parse_user_servers(
+        &json!([{ "name": "broken", "url": "ftp://nowhere" }]),
+        &["docs"],
+        7,
+    )
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    sim.engine.handle_mcp_refused(3, refused);
+    sim.run(1_000);
+
+    // One server by name: it is `listing` in the ACK, the driver is asked
+    // to list it, and nothing else is asked.
+    sim.send(panel, refresh_mcp_servers("r1", Some("docs")));
+    sim.run(1_000);
+    let acked = answer(&sim, panel, "r1").unwrap().unwrap()["servers"].clone();
+    assert_eq!(acked[0]["name"], "docs");
+    assert_eq!(acked[0]["state"], "listing");
+    assert!(
+        acked[0].get("problem").is_none_or(Value::is_null),
+        "{acked}"
+    );
+    assert_eq!(acked[1]["state"], "ready");
+    assert_eq!(sim.mcp_listings, vec![vec!["docs".to_string()]]);
+
+    // An unknown name and a refused entry are refused with the reason, and
+    // ask nothing.
+    sim.send(panel, refresh_mcp_servers("r2", Some("nobody")));
+    sim.send(panel, refresh_mcp_servers("r3", Some("broken")));
+    sim.run(1_000);
+    let unknown = answer(&sim, panel, "r2").unwrap().unwrap_err();
+    assert_eq!(unknown.kind, ErrorKind::NotFound);
+    assert!(
+        unknown.message.contains("no MCP server named \"nobody\""),
+        "{}",
+        unknown.message
+    );
+    let broken = answer(&sim, panel, "r3").unwrap().unwrap_err();
+    assert_eq!(broken.kind, ErrorKind::NotFound);
+    assert!(
+        broken.message.contains("cannot be used"),
+        "{}",
+        broken.message
+    );
+    assert_eq!(sim.mcp_listings.len(), 1);
+
+    // No name: every usable server, never the refused entry.
+    sim.send(panel, refresh_mcp_servers("r4", None));
+    sim.run(1_000);
+    assert_eq!(
+        sim.mcp_listings.last().unwrap(),
+        &vec!["docs".to_string(), "mine".to_string()]
+    );
+
+    // Listed again and still ready, a server keeps when it became ready.
+    sim.engine.handle_mcp_status(
+        20,
+        "mine",
+        "https://mine.example/mcp",
+        McpServerOrigin::User,
+        McpServerState::Ready,
+        None,
+    );
+    sim.engine.handle_mcp_status(
+        30,
+        "mine",
+        "https://mine.example/mcp",
+        McpServerOrigin::User,
+        McpServerState::Ready,
+        None,
+    );
+    sim.send(panel, list_mcp_servers("l1"));
+    sim.run(1_000);
+    let listed = answer(&sim, panel, "l1").unwrap().unwrap()["servers"].clone();
+    assert_eq!(listed[1]["name"], "mine");
+    assert_eq!(listed[1]["since"], 20);
+}

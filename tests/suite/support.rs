@@ -836,6 +836,13 @@ pub fn list_mcp_servers(id: &str) -> Op {
     }
 }
 
+pub fn refresh_mcp_servers(id: &str, name: Option<&str>) -> Op {
+    Op::McpServersRefresh {
+        submission: submission(id),
+        name: name.map(str::to_string),
+    }
+}
+
 pub fn revoke_site_rule(id: &str, origin: &str) -> Op {
     Op::SiteRuleRevoke {
         submission: submission(id),
