@@ -271,6 +271,7 @@ impl Server {
         )
         .await?;
         *self.session.borrow_mut() = Some(session);
+        self.open_stream();
         Ok(())
     }
 
@@ -379,12 +380,22 @@ impl Server {
     /// answer to a request of ours calls it too). A stream that ends is
     /// opened again (after 1 s, backing off after failures, given up after
     /// 8 in a row); a server that offers none (405) or forgot the session
-    /// (404) is not asked again until its tools are listed again, which
-    /// calls this again. Nothing is re-listed when a stream is opened
-    /// again: a change announced while none was open is seen at the next
-    /// listing (every worker's start, or the user's "Check again").
+    /// (404) is not asked again until a new session is set up (the next
+    /// request finds out, `initialize` opens it again). Nothing is
+    /// re-listed when a stream is opened again: a change announced while
+    /// none was open is seen at the next listing (every worker's start, or
+    /// the user's "Check again").
     pub fn follow(self: &Rc<Self>, on_changed: Rc<dyn Fn()>) {
         *self.on_tools_changed.borrow_mut() = Some(on_changed);
+        self.open_stream();
+    }
+
+    /// Open the event stream if the server is followed, announces changes
+    /// and none is open.
+    fn open_stream(self: &Rc<Self>) {
+        if self.on_tools_changed.borrow().is_none() {
+            return;
+        }
         let announces = self
             .session
             .borrow()
@@ -469,15 +480,10 @@ impl Server {
             return failed();
         };
         match response.status {
-            405 => return StreamEnd::Stop,
-            404 if session.id.is_some() => {
-                // The server forgot the session: the next request sets up
-                // a new one, and the listing after it follows again.
-                if self.session_id() == session.id {
-                    *self.session.borrow_mut() = None;
-                }
-                return StreamEnd::Stop;
-            }
+            // None offered; or the session forgotten: the next request
+            // finds that out itself and sets up a new one, which opens the
+            // stream again.
+            404 | 405 => return StreamEnd::Stop,
             200..=299 => {}
             _ => return StreamEnd::Failed,
         }

@@ -19,8 +19,12 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { startMockLlm } from '../mock-llm/server.mjs';
-import { FILL_DISK_IN_WORKER, exitUnlessExtensionBuilt, setPageVisibility, waitFor } from '../support/browser.mjs';
+import { startMockMcp } from '../mock-mcp/server.mjs';
+import { DEFAULT_EXTENSION_PATH, FILL_DISK_IN_WORKER, exitUnlessExtensionBuilt, setPageVisibility, waitFor } from '../support/browser.mjs';
 import { launchUnattached, readStoreExpression } from '../support/unattached-browser.mjs';
 import { TEST_API_KEY, TEST_MODEL } from '../support/session.mjs';
 
@@ -298,4 +302,30 @@ test('settings_saved_while_the_worker_starts_are_the_ones_its_engine_uses', { ti
     await mock.waitForRequests(1, { timeout: 60000 });
     assert.equal(mock.requests()[0].body.model, 'model-after', 'the engine uses the settings saved last');
   });
+});
+
+test('an_mcp_server_s_open_event_stream_does_not_keep_an_idle_worker_alive_and_the_next_worker_opens_its_own', { timeout: 300000 }, async () => {
+  const mcp = await startMockMcp();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-mcp-life-'));
+  let browser = null;
+  try {
+    cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
+    writeFileSync(path.join(dir, 'mcp-servers.js'), `export const MCP_SERVERS = ${JSON.stringify([{ name: 'docs', url: mcp.url }])};\n`);
+    browser = await launchUnattached({ extensionPath: dir });
+    // The worker lists the server's tools and follows it on its event stream.
+    await waitFor(() => mcp.streamCount() === 1, { message: 'the worker to open the server\'s event stream' });
+    const from = browser.workerLog.length;
+    // Nothing else holds the worker: Chrome stops it (an open fetch is no
+    // activity), and the server sees the stream go.
+    await browser.waitForWorkerStop(from, 'Chrome to stop the idle worker with the event stream open');
+    await waitFor(() => mcp.streamCount() === 0, { message: 'the stream to close with the worker' });
+    // A panel starts a new worker, which follows the server on a stream of its own.
+    const panel = await browser.openPanel();
+    await waitFor(() => mcp.streamCount() === 1 && mcp.streams().length === 2, { message: 'the new worker to open its own stream' });
+    await panel.close();
+  } finally {
+    if (browser) await browser.close();
+    await mcp.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -42,12 +42,12 @@ import {
   waitForSettledTurn,
   opRewriterInitScript,
 } from '../support/session.mjs';
-import { BOOKING_MESSAGE, BOOKING_SCHEMA, startMockMcp } from '../mock-mcp/server.mjs';
+import { BOOKING_MESSAGE, BOOKING_SCHEMA, demoTools, startMockMcp } from '../mock-mcp/server.mjs';
 
 exitUnlessExtensionBuilt('e2e');
 
 const TEST_TIMEOUT = 300000;
-const DEMO_TOOLS = ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability'];
+const DEMO_TOOLS = ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability', 'add_faq_tool'];
 const dirs = [];
 test.after(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
@@ -112,8 +112,9 @@ const offeredTools = (request) => (request.body.tools ?? []).map((t) => t.functi
 
 /**
  * The MCP servers Settings lists (opened first): [{ name, state, addedBy,
- * text, remove }] (`text` without the Remove button, `remove` its
- * accessible name or null).
+ * text, remove, refresh }] (`text` without the buttons, `remove` the Remove
+ * button's accessible name or null, `refresh` the Check again button's text
+ * or null).
  */
 async function shownServers(panel) {
   if (await panel.locator('#settings-section').isHidden()) await panel.click('#settings-toggle');
@@ -122,7 +123,8 @@ async function shownServers(panel) {
     state: li.dataset.state,
     addedBy: li.dataset.addedBy,
     text: (li.querySelector('.mcp-info') ?? li).innerText.replace(/\s+/g, ' ').trim(),
-    remove: li.querySelector('button')?.getAttribute('aria-label') ?? null,
+    remove: li.querySelector('button.mcp-remove')?.getAttribute('aria-label') ?? null,
+    refresh: li.querySelector('button.mcp-refresh')?.textContent ?? null,
   })));
 }
 
@@ -230,7 +232,7 @@ mcpTest(
 
     // Settings lists the server, its address and the tools offered.
     const [listed] = await serversIn(panel, { docs: 'ready' });
-    assert.equal(listed.text, `docs — Connected ${mcp.url} Added by the extension 7 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability`);
+    assert.equal(listed.text, `docs — Connected ${mcp.url} Added by the extension 8 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability, Publish a FAQ tool`);
     assert.equal(listed.addedBy, 'extension');
     assert.equal(listed.remove, null, 'the extension\'s server cannot be removed in the panel');
   },
@@ -313,11 +315,11 @@ mcpTest(
 
     // Settings says so, and follows the next worker once the server is back.
     const [down] = await serversIn(panel, { docs: 'unreachable' });
-    assert.match(down.text, /^docs — Not reachable: The MCP server "docs" answered HTTP 503: .* Offering the 7 tools it listed before\./);
+    assert.match(down.text, /^docs — Not reachable: The MCP server "docs" answered HTTP 503: .* Offering the 8 tools it listed before\./);
     mcp.setDown(null);
     await killServiceWorker(context, extensionId);
     const [back] = await serversIn(panel, { docs: 'ready' });
-    assert.match(back.text, /^docs — Connected .* 7 tools: Search the docs,/);
+    assert.match(back.text, /^docs — Connected .* 8 tools: Search the docs,/);
   },
   // This server answers every request with one JSON body (the others use
   // event streams): the client takes both.
@@ -487,7 +489,7 @@ mcpTest(
 
     const [listed] = await serversIn(panel, { mine: 'ready' });
     assert.equal(listed.addedBy, 'user');
-    assert.equal(listed.text, `mine — Connected ${mcp.url} Added by you 7 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability`);
+    assert.equal(listed.text, `mine — Connected ${mcp.url} Added by you 8 tools: Search the docs, create_ticket, Build a report, broken, ask_model, Book a table, Check availability, Publish a FAQ tool`);
     assert.equal(listed.remove, 'Remove the MCP server mine');
     await closeSettings(panel);
 
@@ -615,7 +617,7 @@ mcpTest(
     const [listed] = await serversIn(panel, { mine: 'ready' });
     assert.notEqual((await readPanel(panel)).epoch, epochBefore, 'a new worker');
     assert.equal(listed.addedBy, 'user');
-    assert.match(listed.text, /^mine — Connected .* Added by you 7 tools: Search the docs,/);
+    assert.match(listed.text, /^mine — Connected .* Added by you 8 tools: Search the docs,/);
     assert.equal(listed.remove, 'Remove the MCP server mine');
     assert.deepEqual(await storedUserServers(panel), [{ name: 'mine', url: mcp.url, headers: { Authorization: TOKEN } }]);
     await closeSettings(panel);
@@ -1015,3 +1017,173 @@ mcpTest(
 function topLevelText(panelState) {
   return panelState.nodes.filter((n) => !n.parentNodeId).map((n) => n.text).join('\n');
 }
+
+/** Waits until the server has `count` open event streams (GET); returns their log entries. */
+function openStreams(mcp, count) {
+  return waitFor(() => {
+    const open = mcp.log().filter((e) => e.kind === 'stream' && !e.closed);
+    return mcp.streamCount() === count && open.length === count ? open : null;
+  }, { message: `${count} open event stream(s) at the MCP server` });
+}
+
+/** The names of the tools Settings lists for a server (by their labels). */
+const listedTools = (server) => (server.text.match(/\d+ tools?: (.*)$/)?.[1] ?? '').split(', ');
+
+mcpTest(
+  'a_server_that_announces_a_change_of_its_tools_is_listed_again_its_new_tool_offered_and_a_new_worker_follows_it_too',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp, context, extensionId } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    // The server declared listChanged: the worker keeps its event stream
+    // open, in the session, with the agreed revision.
+    const [stream] = await openStreams(mcp, 1);
+    const initialize = mcp.log().find((e) => e.method === 'initialize');
+    assert.equal(stream.session, initialize.session);
+    assert.equal(stream.headers['mcp-protocol-version'], '2025-06-18');
+    assert.equal(stream.headers.accept, 'text/event-stream');
+    const listings = () => mcp.log().filter((e) => e.method === 'tools/list' && !e.params?.cursor).length;
+    assert.equal(listings(), 1);
+    const [before] = await serversIn(panel, { docs: 'ready' });
+    assert.equal(listedTools(before).length, DEMO_TOOLS.length);
+
+    // A call publishes a new tool; the server announces it on the stream:
+    // listed again at once, Settings (still open) shows it, the worker keeps it.
+    await closeSettings(panel);
+    await scriptModel(mock, [call('docs__add_faq_tool', { topic: 'Returns' }), { text: 'Published.' }]);
+    await submitTask(panel, 'Publish a FAQ tool about returns');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const first = await waitForSettledTurn(panel);
+    assert.equal(first.state, 'completed', transcriptLines(first).join('\n'));
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__add_faq_tool, /Published faq_returns\./);
+    assert.ok(mcp.log().some((e) => e.kind === 'sent' && e.method === 'notifications/tools/list_changed' && e.stream === stream.stream));
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length + 1);
+    assert.equal(listings(), 2, 'listed again once');
+    const [after] = await waitFor(async () => {
+      const shown = await shownServers(panel);
+      return shown.length === 1 && listedTools(shown[0]).includes('faq_returns') ? shown : null;
+    }, { message: 'Settings to list the new tool' });
+    assert.equal(after.state, 'ready');
+    await closeSettings(panel);
+
+    // The next request offers it, and it runs.
+    await scriptModel(mock, [call('docs__faq_returns', { question: 'How long?' }), { text: 'See the help centre.' }]);
+    await submitTask(panel, 'Ask the returns FAQ');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const second = await waitForSettledTurn(panel, { previousTurnId: first.turnId });
+    assert.equal(second.state, 'completed', transcriptLines(second).join('\n'));
+    assert.ok(offeredTools(mock.requests().at(-2)).includes('docs__faq_returns'));
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__faq_returns, /FAQ on Returns: see the help centre\./);
+
+    // A new worker opens a stream of its own and follows the server too:
+    // the tool taken back is no longer offered.
+    await killServiceWorker(context, extensionId);
+    await panel.reload();
+    await waitFor(() => mcp.log().filter((e) => e.kind === 'stream').length === 2 && mcp.streamCount() === 1, {
+      message: 'the new worker to open its own event stream (the old one closed)',
+    });
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length + 1);
+    const listedBefore = listings();
+    assert.equal(mcp.setTools(demoTools({ tickets: [], bookings: [] })), 1, 'announced on the one open stream');
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    assert.equal(listings(), listedBefore + 1);
+    const [last] = await serversIn(panel, { docs: 'ready' });
+    assert.ok(!listedTools(last).includes('faq_returns'), last.text);
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+);
+
+mcpTest(
+  'a_server_that_was_unreachable_is_asked_again_with_check_again_and_connects_without_a_new_worker',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mcp, context, extensionId } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    // A new worker while the server is down: unreachable, with the reason.
+    mcp.setDown(503);
+    await killServiceWorker(context, extensionId);
+    await panel.reload();
+    const [down] = await serversIn(panel, { docs: 'unreachable' });
+    assert.match(down.text, /^docs — Not reachable: The MCP server "docs" answered HTTP 503/);
+    assert.equal(down.refresh, 'Check again');
+    const button = panel.getByRole('button', { name: 'Ask the MCP server docs for its tools again', exact: true });
+
+    // Still down: asked again, and unreachable again.
+    const asked = () => mcp.log().filter((e) => e.status === 503).length;
+    const before = asked();
+    await button.click();
+    await waitFor(() => asked() > before, { message: 'the server to be asked again' });
+    await serversIn(panel, { docs: 'unreachable' });
+
+    // Back: Check again connects it, in this worker, and focus stays on the button.
+    mcp.setDown(null);
+    await button.click();
+    const [back] = await serversIn(panel, { docs: 'ready' });
+    assert.match(back.text, /^docs — Connected .* 8 tools: Search the docs,/);
+    assert.equal(back.refresh, 'Check again');
+    assert.equal(await panel.evaluate(() => document.activeElement?.getAttribute('aria-label')), 'Ask the MCP server docs for its tools again');
+    const refreshes = ((await portLog(panel)) ?? [])
+      .filter((e) => e.dir === 'out' && e.json)
+      .map((e) => JSON.parse(e.json))
+      .filter((m) => m.type === 'mcpServers.refresh');
+    assert.deepEqual(refreshes.map((m) => m.name), ['docs', 'docs']);
+    // It follows the server again: an event stream is open.
+    await openStreams(mcp, 1);
+  },
+);
+
+/** The mock of the test below, for its tool to change the list. */
+const inline = { mcp: null };
+const INLINE_SEARCH = {
+  name: 'search',
+  description: 'Search.',
+  annotations: { readOnlyHint: true },
+  inputSchema: { type: 'object', properties: {} },
+  run: () => ({ content: [{ type: 'text', text: 'Nothing.' }] }),
+};
+const INLINE_GLOSSARY = {
+  name: 'glossary',
+  description: 'Look a word up.',
+  annotations: { readOnlyHint: true },
+  inputSchema: { type: 'object', properties: {} },
+  run: () => ({ content: [{ type: 'text', text: 'A word.' }] }),
+};
+/** Publishes the glossary tool and says so in its own answer (not on an event stream). */
+const INLINE_PUBLISH = {
+  name: 'publish',
+  description: 'Publish the glossary tool.',
+  inputSchema: { type: 'object', properties: {} },
+  run: (_args, ctx) => {
+    inline.mcp.setTools([INLINE_SEARCH, INLINE_PUBLISH, INLINE_GLOSSARY], { notify: false });
+    ctx.notify('notifications/tools/list_changed');
+    return { content: [{ type: 'text', text: 'Published.' }] };
+  },
+};
+
+mcpTest(
+  'a_change_announced_in_a_call_s_answer_lists_the_tools_again_and_a_server_that_announces_nothing_is_asked_for_no_event_stream',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    inline.mcp = mcp;
+    await keptCatalog(panel, 'docs', 2);
+    // The server declared no listChanged: no event stream is asked for.
+    assert.equal(mcp.log().filter((e) => e.method === 'GET').length, 0);
+    const listings = () => mcp.log().filter((e) => e.method === 'tools/list' && !e.params?.cursor).length;
+    assert.equal(listings(), 1);
+
+    await scriptModel(mock, [call('docs__publish', {}), { text: 'Published.' }]);
+    await submitTask(panel, 'Publish the glossary');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.ok(mcp.sent().some((e) => e.method === 'notifications/tools/list_changed' && e.callId !== undefined), 'sent in the call\'s answer');
+    await keptCatalog(panel, 'docs', 3);
+    assert.equal(listings(), 2, 'listed again once');
+    const [shown] = await serversIn(panel, { docs: 'ready' });
+    assert.deepEqual(listedTools(shown), ['search', 'publish', 'glossary']);
+    assert.equal(mcp.log().filter((e) => e.method === 'GET').length, 0, 'still no event stream asked for');
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+  { listChanged: false, tools: [INLINE_SEARCH, INLINE_PUBLISH] },
+);

@@ -1,48 +1,83 @@
 // Mock MCP server for the tests and the demo: MCP's Streamable HTTP
 // transport (protocol revisions 2025-06-18 and 2025-03-26) on 127.0.0.1.
 //
-// Owns: the one MCP endpoint (`POST /mcp`): JSON-RPC requests, notifications
-// and responses; `initialize` (the revision agreed on, an `Mcp-Session-Id`),
-// the checks a real server makes on every later message (the session id
-// known, else 404; the `MCP-Protocol-Version` header of the session; an
-// Accept of both application/json and text/event-stream, else 406; a JSON
-// body, else 415/400), answers as one JSON body or as an event stream
-// (`event: message`) carrying progress notifications and requests of the
-// server's before the result, `tools/list` in pages (`nextCursor`),
-// `tools/call` of scripted tools, `notifications/cancelled` (the running
-// call's signal aborts, and a request of the server's it waits on stops
-// waiting), elicitation (`elicitation/create` on a call's event stream, only
-// to a client whose `initialize` declared `capabilities.elicitation`; the
-// client's answer is a POST of its own, 202), sessions forgotten on demand,
-// and a log of every message for assertions.
+// Owns: the one MCP endpoint (`/mcp`). POST: JSON-RPC requests,
+// notifications and responses; `initialize` (the revision agreed on, an
+// `Mcp-Session-Id`, `capabilities.tools.listChanged`), the checks a real
+// server makes on every later message (the session id known, else 404; the
+// `MCP-Protocol-Version` header of the session; an Accept of both
+// application/json and text/event-stream, else 406; a JSON body, else
+// 415/400), answers as one JSON body or as an event stream
+// (`event: message`) carrying progress notifications, other notifications
+// and requests of the server's before the result, `ping` (an empty result),
+// `tools/list` in pages (`nextCursor`), `tools/call` of scripted tools,
+// `notifications/cancelled` (the running call's signal aborts, and a request
+// of the server's it waits on stops waiting), elicitation
+// (`elicitation/create` on a call's event stream, only to a client whose
+// `initialize` declared `capabilities.elicitation`; the client's answer is a
+// POST of its own, 202). GET: the server-initiated event stream of a session
+// (only with `listChanged`, else 405; the same session and version checks
+// as POST; an Accept listing text/event-stream, else 406), on which
+// `notifications/tools/list_changed` goes out when the tools change; several
+// per session. DELETE: forgets the session (and ends its GET streams).
+// Also: sessions forgotten on demand, and a log of every message for
+// assertions.
 // Must not: listen on anything but 127.0.0.1, depend on any package, or reach
 // the network.
 //
 // CLI:  node tests/mock-mcp/server.mjs [--port N]
 //       prints `MOCK_MCP_URL=http://127.0.0.1:<port>/mcp` as its first
-//       stdout line and serves the demo tools (DEMO_TOOLS) until killed.
-// In-process: `startMockMcp({ port, tools, pageSize, answer, versions })` →
-//   { url, origin, log, calls, cancellations, responses, elicitations,
-//     elicitationResponses, tickets, bookings, setTools, setDown,
-//     expireSessions, sessionCount, waitFor, reset, close }.
+//       stdout line and serves the demo tools (demoTools) until killed.
+// In-process: `startMockMcp({ port, tools, pageSize, answer, versions,
+//   listChanged })` →
+//   { url, origin, state, log, calls, cancellations, responses,
+//     elicitations, elicitationResponses, streams, sent, tickets, bookings,
+//     toolNames, setTools, notifyListChanged, closeStreams, streamCount,
+//     setDown, expireSessions, sessionCount, waitFor, reset, close }.
 //   `tools`: [{ name, description, inputSchema, annotations?, title?,
-//     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }];
-//   ctx: { signal, progress(progress, total?, message?), ask(method, params)
-//     → the client's answer (a JSON-RPC response object), elicit(message,
-//     requestedSchema) → the client's answer to `elicitation/create` (a
-//     JSON-RPC response object; rejects when the call is cancelled or its
-//     stream closes), clientCapabilities (of the session's initialize),
-//     canElicit, sleep(ms) }.
+//     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }]
+//     (default: demoTools(state), which include `add_faq_tool`: it publishes
+//     a new read-only tool `faq_<topic>` and notifies list_changed).
+//   ctx: { signal, progress(progress, total?, message?), notify(method,
+//     params?) → true if sent (a notification on this call's event stream;
+//     false once the stream closed or in a JSON answer), ask(method, params)
+//     → the client's answer (a JSON-RPC response object; e.g.
+//     `ask('ping', {})`: the client must answer `ping` with an empty result,
+//     `{ jsonrpc, id, result: {} }`, POSTed like any answer, 202),
+//     elicit(message, requestedSchema) → the client's answer to
+//     `elicitation/create` (a JSON-RPC response object; rejects when the call
+//     is cancelled or its stream closes), clientCapabilities (of the
+//     session's initialize), canElicit, sleep(ms) }.
 //   `answer`: 'sse' (default) or 'json', how results are sent unless a tool
-//   says otherwise; progress and server requests need 'sse'.
+//   says otherwise; progress, ctx.notify and server requests need 'sse'.
+//   `listChanged` (default true): what `initialize` declares in
+//   `capabilities.tools.listChanged`, and whether GET opens an event stream
+//   (false: GET is 405, as a server without one answers).
+//   setTools(tools, { notify = true }) → the number of GET streams notified:
+//     the next tools/list lists `tools`; with notify, every open GET stream
+//     gets `notifications/tools/list_changed`. notifyListChanged() → that
+//     number too, tools unchanged. closeStreams() → how many open GET streams
+//     the server ended (res.end()); streamCount(session?) → how many are open
+//     (of one session). setDown(status) answers every message, GET included,
+//     with `status` (open streams stay open). expireSessions() forgets every
+//     session and ends their GET streams; reset() and close() end every GET
+//     stream (close() destroys them: it never waits on an open stream).
 //   `log` entries: { kind: request|notification|response|rejected|
-//     elicitation|elicitation-response, method?, id?, params?, headers,
-//     status, session }. `elicitation` is the server's `elicitation/create`
-//     as sent on a call's stream (with that call's headers, `callId` the
-//     call's JSON-RPC id, `answered` once the client answered);
-//     `elicitation-response` the client's POST answering one (`action`,
-//     `content`, `requestSession`: the session the question was asked in,
-//     `late`: it answered nothing that still waited).
+//     elicitation|elicitation-response|stream|sent|delete, method?, id?,
+//     params?, headers, status, session }. `elicitation` is the server's
+//     `elicitation/create` as sent on a call's stream (with that call's
+//     headers, `callId` the call's JSON-RPC id, `answered` once the client
+//     answered); `elicitation-response` the client's POST answering one
+//     (`action`, `content`, `requestSession`: the session the question was
+//     asked in, `late`: it answered nothing that still waited).
+//     `stream` a GET event stream opened (method 'GET', status 200, `stream`:
+//     its number from 1, `closed`: false until it ends, then true with
+//     `closedAt` (Date.now()) and `closedBy`: 'client'|'server'); a refused
+//     GET is a `rejected` entry with method 'GET'. `sent` a notification the
+//     server sent: { kind: 'sent', method, params?, session, stream, headers
+//     (the GET's) } per GET stream written, or { kind: 'sent', method,
+//     params?, session, callId, headers (the call's) } for ctx.notify on a
+//     call's stream. `delete` a DELETE of a session (status 200).
 
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
@@ -121,7 +156,11 @@ export function bookingProblem(content) {
  * with progress (read), a tool that fails, one that asks the client for
  * a model answer (sampling, which the engine refuses), a table booking
  * (write) that asks the user for the booking's details (elicitation), and
- * an availability check (read) that asks the user for a day.
+ * an availability check (read) that asks the user for a day, and
+ * `add_faq_tool` (write), which publishes a new read-only tool and tells the
+ * clients' GET streams (`notifications/tools/list_changed`): it needs
+ * `state.publishTool(tool)` (startMockMcp gives its state one; without it
+ * the call fails with isError).
  */
 export function demoTools(state) {
   return [
@@ -236,7 +275,58 @@ export function demoTools(state) {
         return text(`Tables free on ${answer.result.content.day}: 3`);
       },
     },
+    {
+      name: 'add_faq_tool',
+      title: 'Publish a FAQ tool',
+      description: 'Publish a new tool that answers questions about a topic. The server\'s tool list changes.',
+      inputSchema: {
+        type: 'object',
+        properties: { topic: { type: 'string', description: 'What the new tool answers questions about.' } },
+        required: ['topic'],
+      },
+      run: ({ topic }) => {
+        if (typeof topic !== 'string' || !faqName(topic)) {
+          return { content: [{ type: 'text', text: 'The topic needs a letter or a digit.' }], isError: true };
+        }
+        if (typeof state.publishTool !== 'function') {
+          return { content: [{ type: 'text', text: 'This server cannot publish tools.' }], isError: true };
+        }
+        const tool = faqTool(topic);
+        state.publishTool(tool);
+        return text(`Published ${tool.name}.`);
+      },
+    },
   ];
+}
+
+/**
+ * The name `add_faq_tool` gives a topic's tool, without `faq_`: lower case,
+ * accents dropped, every run of characters other than [a-z0-9] one `_`, no
+ * `_` at either end, at most 20 characters ('' when nothing is left).
+ */
+export function faqName(topic) {
+  return String(topic)
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '_')
+    .replace(/^_+|_+$/g, '')
+    .slice(0, 20)
+    .replace(/_+$/, '');
+}
+
+/** The read-only tool `add_faq_tool` publishes for `topic`. */
+export function faqTool(topic) {
+  return {
+    name: `faq_${faqName(topic)}`,
+    description: `Answer questions about ${topic}.`,
+    annotations: { readOnlyHint: true },
+    inputSchema: {
+      type: 'object',
+      properties: { question: { type: 'string', description: 'The question.' } },
+    },
+    run: () => text(`FAQ on ${topic}: see the help centre.`),
+  };
 }
 
 export async function startMockMcp(options = {}) {
@@ -245,6 +335,7 @@ export async function startMockMcp(options = {}) {
   const pageSize = options.pageSize ?? 2;
   const defaultAnswer = options.answer ?? 'sse';
   const versions = options.versions ?? SUPPORTED_VERSIONS;
+  const listChanged = options.listChanged ?? true;
   const sessions = new Map();
   let sessionCounter = 0;
   let serverRequestCounter = 0;
@@ -254,6 +345,8 @@ export async function startMockMcp(options = {}) {
   const askedByServer = new Map(); // server request id → resolve
   const elicitationsAsked = new Map(); // elicitation id → its log entry
   const waiters = new Set();
+  const streams = new Set(); // open GET event streams: { res, entry }
+  let streamCounter = 0;
   let down = null; // an HTTP status every message gets, or null
 
   const notify = () => {
@@ -270,6 +363,64 @@ export async function startMockMcp(options = {}) {
     return entry;
   };
 
+  const markClosed = (entry, by) => {
+    if (entry.closed) return;
+    entry.closed = true;
+    entry.closedAt = Date.now();
+    entry.closedBy = by;
+    notify();
+  };
+  /** Ends the open GET streams that `which` picks, from the server's side; how many. */
+  const endStreams = (which = () => true, how = 'end') => {
+    let ended = 0;
+    for (const stream of [...streams]) {
+      if (!which(stream)) continue;
+      streams.delete(stream);
+      markClosed(stream.entry, 'server');
+      if (how === 'destroy') stream.res.destroy();
+      else stream.res.end();
+      ended += 1;
+    }
+    return ended;
+  };
+  /** Writes a notification on every open GET stream; how many were written. */
+  const sendOnStreams = (payload) => {
+    let written = 0;
+    for (const { res, entry } of [...streams]) {
+      if (res.writableEnded || res.destroyed) continue;
+      res.write(`event: message\ndata: ${JSON.stringify(payload)}\n\n`);
+      record({
+        kind: 'sent',
+        method: payload.method,
+        ...(payload.params !== undefined ? { params: payload.params } : {}),
+        session: entry.session,
+        stream: entry.stream,
+        headers: entry.headers,
+      });
+      written += 1;
+    }
+    return written;
+  };
+  const notifyListChanged = () => sendOnStreams({ jsonrpc: '2.0', method: 'notifications/tools/list_changed' });
+  const setTools = (next, { notify: tell = true } = {}) => {
+    tools = next;
+    return tell ? notifyListChanged() : 0;
+  };
+  // What add_faq_tool publishes: added (or put in place of the tool of that
+  // name), then list_changed on every open GET stream.
+  state.publishTool = (tool) => {
+    const next = tools.filter((t) => t.name !== tool.name);
+    const at = tools.findIndex((t) => t.name === tool.name);
+    next.splice(at < 0 ? next.length : at, 0, tool);
+    return setTools(next);
+  };
+  /** Why the MCP-Protocol-Version header does not fit the session (null: it does). */
+  const versionProblem = (session, headers) => {
+    const sent = headers['mcp-protocol-version'];
+    const bad = session.version === '2025-06-18' ? sent !== session.version : sent !== undefined && sent !== session.version;
+    return bad ? `Bad MCP-Protocol-Version: ${sent ?? '(none)'}.` : null;
+  };
+
   const reject = (res, entry, status, message, code = -32600) => {
     entry.status = status;
     entry.rejected = message;
@@ -283,15 +434,25 @@ export async function startMockMcp(options = {}) {
     const url = new URL(req.url, `http://${HOST}`);
     const headers = { ...req.headers };
     const entry = { kind: 'rejected', headers, status: 0, session: headers['mcp-session-id'] ?? null };
+    if (req.method === 'GET') entry.method = 'GET';
     if (url.pathname !== '/mcp') return reject(res, entry, 404, `No MCP endpoint at ${url.pathname}.`);
     if (down !== null) return reject(res, entry, down, 'The server is down for maintenance.', -32000);
     if (req.method === 'GET') {
       // No server-initiated stream: allowed by the transport.
-      entry.method = 'GET';
-      return reject(res, entry, 405, 'This server offers no event stream at GET.');
+      if (!listChanged) return reject(res, entry, 405, 'This server offers no event stream at GET.');
+      if (!String(headers.accept ?? '').includes('text/event-stream')) {
+        return reject(res, entry, 406, 'Accept must list text/event-stream.');
+      }
+      if (!entry.session) return reject(res, entry, 400, 'Bad Request: no Mcp-Session-Id.');
+      const session = sessions.get(entry.session);
+      if (!session) return reject(res, entry, 404, 'Session not found.', -32001);
+      const problem = versionProblem(session, headers);
+      if (problem) return reject(res, entry, 400, problem);
+      return openStream(res, entry);
     }
     if (req.method === 'DELETE') {
       sessions.delete(entry.session);
+      endStreams((stream) => stream.entry.session === entry.session);
       entry.kind = 'delete';
       entry.status = 200;
       record(entry);
@@ -339,7 +500,7 @@ export async function startMockMcp(options = {}) {
         id: message.id,
         result: {
           protocolVersion: version,
-          capabilities: { tools: { listChanged: false } },
+          capabilities: { tools: { listChanged } },
           serverInfo: { name: 'mock-mcp', version: '1.0.0' },
           instructions: 'Search before opening tickets.',
         },
@@ -349,10 +510,8 @@ export async function startMockMcp(options = {}) {
     const session = sessions.get(entry.session);
     if (!entry.session) return reject(res, entry, 400, 'Bad Request: no Mcp-Session-Id.');
     if (!session) return reject(res, entry, 404, 'Session not found.', -32001);
-    const sentVersion = headers['mcp-protocol-version'];
-    if (session.version === '2025-06-18' ? sentVersion !== session.version : sentVersion !== undefined && sentVersion !== session.version) {
-      return reject(res, entry, 400, `Bad MCP-Protocol-Version: ${sentVersion ?? '(none)'}.`);
-    }
+    const problem = versionProblem(session, headers);
+    if (problem) return reject(res, entry, 400, problem);
 
     // A response to a request of ours, or a notification: 202, no body.
     if (message.method === undefined) {
@@ -388,6 +547,12 @@ export async function startMockMcp(options = {}) {
     }
 
     entry.kind = 'request';
+    if (message.method === 'ping') {
+      // Allowed before notifications/initialized too.
+      entry.status = 200;
+      record(entry);
+      return answerJson(res, { jsonrpc: '2.0', id: message.id, result: {} });
+    }
     if (!session.initialized) return reject(res, entry, 400, 'The session is not initialized yet.');
     if (message.method === 'tools/list') {
       const start = message.params?.cursor === undefined ? 0 : Number(String(message.params.cursor).replace(/^page-/, ''));
@@ -419,6 +584,24 @@ export async function startMockMcp(options = {}) {
     return answerJson(res, { jsonrpc: '2.0', id: message.id, error: { code: -32601, message: `Method not found: ${message.method}` } });
   }
 
+  // A GET event stream: open until the client closes it or the server ends
+  // it (closeStreams, expireSessions, DELETE, reset, close).
+  function openStream(res, entry) {
+    streamCounter += 1;
+    entry.kind = 'stream';
+    entry.status = 200;
+    entry.stream = streamCounter;
+    entry.closed = false;
+    const stream = { res, entry };
+    streams.add(stream);
+    res.on('close', () => {
+      if (streams.delete(stream)) markClosed(entry, 'client');
+    });
+    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    res.write(': open\n\n');
+    record(entry);
+  }
+
   function answerJson(res, body) {
     res.writeHead(200, { 'Content-Type': 'application/json' });
     res.end(JSON.stringify(body));
@@ -439,7 +622,7 @@ export async function startMockMcp(options = {}) {
       notify();
     });
     const send = (payload) => {
-      if (closed || mode !== 'sse') return false;
+      if (closed || res.writableEnded || mode !== 'sse') return false;
       if (!res.headersSent) res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
       res.write(`event: message\ndata: ${JSON.stringify(payload)}\n\n`);
       return true;
@@ -451,6 +634,12 @@ export async function startMockMcp(options = {}) {
         const token = message.params?._meta?.progressToken;
         if (token === undefined) return;
         send({ jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: token, progress, ...(total !== undefined ? { total } : {}), ...(text ? { message: text } : {}) } });
+      },
+      notify: (method, params) => {
+        const withParams = params !== undefined ? { params } : {};
+        if (!send({ jsonrpc: '2.0', method, ...withParams })) return false;
+        record({ kind: 'sent', method, ...withParams, session: entry.session, callId: message.id, headers: entry.headers });
+        return true;
       },
       ask: (method, params) => {
         serverRequestCounter += 1;
@@ -560,18 +749,30 @@ export async function startMockMcp(options = {}) {
     elicitations: () => log.filter((e) => e.kind === 'elicitation'),
     /** The client's answers to them: { id, action, content, headers, session, requestSession, late }. */
     elicitationResponses: () => log.filter((e) => e.kind === 'elicitation-response'),
+    /** The GET event streams opened: { stream, session, headers, closed, closedAt?, closedBy? }. */
+    streams: () => log.filter((e) => e.kind === 'stream'),
+    /** The notifications the server sent: on GET streams ({ stream }) and with ctx.notify ({ callId }). */
+    sent: () => log.filter((e) => e.kind === 'sent'),
     tickets: () => state.tickets.slice(),
     bookings: () => state.bookings.slice(),
-    setTools(next) {
-      tools = next;
-    },
-    /** Answer every message with HTTP `status` (null: serve again). */
+    /** The names of the tools the next tools/list lists. */
+    toolNames: () => tools.map((t) => t.name),
+    /** The next tools/list lists `next`; with notify (default), every open GET stream is told. → how many were. */
+    setTools,
+    /** `notifications/tools/list_changed` on every open GET stream, the tools unchanged. → how many got it. */
+    notifyListChanged,
+    /** Ends every open GET stream from the server's side. → how many. */
+    closeStreams: () => endStreams(),
+    /** How many GET streams are open (of `session`, if given). */
+    streamCount: (session) => (session === undefined ? streams.size : [...streams].filter((s) => s.entry.session === session).length),
+    /** Answer every message, GET included, with HTTP `status` (null: serve again). Open streams stay open. */
     setDown(status) {
       down = status;
     },
-    /** Forget every session: the next message of each gets 404. */
+    /** Forget every session: the next message of each gets 404; their GET streams end. */
     expireSessions() {
       sessions.clear();
+      endStreams();
     },
     sessionCount: () => sessions.size,
     /** Resolves when `check(log)` is true (checked on every message and call end). */
@@ -592,6 +793,7 @@ export async function startMockMcp(options = {}) {
       });
     },
     reset() {
+      endStreams();
       log = [];
       state.tickets.length = 0;
       state.bookings.length = 0;
@@ -603,6 +805,7 @@ export async function startMockMcp(options = {}) {
       if (!options.tools) tools = demoTools(state);
     },
     async close() {
+      endStreams(() => true, 'destroy');
       for (const controller of running.values()) controller.abort(new Error('closing'));
       server.closeAllConnections?.();
       await new Promise((resolve) => server.close(() => resolve()));

@@ -76,7 +76,7 @@ test('tools_list_comes_in_pages_without_the_run_functions', async (t) => {
     cursor = answer.result.nextCursor;
     pages += 1;
   } while (cursor);
-  assert.deepEqual(names, ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability']);
+  assert.deepEqual(names, ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability', 'add_faq_tool']);
   assert.equal(pages, 4);
 });
 
