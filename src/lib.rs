@@ -14,6 +14,7 @@ pub mod frames;
 pub mod gatekeeper;
 pub mod mcp;
 pub mod model;
+pub mod oauth;
 pub mod protocol;
 pub mod provider;
 pub mod settings;

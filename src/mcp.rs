@@ -543,6 +543,10 @@ pub enum McpError {
     NoAnswer,
     /// The server speaks a protocol revision this client does not.
     Version(String),
+    /// The server asks for a sign-in (HTTP 401) and no kept grant works:
+    /// the user signs in from Settings. The challenge's
+    /// `WWW-Authenticate`, if any.
+    SignInNeeded(Option<String>),
 }
 
 impl McpError {
@@ -579,6 +583,9 @@ impl McpError {
             McpError::NoAnswer => {
                 format!("The MCP server \"{server}\" ended its answer without a result.")
             }
+            McpError::SignInNeeded(_) => format!(
+                "The MCP server \"{server}\" needs you to sign in: open the side panel's Settings, MCP servers, and choose Sign in next to it."
+            ),
             McpError::Version(v) => format!(
                 "The MCP server \"{server}\" speaks protocol revision {v:?}; this client speaks {}.",
                 SUPPORTED_VERSIONS.join(" and ")

@@ -1093,6 +1093,11 @@ pub enum McpServerState {
     /// wrong field, a name another server has, one server too many); not
     /// connected, no tools.
     Refused,
+    /// It asks for a sign-in (HTTP 401) and no kept one works: the user
+    /// signs in from Settings (`mcpServers.signIn`; `problem` says why
+    /// when a sign-in failed). The tools it listed before, if any, are
+    /// offered, and their calls fail saying so.
+    SignInNeeded,
 }
 
 /// Who named an MCP server.
@@ -1135,6 +1140,9 @@ pub struct McpServerSummary {
     pub problem: Option<String>,
     /// When its state last changed (ms since the epoch).
     pub since: u64,
+    /// The user is signed in to it (a sign-in this extension keeps).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub signed_in: bool,
 }
 
 /// A site rule as a client lists it (`siteRules.list`, `siteRules.updated`).

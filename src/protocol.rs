@@ -274,6 +274,26 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
+    /// Sign in to the MCP server `name`, which asks for it (Settings'
+    /// "Sign in"): the worker opens the server's sign-in window →
+    /// `command.ack{servers}` at once; `mcpServers.updated` follows with
+    /// the outcome (`ready` with its tools, or `sign_in_needed` with why).
+    /// No receipt: sent again, it opens the window again.
+    #[serde(rename = "mcpServers.signIn")]
+    McpServersSignIn {
+        #[serde(flatten)]
+        submission: Submission,
+        name: String,
+    },
+    /// Forget the user's sign-in to the MCP server `name` →
+    /// `command.ack{servers}`; it is asked for its tools again (a server
+    /// that needs a sign-in then says so). No receipt.
+    #[serde(rename = "mcpServers.signOut")]
+    McpServersSignOut {
+        #[serde(flatten)]
+        submission: Submission,
+        name: String,
+    },
     /// Remove a site's rule → `command.ack{origin}` once the removal is
     /// saved: from then on every write tool on that origin asks again.
     /// `not_found` when the site has no rule.
@@ -363,6 +383,8 @@ impl Op {
             | Op::SiteRulesList { submission }
             | Op::McpServersList { submission }
             | Op::McpServersRefresh { submission, .. }
+            | Op::McpServersSignIn { submission, .. }
+            | Op::McpServersSignOut { submission, .. }
             | Op::SettingsDefaults { submission }
             | Op::SiteRuleRevoke { submission, .. }
             | Op::RunResolveUncertain { submission, .. } => submission,
@@ -395,6 +417,8 @@ impl Op {
             Op::SiteRulesList { .. } => "siteRules.list",
             Op::McpServersList { .. } => "mcpServers.list",
             Op::McpServersRefresh { .. } => "mcpServers.refresh",
+            Op::McpServersSignIn { .. } => "mcpServers.signIn",
+            Op::McpServersSignOut { .. } => "mcpServers.signOut",
             Op::SettingsDefaults { .. } => "settings.defaults",
             Op::SiteRuleRevoke { .. } => "siteRule.revoke",
         }
@@ -402,7 +426,7 @@ impl Op {
 }
 
 /// Every op type, as `Op::op_type` names it.
-pub const OP_TYPES: [&str; 25] = [
+pub const OP_TYPES: [&str; 27] = [
     "initialize",
     "thread.create",
     "thread.fork",
@@ -427,12 +451,16 @@ pub const OP_TYPES: [&str; 25] = [
     "siteRule.revoke",
     "mcpServers.list",
     "mcpServers.refresh",
+    "mcpServers.signIn",
+    "mcpServers.signOut",
     "settings.defaults",
 ];
 
-/// The ops that only read: they keep no receipt, so a retry reads again
-/// (every other ACKed op replays its first answer).
-pub const READ_OP_TYPES: [&str; 8] = [
+/// The ops that write nothing to the store (reads, and what only the
+/// driver does: asking MCP servers again, signing in to one or out): they
+/// keep no receipt, so a retry runs again (every other ACKed op replays
+/// its first answer).
+pub const READ_OP_TYPES: [&str; 10] = [
     "initialize",
     "thread.history",
     "attachment.get",
@@ -440,6 +468,8 @@ pub const READ_OP_TYPES: [&str; 8] = [
     "siteRules.list",
     "mcpServers.list",
     "mcpServers.refresh",
+    "mcpServers.signIn",
+    "mcpServers.signOut",
     "settings.defaults",
 ];
 
@@ -625,6 +655,14 @@ impl Op {
             "mcpServers.refresh" => Op::McpServersRefresh {
                 submission,
                 name: f.opt("name")?,
+            },
+            "mcpServers.signIn" => Op::McpServersSignIn {
+                submission,
+                name: f.req("name")?,
+            },
+            "mcpServers.signOut" => Op::McpServersSignOut {
+                submission,
+                name: f.req("name")?,
             },
             "settings.defaults" => Op::SettingsDefaults { submission },
             "siteRule.revoke" => Op::SiteRuleRevoke {
@@ -1264,6 +1302,14 @@ mod tests {
             Op::McpServersRefresh {
                 submission: submission(),
                 name: None,
+            },
+            Op::McpServersSignIn {
+                submission: submission(),
+                name: "docs".into(),
+            },
+            Op::McpServersSignOut {
+                submission: submission(),
+                name: "docs".into(),
             },
             Op::SiteRuleRevoke {
                 submission: submission(),

@@ -178,6 +178,8 @@ pub struct Sim {
     pub elicitation_answer_calls: Vec<String>,
     /// Each `Effect::ListMcpTools`: the servers asked for their tools.
     pub mcp_listings: Vec<Vec<String>>,
+    /// Each `Effect::SignInMcp` (true) and `SignOutMcp` (false).
+    pub mcp_sign_ins: Vec<(String, bool)>,
     /// Start the engine without receipts and deliver them as an input after
     /// whatever was already queued, as the browser's start does (true).
     pub defer_receipts: bool,
@@ -249,6 +251,7 @@ impl Sim {
             elicitation_answers: Vec::new(),
             elicitation_answer_calls: Vec::new(),
             mcp_listings: Vec::new(),
+            mcp_sign_ins: Vec::new(),
             seed,
             next_conn: 1,
             connected: Vec::new(),
@@ -832,6 +835,8 @@ impl Sim {
             }
             // The test answers for the servers (`handle_mcp_status`).
             Effect::ListMcpTools { names } => self.mcp_listings.push(names),
+            Effect::SignInMcp { name } => self.mcp_sign_ins.push((name, true)),
+            Effect::SignOutMcp { name } => self.mcp_sign_ins.push((name, false)),
             Effect::ResolveTarget {
                 resolve_id, params, ..
             } => {

@@ -230,6 +230,8 @@ const OP_VERBS = {
   "siteRules.list": "list the sites where the agent acts without asking",
   "mcpServers.list": "list the MCP servers",
   "mcpServers.refresh": "ask the MCP server for its tools again",
+  "mcpServers.signIn": "sign in to the MCP server",
+  "mcpServers.signOut": "sign out of the MCP server",
   "siteRule.revoke": "remove the site",
   "settings.defaults": "read the extension's settings defaults",
   "attachment.get": "load the attached file",
@@ -911,7 +913,11 @@ function onAck(event) {
       if (event.submissionId === mcpServersSubmission) renderMcpServers(result.servers);
       break;
     case "mcpServers.refresh":
+    case "mcpServers.signOut":
       renderMcpServers(result.servers);
+      break;
+    case "mcpServers.signIn":
+      setMcpServersStatus("The server's sign-in window is open: sign in there.", false, "sign-in");
       break;
     case "settings.defaults":
       onSettingsDefaults(result.defaults ?? {});
@@ -1008,6 +1014,14 @@ function onReject(event) {
     if (pending && pending.message && pending.message.submissionId === mcpServersSubmission) {
       setMcpServersStatus(`Could not list the MCP servers: ${explainError(event.error).text}`, true, "list");
     }
+    return;
+  }
+  if (opType === "mcpServers.signIn" || opType === "mcpServers.signOut") {
+    const message = pending ? pending.message : null;
+    const name = message && (message.type === "mcpServers.signIn" || message.type === "mcpServers.signOut") ? message.name : "";
+    const what = opType === "mcpServers.signIn" ? "sign in to" : "sign out of";
+    setMcpServersStatus(`Could not ${what} ${name ? `the server ${name}` : "the server"}: ${explainError(event.error).text}`, true, "sign-in");
+    requestMcpServers();
     return;
   }
   if (opType === "mcpServers.refresh") {
@@ -4531,8 +4545,8 @@ function requestMcpServers() {
 /**
  * The line under the list: `about` says what it reports ("list": the list
  * could not be read, cleared by the next list; "remove": a removal;
- * "refresh": asking a server again).
- * @param {string} text @param {boolean} isError @param {"list" | "remove" | "refresh"} about
+ * "refresh": asking a server again; "sign-in": signing in or out).
+ * @param {string} text @param {boolean} isError @param {"list" | "remove" | "refresh" | "sign-in"} about
  */
 function setMcpServersStatus(text, isError, about) {
   dom.mcpServersStatus.textContent = text;
@@ -4546,6 +4560,7 @@ const MCP_STATE_TEXT = {
   ready: "Connected",
   unreachable: "Not reachable",
   refused: "Not used",
+  sign_in_needed: "Sign-in needed",
 };
 
 /** The name an entry is listed and stored under ("" when it has none in text). */
@@ -4652,6 +4667,7 @@ function fillMcpServerItem(item, server, key, byUser, refusedAt) {
   if (old) old.replaceWith(info);
   else item.prepend(info);
 
+  fillMcpSignButton(item, name, state, server.signedIn === true);
   fillMcpRefreshButton(item, name, state);
   let remove = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-remove"));
   if (!byUser) {
@@ -4674,6 +4690,49 @@ function fillMcpServerItem(item, server, key, byUser, refusedAt) {
   }
   remove.removeAttribute("aria-disabled");
   remove.setAttribute("aria-label", name ? `Remove the MCP server ${name}` : `Remove the MCP server entry ${refusedAt + 1} without a name`);
+}
+
+/**
+ * "Sign in" for a server that asks for one (`mcpServers.signIn`: the
+ * worker opens the server's sign-in window), "Sign out" for one the user is
+ * signed in to (`mcpServers.signOut`); none otherwise. Kept across redraws
+ * while it stays the same kind.
+ * @param {HTMLElement} item @param {string} name @param {string} state @param {boolean} signedIn
+ */
+function fillMcpSignButton(item, name, state, signedIn) {
+  const kind = state === "sign_in_needed" ? "in" : signedIn && state !== "refused" ? "out" : "";
+  let button = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-sign"));
+  if (button && button.dataset.kind !== kind) {
+    button.remove();
+    button = null;
+  }
+  if (!kind || !name) {
+    button?.remove();
+    return;
+  }
+  if (button === null) {
+    const created = document.createElement("button");
+    created.type = "button";
+    created.className = "mcp-sign";
+    created.dataset.kind = kind;
+    created.textContent = kind === "in" ? "Sign in" : "Sign out";
+    created.addEventListener("click", () => {
+      if (created.getAttribute("aria-disabled") === "true") return;
+      const signIn = created.dataset.kind === "in";
+      if (signIn) {
+        created.setAttribute("aria-disabled", "true");
+        created.textContent = "Signing in…";
+      }
+      sendOp(signIn ? "mcpServers.signIn" : "mcpServers.signOut", { name: item.dataset.server ?? "" });
+    });
+    const after = item.querySelector(":scope > button.mcp-refresh") ?? item.querySelector(":scope > button.mcp-remove");
+    item.insertBefore(created, after);
+    button = created;
+  } else if (kind === "in") {
+    button.removeAttribute("aria-disabled");
+    button.textContent = "Sign in";
+  }
+  button.setAttribute("aria-label", kind === "in" ? `Sign in to the MCP server ${name}` : `Sign out of the MCP server ${name}`);
 }
 
 /**

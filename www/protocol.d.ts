@@ -229,6 +229,26 @@ export type Op =
     name?: string | null;
   } & Submission
   /**
+   * Sign in to the MCP server `name`, which asks for it (Settings'
+   * "Sign in"): the worker opens the server's sign-in window →
+   * `command.ack{servers}` at once; `mcpServers.updated` follows with
+   * the outcome (`ready` with its tools, or `sign_in_needed` with why).
+   * No receipt: sent again, it opens the window again.
+   */
+  | {
+    type: "mcpServers.signIn";
+    name: string;
+  } & Submission
+  /**
+   * Forget the user's sign-in to the MCP server `name` →
+   * `command.ack{servers}`; it is asked for its tools again (a server
+   * that needs a sign-in then says so). No receipt.
+   */
+  | {
+    type: "mcpServers.signOut";
+    name: string;
+  } & Submission
+  /**
    * Remove a site's rule → `command.ack{origin}` once the removal is
    * saved: from then on every write tool on that origin asks again.
    * `not_found` when the site has no rule.
@@ -998,6 +1018,8 @@ export interface McpServerSummary {
   problem?: string | null;
   /** When its state last changed (ms since the epoch). */
   since: number;
+  /** The user is signed in to it (a sign-in this extension keeps). */
+  signedIn?: boolean;
 }
 
 /** Who named an MCP server. */
@@ -1030,7 +1052,14 @@ export type McpServerState =
    * wrong field, a name another server has, one server too many); not
    * connected, no tools.
    */
-  | "refused";
+  | "refused"
+  /**
+   * It asks for a sign-in (HTTP 401) and no kept one works: the user
+   * signs in from Settings (`mcpServers.signIn`; `problem` says why
+   * when a sign-in failed). The tools it listed before, if any, are
+   * offered, and their calls fail saying so.
+   */
+  | "sign_in_needed";
 
 /** A tool of an MCP server as a client lists it. */
 export interface McpToolSummary {

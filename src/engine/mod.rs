@@ -398,6 +398,11 @@ pub enum Effect {
     /// Ask these MCP servers for their tools again (`mcpServers.refresh`);
     /// feed `handle_mcp_status` / `handle_mcp_tools` with what they answer.
     ListMcpTools { names: Vec<String> },
+    /// Open the sign-in window of this MCP server (`mcpServers.signIn`),
+    /// then list its tools; feed `handle_mcp_status` with the outcome.
+    SignInMcp { name: String },
+    /// Forget the user's sign-in to this MCP server, then list its tools.
+    SignOutMcp { name: String },
     /// Deliver an event to one client.
     Send { conn: ConnId, event: EventEnvelope },
     /// How much the worker's life is needed from now on (README, "Worker
@@ -1124,6 +1129,7 @@ struct McpServerStatus {
     state: McpServerState,
     problem: Option<String>,
     since: u64,
+    signed_in: bool,
 }
 
 /// The engine. One per service-worker instance; rebuilt from the store after a crash.
@@ -1516,6 +1522,7 @@ impl Engine {
             state,
             problem,
             since: now,
+            signed_in: false,
         };
         // A refused entry of the user's is listed apart (it may even have
         // a server's name: that is why it is refused).
@@ -1529,12 +1536,23 @@ impl Engine {
                 if known.state == state {
                     status.since = known.since;
                 }
+                status.signed_in = known.signed_in;
                 *known = status;
             }
             None => self.mcp_servers.push(status),
         }
         let servers = self.mcp_server_summaries();
         self.send_to_pages(Event::McpServersUpdated { servers });
+    }
+
+    /// Whether the user is signed in to an MCP server (the driver knows:
+    /// it keeps the grant); listed with it from its next state on.
+    pub fn handle_mcp_signed_in(&mut self, name: &str, added_by: McpServerOrigin, signed_in: bool) {
+        if let Some(known) = self.mcp_servers.iter_mut().find(|s| {
+            s.name == name && s.added_by == added_by && s.state != McpServerState::Refused
+        }) {
+            known.signed_in = signed_in;
+        }
     }
 
     /// An MCP server is gone (the user removed it, or changed it and it is
@@ -1568,6 +1586,7 @@ impl Engine {
                 state: McpServerState::Refused,
                 problem: Some(refusal.problem),
                 since: now,
+                signed_in: false,
             });
         }
         let servers = self.mcp_server_summaries();
@@ -1608,6 +1627,30 @@ impl Engine {
         self.ack(&reply, serde_json::json!({ "servers": servers }));
     }
 
+    /// `mcpServers.signIn` / `signOut` of a server in use: handed to the
+    /// driver (the sign-in window is its); the outcome follows as
+    /// `mcpServers.updated`.
+    fn op_mcp_server_sign(&mut self, reply: Reply, name: String, sign_in: bool) {
+        let usable = self
+            .mcp_servers
+            .iter()
+            .any(|s| s.name == name && s.state != McpServerState::Refused);
+        if !usable {
+            return self.reject(
+                &reply,
+                ErrorKind::NotFound,
+                &format!("There is no MCP server named \"{name}\" in use."),
+            );
+        }
+        self.effects.push_back(if sign_in {
+            Effect::SignInMcp { name }
+        } else {
+            Effect::SignOutMcp { name }
+        });
+        let servers = self.mcp_server_summaries();
+        self.ack(&reply, serde_json::json!({ "servers": servers }));
+    }
+
     pub(super) fn mcp_server_summaries(&self) -> Vec<McpServerSummary> {
         self.mcp_servers
             .iter()
@@ -1618,6 +1661,7 @@ impl Engine {
                 state: server.state,
                 problem: server.problem.clone(),
                 since: server.since,
+                signed_in: server.signed_in,
                 tools: if server.state == McpServerState::Refused {
                     Vec::new()
                 } else {
@@ -1824,6 +1868,8 @@ impl Engine {
                 self.ack(&reply, serde_json::json!({ "servers": servers }));
             }
             Op::McpServersRefresh { name, .. } => self.op_mcp_servers_refresh(now, reply, name),
+            Op::McpServersSignIn { name, .. } => self.op_mcp_server_sign(reply, name, true),
+            Op::McpServersSignOut { name, .. } => self.op_mcp_server_sign(reply, name, false),
             Op::SettingsDefaults { .. } => self.op_settings_defaults(reply),
             Op::SiteRuleRevoke { origin, .. } => self.op_site_rule_revoke(now, reply, &origin),
             Op::ThreadHistory {

@@ -856,6 +856,8 @@ pub(super) fn op_thread(op: &Op) -> Option<&str> {
         | Op::SiteRulesList { .. }
         | Op::McpServersList { .. }
         | Op::McpServersRefresh { .. }
+        | Op::McpServersSignIn { .. }
+        | Op::McpServersSignOut { .. }
         | Op::SettingsDefaults { .. }
         | Op::SiteRuleRevoke { .. } => None,
     }

@@ -18,6 +18,15 @@ extern "C" {
     #[wasm_bindgen(catch, js_namespace = ["chrome", "storage", "local"], js_name = set)]
     fn storage_local_set(items: &JsValue) -> Result<Promise, JsValue>;
 
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "storage", "local"], js_name = remove)]
+    fn storage_local_remove(keys: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "identity"], js_name = launchWebAuthFlow)]
+    fn identity_launch_web_auth_flow(details: &JsValue) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_namespace = ["chrome", "identity"], js_name = getRedirectURL)]
+    fn identity_get_redirect_url(path: &str) -> Result<JsValue, JsValue>;
+
     #[wasm_bindgen(catch, js_namespace = ["chrome", "alarms"], js_name = create)]
     fn alarms_create(name: &str, info: &JsValue) -> Result<Promise, JsValue>;
 
@@ -114,6 +123,45 @@ pub async fn store_local(key: &str, value: &serde_json::Value) -> Result<(), JsE
     })?;
     await_promise(storage_local_set(&object(&[(key, value)]))).await?;
     Ok(())
+}
+
+/// The JSON value kept under `key` in `chrome.storage.local` (null when
+/// there is none).
+pub async fn load_local(key: &str) -> Result<serde_json::Value, JsError> {
+    let all = await_promise(storage_local_get(&JsValue::from_str(key))).await?;
+    Ok(super::boundary::from_js_value(get(&all, key)))
+}
+
+pub async fn remove_local(key: &str) -> Result<(), JsError> {
+    await_promise(storage_local_remove(&JsValue::from_str(key)))
+        .await
+        .map(|_| ())
+}
+
+/// The address a sign-in window comes back to (`chrome.identity`): the
+/// extension's own `https://<id>.chromiumapp.org/<path>`.
+pub fn redirect_url(path: &str) -> Result<String, JsError> {
+    identity_get_redirect_url(path)
+        .map_err(js_to_error)?
+        .as_string()
+        .ok_or_else(|| JsError {
+            name: "TypeError".into(),
+            message: "chrome.identity.getRedirectURL gave no address".into(),
+        })
+}
+
+/// Open a sign-in window at `url` and wait until it comes back to the
+/// extension's redirect address (its whole URL) or the user closes it.
+pub async fn launch_web_auth_flow(url: &str) -> Result<String, JsError> {
+    let details = object(&[
+        ("url", JsValue::from_str(url)),
+        ("interactive", JsValue::TRUE),
+    ]);
+    let answer = await_promise(identity_launch_web_auth_flow(&details)).await?;
+    answer.as_string().ok_or_else(|| JsError {
+        name: "Error".into(),
+        message: "the sign-in window came back without an address".into(),
+    })
 }
 
 pub async fn set_alarm(name: &str, period_minutes: f64) -> Result<(), JsError> {

@@ -43,9 +43,17 @@ impl Streaming {
         Ok(Some(Uint8Array::new(&value).to_vec()))
     }
 
-    /// The whole body as text (for error responses).
-    pub async fn text(self) -> Result<String, JsError> {
-        drop(self.reader);
+    /// The whole body as text (an error response's, or a small document
+    /// read at once).
+    pub async fn text(mut self) -> Result<String, JsError> {
+        if self.reader.is_some() {
+            // A successful body is locked to its reader: read it there.
+            let mut bytes = Vec::new();
+            while let Some(chunk) = self.next_chunk().await? {
+                bytes.extend_from_slice(&chunk);
+            }
+            return Ok(String::from_utf8_lossy(&bytes).into_owned());
+        }
         let promise = self.response.text().map_err(js_to_error)?;
         let text = JsFuture::from(promise).await.map_err(js_to_error)?;
         Ok(text.as_string().unwrap_or_default())
@@ -146,7 +154,8 @@ pub async fn get(
     open("GET", url, headers, None, controller).await
 }
 
-async fn open(
+/// Any request; resolves once headers arrived.
+pub async fn open(
     method: &str,
     url: &str,
     headers: &[(&str, &str)],

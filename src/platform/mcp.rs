@@ -28,6 +28,7 @@ use super::fetch;
 use crate::engine::ToolOutcome;
 use crate::mcp::{self, AnswerReader, Incoming, McpError, ServerConfig};
 use crate::model::McpServerOrigin;
+use crate::oauth::{Grant, OAuthError};
 use crate::vecmap::VecMap;
 
 /// How many pages of `tools/list` are read at most (a server that keeps
@@ -82,6 +83,20 @@ pub struct Server {
     /// A new listing of the tools: None idle, Some(again) running
     /// (`again`: asked for once more meanwhile).
     relisting: Cell<Option<bool>>,
+    /// The user's sign-in to the server (`crate::oauth`), read from
+    /// storage before the first request (`grant_loaded`).
+    grant: RefCell<Option<Grant>>,
+    grant_loaded: Cell<bool>,
+    /// Held while the grant is renewed, so that requests refused together
+    /// renew it once (a refresh token is good for one renewal).
+    renewing: futures::lock::Mutex<()>,
+    /// The `WWW-Authenticate` of the server's last 401 (where its sign-in
+    /// metadata is).
+    challenge: RefCell<Option<String>>,
+    /// The last request was refused for want of a sign-in.
+    wants_sign_in: Cell<bool>,
+    /// A sign-in window is open.
+    signing_in: Cell<bool>,
 }
 
 impl Server {
@@ -96,7 +111,116 @@ impl Server {
             on_tools_changed: RefCell::new(None),
             stream: RefCell::new(None),
             relisting: Cell::new(None),
+            grant: RefCell::new(None),
+            grant_loaded: Cell::new(false),
+            renewing: futures::lock::Mutex::new(()),
+            challenge: RefCell::new(None),
+            wants_sign_in: Cell::new(false),
+            signing_in: Cell::new(false),
         }
+    }
+
+    /// The headers of the extension's entry name an `Authorization` of its
+    /// own: no sign-in is offered (a 401 is a wrong credential).
+    fn own_authorization(&self) -> bool {
+        self.config
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+    }
+
+    /// Whether the user is signed in to the server (a grant is kept).
+    pub fn signed_in(&self) -> bool {
+        self.grant.borrow().is_some()
+    }
+
+    /// Whether the server's last request was refused for want of a sign-in.
+    pub fn wants_sign_in(&self) -> bool {
+        self.wants_sign_in.get()
+    }
+
+    /// Read the kept grant once per worker.
+    async fn load_grant(&self) {
+        if self.grant_loaded.get() || self.own_authorization() {
+            return;
+        }
+        let kept = super::oauth::load_grant(&self.config.url).await;
+        if !self.grant_loaded.replace(true) {
+            *self.grant.borrow_mut() = kept;
+        }
+    }
+
+    fn access_token(&self) -> Option<String> {
+        self.grant.borrow().as_ref().map(|g| g.access_token.clone())
+    }
+
+    /// Renew the grant whose access token `failed` was refused or is
+    /// ending. True: there is a new one to try (renewed here or by a
+    /// request refused at the same time).
+    async fn renew(&self, failed: Option<&str>) -> bool {
+        let _one_at_a_time = self.renewing.lock().await;
+        let Some(grant) = self.grant.borrow().clone() else {
+            return false;
+        };
+        if Some(grant.access_token.as_str()) != failed {
+            return true;
+        }
+        match super::oauth::refresh(&grant, js_sys::Date::now() as u64).await {
+            Ok(renewed) => {
+                *self.grant.borrow_mut() = Some(renewed.clone());
+                super::oauth::keep_grant(&self.config.url, Some(&renewed)).await;
+                true
+            }
+            // Not reached: the grant stays for the next try.
+            Err(OAuthError::Unreachable(why)) => {
+                super::console_error(&format!(
+                    "MCP server \"{}\": its sign-in could not be renewed ({why})",
+                    self.config.name
+                ));
+                false
+            }
+            Err(e) => {
+                super::console_error(&e.describe(&self.config.name));
+                *self.grant.borrow_mut() = None;
+                super::oauth::keep_grant(&self.config.url, None).await;
+                false
+            }
+        }
+    }
+
+    /// Sign in (the user asked, Settings): the sign-in window, then the
+    /// grant kept. One window at a time.
+    pub async fn sign_in(&self) -> Result<(), String> {
+        let name = &self.config.name;
+        if self.own_authorization() {
+            return Err(format!(
+                "The MCP server \"{name}\" is given an Authorization header by its entry; it has no sign-in."
+            ));
+        }
+        if self.signing_in.replace(true) {
+            return Err(format!(
+                "A sign-in to the MCP server \"{name}\" is already open."
+            ));
+        }
+        let challenge = self.challenge.borrow().clone();
+        let result = super::oauth::sign_in(&self.config, challenge.as_deref(), || {
+            js_sys::Date::now() as u64
+        })
+        .await;
+        self.signing_in.set(false);
+        let grant = result.map_err(|e| e.describe(name))?;
+        super::oauth::keep_grant(&self.config.url, Some(&grant)).await;
+        *self.grant.borrow_mut() = Some(grant);
+        self.grant_loaded.set(true);
+        self.wants_sign_in.set(false);
+        Ok(())
+    }
+
+    /// Forget the user's sign-in to the server (kept and in memory).
+    pub async fn sign_out(&self) {
+        *self.grant.borrow_mut() = None;
+        self.grant_loaded.set(true);
+        super::oauth::keep_grant(&self.config.url, None).await;
     }
 
     fn next_id(&self) -> u64 {
@@ -125,6 +249,14 @@ impl Server {
             "application/json, text/event-stream".to_string(),
         )];
         headers.extend(self.config.headers.iter().cloned());
+        if let Some(grant) = self.grant.borrow().as_ref() {
+            if !self.own_authorization() {
+                headers.push((
+                    "authorization".into(),
+                    format!("Bearer {}", grant.access_token),
+                ));
+            }
+        }
         if let Some(session) = session {
             if let Some(id) = &session.id {
                 headers.push(("mcp-session-id".into(), id.clone()));
@@ -164,6 +296,9 @@ impl Server {
         let status = response.status;
         if status == 404 && session.is_some_and(|s| s.id.is_some()) {
             return Err(McpError::SessionExpired);
+        }
+        if status == 401 && !self.own_authorization() {
+            return Err(McpError::SignInNeeded(response.header("www-authenticate")));
         }
         if !(200..300).contains(&status) {
             let body = response.text().await.unwrap_or_default();
@@ -286,38 +421,89 @@ impl Server {
         on_note: &mut dyn FnMut(&str, &Value),
         on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
     ) -> Result<Value, McpError> {
-        for attempt in 0..2 {
-            if self.session.borrow().is_none() {
-                let _one_at_a_time = self.setting_up.lock().await;
-                if self.session.borrow().is_none() {
-                    self.initialize().await?;
-                }
-            }
-            let session = self.session.borrow().clone();
-            let used = session.as_ref().and_then(|s| s.id.clone());
-            let id = self.next_id();
-            on_request(id);
-            match self
-                .post(
-                    mcp::request(id, method, params.clone()),
-                    Some(id),
-                    session.as_ref(),
-                    controller,
-                    on_note,
-                    on_ask,
-                )
-                .await
+        self.load_grant().await;
+        let mut session_retried = false;
+        let mut renewed = false;
+        loop {
+            if !renewed
+                && self
+                    .grant
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|g| g.expiring(js_sys::Date::now() as u64))
             {
-                Err(McpError::SessionExpired) if attempt == 0 => {
-                    // Unless another request already set up a new one.
-                    if self.session_id() == used {
-                        *self.session.borrow_mut() = None;
+                let token = self.access_token();
+                renewed = true;
+                self.renew(token.as_deref()).await;
+            }
+            let token = self.access_token();
+            let outcome = self
+                .request_once(method, &params, controller, on_request, on_note, on_ask)
+                .await;
+            match outcome {
+                Err(McpError::SessionExpired) if !session_retried => session_retried = true,
+                Err(McpError::SignInNeeded(challenge)) => {
+                    if challenge.is_some() {
+                        *self.challenge.borrow_mut() = challenge.clone();
                     }
+                    if !renewed && token.is_some() {
+                        renewed = true;
+                        if self.renew(token.as_deref()).await {
+                            continue;
+                        }
+                    }
+                    self.wants_sign_in.set(true);
+                    return Err(McpError::SignInNeeded(challenge));
                 }
-                other => return other.map(|(_, result)| result.unwrap_or(Value::Null)),
+                Err(McpError::SessionExpired) => return Err(McpError::SessionExpired),
+                other => {
+                    if other.is_ok() {
+                        self.wants_sign_in.set(false);
+                    }
+                    return other;
+                }
             }
         }
-        Err(McpError::SessionExpired)
+    }
+
+    /// One request in the session (set up first if there is none); a
+    /// session the server forgot is dropped.
+    async fn request_once(
+        self: &Rc<Self>,
+        method: &str,
+        params: &Value,
+        controller: &AbortController,
+        on_request: &mut dyn FnMut(u64),
+        on_note: &mut dyn FnMut(&str, &Value),
+        on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
+    ) -> Result<Value, McpError> {
+        if self.session.borrow().is_none() {
+            let _one_at_a_time = self.setting_up.lock().await;
+            if self.session.borrow().is_none() {
+                self.initialize().await?;
+            }
+        }
+        let session = self.session.borrow().clone();
+        let used = session.as_ref().and_then(|s| s.id.clone());
+        let id = self.next_id();
+        on_request(id);
+        let result = self
+            .post(
+                mcp::request(id, method, params.clone()),
+                Some(id),
+                session.as_ref(),
+                controller,
+                on_note,
+                on_ask,
+            )
+            .await;
+        if let Err(McpError::SessionExpired) = result {
+            // Unless another request already set up a new one.
+            if self.session_id() == used {
+                *self.session.borrow_mut() = None;
+            }
+        }
+        result.map(|(_, result)| result.unwrap_or(Value::Null))
     }
 
     /// Every tool the server lists (`tools/list`, all its pages).
@@ -480,10 +666,10 @@ impl Server {
             return failed();
         };
         match response.status {
-            // None offered; or the session forgotten: the next request
-            // finds that out itself and sets up a new one, which opens the
-            // stream again.
-            404 | 405 => return StreamEnd::Stop,
+            // None offered; or the session forgotten, or a sign-in
+            // wanted: the next request finds that out itself (a new
+            // session opens the stream again).
+            401 | 403 | 404 | 405 => return StreamEnd::Stop,
             200..=299 => {}
             _ => return StreamEnd::Failed,
         }

@@ -18,6 +18,7 @@ pub mod idb;
 pub mod image;
 pub mod mcp;
 pub mod metrics;
+pub mod oauth;
 pub mod port;
 pub mod stream;
 
@@ -381,6 +382,21 @@ impl Driver {
                     if let Some(server) = self.mcp.get(&name) {
                         self.relist_mcp(server);
                     }
+                }
+            }
+            Effect::SignInMcp { name } => {
+                if let Some(server) = self.mcp.get(&name) {
+                    let driver = self.rc();
+                    spawn_local(async move { driver.sign_in_mcp(server).await });
+                }
+            }
+            Effect::SignOutMcp { name } => {
+                if let Some(server) = self.mcp.get(&name) {
+                    let driver = self.rc();
+                    spawn_local(async move {
+                        server.sign_out().await;
+                        driver.relist_mcp(server);
+                    });
                 }
             }
             Effect::Send { conn, event } => {
@@ -965,12 +981,29 @@ impl Driver {
                 driver.elicitation_asked(dispatch_id, &asking, id, params, order);
             }
         };
-        self.abortable_call(dispatch_id, |controller, progress| async move {
-            server
-                .call(name, call_id, params, &controller, &progress, &ask)
-                .await
-        })
-        .await
+        let calling = server.clone();
+        let outcome = self
+            .abortable_call(dispatch_id, |controller, progress| async move {
+                calling
+                    .call(name, call_id, params, &controller, &progress, &ask)
+                    .await
+            })
+            .await;
+        // Refused for want of a sign-in: Settings offers one.
+        if outcome.is_err() && server.wants_sign_in() && self.mcp.holds(&server) {
+            let config = &server.config;
+            self.input(|e, now| {
+                e.handle_mcp_status(
+                    now,
+                    &config.name,
+                    &config.url,
+                    server.added_by,
+                    McpServerState::SignInNeeded,
+                    None,
+                )
+            });
+        }
+        outcome
     }
 
     /// The server of the MCP call `dispatch_id` asks the user for input:
@@ -1074,17 +1107,16 @@ impl Driver {
             let listed = match listed {
                 Ok(listed) => listed,
                 Err(e) => {
+                    let state = match e {
+                        crate::mcp::McpError::SignInNeeded(_) => McpServerState::SignInNeeded,
+                        _ => McpServerState::Unreachable,
+                    };
                     let problem = e.describe(name);
                     console_error(&problem);
+                    let signed_in = server.signed_in();
                     self.input(|e, now| {
-                        e.handle_mcp_status(
-                            now,
-                            name,
-                            url,
-                            added_by,
-                            McpServerState::Unreachable,
-                            Some(problem),
-                        )
+                        e.handle_mcp_signed_in(name, added_by, signed_in);
+                        e.handle_mcp_status(now, name, url, added_by, state, Some(problem))
                     });
                     continue;
                 }
@@ -1093,7 +1125,9 @@ impl Driver {
             server.set_tools(&tools);
             self.follow_mcp(server);
             let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
+            let signed_in = server.signed_in();
             self.input(|e, now| {
+                e.handle_mcp_signed_in(name, added_by, signed_in);
                 problems.extend(e.handle_mcp_tools(name, descriptors));
                 let problem = (!problems.is_empty()).then(|| problems.join("; "));
                 e.handle_mcp_status(now, name, url, added_by, McpServerState::Ready, problem);
@@ -1129,6 +1163,32 @@ impl Driver {
                 }
             }
         });
+    }
+
+    /// The user asked to sign in to `server`: its sign-in window, then its
+    /// tools listed with the new grant; a failed sign-in is listed with
+    /// the reason.
+    async fn sign_in_mcp(&self, server: Rc<mcp::Server>) {
+        match server.sign_in().await {
+            Ok(()) => self.rc().relist_mcp(server),
+            Err(problem) => {
+                console_error(&problem);
+                if !self.mcp.holds(&server) {
+                    return;
+                }
+                let config = &server.config;
+                self.input(|e, now| {
+                    e.handle_mcp_status(
+                        now,
+                        &config.name,
+                        &config.url,
+                        server.added_by,
+                        McpServerState::SignInNeeded,
+                        Some(problem.clone()),
+                    )
+                });
+            }
+        }
     }
 
     /// Act on what a server announces (`mcp::Server::follow`): a change
@@ -1172,12 +1232,23 @@ impl Driver {
         let (wanted, refused) = crate::mcp::split_user_servers(value, &extension);
         // Gone or changed: removed (a changed one is set up anew below).
         let mut removed: Vec<String> = Vec::new();
+        // The addresses whose sign-in is forgotten with them (unless a
+        // server still in use has the same one).
+        let mut forget: Vec<String> = Vec::new();
         for server in current
             .iter()
             .filter(|s| s.added_by == McpServerOrigin::User)
         {
             if !wanted.iter().any(|w| *w == server.config) {
                 removed.push(server.config.name.clone());
+                let url = &server.config.url;
+                let kept = wanted.iter().any(|w| w.url == *url)
+                    || current
+                        .iter()
+                        .any(|s| s.added_by == McpServerOrigin::Extension && s.config.url == *url);
+                if !kept {
+                    forget.push(url.clone());
+                }
             }
         }
         let added: Vec<crate::mcp::ServerConfig> = wanted
@@ -1216,6 +1287,9 @@ impl Driver {
         });
         let driver = self.rc();
         spawn_local(async move {
+            for url in &forget {
+                oauth::keep_grant(url, None).await;
+            }
             if !removed.is_empty() {
                 driver.keep_mcp_catalog().await;
             }

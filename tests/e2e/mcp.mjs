@@ -1187,3 +1187,126 @@ mcpTest(
   },
   { listChanged: false, tools: [INLINE_SEARCH, INLINE_PUBLISH] },
 );
+
+/** The sign-in window the worker opened at the mock's authorization endpoint. */
+function signInWindow(context, mcp) {
+  return waitFor(
+    () => context.pages().find((p) => p.url().startsWith(mcp.auth.authorizationEndpoint)) ?? null,
+    { message: 'the server\'s sign-in window' },
+  );
+}
+
+const grantIn = (panel, url) => panel.evaluate(async (key) => (await chrome.storage.local.get(key))[key] ?? null, `mcpGrant:${url}`);
+
+mcpTest(
+  'a_server_that_asks_for_a_sign_in_is_signed_in_from_settings_its_token_sent_renewed_and_kept_for_a_new_worker',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp, context, extensionId } = session;
+    // The server answers 401: Settings says a sign-in is needed and offers it.
+    const [asks] = await serversIn(panel, { docs: 'sign_in_needed' });
+    assert.match(asks.text, /^docs — Sign-in needed\. The MCP server "docs" needs you to sign in/);
+    assert.equal(mcp.log().filter((e) => e.status === 401).length > 0, true);
+    await panel.getByRole('button', { name: 'Sign in to the MCP server docs', exact: true }).click();
+
+    // The sign-in window: the mock's page, asked as MCP authorization says.
+    const window = await signInWindow(context, mcp);
+    const asked = new URL(window.url());
+    assert.equal(asked.searchParams.get('response_type'), 'code');
+    assert.equal(asked.searchParams.get('code_challenge_method'), 'S256');
+    assert.equal(asked.searchParams.get('resource'), mcp.url);
+    assert.equal(asked.searchParams.get('redirect_uri'), `https://${extensionId}.chromiumapp.org/mcp-sign-in`);
+    assert.equal(asked.searchParams.get('scope'), 'tools');
+    assert.ok(asked.searchParams.get('state').length >= 20);
+    assert.equal(mcp.clients()[0].client_name, 'SW Agent');
+    await window.click('#allow');
+
+    const [ready] = await serversIn(panel, { docs: 'ready' });
+    assert.match(ready.text, /^docs — Connected .* 8 tools: Search the docs,/);
+    assert.deepEqual(await panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list button.mcp-sign')].map((b) => b.textContent)), ['Sign out']);
+    const [token] = mcp.tokens();
+    assert.equal(token.grantType, 'authorization_code');
+    const exchange = mcp.authLog().find((e) => e.kind === 'token');
+    assert.equal(exchange.params.resource, mcp.url);
+    assert.equal(exchange.params.code_verifier.length, 43);
+    const kept = await grantIn(panel, mcp.url);
+    assert.equal(kept.accessToken, token.accessToken);
+    assert.equal(kept.serverUrl, mcp.url);
+    // Every message after the sign-in carries the token; it never crosses the Port.
+    const afterSignIn = mcp.log().filter((e) => e.status !== 401 && e.kind !== 'rejected');
+    assert.ok(afterSignIn.length > 0);
+    for (const entry of afterSignIn) assert.equal(entry.headers.authorization, `Bearer ${token.accessToken}`, entry.method ?? entry.kind);
+    assert.ok(!((await portLog(panel)) ?? []).some((e) => e.json && e.json.includes(token.accessToken)), 'the token never crosses the Port');
+    await closeSettings(panel);
+
+    // A call with the token; then the token expires: renewed once, the call goes through.
+    await scriptModel(mock, [call('docs__search', { query: 'refund' }), { text: 'Found.' }, call('docs__search', { query: 'returns' }), { text: 'Found again.' }]);
+    await submitTask(panel, 'Search refunds');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const first = await waitForSettledTurn(panel);
+    assert.equal(first.state, 'completed', transcriptLines(first).join('\n'));
+    mcp.expireAccessTokens();
+    await submitTask(panel, 'Search returns');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const second = await waitForSettledTurn(panel, { previousTurnId: first.turnId });
+    assert.equal(second.state, 'completed', transcriptLines(second).join('\n'));
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__search, /2 passages for "returns"/);
+    const renewals = mcp.tokens().filter((t) => t.grantType === 'refresh_token');
+    assert.equal(renewals.length, 1, 'renewed once');
+    assert.equal((await grantIn(panel, mcp.url)).accessToken, renewals[0].accessToken, 'the renewed grant is kept');
+    assert.deepEqual(mcp.calls().map((c) => c.arguments.query), ['refund', 'returns'], 'each call ran once');
+
+    // A new worker reads the kept grant: connected without a sign-in.
+    await killServiceWorker(context, extensionId);
+    await panel.reload();
+    await serversIn(panel, { docs: 'ready' });
+    assert.equal(mcp.clients().length, 1, 'no new registration');
+    assert.equal(mcp.log().at(-1).headers.authorization, `Bearer ${renewals[0].accessToken}`);
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+  { auth: true },
+);
+
+mcpTest(
+  'a_sign_in_denied_a_grant_revoked_and_a_sign_out_leave_the_server_asking_for_a_sign_in_and_keep_no_token',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mcp, context } = session;
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    const signIn = panel.getByRole('button', { name: 'Sign in to the MCP server docs', exact: true });
+
+    // Denied in the sign-in window: still asking, with why; nothing kept.
+    await signIn.click();
+    await (await signInWindow(context, mcp)).click('#deny');
+    const [denied] = await waitFor(async () => {
+      const shown = await shownServers(panel);
+      return shown[0]?.state === 'sign_in_needed' && /access_denied/.test(shown[0].text) ? shown : null;
+    }, { message: 'the denied sign-in to be listed' });
+    assert.match(denied.text, /Signing in to the MCP server "docs" failed: the sign-in did not complete \(access_denied/);
+    assert.equal(await grantIn(panel, mcp.url), null);
+    assert.equal(mcp.tokens().length, 0);
+
+    // Signed in (approved at once), then the grant is revoked at the server:
+    // Check again finds the renewal refused, forgets the grant, asks again.
+    mcp.setAutoApprove(true);
+    await signIn.click();
+    await serversIn(panel, { docs: 'ready' });
+    assert.ok(await grantIn(panel, mcp.url));
+    mcp.revokeGrants();
+    await panel.getByRole('button', { name: 'Ask the MCP server docs for its tools again', exact: true }).click();
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    assert.equal(await grantIn(panel, mcp.url), null, 'a refused renewal forgets the grant');
+    assert.ok(mcp.authLog().some((e) => e.kind === 'token' && e.grantType === 'refresh_token' && e.error === 'invalid_grant'));
+
+    // Signed in again, then out: the grant is forgotten and the server asks again.
+    await signIn.click();
+    await serversIn(panel, { docs: 'ready' });
+    await panel.getByRole('button', { name: 'Sign out of the MCP server docs', exact: true }).click();
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    assert.equal(await grantIn(panel, mcp.url), null);
+    const last = mcp.log().at(-1);
+    assert.equal(last.status, 401);
+    assert.equal(last.headers.authorization, undefined, 'no token sent after the sign-out');
+  },
+  { auth: true },
+);

@@ -21,19 +21,24 @@
 // `notifications/tools/list_changed` goes out when the tools change; several
 // per session. DELETE: forgets the session (and ends its GET streams).
 // Also: sessions forgotten on demand, and a log of every message for
-// assertions.
+// assertions. Optionally (`auth`), an OAuth 2.1 authorization server on the
+// same origin, as MCP's authorization spec (2025-06-18) describes: /mcp then
+// wants a Bearer token of its own (see `auth` below).
 // Must not: listen on anything but 127.0.0.1, depend on any package, or reach
 // the network.
 //
-// CLI:  node tests/mock-mcp/server.mjs [--port N]
+// CLI:  node tests/mock-mcp/server.mjs [--port N] [--auth]
 //       prints `MOCK_MCP_URL=http://127.0.0.1:<port>/mcp` as its first
-//       stdout line and serves the demo tools (demoTools) until killed.
+//       stdout line and serves the demo tools (demoTools) until killed;
+//       --auth: /mcp wants sign-in (auth: { autoApprove: false }).
 // In-process: `startMockMcp({ port, tools, pageSize, answer, versions,
-//   listChanged })` →
+//   listChanged, auth })` →
 //   { url, origin, state, log, calls, cancellations, responses,
 //     elicitations, elicitationResponses, streams, sent, tickets, bookings,
 //     toolNames, setTools, notifyListChanged, closeStreams, streamCount,
-//     setDown, expireSessions, sessionCount, waitFor, reset, close }.
+//     setDown, expireSessions, sessionCount, waitFor, reset, close,
+//     auth, setAutoApprove, expireAccessTokens, revokeGrants, authLog,
+//     clients, tokens }.
 //   `tools`: [{ name, description, inputSchema, annotations?, title?,
 //     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }]
 //     (default: demoTools(state), which include `add_faq_tool`: it publishes
@@ -78,7 +83,98 @@
 //     (the GET's) } per GET stream written, or { kind: 'sent', method,
 //     params?, session, callId, headers (the call's) } for ctx.notify on a
 //     call's stream. `delete` a DELETE of a session (status 200).
+//   `auth` (default off): true, or { autoApprove = false, accessTtlSeconds =
+//     3600, scopes = ['tools'] }. Off: the paths below are 404 like any
+//     other, and /mcp wants no token. On, with O = http://127.0.0.1:<port>:
+//     /mcp (POST, GET, DELETE; after setDown's status, before every other
+//     check) wants `Authorization: Bearer <access token>` issued here, live
+//     (not expired, not revoked); else 401, `WWW-Authenticate: Bearer
+//     resource_metadata="O/.well-known/oauth-protected-resource/mcp"` (plus
+//     `, error="invalid_token"` when a Bearer token was sent but is not
+//     valid), a JSON-RPC error body (-32600, "Unauthorized: ..."), and a
+//     `rejected` log entry (status 401, method: a POST's JSON-RPC method or
+//     'GET'/'DELETE', `authError`: 'missing'|'invalid_token').
+//     GET  O/.well-known/oauth-protected-resource/mcp (RFC 9728):
+//       { resource: O/mcp, authorization_servers: [O], scopes_supported,
+//       bearer_methods_supported: ['header'] }.
+//     GET  O/.well-known/oauth-authorization-server (RFC 8414): { issuer: O,
+//       authorization_endpoint: O/authorize, token_endpoint: O/token,
+//       registration_endpoint: O/register, response_types_supported:
+//       ['code'], grant_types_supported: ['authorization_code',
+//       'refresh_token'], code_challenge_methods_supported: ['S256'],
+//       token_endpoint_auth_methods_supported: ['none'], scopes_supported }.
+//     POST O/register (RFC 7591; Content-Type application/json): wants
+//       redirect_uris (a non-empty array of https URLs or http://127.0.0.1
+//       URLs, no fragment; else 400 invalid_redirect_uri),
+//       token_endpoint_auth_method 'none' or absent, grant_types ⊆
+//       [authorization_code, refresh_token], response_types ⊆ [code] (else
+//       400 invalid_client_metadata) → 201 { client_id: 'client-<n>',
+//       client_id_issued_at, redirect_uris, grant_types, response_types,
+//       token_endpoint_auth_method: 'none', client_name? (as given), scope?
+//       (as given) }. Client ids are never reused, reset() included.
+//     GET  O/authorize?response_type=code&client_id&redirect_uri
+//       &code_challenge&code_challenge_method=S256&state&resource[&scope]:
+//       an unknown client_id or a redirect_uri not registered for it (exact
+//       match) → 400 HTML (no redirect); any other problem (a parameter
+//       twice, response_type not code, method not S256, no 43-character
+//       challenge, resource not O/mcp (RFC 8707), an unknown scope) → 302
+//       redirect_uri?error=invalid_request&error_description=..&state=..;
+//       autoApprove → 302 redirect_uri?code=..&state=..; else 200 HTML
+//       titled "Sign in to mock-mcp": the client's name (#client-name, its
+//       client_name or client_id), the scope (#scope), and GET forms whose
+//       buttons `<button id="allow">Allow</button>` and `<button
+//       id="deny">Deny</button>` (each with data-href, the same URL) lead to
+//     GET  O/authorize/decide?request=<id>&allow=1|0 (each request decided
+//       once; else 400 HTML) → 302 redirect_uri?code=..&state=.. or
+//       redirect_uri?error=access_denied&state=... state is left out when
+//       the request had none. Granted scope: the asked one, else all scopes.
+//       Codes: single use, 60 s, bound to client, redirect_uri, challenge,
+//       resource and scope.
+//     POST O/token (Content-Type application/x-www-form-urlencoded, else
+//       400 invalid_request; no parameter twice):
+//       grant_type=authorization_code, code, redirect_uri, client_id,
+//       code_verifier, resource (all required): PKCE S256 checked
+//       (pkceChallenge(verifier) === code_challenge); a failed check does
+//       not use the code up; a code used a second time is refused and
+//       revokes every token issued from it (OAuth 2.1);
+//       grant_type=refresh_token, refresh_token, client_id[, resource]
+//       [, scope ⊆ the grant's]: rotation, the old refresh token is revoked
+//       (the access tokens issued before stay live until they expire).
+//       → 200 { access_token, token_type: 'Bearer', expires_in:
+//       accessTtlSeconds, refresh_token, scope } with Cache-Control:
+//       no-store. Errors: 400 { error: invalid_request | invalid_client
+//       (unknown client_id) | invalid_grant (code or refresh token unknown,
+//       used, expired, revoked, of another client, or redirect_uri,
+//       resource or verifier not matching) | unsupported_grant_type |
+//       invalid_scope, error_description }.
+//     All of these answer `Access-Control-Allow-Origin: *`, OPTIONS with 204
+//     (Allow-Methods `GET, POST`, Allow-Headers `content-type,
+//     authorization, mcp-protocol-version`); another method: 405
+//     invalid_request. setDown does not touch them.
+//   Controls: `auth` → null (off) or { issuer, resourceMetadataUrl,
+//     authorizationServerMetadataUrl, authorizationEndpoint, decideEndpoint,
+//     tokenEndpoint, registrationEndpoint, scopes, accessTtlSeconds }.
+//     setAutoApprove(bool). expireAccessTokens(): every access token issued
+//     so far is expired (refresh tokens still work). revokeGrants(): every
+//     access token, refresh token, unused code and undecided request stops
+//     working. clients() → the registration answers. tokens() → the access
+//     tokens issued, in order: { accessToken, refreshToken (issued with it),
+//     clientId, scope, resource, grant (n: one sign-in through its
+//     refreshes), grantType, issuedAt, expiresAt (ms), expired, revoked }.
+//     reset() forgets clients, codes, tokens and the auth log, and restores
+//     autoApprove. authLog() → every request to those endpoints (OPTIONS
+//     aside), in order: { kind: 'metadata'|'as-metadata'|'register'|
+//     'authorize'|'decide'|'token', method, path, status, params (the query;
+//     /register's JSON body (its raw text if not JSON); /token's form, all
+//     values kept, code_verifier and refresh_token included), headers,
+//     error?, errorDescription? (when refused or redirected with an error),
+//     location? (a 302's), request? (authorize: the request's id; decide:
+//     the one asked for), approved?: 'auto', allow? (decide: true|false),
+//     clientId? (register: the new one), grantType? (token), issued?
+//     (token: { accessToken, refreshToken }) }. waitFor's check is also run
+//     on every authLog entry (read mock.authLog() in it).
 
+import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 
@@ -97,6 +193,46 @@ function sleep(ms, signal) {
 }
 
 const text = (value) => ({ content: [{ type: 'text', text: value }] });
+
+/** PKCE S256: base64url(sha256(code_verifier)) without padding (RFC 7636). */
+export function pkceChallenge(verifier) {
+  return createHash('sha256').update(String(verifier), 'ascii').digest('base64url');
+}
+
+/** The OAuth endpoints `auth` adds, by path: the log kind and the HTTP method each takes. */
+const OAUTH_ROUTES = {
+  '/.well-known/oauth-protected-resource/mcp': { kind: 'metadata', method: 'GET' },
+  '/.well-known/oauth-authorization-server': { kind: 'as-metadata', method: 'GET' },
+  '/register': { kind: 'register', method: 'POST' },
+  '/authorize': { kind: 'authorize', method: 'GET' },
+  '/authorize/decide': { kind: 'decide', method: 'GET' },
+  '/token': { kind: 'token', method: 'POST' },
+};
+const CORS = { 'Access-Control-Allow-Origin': '*' };
+const CODE_TTL_MS = 60_000;
+
+const escapeHtml = (value) => String(value).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+
+async function readBody(req) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Why a redirect URI may not be registered (null: it may): https, or http on 127.0.0.1; no fragment. */
+function redirectUriProblem(uri) {
+  if (typeof uri !== 'string') return 'is not a string';
+  let parsed;
+  try {
+    parsed = new URL(uri);
+  } catch {
+    return 'is not an absolute URL';
+  }
+  if (uri.includes('#')) return 'has a fragment';
+  if (parsed.protocol === 'https:' && parsed.hostname) return null;
+  if (parsed.protocol === 'http:' && parsed.hostname === '127.0.0.1') return null;
+  return 'must be an https URL or an http://127.0.0.1 URL';
+}
 
 /** The form `book_table` asks the user to fill in (elicitation/create's requestedSchema). */
 export const BOOKING_SCHEMA = {
@@ -336,6 +472,26 @@ export async function startMockMcp(options = {}) {
   const defaultAnswer = options.answer ?? 'sse';
   const versions = options.versions ?? SUPPORTED_VERSIONS;
   const listChanged = options.listChanged ?? true;
+  // OAuth 2.1 (MCP authorization, 2025-06-18): off unless options.auth.
+  const authOptions = options.auth === true ? {} : options.auth || null;
+  const authConfig = authOptions && {
+    autoApprove: Boolean(authOptions.autoApprove ?? false),
+    accessTtlSeconds: authOptions.accessTtlSeconds ?? 3600,
+    scopes: (authOptions.scopes ?? ['tools']).slice(),
+  };
+  let autoApprove = authConfig?.autoApprove ?? false;
+  const oauth = {
+    clients: new Map(), // client_id → the registration answer
+    pending: new Map(), // authorization request id → what /authorize/decide needs
+    codes: new Map(), // code → { clientId, redirectUri, challenge, resource, scope, expiresAt, used, revoked, grant }
+    access: new Map(), // access token → its record (tokens())
+    refresh: new Map(), // refresh token → { clientId, scope, resource, grant, revoked }
+    log: [],
+  };
+  let clientCounter = 0;
+  let requestCounter = 0;
+  let grantCounter = 0;
+  let origin = ''; // http://127.0.0.1:<port>, once listening
   const sessions = new Map();
   let sessionCounter = 0;
   let serverRequestCounter = 0;
@@ -421,22 +577,400 @@ export async function startMockMcp(options = {}) {
     return bad ? `Bad MCP-Protocol-Version: ${sent ?? '(none)'}.` : null;
   };
 
-  const reject = (res, entry, status, message, code = -32600) => {
+  const reject = (res, entry, status, message, code = -32600, extraHeaders = {}) => {
     entry.status = status;
     entry.rejected = message;
     record(entry);
     if (res.headersSent) return;
-    res.writeHead(status, { 'Content-Type': 'application/json' });
+    res.writeHead(status, { 'Content-Type': 'application/json', ...extraHeaders });
     res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code, message } }));
   };
 
+  // --- OAuth 2.1 authorization server (only with options.auth) ---
+
+  const mcpUrl = () => `${origin}/mcp`;
+  const resourceMetadataUrl = () => `${origin}/.well-known/oauth-protected-resource/mcp`;
+  const secret = (prefix) => `${prefix}${randomBytes(24).toString('base64url')}`;
+  const authRecord = (entry) => {
+    oauth.log.push(entry);
+    notify();
+    return entry;
+  };
+  const tokenExpired = (token) => Date.now() >= token.expiresAt;
+
+  /** Why /mcp refuses this Authorization header (null: a live access token of ours). */
+  const bearerProblem = (authorization) => {
+    const match = /^Bearer +(\S+) *$/i.exec(String(authorization ?? ''));
+    if (!match) return { invalid: false, message: authorization ? 'Unauthorized: not a Bearer token.' : 'Unauthorized: no Authorization header.' };
+    const token = oauth.access.get(match[1]);
+    if (!token) return { invalid: true, message: 'Unauthorized: unknown access token.' };
+    if (token.revoked) return { invalid: true, message: 'Unauthorized: the access token was revoked.' };
+    if (tokenExpired(token)) return { invalid: true, message: 'Unauthorized: the access token expired.' };
+    return null;
+  };
+
+  /** 401 for /mcp, logged as a `rejected` entry (a POST's JSON-RPC method, id and params read if they parse). */
+  async function unauthorized(req, res, entry, problem) {
+    if (req.method === 'POST') {
+      try {
+        const message = JSON.parse(await readBody(req));
+        if (message && typeof message === 'object' && !Array.isArray(message)) {
+          entry.method = message.method;
+          entry.id = message.id;
+          entry.params = message.params;
+        }
+      } catch {
+        // Not JSON: logged without a method.
+      }
+    } else {
+      entry.method = req.method;
+    }
+    entry.authError = problem.invalid ? 'invalid_token' : 'missing';
+    const challenge = `Bearer resource_metadata="${resourceMetadataUrl()}"${problem.invalid ? ', error="invalid_token"' : ''}`;
+    return reject(res, entry, 401, problem.message, -32600, { 'WWW-Authenticate': challenge });
+  }
+
+  const oauthJson = (res, status, body, extraHeaders = {}) => {
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', Pragma: 'no-cache', ...CORS, ...extraHeaders });
+    res.end(JSON.stringify(body));
+  };
+  const oauthHtml = (res, status, title, body) => {
+    res.writeHead(status, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store', ...CORS });
+    res.end(`<!doctype html>\n<html lang="en">\n<head><meta charset="utf-8"><title>${escapeHtml(title)}</title></head>\n<body>\n<h1>${escapeHtml(title)}</h1>\n${body}\n</body>\n</html>\n`);
+  };
+  const redirectTo = (res, entry, base, params) => {
+    const location = new URL(base);
+    for (const [name, value] of Object.entries(params)) {
+      if (value !== undefined && value !== null) location.searchParams.set(name, value);
+    }
+    entry.status = 302;
+    entry.location = location.href;
+    authRecord(entry);
+    res.writeHead(302, { Location: location.href, 'Cache-Control': 'no-store', ...CORS });
+    res.end();
+  };
+
+  /** A new single-use authorization code for an approved request. */
+  const issueCode = (request) => {
+    grantCounter += 1;
+    const code = secret('code-');
+    oauth.codes.set(code, {
+      clientId: request.clientId,
+      redirectUri: request.redirectUri,
+      challenge: request.challenge,
+      resource: request.resource,
+      scope: request.scope,
+      expiresAt: Date.now() + CODE_TTL_MS,
+      used: false,
+      revoked: false,
+      grant: grantCounter,
+    });
+    return code;
+  };
+
+  /** A new access token and refresh token of `grant` (one authorization, through its rotations). */
+  const issueTokens = ({ clientId, scope, resource, grant }, grantType) => {
+    const accessToken = secret('at-');
+    const refreshToken = secret('rt-');
+    const now = Date.now();
+    oauth.access.set(accessToken, {
+      accessToken,
+      refreshToken,
+      clientId,
+      scope,
+      resource,
+      grant,
+      grantType,
+      issuedAt: now,
+      expiresAt: now + authConfig.accessTtlSeconds * 1000,
+      revoked: false,
+    });
+    oauth.refresh.set(refreshToken, { clientId, scope, resource, grant, revoked: false });
+    return {
+      access_token: accessToken,
+      token_type: 'Bearer',
+      expires_in: authConfig.accessTtlSeconds,
+      refresh_token: refreshToken,
+      scope,
+    };
+  };
+
+  const revokeGrant = (grant) => {
+    for (const token of oauth.access.values()) if (token.grant === grant) token.revoked = true;
+    for (const token of oauth.refresh.values()) if (token.grant === grant) token.revoked = true;
+  };
+
+  async function handleOAuth(req, res, url) {
+    const route = OAUTH_ROUTES[url.pathname];
+    if (req.method === 'OPTIONS') {
+      res.writeHead(204, {
+        ...CORS,
+        'Access-Control-Allow-Methods': 'GET, POST',
+        'Access-Control-Allow-Headers': 'content-type, authorization, mcp-protocol-version',
+        'Access-Control-Max-Age': '600',
+      });
+      return res.end();
+    }
+    const entry = { kind: route.kind, method: req.method, path: url.pathname, status: 0, params: Object.fromEntries(url.searchParams), headers: { ...req.headers } };
+    const fail = (status, error, description, extraHeaders) => {
+      entry.status = status;
+      entry.error = error;
+      entry.errorDescription = description;
+      authRecord(entry);
+      return oauthJson(res, status, { error, error_description: description }, extraHeaders);
+    };
+    if (req.method !== route.method) {
+      await readBody(req);
+      return fail(405, 'invalid_request', `${url.pathname} takes ${route.method}, not ${req.method}.`, { Allow: `${route.method}, OPTIONS` });
+    }
+    const scopes = authConfig.scopes;
+
+    if (route.kind === 'metadata') {
+      entry.status = 200;
+      authRecord(entry);
+      return oauthJson(res, 200, { resource: mcpUrl(), authorization_servers: [origin], scopes_supported: scopes, bearer_methods_supported: ['header'] });
+    }
+
+    if (route.kind === 'as-metadata') {
+      entry.status = 200;
+      authRecord(entry);
+      return oauthJson(res, 200, {
+        issuer: origin,
+        authorization_endpoint: `${origin}/authorize`,
+        token_endpoint: `${origin}/token`,
+        registration_endpoint: `${origin}/register`,
+        response_types_supported: ['code'],
+        grant_types_supported: ['authorization_code', 'refresh_token'],
+        code_challenge_methods_supported: ['S256'],
+        token_endpoint_auth_methods_supported: ['none'],
+        scopes_supported: scopes,
+      });
+    }
+
+    if (route.kind === 'register') {
+      const raw = await readBody(req);
+      let body;
+      try {
+        body = JSON.parse(raw);
+      } catch {
+        entry.params = raw;
+        return fail(400, 'invalid_client_metadata', 'The body is not JSON.');
+      }
+      entry.params = body;
+      if (!String(entry.headers['content-type'] ?? '').startsWith('application/json')) {
+        return fail(400, 'invalid_client_metadata', 'Content-Type must be application/json.');
+      }
+      if (!body || typeof body !== 'object' || Array.isArray(body)) return fail(400, 'invalid_client_metadata', 'The body is not a JSON object.');
+      const uris = body.redirect_uris;
+      if (!Array.isArray(uris) || uris.length === 0) return fail(400, 'invalid_redirect_uri', 'redirect_uris must be a non-empty array.');
+      for (const uri of uris) {
+        const problem = redirectUriProblem(uri);
+        if (problem) return fail(400, 'invalid_redirect_uri', `${JSON.stringify(uri)} ${problem}.`);
+      }
+      const method = body.token_endpoint_auth_method;
+      if (method !== undefined && method !== 'none') {
+        return fail(400, 'invalid_client_metadata', `token_endpoint_auth_method must be "none" (a public client), not ${JSON.stringify(method)}.`);
+      }
+      const grantTypes = body.grant_types ?? ['authorization_code', 'refresh_token'];
+      if (!Array.isArray(grantTypes) || grantTypes.some((g) => !['authorization_code', 'refresh_token'].includes(g))) {
+        return fail(400, 'invalid_client_metadata', 'grant_types may only hold authorization_code and refresh_token.');
+      }
+      const responseTypes = body.response_types ?? ['code'];
+      if (!Array.isArray(responseTypes) || responseTypes.some((r) => r !== 'code')) {
+        return fail(400, 'invalid_client_metadata', 'response_types may only hold code.');
+      }
+      if (body.client_name !== undefined && typeof body.client_name !== 'string') {
+        return fail(400, 'invalid_client_metadata', 'client_name must be a string.');
+      }
+      clientCounter += 1;
+      const client = {
+        client_id: `client-${clientCounter}`,
+        client_id_issued_at: Math.floor(Date.now() / 1000),
+        redirect_uris: uris.slice(),
+        grant_types: grantTypes.slice(),
+        response_types: responseTypes.slice(),
+        token_endpoint_auth_method: 'none',
+        ...(body.client_name !== undefined ? { client_name: body.client_name } : {}),
+        ...(typeof body.scope === 'string' ? { scope: body.scope } : {}),
+      };
+      oauth.clients.set(client.client_id, client);
+      entry.status = 201;
+      entry.clientId = client.client_id;
+      authRecord(entry);
+      return oauthJson(res, 201, client);
+    }
+
+    if (route.kind === 'authorize') {
+      const q = url.searchParams;
+      const refuse = (description) => {
+        entry.status = 400;
+        entry.error = 'invalid_request';
+        entry.errorDescription = description;
+        authRecord(entry);
+        return oauthHtml(res, 400, 'mock-mcp: bad authorization request', `<p id="error">${escapeHtml(description)}</p>`);
+      };
+      const client = oauth.clients.get(q.get('client_id'));
+      if (!client) return refuse(`Unknown client_id: ${q.get('client_id') ?? '(none)'}.`);
+      const redirectUri = q.get('redirect_uri');
+      if (!redirectUri || !client.redirect_uris.includes(redirectUri)) {
+        return refuse(`redirect_uri ${redirectUri ?? '(none)'} is not registered for ${client.client_id}.`);
+      }
+      const state = q.get('state') ?? undefined;
+      const problem = (() => {
+        const repeated = [...new Set([...q.keys()])].find((name) => q.getAll(name).length > 1);
+        if (repeated) return `${repeated} is given more than once.`;
+        if (q.get('response_type') !== 'code') return `response_type must be code, not ${q.get('response_type') ?? '(none)'}.`;
+        if (q.get('code_challenge_method') !== 'S256') return `code_challenge_method must be S256, not ${q.get('code_challenge_method') ?? '(none)'}.`;
+        if (!q.get('code_challenge')) return 'code_challenge is missing.';
+        if (!/^[A-Za-z0-9_-]{43}$/.test(q.get('code_challenge'))) return 'code_challenge is not an S256 challenge (43 base64url characters).';
+        if (q.get('resource') !== mcpUrl()) return `resource must be ${mcpUrl()}, not ${q.get('resource') ?? '(none)'}.`;
+        const asked = (q.get('scope') ?? '').split(' ').filter(Boolean);
+        const unknown = asked.find((s) => !scopes.includes(s));
+        if (unknown) return `Unknown scope: ${unknown}.`;
+        return null;
+      })();
+      if (problem) {
+        entry.error = 'invalid_request';
+        entry.errorDescription = problem;
+        return redirectTo(res, entry, redirectUri, { error: 'invalid_request', error_description: problem, state });
+      }
+      const asked = (q.get('scope') ?? '').split(' ').filter(Boolean);
+      requestCounter += 1;
+      const request = {
+        id: `request-${requestCounter}`,
+        clientId: client.client_id,
+        redirectUri,
+        challenge: q.get('code_challenge'),
+        resource: q.get('resource'),
+        scope: (asked.length ? asked : scopes).join(' '),
+        state,
+      };
+      entry.request = request.id;
+      if (autoApprove) {
+        entry.approved = 'auto';
+        return redirectTo(res, entry, redirectUri, { code: issueCode(request), state });
+      }
+      oauth.pending.set(request.id, request);
+      entry.status = 200;
+      authRecord(entry);
+      const decide = (allow) => `/authorize/decide?request=${encodeURIComponent(request.id)}&allow=${allow}`;
+      const button = (id, allow, label) => [
+        `<form method="get" action="/authorize/decide">`,
+        `<input type="hidden" name="request" value="${escapeHtml(request.id)}">`,
+        `<input type="hidden" name="allow" value="${allow}">`,
+        `<button id="${id}" type="submit" data-href="${escapeHtml(decide(allow))}">${label}</button>`,
+        `</form>`,
+      ].join('');
+      return oauthHtml(res, 200, 'Sign in to mock-mcp', [
+        `<p><strong id="client-name">${escapeHtml(client.client_name ?? client.client_id)}</strong> asks to use mock-mcp on your behalf (scope: <code id="scope">${escapeHtml(request.scope)}</code>).</p>`,
+        button('allow', 1, 'Allow'),
+        button('deny', 0, 'Deny'),
+      ].join('\n'));
+    }
+
+    if (route.kind === 'decide') {
+      const q = url.searchParams;
+      const request = oauth.pending.get(q.get('request'));
+      const allow = q.get('allow');
+      entry.request = q.get('request');
+      if (!request || (allow !== '1' && allow !== '0')) {
+        const description = request ? `allow must be 1 or 0, not ${allow ?? '(none)'}.` : `Unknown or already decided request: ${q.get('request') ?? '(none)'}.`;
+        entry.status = 400;
+        entry.error = 'invalid_request';
+        entry.errorDescription = description;
+        authRecord(entry);
+        return oauthHtml(res, 400, 'mock-mcp: bad decision', `<p id="error">${escapeHtml(description)}</p>`);
+      }
+      oauth.pending.delete(request.id);
+      entry.allow = allow === '1';
+      if (!entry.allow) {
+        entry.error = 'access_denied';
+        return redirectTo(res, entry, request.redirectUri, { error: 'access_denied', state: request.state });
+      }
+      return redirectTo(res, entry, request.redirectUri, { code: issueCode(request), state: request.state });
+    }
+
+    // route.kind === 'token'
+    const raw = await readBody(req);
+    const form = new URLSearchParams(raw);
+    entry.params = Object.fromEntries(form);
+    if (!String(entry.headers['content-type'] ?? '').startsWith('application/x-www-form-urlencoded')) {
+      return fail(400, 'invalid_request', 'Content-Type must be application/x-www-form-urlencoded.');
+    }
+    const repeated = [...new Set([...form.keys()])].find((name) => form.getAll(name).length > 1);
+    if (repeated) return fail(400, 'invalid_request', `${repeated} is given more than once.`);
+    const grantType = form.get('grant_type');
+    entry.grantType = grantType;
+    if (!grantType) return fail(400, 'invalid_request', 'grant_type is missing.');
+    if (grantType !== 'authorization_code' && grantType !== 'refresh_token') {
+      return fail(400, 'unsupported_grant_type', `Unsupported grant_type: ${grantType}.`);
+    }
+    const clientId = form.get('client_id');
+    if (!clientId) return fail(400, 'invalid_request', 'client_id is missing.');
+    if (!oauth.clients.has(clientId)) return fail(400, 'invalid_client', `Unknown client_id: ${clientId}.`);
+    const issued = (grant) => {
+      const body = issueTokens(grant, grantType);
+      entry.status = 200;
+      entry.issued = { accessToken: body.access_token, refreshToken: body.refresh_token };
+      authRecord(entry);
+      return oauthJson(res, 200, body);
+    };
+
+    if (grantType === 'authorization_code') {
+      for (const name of ['code', 'redirect_uri', 'code_verifier', 'resource']) {
+        if (!form.get(name)) return fail(400, 'invalid_request', `${name} is missing.`);
+      }
+      const code = oauth.codes.get(form.get('code'));
+      if (!code) return fail(400, 'invalid_grant', 'Unknown authorization code.');
+      if (code.revoked) return fail(400, 'invalid_grant', 'The authorization code was revoked.');
+      if (code.used) {
+        // OAuth 2.1: a code used twice also revokes what it was exchanged for.
+        revokeGrant(code.grant);
+        return fail(400, 'invalid_grant', 'The authorization code was already used; the tokens issued for it are revoked.');
+      }
+      if (Date.now() >= code.expiresAt) return fail(400, 'invalid_grant', 'The authorization code expired.');
+      if (code.clientId !== clientId) return fail(400, 'invalid_grant', 'The authorization code was issued to another client.');
+      if (code.redirectUri !== form.get('redirect_uri')) return fail(400, 'invalid_grant', 'redirect_uri differs from the authorization request\'s.');
+      if (code.resource !== form.get('resource')) return fail(400, 'invalid_grant', 'resource differs from the authorization request\'s.');
+      const verifier = form.get('code_verifier');
+      if (!/^[A-Za-z0-9._~-]{43,128}$/.test(verifier)) return fail(400, 'invalid_grant', 'code_verifier is not 43 to 128 characters of [A-Za-z0-9-._~].');
+      if (pkceChallenge(verifier) !== code.challenge) return fail(400, 'invalid_grant', 'PKCE verification failed: the code_verifier does not match the code_challenge.');
+      code.used = true;
+      return issued(code);
+    }
+
+    // grant_type=refresh_token
+    const refreshToken = form.get('refresh_token');
+    if (!refreshToken) return fail(400, 'invalid_request', 'refresh_token is missing.');
+    const refresh = oauth.refresh.get(refreshToken);
+    if (!refresh) return fail(400, 'invalid_grant', 'Unknown refresh token.');
+    if (refresh.revoked) return fail(400, 'invalid_grant', 'The refresh token was revoked (rotated or withdrawn).');
+    if (refresh.clientId !== clientId) return fail(400, 'invalid_grant', 'The refresh token was issued to another client.');
+    if (form.get('resource') && form.get('resource') !== refresh.resource) return fail(400, 'invalid_grant', `resource must be ${refresh.resource}.`);
+    let scope = refresh.scope;
+    if (form.get('scope')) {
+      const asked = form.get('scope').split(' ').filter(Boolean);
+      const granted = refresh.scope.split(' ');
+      const extra = asked.find((s) => !granted.includes(s));
+      if (extra) return fail(400, 'invalid_scope', `The grant does not cover scope ${extra}.`);
+      scope = asked.join(' ');
+    }
+    refresh.revoked = true; // rotation
+    return issued({ ...refresh, scope });
+  }
+
   async function handle(req, res) {
     const url = new URL(req.url, `http://${HOST}`);
+    if (authConfig && Object.hasOwn(OAUTH_ROUTES, url.pathname)) return handleOAuth(req, res, url);
     const headers = { ...req.headers };
     const entry = { kind: 'rejected', headers, status: 0, session: headers['mcp-session-id'] ?? null };
     if (req.method === 'GET') entry.method = 'GET';
     if (url.pathname !== '/mcp') return reject(res, entry, 404, `No MCP endpoint at ${url.pathname}.`);
     if (down !== null) return reject(res, entry, down, 'The server is down for maintenance.', -32000);
+    if (authConfig && ['POST', 'GET', 'DELETE'].includes(req.method)) {
+      const problem = bearerProblem(headers.authorization);
+      if (problem) return unauthorized(req, res, entry, problem);
+    }
     if (req.method === 'GET') {
       // No server-initiated stream: allowed by the transport.
       if (!listChanged) return reject(res, entry, 405, 'This server offers no event stream at GET.');
@@ -731,12 +1265,46 @@ export async function startMockMcp(options = {}) {
     server.listen(options.port ?? 0, HOST, resolve);
   });
   const { port } = server.address();
-  const origin = `http://${HOST}:${port}`;
+  origin = `http://${HOST}:${port}`;
 
   return {
     url: `${origin}/mcp`,
     origin,
     state,
+    /** The OAuth URLs (null without options.auth). */
+    auth: authConfig && {
+      issuer: origin,
+      resourceMetadataUrl: resourceMetadataUrl(),
+      authorizationServerMetadataUrl: `${origin}/.well-known/oauth-authorization-server`,
+      authorizationEndpoint: `${origin}/authorize`,
+      decideEndpoint: `${origin}/authorize/decide`,
+      tokenEndpoint: `${origin}/token`,
+      registrationEndpoint: `${origin}/register`,
+      scopes: authConfig.scopes.slice(),
+      accessTtlSeconds: authConfig.accessTtlSeconds,
+    },
+    /** /authorize answers at once with a code (true) or shows the Allow/Deny page (false). */
+    setAutoApprove(value) {
+      autoApprove = Boolean(value);
+    },
+    /** Every access token issued so far stops working (401 invalid_token); refresh tokens still work. */
+    expireAccessTokens() {
+      const now = Date.now();
+      for (const token of oauth.access.values()) token.expiresAt = Math.min(token.expiresAt, now);
+    },
+    /** Every access and refresh token (and unused code) stops working. */
+    revokeGrants() {
+      for (const token of oauth.access.values()) token.revoked = true;
+      for (const token of oauth.refresh.values()) token.revoked = true;
+      for (const code of oauth.codes.values()) code.revoked = true;
+      oauth.pending.clear();
+    },
+    /** Every request to an OAuth endpoint, in order (see the header). */
+    authLog: () => oauth.log.slice(),
+    /** The registered clients, as /register answered. */
+    clients: () => [...oauth.clients.values()].map((client) => structuredClone(client)),
+    /** The access tokens issued, in order: { accessToken, refreshToken, clientId, scope, resource, grant, grantType, issuedAt, expiresAt, expired, revoked }. */
+    tokens: () => [...oauth.access.values()].map((token) => ({ ...token, expired: tokenExpired(token) })),
     /** Every message received, in order (see the header). */
     log: () => log.slice(),
     /** The tools/call requests received: { tool, arguments, progressToken, outcome, session, headers }. */
@@ -800,6 +1368,13 @@ export async function startMockMcp(options = {}) {
       elicitationsAsked.clear();
       sessions.clear();
       down = null;
+      oauth.clients.clear();
+      oauth.pending.clear();
+      oauth.codes.clear();
+      oauth.access.clear();
+      oauth.refresh.clear();
+      oauth.log = [];
+      autoApprove = authConfig?.autoApprove ?? false;
       for (const controller of running.values()) controller.abort(new Error('reset'));
       running.clear();
       if (!options.tools) tools = demoTools(state);
@@ -814,11 +1389,12 @@ export async function startMockMcp(options = {}) {
 }
 
 function parseArgs(argv) {
-  const args = { port: 0 };
+  const args = { port: 0, auth: false };
   for (let i = 0; i < argv.length; i += 1) {
     if (argv[i] === '--port') args.port = Number(argv[++i]);
+    else if (argv[i] === '--auth') args.auth = true;
     else if (argv[i] === '--help' || argv[i] === '-h') {
-      process.stdout.write('usage: node tests/mock-mcp/server.mjs [--port N]\n');
+      process.stdout.write('usage: node tests/mock-mcp/server.mjs [--port N] [--auth]\n');
       process.exit(0);
     } else {
       process.stderr.write(`mock-mcp: unknown argument ${argv[i]}\n`);
@@ -834,7 +1410,7 @@ function parseArgs(argv) {
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const args = parseArgs(process.argv.slice(2));
-  const mock = await startMockMcp({ port: args.port });
+  const mock = await startMockMcp({ port: args.port, ...(args.auth ? { auth: { autoApprove: false } } : {}) });
   process.stdout.write(`MOCK_MCP_URL=${mock.url}\n`);
   const stop = async () => {
     await mock.close();

@@ -711,3 +711,74 @@ fn mcp_servers_refresh_asks_usable_servers_again_and_refuses_an_unknown_or_refus
     assert_eq!(listed[1]["name"], "mine");
     assert_eq!(listed[1]["since"], 20);
 }
+
+#[test]
+fn signing_in_to_an_mcp_server_goes_to_the_driver_and_a_server_asking_for_it_is_listed_so() {
+    use sw_agent::protocol::{Op, Submission};
+    let sign = |id: &str, name: &str, sign_in: bool| {
+        let submission = Submission {
+            client_id: "panel".into(),
+            submission_id: id.into(),
+        };
+        if sign_in {
+            Op::McpServersSignIn {
+                submission,
+                name: name.into(),
+            }
+        } else {
+            Op::McpServersSignOut {
+                submission,
+                name: name.into(),
+            }
+        }
+    };
+    const URL: &str = "http://127.0.0.1:9000/mcp";
+    let mut sim = Sim::new(514, policy(), server_world());
+    with_docs(&mut sim.config, URL);
+    sim.reconfigure();
+    let panel = sim.connect();
+    sim.engine.handle_mcp_status(
+        1,
+        "docs",
+        URL,
+        McpServerOrigin::Extension,
+        McpServerState::SignInNeeded,
+        None,
+    );
+    sim.send(panel, list_mcp_servers("l1"));
+    sim.run(1_000);
+    let listed = answer(&sim, panel, "l1").unwrap().unwrap()["servers"].clone();
+    assert_eq!(listed[0]["state"], "sign_in_needed");
+    // The kept tools are still offered meanwhile.
+    assert_eq!(listed[0]["tools"].as_array().unwrap().len(), 2);
+
+    sim.send(panel, sign("i1", "docs", true));
+    sim.send(panel, sign("o1", "docs", false));
+    sim.send(panel, sign("i2", "nobody", true));
+    sim.run(1_000);
+    assert!(answer(&sim, panel, "i1").unwrap().is_ok());
+    assert!(answer(&sim, panel, "o1").unwrap().is_ok());
+    let refused = answer(&sim, panel, "i2").unwrap().unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::NotFound);
+    assert_eq!(
+        sim.mcp_sign_ins,
+        vec![("docs".to_string(), true), ("docs".to_string(), false)]
+    );
+    // A failed sign-in is listed with why.
+    sim.engine.handle_mcp_status(
+        2,
+        "docs",
+        URL,
+        McpServerOrigin::Extension,
+        McpServerState::SignInNeeded,
+        Some("Signing in to the MCP server \"docs\" failed: the sign-in did not complete (access_denied).".into()),
+    );
+    sim.send(panel, list_mcp_servers("l2"));
+    sim.run(1_000);
+    let listed = answer(&sim, panel, "l2").unwrap().unwrap()["servers"].clone();
+    assert!(listed[0]["problem"]
+        .as_str()
+        .unwrap()
+        .contains("access_denied"));
+    assert_eq!(listed[0]["since"], 1, "still the same state since 1");
+}

@@ -1,0 +1,585 @@
+//! Signing in to an MCP server that asks for it (MCP authorization,
+//! revision 2025-06-18): OAuth 2.1's authorization code grant with PKCE,
+//! the half without IO (`crate::platform::oauth` does the requests and
+//! opens the sign-in window).
+//!
+//! Owns: where the server's protected resource metadata is (RFC 9728: the
+//! `resource_metadata` of its `WWW-Authenticate` challenge, else the
+//! well-known address), the authorization server's metadata addresses
+//! (RFC 8414, then OpenID discovery) and what they must say (the issuer
+//! they were asked for, S256 PKCE, endpoints over https or on this
+//! machine), the dynamic client registration body (RFC 7591), the PKCE
+//! verifier and challenge, the authorization address (with `state` and
+//! the `resource` indicator, RFC 8707), the code read back from the
+//! redirect, the token requests and answers, and the grant kept in
+//! `chrome.storage.local`.
+//!
+//! Must not: send anything, or accept a token for another server: every
+//! request names the MCP server as the `resource`, and a grant is kept
+//! under the server's address.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// The client name a server's registration shows the user.
+pub const CLIENT_NAME: &str = "SW Agent";
+
+/// Where grants are kept in `chrome.storage.local`: this prefix and the
+/// MCP server's address.
+pub const GRANT_KEY_PREFIX: &str = "mcpGrant:";
+
+/// An access token this close to its end is renewed before it is used.
+pub const EXPIRY_MARGIN_MS: u64 = 30_000;
+
+/// What went wrong signing in, in words for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OAuthError {
+    /// A metadata document could not be read or does not say what it must.
+    Discovery(String),
+    /// An endpoint is neither https nor on this machine.
+    Insecure(String),
+    /// The server registers no clients (no `registration_endpoint`), so
+    /// this extension has no client id for it.
+    NoRegistration,
+    /// Registering the client failed.
+    Registration(String),
+    /// The user closed the sign-in window or the server refused.
+    Denied(String),
+    /// The redirect did not carry the `state` sent.
+    StateMismatch,
+    /// The token endpoint refused or answered something else.
+    Token(String),
+    /// The token endpoint could not be reached (the grant is kept).
+    Unreachable(String),
+}
+
+impl OAuthError {
+    pub fn describe(&self, server: &str) -> String {
+        let why = match self {
+            OAuthError::Discovery(why) => format!("its sign-in could not be found ({why})"),
+            OAuthError::Insecure(url) => {
+                format!("its sign-in address {url} is not https (only this machine may use http)")
+            }
+            OAuthError::NoRegistration => {
+                "its sign-in server registers no new clients, so this extension has no client id for it".into()
+            }
+            OAuthError::Registration(why) => format!("this extension could not register with its sign-in server ({why})"),
+            OAuthError::Denied(why) => format!("the sign-in did not complete ({why})"),
+            OAuthError::StateMismatch => {
+                "the sign-in answer did not belong to this sign-in (its state differed); nothing was kept".into()
+            }
+            OAuthError::Token(why) => format!("its sign-in server gave no token ({why})"),
+            OAuthError::Unreachable(why) => format!("its sign-in server could not be reached ({why})"),
+        };
+        format!("Signing in to the MCP server \"{server}\" failed: {why}.")
+    }
+}
+
+/// `scheme://authority` and the path (without query or fragment) of an
+/// http(s) URL.
+fn split_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    let scheme_len = url.len() - rest.len();
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if authority_end == 0 {
+        return None;
+    }
+    let origin = &url[..scheme_len + authority_end];
+    let after = &rest[authority_end..];
+    let path_end = after.find(['?', '#']).unwrap_or(after.len());
+    Some((origin, &after[..path_end]))
+}
+
+/// https, or http to this machine (a server under development).
+pub fn is_secure_url(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return split_url(url).is_some();
+    }
+    let Some((origin, _)) = split_url(url) else {
+        return false;
+    };
+    let host = origin.trim_start_matches("http://");
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let host = if host.starts_with('[') {
+        host.split_once(']').map_or(host, |(h, _)| &h[1..])
+    } else {
+        host.split(':').next().unwrap_or(host)
+    };
+    matches!(host, "127.0.0.1" | "localhost" | "::1")
+}
+
+/// Where the server's protected resource metadata is: the
+/// `resource_metadata` of its `WWW-Authenticate` challenge, else the
+/// well-known address for its URL (RFC 9728 §3.1).
+pub fn resource_metadata_url(www_authenticate: Option<&str>, server_url: &str) -> Option<String> {
+    if let Some(url) = www_authenticate.and_then(|h| auth_param(h, "resource_metadata")) {
+        return Some(url);
+    }
+    let (origin, path) = split_url(server_url)?;
+    let path = path.trim_end_matches('/');
+    Some(format!(
+        "{origin}/.well-known/oauth-protected-resource{path}"
+    ))
+}
+
+/// A parameter of a `WWW-Authenticate` challenge (quoted or not).
+fn auth_param(header: &str, name: &str) -> Option<String> {
+    let lower = header.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(name) {
+        let at = from + found;
+        from = at + name.len();
+        let before = lower[..at].trim_end();
+        if !(before.is_empty() || before.ends_with(',') || before.ends_with("bearer")) {
+            continue;
+        }
+        let rest = header[from..].trim_start();
+        let Some(rest) = rest.strip_prefix('=') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let value = if let Some(quoted) = rest.strip_prefix('"') {
+            let mut value = String::new();
+            let mut chars = quoted.chars();
+            loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => value.push(chars.next()?),
+                    c => value.push(c),
+                }
+            }
+            value
+        } else {
+            rest.split([',', ' ']).next().unwrap_or("").to_string()
+        };
+        return (!value.is_empty()).then_some(value);
+    }
+    None
+}
+
+/// What the server's protected resource metadata says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceMetadata {
+    /// The first authorization server it names (the issuer).
+    pub issuer: String,
+    /// The scopes it names, to ask for (none: no `scope` is sent).
+    pub scopes: Vec<String>,
+}
+
+impl ResourceMetadata {
+    /// Checks the document against the server it was fetched for.
+    pub fn parse(value: &Value, server_url: &str) -> Result<Self, OAuthError> {
+        if let Some(resource) = value.get("resource") {
+            let resource = resource.as_str().unwrap_or("");
+            if resource.trim_end_matches('/') != server_url.trim_end_matches('/') {
+                return Err(OAuthError::Discovery(format!(
+                    "its metadata is for {resource:?}, not for {server_url}"
+                )));
+            }
+        }
+        let issuer = value
+            .get("authorization_servers")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find_map(Value::as_str))
+            .ok_or_else(|| {
+                OAuthError::Discovery("its metadata names no authorization server".into())
+            })?
+            .to_string();
+        if !is_secure_url(&issuer) {
+            return Err(OAuthError::Insecure(issuer));
+        }
+        let scopes = value
+            .get("scopes_supported")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .filter(|s| !s.is_empty() && !s.contains(' '))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(ResourceMetadata { issuer, scopes })
+    }
+}
+
+/// Where an issuer's metadata may be, in the order to try (RFC 8414 §3.1,
+/// then OpenID Connect discovery).
+pub fn auth_server_metadata_urls(issuer: &str) -> Vec<String> {
+    let Some((origin, path)) = split_url(issuer) else {
+        return Vec::new();
+    };
+    let path = path.trim_end_matches('/');
+    let mut urls = vec![
+        format!("{origin}/.well-known/oauth-authorization-server{path}"),
+        format!("{origin}/.well-known/openid-configuration{path}"),
+    ];
+    if !path.is_empty() {
+        urls.push(format!("{origin}{path}/.well-known/openid-configuration"));
+    }
+    urls
+}
+
+/// The authorization server's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthServer {
+    pub issuer: String,
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
+    pub registration_endpoint: Option<String>,
+}
+
+impl AuthServer {
+    /// Checks the metadata of `issuer`: the same issuer (RFC 8414 §3.3),
+    /// S256 among the PKCE methods when it lists them, every endpoint
+    /// https or on this machine.
+    pub fn parse(value: &Value, issuer: &str) -> Result<Self, OAuthError> {
+        let said = value.get("issuer").and_then(Value::as_str).unwrap_or("");
+        if said.trim_end_matches('/') != issuer.trim_end_matches('/') {
+            return Err(OAuthError::Discovery(format!(
+                "the authorization server's metadata names the issuer {said:?}, not {issuer}"
+            )));
+        }
+        if let Some(methods) = value
+            .get("code_challenge_methods_supported")
+            .and_then(Value::as_array)
+        {
+            if !methods.iter().any(|m| m.as_str() == Some("S256")) {
+                return Err(OAuthError::Discovery(
+                    "the authorization server does not offer S256 PKCE".into(),
+                ));
+            }
+        }
+        let endpoint = |name: &str| -> Result<Option<String>, OAuthError> {
+            match value.get(name).and_then(Value::as_str) {
+                None => Ok(None),
+                Some(url) if is_secure_url(url) => Ok(Some(url.to_string())),
+                Some(url) => Err(OAuthError::Insecure(url.to_string())),
+            }
+        };
+        let required = |name: &str| {
+            endpoint(name)?.ok_or_else(|| {
+                OAuthError::Discovery(format!("the authorization server's metadata has no {name}"))
+            })
+        };
+        Ok(AuthServer {
+            issuer: issuer.to_string(),
+            authorization_endpoint: required("authorization_endpoint")?,
+            token_endpoint: required("token_endpoint")?,
+            registration_endpoint: endpoint("registration_endpoint")?,
+        })
+    }
+}
+
+/// The dynamic client registration request (RFC 7591): a public client
+/// (no secret) that comes back to `redirect_uri`.
+pub fn registration_body(redirect_uri: &str) -> String {
+    json!({
+        "client_name": CLIENT_NAME,
+        "redirect_uris": [redirect_uri],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    })
+    .to_string()
+}
+
+/// The client id a registration answered.
+pub fn client_id(value: &Value) -> Result<String, OAuthError> {
+    value
+        .get("client_id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| OAuthError::Registration("the answer has no client_id".into()))
+}
+
+/// Base64url without padding (RFC 7636 appendix A).
+pub fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        let digits = chunk.len() + 1;
+        for i in 0..digits {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+    }
+    out
+}
+
+/// A PKCE verifier made of `random` and its S256 challenge.
+pub fn pkce(random: &[u8; 32]) -> (String, String) {
+    let verifier = base64url(random);
+    let challenge = base64url(&Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `application/x-www-form-urlencoded` pairs.
+pub fn form(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// What the sign-in window is opened at.
+pub struct Authorization<'a> {
+    pub endpoint: &'a str,
+    pub client_id: &'a str,
+    pub redirect_uri: &'a str,
+    pub challenge: &'a str,
+    pub state: &'a str,
+    /// The MCP server's address (RFC 8707 `resource`).
+    pub resource: &'a str,
+    pub scopes: &'a [String],
+}
+
+impl Authorization<'_> {
+    pub fn url(&self) -> String {
+        let scope = self.scopes.join(" ");
+        let mut pairs = vec![
+            ("response_type", "code"),
+            ("client_id", self.client_id),
+            ("redirect_uri", self.redirect_uri),
+            ("code_challenge", self.challenge),
+            ("code_challenge_method", "S256"),
+            ("state", self.state),
+            ("resource", self.resource),
+        ];
+        if !scope.is_empty() {
+            pairs.push(("scope", &scope));
+        }
+        let joiner = if self.endpoint.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        format!("{}{joiner}{}", self.endpoint, form(&pairs))
+    }
+}
+
+/// The code in the address the sign-in window came back to, if it carries
+/// the `state` sent; the server's refusal otherwise.
+pub fn code_from_redirect(url: &str, state: &str) -> Result<String, OAuthError> {
+    let query = url
+        .split_once('?')
+        .map(|(_, q)| q.split('#').next().unwrap_or(q))
+        .unwrap_or("");
+    let pairs: Vec<(String, String)> = query
+        .split('&')
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (!k.is_empty()).then(|| (percent_decode(k), percent_decode(v)))
+        })
+        .collect();
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    if get("state").as_deref() != Some(state) {
+        return Err(OAuthError::StateMismatch);
+    }
+    if let Some(error) = get("error") {
+        let description = get("error_description").unwrap_or_default();
+        let why = if description.is_empty() {
+            error
+        } else {
+            format!("{error}: {description}")
+        };
+        return Err(OAuthError::Denied(why));
+    }
+    get("code")
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| OAuthError::Denied("the answer carried no code".into()))
+}
+
+/// The token request for a code.
+pub fn code_request(
+    code: &str,
+    verifier: &str,
+    client_id: &str,
+    redirect_uri: &str,
+    resource: &str,
+) -> String {
+    form(&[
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("redirect_uri", redirect_uri),
+        ("client_id", client_id),
+        ("code_verifier", verifier),
+        ("resource", resource),
+    ])
+}
+
+/// The token request that renews a grant.
+pub fn refresh_request(grant: &Grant) -> Option<String> {
+    let refresh = grant.refresh_token.as_deref()?;
+    Some(form(&[
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh),
+        ("client_id", &grant.client_id),
+        ("resource", &grant.server_url),
+    ]))
+}
+
+/// Why the token endpoint refused (RFC 6749 §5.2), or what it said.
+pub fn token_error(status: u16, body: &str) -> OAuthError {
+    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let error = value.get("error").and_then(Value::as_str);
+    let description = value.get("error_description").and_then(Value::as_str);
+    OAuthError::Token(match (error, description) {
+        (Some(e), Some(d)) => format!("HTTP {status}, {e}: {d}"),
+        (Some(e), None) => format!("HTTP {status}, {e}"),
+        _ => format!("HTTP {status}"),
+    })
+}
+
+/// A sign-in kept for one MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The MCP server's address (the `resource` of every request).
+    pub server_url: String,
+    pub token_endpoint: String,
+    pub client_id: String,
+    pub access_token: String,
+    pub refresh_token: Option<String>,
+    /// When the access token ends (ms), if the server said.
+    pub expires_at: Option<u64>,
+}
+
+impl Grant {
+    /// The grant a token answer makes (`previous`: the grant it renews,
+    /// whose refresh token stays when the answer has none).
+    pub fn from_tokens(
+        value: &Value,
+        now: u64,
+        server_url: &str,
+        token_endpoint: &str,
+        client_id: &str,
+        previous: Option<&Grant>,
+    ) -> Result<Grant, OAuthError> {
+        let access_token = value
+            .get("access_token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| OAuthError::Token("the answer has no access_token".into()))?;
+        let token_type = value
+            .get("token_type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !token_type.eq_ignore_ascii_case("bearer") {
+            return Err(OAuthError::Token(format!(
+                "the token type is {token_type:?}, not Bearer"
+            )));
+        }
+        let expires_at = value
+            .get("expires_in")
+            .and_then(Value::as_u64)
+            .map(|s| now.saturating_add(s.saturating_mul(1000)));
+        let refresh_token = value
+            .get("refresh_token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .or_else(|| previous.and_then(|p| p.refresh_token.clone()));
+        Ok(Grant {
+            server_url: server_url.to_string(),
+            token_endpoint: token_endpoint.to_string(),
+            client_id: client_id.to_string(),
+            access_token: access_token.to_string(),
+            refresh_token,
+            expires_at,
+        })
+    }
+
+    /// Whether the access token should be renewed before it is used.
+    pub fn expiring(&self, now: u64) -> bool {
+        self.expires_at
+            .is_some_and(|at| at <= now.saturating_add(EXPIRY_MARGIN_MS))
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "serverUrl": self.server_url,
+            "tokenEndpoint": self.token_endpoint,
+            "clientId": self.client_id,
+            "accessToken": self.access_token,
+            "refreshToken": self.refresh_token,
+            "expiresAt": self.expires_at,
+        })
+    }
+
+    /// A kept grant, if it is one for `server_url` (anything else is
+    /// dropped: the user signs in again).
+    pub fn from_json(value: &Value, server_url: &str) -> Option<Grant> {
+        let text = |name: &str| value.get(name).and_then(Value::as_str).map(str::to_string);
+        let grant = Grant {
+            server_url: text("serverUrl")?,
+            token_endpoint: text("tokenEndpoint")?,
+            client_id: text("clientId")?,
+            access_token: text("accessToken")?,
+            refresh_token: text("refreshToken"),
+            expires_at: value.get("expiresAt").and_then(Value::as_u64),
+        };
+        (grant.server_url == server_url
+            && is_secure_url(&grant.token_endpoint)
+            && !grant.access_token.is_empty())
+        .then_some(grant)
+    }
+}
+
+/// The `chrome.storage.local` key of a server's grant.
+pub fn grant_key(server_url: &str) -> String {
+    format!("{GRANT_KEY_PREFIX}{server_url}")
+}
+
+#[cfg(test)]
+#[path = "oauth_tests.rs"]
+mod tests;

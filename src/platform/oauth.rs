@@ -1,0 +1,202 @@
+//! Signing in to an MCP server (`crate::oauth` is the half without IO):
+//! the metadata requests, the client registration, the sign-in window
+//! (`chrome.identity.launchWebAuthFlow`), the token requests, and the grant
+//! kept in `chrome.storage.local` under the server's address.
+//!
+//! Must not: send a token anywhere but to the server it was given for, or
+//! keep a grant the user did not complete a sign-in for.
+
+use gloo_timers::callback::Timeout;
+use serde_json::Value;
+use wasm_bindgen::JsValue;
+use web_sys::AbortController;
+
+use super::{chrome, fetch};
+use crate::mcp::ServerConfig;
+use crate::oauth::{self, AuthServer, Authorization, Grant, OAuthError, ResourceMetadata};
+
+/// How long one metadata, registration or token request may take.
+const REQUEST_TIMEOUT_MS: u32 = 30_000;
+
+/// The path of the extension's redirect address for sign-ins.
+const REDIRECT_PATH: &str = "mcp-sign-in";
+
+/// One request and its answer's status and text, given up after
+/// `REQUEST_TIMEOUT_MS`.
+async fn request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
+    let controller = AbortController::new().map_err(|_| "no AbortController".to_string())?;
+    let aborter = controller.clone();
+    let _deadline = Timeout::new(REQUEST_TIMEOUT_MS, move || aborter.abort());
+    let body = body.map(JsValue::from_str);
+    let response = fetch::open(method, url, headers, body.as_ref(), &controller)
+        .await
+        .map_err(|e| e.message)?;
+    let status = response.status;
+    let text = response.text().await.map_err(|e| e.message)?;
+    Ok((status, text))
+}
+
+/// GET a JSON document (2xx with a JSON object, else why not).
+async fn get_json(url: &str) -> Result<Value, String> {
+    let (status, text) = request(
+        "GET",
+        url,
+        &[
+            ("accept", "application/json"),
+            ("mcp-protocol-version", crate::mcp::PROTOCOL_VERSION),
+        ],
+        None,
+    )
+    .await?;
+    if !(200..300).contains(&status) {
+        return Err(format!("{url} answered HTTP {status}"));
+    }
+    serde_json::from_str::<Value>(&text)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| format!("{url} did not answer a JSON object"))
+}
+
+/// Sign in to `server`: its metadata (from the 401's `challenge` when it
+/// named it), the authorization server's, a client registered for this
+/// extension, the sign-in window, then the code exchanged for tokens.
+pub async fn sign_in(
+    server: &ServerConfig,
+    challenge: Option<&str>,
+    now: impl Fn() -> u64,
+) -> Result<Grant, OAuthError> {
+    let metadata_url = oauth::resource_metadata_url(challenge, &server.url).ok_or_else(|| {
+        OAuthError::Discovery(format!("{} is not an http(s) address", server.url))
+    })?;
+    let resource = ResourceMetadata::parse(
+        &get_json(&metadata_url)
+            .await
+            .map_err(OAuthError::Discovery)?,
+        &server.url,
+    )?;
+    let mut auth_server: Option<AuthServer> = None;
+    let mut tried = Vec::new();
+    for url in oauth::auth_server_metadata_urls(&resource.issuer) {
+        match get_json(&url).await {
+            Ok(value) => {
+                auth_server = Some(AuthServer::parse(&value, &resource.issuer)?);
+                break;
+            }
+            Err(why) => tried.push(why),
+        }
+    }
+    let auth_server = auth_server.ok_or_else(|| OAuthError::Discovery(tried.join("; ")))?;
+    let redirect =
+        chrome::redirect_url(REDIRECT_PATH).map_err(|e| OAuthError::Denied(e.message))?;
+    let registration = auth_server
+        .registration_endpoint
+        .as_deref()
+        .ok_or(OAuthError::NoRegistration)?;
+    let (status, text) = request(
+        "POST",
+        registration,
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+        ],
+        Some(&oauth::registration_body(&redirect)),
+    )
+    .await
+    .map_err(OAuthError::Registration)?;
+    if !(200..300).contains(&status) {
+        return Err(OAuthError::Registration(format!(
+            "HTTP {status}: {}",
+            text.chars().take(300).collect::<String>()
+        )));
+    }
+    let client_id = oauth::client_id(&serde_json::from_str(&text).unwrap_or(Value::Null))?;
+
+    let mut random = [0u8; 48];
+    getrandom::fill(&mut random).map_err(|e| OAuthError::Denied(format!("no randomness: {e}")))?;
+    let (verifier, challenge_s256) = oauth::pkce(random[..32].try_into().expect("32 bytes"));
+    let state = oauth::base64url(&random[32..]);
+    let url = Authorization {
+        endpoint: &auth_server.authorization_endpoint,
+        client_id: &client_id,
+        redirect_uri: &redirect,
+        challenge: &challenge_s256,
+        state: &state,
+        resource: &server.url,
+        scopes: &resource.scopes,
+    }
+    .url();
+    let back = chrome::launch_web_auth_flow(&url)
+        .await
+        .map_err(|e| OAuthError::Denied(e.message))?;
+    let code = oauth::code_from_redirect(&back, &state)?;
+    let body = oauth::code_request(&code, &verifier, &client_id, &redirect, &server.url);
+    let tokens = token_request(&auth_server.token_endpoint, &body).await?;
+    Grant::from_tokens(
+        &tokens,
+        now(),
+        &server.url,
+        &auth_server.token_endpoint,
+        &client_id,
+        None,
+    )
+}
+
+/// Renew `grant` with its refresh token (none: the user signs in again).
+pub async fn refresh(grant: &Grant, now: u64) -> Result<Grant, OAuthError> {
+    let body = oauth::refresh_request(grant)
+        .ok_or_else(|| OAuthError::Token("the sign-in has no refresh token".into()))?;
+    let tokens = token_request(&grant.token_endpoint, &body).await?;
+    Grant::from_tokens(
+        &tokens,
+        now,
+        &grant.server_url,
+        &grant.token_endpoint,
+        &grant.client_id,
+        Some(grant),
+    )
+}
+
+async fn token_request(endpoint: &str, body: &str) -> Result<Value, OAuthError> {
+    let (status, text) = request(
+        "POST",
+        endpoint,
+        &[
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("accept", "application/json"),
+        ],
+        Some(body),
+    )
+    .await
+    .map_err(OAuthError::Unreachable)?;
+    if !(200..300).contains(&status) {
+        return Err(oauth::token_error(status, &text));
+    }
+    serde_json::from_str(&text).map_err(|_| OAuthError::Token("the answer is not JSON".into()))
+}
+
+/// The grant kept for the server at `url`, if any (one kept for another
+/// address is not used).
+pub async fn load_grant(url: &str) -> Option<Grant> {
+    let value = chrome::load_local(&oauth::grant_key(url)).await.ok()?;
+    Grant::from_json(&value, url)
+}
+
+/// Keep `grant` for its server, or forget the server's (None).
+pub async fn keep_grant(url: &str, grant: Option<&Grant>) {
+    let key = oauth::grant_key(url);
+    let kept = match grant {
+        Some(grant) => chrome::store_local(&key, &grant.to_json()).await,
+        None => chrome::remove_local(&key).await,
+    };
+    if let Err(e) = kept {
+        super::console_error(&format!(
+            "the sign-in for {url} was not kept: {}",
+            e.message
+        ));
+    }
+}

@@ -1,0 +1,536 @@
+// Tests of the mock MCP server's OAuth 2.1 authorization server (option
+// `auth`): what the engine's MCP client signs in against must behave like
+// the MCP authorization spec (2025-06-18) says: protected resource metadata
+// (RFC 9728), authorization server metadata (RFC 8414), dynamic client
+// registration (RFC 7591), the authorization code grant with PKCE S256
+// (RFC 7636) and resource indicators (RFC 8707), refresh token rotation.
+//
+// Run:  node --test tests/mock-mcp/
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { startMockMcp } from './server.mjs';
+
+const ACCEPT = 'application/json, text/event-stream';
+const REDIRECT = 'https://abcdefghijklmnop.chromiumapp.org/mcp-oauth';
+const INITIALIZE = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } };
+
+async function post(mock, message, { token, session } = {}) {
+  const headers = { 'content-type': 'application/json', accept: ACCEPT };
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (session) {
+    headers['mcp-session-id'] = session;
+    headers['mcp-protocol-version'] = '2025-06-18';
+  }
+  return fetch(mock.url, { method: 'POST', headers, body: JSON.stringify(message) });
+}
+
+/** A PKCE pair, the challenge computed here (not with the mock's helper). */
+function pkce() {
+  const verifier = randomBytes(32).toString('base64url');
+  const challenge = createHash('sha256').update(verifier).digest('base64')
+    .replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  return { verifier, challenge };
+}
+
+async function register(mock, body = { redirect_uris: [REDIRECT], client_name: 'Test Extension' }, contentType = 'application/json') {
+  return fetch(`${mock.origin}/register`, { method: 'POST', headers: { 'content-type': contentType }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+}
+
+async function client(mock) {
+  const response = await register(mock);
+  assert.equal(response.status, 201);
+  return response.json();
+}
+
+function authorizeUrl(mock, clientId, challenge, overrides = {}) {
+  const url = new URL(`${mock.origin}/authorize`);
+  const params = {
+    response_type: 'code',
+    client_id: clientId,
+    redirect_uri: REDIRECT,
+    code_challenge: challenge,
+    code_challenge_method: 'S256',
+    state: 'st-123',
+    resource: mock.url,
+    ...overrides,
+  };
+  for (const [name, value] of Object.entries(params)) if (value !== undefined) url.searchParams.set(name, value);
+  return url.href;
+}
+
+const get = (url) => fetch(url, { redirect: 'manual' });
+
+/** The query of a 302's Location, which must lead to `REDIRECT`. */
+function redirected(response) {
+  assert.equal(response.status, 302);
+  const location = new URL(response.headers.get('location'));
+  assert.equal(`${location.origin}${location.pathname}`, REDIRECT);
+  return Object.fromEntries(location.searchParams);
+}
+
+async function token(mock, form) {
+  return fetch(`${mock.origin}/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams(form).toString(),
+  });
+}
+
+const exchange = (mock, clientId, code, verifier, overrides = {}) => token(mock, {
+  grant_type: 'authorization_code',
+  code,
+  redirect_uri: REDIRECT,
+  client_id: clientId,
+  code_verifier: verifier,
+  resource: mock.url,
+  ...overrides,
+});
+
+const refresh = (mock, clientId, refreshToken) => token(mock, { grant_type: 'refresh_token', refresh_token: refreshToken, client_id: clientId, resource: mock.url });
+
+/** Registers, signs in with autoApprove and exchanges the code: → { client, tokens }. */
+async function signIn(mock) {
+  mock.setAutoApprove(true);
+  const c = await client(mock);
+  const { verifier, challenge } = pkce();
+  const { code } = redirected(await get(authorizeUrl(mock, c.client_id, challenge)));
+  const response = await exchange(mock, c.client_id, code, verifier);
+  assert.equal(response.status, 200);
+  return { client: c, tokens: await response.json() };
+}
+
+async function assertOAuthError(response, status, error) {
+  assert.equal(response.status, status);
+  const body = await response.json();
+  assert.equal(body.error, error, JSON.stringify(body));
+  assert.equal(typeof body.error_description, 'string');
+  return body;
+}
+
+function assertUnauthorized(mock, response, invalid) {
+  assert.equal(response.status, 401);
+  const metadata = `${mock.origin}/.well-known/oauth-protected-resource/mcp`;
+  assert.equal(response.headers.get('www-authenticate'), `Bearer resource_metadata="${metadata}"${invalid ? ', error="invalid_token"' : ''}`);
+}
+
+test('without_auth_nothing_changes_and_the_oauth_paths_are_404', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  assert.equal(mock.auth, null);
+  assert.equal((await post(mock, INITIALIZE)).status, 200);
+  for (const path of ['/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-authorization-server', '/authorize', '/token', '/register']) {
+    assert.equal((await fetch(`${mock.origin}${path}`)).status, 404, path);
+  }
+  assert.deepEqual(mock.authLog(), []);
+});
+
+test('mcp_answers_401_with_the_resource_metadata_before_sign_in', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+
+  const response = await post(mock, INITIALIZE);
+  assertUnauthorized(mock, response, false);
+  const body = await response.json();
+  assert.equal(body.jsonrpc, '2.0');
+  assert.equal(body.id, null);
+  assert.match(body.error.message, /^Unauthorized/);
+
+  // GET and DELETE too, before the session checks; a non-Bearer scheme is no token.
+  assertUnauthorized(mock, await fetch(mock.url, { headers: { accept: 'text/event-stream' } }), false);
+  assertUnauthorized(mock, await fetch(mock.url, { method: 'DELETE', headers: { 'mcp-session-id': 'x' } }), false);
+  assertUnauthorized(mock, await fetch(mock.url, { method: 'POST', headers: { authorization: 'Basic abc', 'content-type': 'application/json', accept: ACCEPT }, body: JSON.stringify(INITIALIZE) }), false);
+  // A token not of this server's.
+  assertUnauthorized(mock, await post(mock, INITIALIZE, { token: 'forged' }), true);
+
+  const rejected = mock.log();
+  assert.deepEqual(rejected.map((e) => [e.kind, e.status, e.method, e.authError]), [
+    ['rejected', 401, 'initialize', 'missing'],
+    ['rejected', 401, 'GET', 'missing'],
+    ['rejected', 401, 'DELETE', 'missing'],
+    ['rejected', 401, 'initialize', 'missing'],
+    ['rejected', 401, 'initialize', 'invalid_token'],
+  ]);
+  assert.equal(rejected[4].headers.authorization, 'Bearer forged');
+  assert.equal(mock.sessionCount(), 0);
+});
+
+test('both_metadata_documents_and_cors', async (t) => {
+  const mock = await startMockMcp({ auth: { scopes: ['tools', 'admin'] } });
+  t.after(() => mock.close());
+
+  const resource = await fetch(`${mock.origin}/.well-known/oauth-protected-resource/mcp`);
+  assert.equal(resource.status, 200);
+  assert.equal(resource.headers.get('access-control-allow-origin'), '*');
+  assert.deepEqual(await resource.json(), {
+    resource: mock.url,
+    authorization_servers: [mock.origin],
+    scopes_supported: ['tools', 'admin'],
+    bearer_methods_supported: ['header'],
+  });
+
+  const as = await fetch(`${mock.origin}/.well-known/oauth-authorization-server`);
+  assert.equal(as.status, 200);
+  assert.equal(as.headers.get('access-control-allow-origin'), '*');
+  assert.deepEqual(await as.json(), {
+    issuer: mock.origin,
+    authorization_endpoint: `${mock.origin}/authorize`,
+    token_endpoint: `${mock.origin}/token`,
+    registration_endpoint: `${mock.origin}/register`,
+    response_types_supported: ['code'],
+    grant_types_supported: ['authorization_code', 'refresh_token'],
+    code_challenge_methods_supported: ['S256'],
+    token_endpoint_auth_methods_supported: ['none'],
+    scopes_supported: ['tools', 'admin'],
+  });
+  assert.equal(mock.auth.issuer, mock.origin);
+  assert.equal(mock.auth.resourceMetadataUrl, `${mock.origin}/.well-known/oauth-protected-resource/mcp`);
+
+  const preflight = await fetch(`${mock.origin}/token`, { method: 'OPTIONS', headers: { origin: 'chrome-extension://abc', 'access-control-request-method': 'POST' } });
+  assert.equal(preflight.status, 204);
+  assert.equal(preflight.headers.get('access-control-allow-origin'), '*');
+  assert.equal(preflight.headers.get('access-control-allow-methods'), 'GET, POST');
+  assert.equal(preflight.headers.get('access-control-allow-headers'), 'content-type, authorization, mcp-protocol-version');
+
+  assert.equal((await fetch(`${mock.origin}/token`)).status, 405, 'GET /token');
+  assert.deepEqual(mock.authLog().map((e) => [e.kind, e.status]), [['metadata', 200], ['as-metadata', 200], ['token', 405]]);
+});
+
+test('registration_wants_good_redirect_uris_and_a_public_client', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+
+  for (const body of [
+    {},
+    { redirect_uris: [] },
+    { redirect_uris: 'https://a.example/cb' },
+    { redirect_uris: ['http://example.com/cb'] },
+    { redirect_uris: ['http://localhost:8080/cb'] },
+    { redirect_uris: ['https://a.example/cb#frag'] },
+    { redirect_uris: ['javascript:alert(1)'] },
+    { redirect_uris: ['not a url'] },
+  ]) {
+    await assertOAuthError(await register(mock, body), 400, 'invalid_redirect_uri');
+  }
+  await assertOAuthError(await register(mock, { redirect_uris: [REDIRECT], token_endpoint_auth_method: 'client_secret_basic' }), 400, 'invalid_client_metadata');
+  await assertOAuthError(await register(mock, 'not json'), 400, 'invalid_client_metadata');
+  assert.deepEqual(mock.clients(), []);
+
+  const response = await register(mock, { redirect_uris: [REDIRECT, 'http://127.0.0.1:7777/cb'], client_name: 'Test Extension', token_endpoint_auth_method: 'none' });
+  assert.equal(response.status, 201);
+  assert.equal(response.headers.get('access-control-allow-origin'), '*');
+  const registered = await response.json();
+  assert.equal(registered.client_id, 'client-1');
+  assert.equal(typeof registered.client_id_issued_at, 'number');
+  assert.deepEqual({ ...registered, client_id_issued_at: 0 }, {
+    client_id: 'client-1',
+    client_id_issued_at: 0,
+    redirect_uris: [REDIRECT, 'http://127.0.0.1:7777/cb'],
+    grant_types: ['authorization_code', 'refresh_token'],
+    response_types: ['code'],
+    token_endpoint_auth_method: 'none',
+    client_name: 'Test Extension',
+  });
+  assert.deepEqual(mock.clients(), [registered]);
+  assert.equal((await client(mock)).client_id, 'client-2');
+
+  const log = mock.authLog();
+  assert.equal(log.length, 12);
+  assert.deepEqual(log[0], { ...log[0], kind: 'register', status: 400, error: 'invalid_redirect_uri', params: {} });
+  assert.deepEqual(log[10].params.redirect_uris, [REDIRECT, 'http://127.0.0.1:7777/cb']);
+  assert.equal(log[10].clientId, 'client-1');
+  assert.equal(log[10].status, 201);
+});
+
+test('sign_in_with_auto_approve_then_initialize_with_the_bearer_token', async (t) => {
+  const mock = await startMockMcp({ auth: { autoApprove: true, accessTtlSeconds: 120 } });
+  t.after(() => mock.close());
+  const c = await client(mock);
+  const { verifier, challenge } = pkce();
+
+  const authorize = await get(authorizeUrl(mock, c.client_id, challenge));
+  const query = redirected(authorize);
+  assert.deepEqual(Object.keys(query), ['code', 'state']);
+  assert.equal(query.state, 'st-123');
+
+  const response = await exchange(mock, c.client_id, query.code, verifier);
+  assert.equal(response.status, 200);
+  assert.equal(response.headers.get('cache-control'), 'no-store');
+  assert.match(response.headers.get('content-type'), /^application\/json/);
+  const tokens = await response.json();
+  assert.deepEqual(Object.keys(tokens).sort(), ['access_token', 'expires_in', 'refresh_token', 'scope', 'token_type']);
+  assert.equal(tokens.token_type, 'Bearer');
+  assert.equal(tokens.expires_in, 120);
+  assert.equal(tokens.scope, 'tools');
+
+  const init = await post(mock, INITIALIZE, { token: tokens.access_token });
+  assert.equal(init.status, 200);
+  const session = init.headers.get('mcp-session-id');
+  assert.ok(session);
+  assert.equal((await post(mock, { jsonrpc: '2.0', method: 'notifications/initialized' }, { token: tokens.access_token, session })).status, 202);
+  assert.equal((await post(mock, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} }, { token: tokens.access_token, session })).status, 200);
+  // Every message needs the token, not only initialize.
+  assertUnauthorized(mock, await post(mock, { jsonrpc: '2.0', id: 3, method: 'tools/list', params: {} }, { session }), false);
+
+  const [issued] = mock.tokens();
+  assert.equal(issued.accessToken, tokens.access_token);
+  assert.equal(issued.refreshToken, tokens.refresh_token);
+  assert.equal(issued.clientId, c.client_id);
+  assert.equal(issued.resource, mock.url);
+  assert.equal(issued.revoked, false);
+  assert.equal(issued.expired, false);
+  assert.ok(issued.expiresAt - issued.issuedAt === 120_000);
+
+  const log = mock.authLog();
+  assert.deepEqual(log.map((e) => [e.kind, e.status]), [['register', 201], ['authorize', 302], ['token', 200]]);
+  assert.equal(log[1].params.code_challenge, challenge);
+  assert.equal(log[1].params.resource, mock.url);
+  assert.equal(log[1].approved, 'auto');
+  assert.equal(log[1].location, authorize.headers.get('location'));
+  assert.equal(log[2].params.code_verifier, verifier);
+  assert.equal(log[2].params.grant_type, 'authorization_code');
+  assert.deepEqual(log[2].issued, { accessToken: tokens.access_token, refreshToken: tokens.refresh_token });
+  assert.equal(log[2].headers['content-type'], 'application/x-www-form-urlencoded');
+});
+
+test('sign_in_through_the_allow_page', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  const c = await client(mock);
+  const { verifier, challenge } = pkce();
+
+  const page = await get(authorizeUrl(mock, c.client_id, challenge));
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /^text\/html/);
+  const html = await page.text();
+  assert.match(html, /<title>Sign in to mock-mcp<\/title>/);
+  assert.match(html, /Test Extension/);
+  assert.match(html, /<button id="allow"[^>]*>Allow<\/button>/);
+  assert.match(html, /<button id="deny"[^>]*>Deny<\/button>/);
+  const allowHref = /<button id="allow"[^>]*data-href="([^"]+)"/.exec(html)[1].replace(/&amp;/g, '&');
+  const [entry] = mock.authLog().filter((e) => e.kind === 'authorize');
+  assert.equal(allowHref, `/authorize/decide?request=${entry.request}&allow=1`);
+  // The form submits the same URL.
+  assert.match(html, new RegExp(`<form method="get" action="/authorize/decide"><input type="hidden" name="request" value="${entry.request}"><input type="hidden" name="allow" value="1"><button id="allow"`));
+
+  const { code, state } = redirected(await get(new URL(allowHref, mock.origin)));
+  assert.equal(state, 'st-123');
+  const response = await exchange(mock, c.client_id, code, verifier);
+  assert.equal(response.status, 200);
+  const tokens = await response.json();
+  assert.equal((await post(mock, INITIALIZE, { token: tokens.access_token })).status, 200);
+
+  // Decided once only.
+  assert.equal((await get(new URL(allowHref, mock.origin))).status, 400);
+  const decides = mock.authLog().filter((e) => e.kind === 'decide');
+  assert.deepEqual(decides.map((e) => [e.status, e.allow, e.request]), [[302, true, entry.request], [400, undefined, entry.request]]);
+
+  // Switched at runtime: straight to the code.
+  mock.setAutoApprove(true);
+  assert.ok(redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge))).code);
+});
+
+test('deny_redirects_with_access_denied', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  const c = await client(mock);
+  const html = await (await get(authorizeUrl(mock, c.client_id, pkce().challenge, { state: 'deny-me' }))).text();
+  const denyHref = /<button id="deny"[^>]*data-href="([^"]+)"/.exec(html)[1].replace(/&amp;/g, '&');
+  assert.match(denyHref, /&allow=0$/);
+  assert.deepEqual(redirected(await get(new URL(denyHref, mock.origin))), { error: 'access_denied', state: 'deny-me' });
+  const decide = mock.authLog().at(-1);
+  assert.equal(decide.kind, 'decide');
+  assert.equal(decide.allow, false);
+  assert.equal(decide.error, 'access_denied');
+});
+
+test('authorize_refuses_bad_requests', async (t) => {
+  const mock = await startMockMcp({ auth: { autoApprove: true } });
+  t.after(() => mock.close());
+  const c = await client(mock);
+  const { challenge } = pkce();
+
+  // Never redirected: unknown client, unregistered redirect_uri.
+  for (const url of [
+    authorizeUrl(mock, 'client-99', challenge),
+    authorizeUrl(mock, c.client_id, challenge, { redirect_uri: 'https://evil.example/cb' }),
+    authorizeUrl(mock, c.client_id, challenge, { redirect_uri: undefined }),
+  ]) {
+    const response = await get(url);
+    assert.equal(response.status, 400, url);
+    assert.equal(response.headers.get('location'), null);
+    assert.match(response.headers.get('content-type'), /^text\/html/);
+  }
+  // Redirected with invalid_request and the state.
+  for (const overrides of [
+    { resource: `${mock.origin}/other` },
+    { resource: undefined },
+    { code_challenge: undefined },
+    { code_challenge_method: 'plain' },
+    { code_challenge_method: undefined },
+    { response_type: 'token' },
+    { scope: 'tools root' },
+  ]) {
+    const query = redirected(await get(authorizeUrl(mock, c.client_id, challenge, overrides)));
+    assert.equal(query.error, 'invalid_request', JSON.stringify(overrides));
+    assert.equal(query.state, 'st-123');
+    assert.ok(query.error_description);
+    assert.equal(query.code, undefined);
+  }
+});
+
+test('the_token_endpoint_checks_pkce_and_uses_a_code_once', async (t) => {
+  const mock = await startMockMcp({ auth: { autoApprove: true } });
+  t.after(() => mock.close());
+  const c = await client(mock);
+  const { verifier, challenge } = pkce();
+  const { code } = redirected(await get(authorizeUrl(mock, c.client_id, challenge)));
+
+  await assertOAuthError(await exchange(mock, c.client_id, code, pkce().verifier), 400, 'invalid_grant');
+  await assertOAuthError(await exchange(mock, c.client_id, code, 'short'), 400, 'invalid_grant');
+  await assertOAuthError(await exchange(mock, c.client_id, code, verifier, { redirect_uri: 'http://127.0.0.1:1/cb' }), 400, 'invalid_grant');
+  await assertOAuthError(await exchange(mock, c.client_id, code, verifier, { resource: `${mock.origin}/other` }), 400, 'invalid_grant');
+  await assertOAuthError(await exchange(mock, c.client_id, code, verifier, { resource: '' }), 400, 'invalid_request');
+  await assertOAuthError(await exchange(mock, 'client-99', code, verifier), 400, 'invalid_client');
+  const other = await client(mock);
+  await assertOAuthError(await exchange(mock, other.client_id, code, verifier), 400, 'invalid_grant');
+  await assertOAuthError(await exchange(mock, c.client_id, 'no-such-code', verifier), 400, 'invalid_grant');
+  await assertOAuthError(await token(mock, { grant_type: 'password', client_id: c.client_id }), 400, 'unsupported_grant_type');
+  await assertOAuthError(await token(mock, { client_id: c.client_id }), 400, 'invalid_request');
+  const json = await fetch(`${mock.origin}/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ grant_type: 'authorization_code', code }) });
+  await assertOAuthError(json, 400, 'invalid_request');
+  const wrong = mock.authLog().filter((e) => e.kind === 'token')[0];
+  assert.equal(wrong.status, 400);
+  assert.equal(wrong.error, 'invalid_grant');
+
+  // A failed check did not use the code up; the right verifier gets tokens once.
+  const first = await exchange(mock, c.client_id, code, verifier);
+  assert.equal(first.status, 200);
+  const tokens = await first.json();
+  assert.equal((await post(mock, INITIALIZE, { token: tokens.access_token })).status, 200);
+  await assertOAuthError(await exchange(mock, c.client_id, code, verifier), 400, 'invalid_grant');
+  // ...and the second use revoked what the first got.
+  assertUnauthorized(mock, await post(mock, INITIALIZE, { token: tokens.access_token }), true);
+  await assertOAuthError(await refresh(mock, c.client_id, tokens.refresh_token), 400, 'invalid_grant');
+  assert.equal(mock.tokens()[0].revoked, true);
+});
+
+test('refresh_rotates_the_refresh_token', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  const { client: c, tokens } = await signIn(mock);
+
+  const response = await refresh(mock, c.client_id, tokens.refresh_token);
+  assert.equal(response.status, 200);
+  assert.equal(response.headers.get('cache-control'), 'no-store');
+  const next = await response.json();
+  assert.notEqual(next.access_token, tokens.access_token);
+  assert.notEqual(next.refresh_token, tokens.refresh_token);
+  assert.equal(next.token_type, 'Bearer');
+  assert.equal(next.expires_in, 3600);
+  assert.equal(next.scope, 'tools');
+  assert.equal((await post(mock, INITIALIZE, { token: next.access_token })).status, 200);
+
+  await assertOAuthError(await refresh(mock, c.client_id, tokens.refresh_token), 400, 'invalid_grant');
+  const other = await client(mock);
+  await assertOAuthError(await refresh(mock, other.client_id, next.refresh_token), 400, 'invalid_grant');
+  const again = await token(mock, { grant_type: 'refresh_token', refresh_token: next.refresh_token, client_id: c.client_id });
+  assert.equal(again.status, 200, 'resource may be left out');
+
+  const refreshes = mock.authLog().filter((e) => e.kind === 'token' && e.params.grant_type === 'refresh_token');
+  assert.equal(refreshes[0].params.refresh_token, tokens.refresh_token);
+  assert.equal(refreshes[0].status, 200);
+  assert.equal(refreshes[1].status, 400);
+  assert.deepEqual(mock.tokens().map((x) => x.grantType), ['authorization_code', 'refresh_token', 'refresh_token']);
+});
+
+test('expired_access_tokens_get_invalid_token_and_refresh_still_works', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  const { client: c, tokens } = await signIn(mock);
+  const init = await post(mock, INITIALIZE, { token: tokens.access_token });
+  assert.equal(init.status, 200);
+  const session = init.headers.get('mcp-session-id');
+
+  mock.expireAccessTokens();
+  assert.equal(mock.tokens()[0].expired, true);
+  const refused = await post(mock, { jsonrpc: '2.0', id: 2, method: 'ping' }, { token: tokens.access_token, session });
+  assertUnauthorized(mock, refused, true);
+  assert.equal(mock.log().at(-1).authError, 'invalid_token');
+  assert.equal(mock.log().at(-1).method, 'ping');
+
+  const response = await refresh(mock, c.client_id, tokens.refresh_token);
+  assert.equal(response.status, 200);
+  const next = await response.json();
+  // The session survives the new token.
+  assert.equal((await post(mock, { jsonrpc: '2.0', id: 3, method: 'ping' }, { token: next.access_token, session })).status, 200);
+});
+
+test('an_access_token_expires_by_its_ttl', async (t) => {
+  const mock = await startMockMcp({ auth: { accessTtlSeconds: 0.2 } });
+  t.after(() => mock.close());
+  const { tokens } = await signIn(mock);
+  assert.equal(tokens.expires_in, 0.2);
+  assert.equal((await post(mock, INITIALIZE, { token: tokens.access_token })).status, 200);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assertUnauthorized(mock, await post(mock, INITIALIZE, { token: tokens.access_token }), true);
+});
+
+test('revoked_grants_refuse_refresh_and_reset_forgets_auth', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  const { client: c, tokens } = await signIn(mock);
+  // An undecided code is revoked too.
+  const { verifier, challenge } = pkce();
+  const { code } = redirected(await get(authorizeUrl(mock, c.client_id, challenge)));
+
+  mock.revokeGrants();
+  assertUnauthorized(mock, await post(mock, INITIALIZE, { token: tokens.access_token }), true);
+  await assertOAuthError(await refresh(mock, c.client_id, tokens.refresh_token), 400, 'invalid_grant');
+  await assertOAuthError(await exchange(mock, c.client_id, code, verifier), 400, 'invalid_grant');
+  assert.equal(mock.tokens()[0].revoked, true);
+
+  // Signing in again works.
+  const again = await signIn(mock);
+  assert.equal((await post(mock, INITIALIZE, { token: again.tokens.access_token })).status, 200);
+
+  mock.reset();
+  assert.deepEqual(mock.clients(), []);
+  assert.deepEqual(mock.tokens(), []);
+  assert.deepEqual(mock.authLog(), []);
+  assertUnauthorized(mock, await post(mock, INITIALIZE, { token: again.tokens.access_token }), true);
+  // autoApprove back to the option's (false): the page again; client ids not reused.
+  const fresh = await client(mock);
+  assert.equal(fresh.client_id, 'client-3');
+  assert.equal((await get(authorizeUrl(mock, fresh.client_id, pkce().challenge))).status, 200);
+});
+
+test('waitFor_sees_auth_log_entries', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  const waiting = mock.waitFor(() => mock.authLog().some((e) => e.kind === 'register'), { timeout: 5000 });
+  await client(mock);
+  await waiting;
+});
+
+test('the_cli_serves_auth_with_the_auth_flag', async (t) => {
+  const child = spawn(process.execPath, [fileURLToPath(new URL('./server.mjs', import.meta.url)), '--auth'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.after(() => child.kill('SIGTERM'));
+  const url = await new Promise((resolve, rejectLine) => {
+    let out = '';
+    child.stdout.on('data', (chunk) => {
+      out += chunk;
+      const line = out.split('\n')[0];
+      if (out.includes('\n')) resolve(line.replace(/^MOCK_MCP_URL=/, ''));
+    });
+    child.once('exit', (code) => rejectLine(new Error(`exited ${code}`)));
+  });
+  assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: ACCEPT }, body: JSON.stringify(INITIALIZE) });
+  assert.equal(response.status, 401);
+  const metadata = await (await fetch(new URL('/.well-known/oauth-protected-resource/mcp', url))).json();
+  assert.equal(metadata.resource, url);
+});
