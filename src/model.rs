@@ -1143,6 +1143,9 @@ pub struct McpServerSummary {
     /// The user is signed in to it (a sign-in this extension keeps).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub signed_in: bool,
+    /// Its sign-in window is open (`mcpServers.signIn`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub signing_in: bool,
 }
 
 /// A site rule as a client lists it (`siteRules.list`, `siteRules.updated`).

@@ -92,8 +92,17 @@ fn split_url(url: &str) -> Option<(&str, &str)> {
     Some((origin, &after[..path_end]))
 }
 
-/// https, or http to this machine (a server under development).
+/// https, or http to this machine (a server under development). An
+/// address with a backslash, a space or a control character is refused
+/// whatever its scheme: the browser reads those differently (a `\` ends
+/// the host there) than a plain split does.
 pub fn is_secure_url(url: &str) -> bool {
+    if url
+        .chars()
+        .any(|c| c == '\\' || c.is_whitespace() || c.is_control())
+    {
+        return false;
+    }
     if url.starts_with("https://") {
         return split_url(url).is_some();
     }
@@ -114,7 +123,12 @@ pub fn is_secure_url(url: &str) -> bool {
 /// `resource_metadata` of its `WWW-Authenticate` challenge, else the
 /// well-known address for its URL (RFC 9728 §3.1).
 pub fn resource_metadata_url(www_authenticate: Option<&str>, server_url: &str) -> Option<String> {
-    if let Some(url) = www_authenticate.and_then(|h| auth_param(h, "resource_metadata")) {
+    // Only an https address (or one on this machine) is taken from the
+    // challenge; anything else is ignored for the well-known address.
+    if let Some(url) = www_authenticate
+        .and_then(|h| auth_param(h, "resource_metadata"))
+        .filter(|url| is_secure_url(url))
+    {
         return Some(url);
     }
     let (origin, path) = split_url(server_url)?;

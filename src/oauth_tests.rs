@@ -30,6 +30,15 @@ fn the_resource_metadata_is_where_the_challenge_says_else_at_the_well_known_addr
         Some("http://127.0.0.1:9000/.well-known/oauth-protected-resource")
     );
     assert_eq!(resource_metadata_url(None, "ftp://x/mcp"), None);
+    // A challenge naming an insecure or relative address is not followed.
+    for named in ["http://evil.example/meta", "/meta", "chrome-extension://x/meta"] {
+        let header = format!("Bearer resource_metadata=\"{named}\"");
+        assert_eq!(
+            resource_metadata_url(Some(&header), "https://mcp.example.com/mcp").as_deref(),
+            Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp"),
+            "{named}"
+        );
+    }
 }
 
 #[test]
@@ -64,6 +73,12 @@ fn resource_metadata_must_be_for_this_server_and_name_a_secure_issuer() {
     assert!(!is_secure_url("http://127.0.0.1.evil.example/token"));
     assert!(!is_secure_url("http://user@evil.example/token"));
     assert!(!is_secure_url("javascript:alert(1)"));
+    // The browser ends the host at a backslash: this one goes to
+    // evil.example over http, whatever follows the @.
+    assert!(!is_secure_url("http://evil.example\\@localhost/token"));
+    assert!(!is_secure_url("https://auth.example.com/to ken"));
+    assert!(!is_secure_url("https://auth.example.com/\u{7}"));
+    assert!(!is_secure_url("http://mcp.example.com/mcp"), "a remote server over http gets no token");
 }
 
 #[test]

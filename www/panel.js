@@ -4580,6 +4580,10 @@ function renderMcpServers(servers) {
     : [];
   mcpServersShown = shown;
   if (dom.mcpServersStatus.dataset.about === "list") setMcpServersStatus("", false, "list");
+  // "The sign-in window is open" goes once no window is.
+  if (dom.mcpServersStatus.dataset.about === "sign-in" && !dom.mcpServersStatus.classList.contains("error") && !shown.some((s) => s.signingIn === true)) {
+    setMcpServersStatus("", false, "sign-in");
+  }
   const list = dom.mcpServersList;
   const before = [...list.children];
   const focused = before.find((item) => item.contains(document.activeElement)) ?? null;
@@ -4667,7 +4671,7 @@ function fillMcpServerItem(item, server, key, byUser, refusedAt) {
   if (old) old.replaceWith(info);
   else item.prepend(info);
 
-  fillMcpSignButton(item, name, state, server.signedIn === true);
+  fillMcpSignButton(item, name, state, server.signedIn === true, server.signingIn === true);
   fillMcpRefreshButton(item, name, state);
   let remove = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-remove"));
   if (!byUser) {
@@ -4697,15 +4701,11 @@ function fillMcpServerItem(item, server, key, byUser, refusedAt) {
  * worker opens the server's sign-in window), "Sign out" for one the user is
  * signed in to (`mcpServers.signOut`); none otherwise. Kept across redraws
  * while it stays the same kind.
- * @param {HTMLElement} item @param {string} name @param {string} state @param {boolean} signedIn
+ * @param {HTMLElement} item @param {string} name @param {string} state @param {boolean} signedIn @param {boolean} signingIn
  */
-function fillMcpSignButton(item, name, state, signedIn) {
+function fillMcpSignButton(item, name, state, signedIn, signingIn) {
   const kind = state === "sign_in_needed" ? "in" : signedIn && state !== "refused" ? "out" : "";
   let button = /** @type {HTMLButtonElement | null} */ (item.querySelector(":scope > button.mcp-sign"));
-  if (button && button.dataset.kind !== kind) {
-    button.remove();
-    button = null;
-  }
   if (!kind || !name) {
     button?.remove();
     return;
@@ -4714,8 +4714,6 @@ function fillMcpSignButton(item, name, state, signedIn) {
     const created = document.createElement("button");
     created.type = "button";
     created.className = "mcp-sign";
-    created.dataset.kind = kind;
-    created.textContent = kind === "in" ? "Sign in" : "Sign out";
     created.addEventListener("click", () => {
       if (created.getAttribute("aria-disabled") === "true") return;
       const signIn = created.dataset.kind === "in";
@@ -4728,10 +4726,13 @@ function fillMcpSignButton(item, name, state, signedIn) {
     const after = item.querySelector(":scope > button.mcp-refresh") ?? item.querySelector(":scope > button.mcp-remove");
     item.insertBefore(created, after);
     button = created;
-  } else if (kind === "in") {
-    button.removeAttribute("aria-disabled");
-    button.textContent = "Sign in";
   }
+  // The same element whatever it offers, so focus stays on it.
+  button.dataset.kind = kind;
+  const waiting = kind === "in" && signingIn;
+  button.textContent = waiting ? "Signing in…" : kind === "in" ? "Sign in" : "Sign out";
+  if (waiting) button.setAttribute("aria-disabled", "true");
+  else button.removeAttribute("aria-disabled");
   button.setAttribute("aria-label", kind === "in" ? `Sign in to the MCP server ${name}` : `Sign out of the MCP server ${name}`);
 }
 

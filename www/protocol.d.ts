@@ -1020,6 +1020,8 @@ export interface McpServerSummary {
   since: number;
   /** The user is signed in to it (a sign-in this extension keeps). */
   signedIn?: boolean;
+  /** Its sign-in window is open (`mcpServers.signIn`). */
+  signingIn?: boolean;
 }
 
 /** Who named an MCP server. */

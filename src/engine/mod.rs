@@ -1130,6 +1130,7 @@ struct McpServerStatus {
     problem: Option<String>,
     since: u64,
     signed_in: bool,
+    signing_in: bool,
 }
 
 /// The engine. One per service-worker instance; rebuilt from the store after a crash.
@@ -1523,6 +1524,7 @@ impl Engine {
             problem,
             since: now,
             signed_in: false,
+            signing_in: false,
         };
         // A refused entry of the user's is listed apart (it may even have
         // a server's name: that is why it is refused).
@@ -1537,6 +1539,7 @@ impl Engine {
                     status.since = known.since;
                 }
                 status.signed_in = known.signed_in;
+                status.signing_in = known.signing_in;
                 *known = status;
             }
             None => self.mcp_servers.push(status),
@@ -1553,6 +1556,18 @@ impl Engine {
         }) {
             known.signed_in = signed_in;
         }
+    }
+
+    /// A sign-in window of an MCP server's opened (true) or closed: listed
+    /// with it at once, so every page shows the sign-in under way.
+    pub fn handle_mcp_signing_in(&mut self, name: &str, added_by: McpServerOrigin, on: bool) {
+        if let Some(known) = self.mcp_servers.iter_mut().find(|s| {
+            s.name == name && s.added_by == added_by && s.state != McpServerState::Refused
+        }) {
+            known.signing_in = on;
+        }
+        let servers = self.mcp_server_summaries();
+        self.send_to_pages(Event::McpServersUpdated { servers });
     }
 
     /// An MCP server is gone (the user removed it, or changed it and it is
@@ -1587,6 +1602,7 @@ impl Engine {
                 problem: Some(refusal.problem),
                 since: now,
                 signed_in: false,
+                signing_in: false,
             });
         }
         let servers = self.mcp_server_summaries();
@@ -1662,6 +1678,7 @@ impl Engine {
                 problem: server.problem.clone(),
                 since: server.since,
                 signed_in: server.signed_in,
+                signing_in: server.signing_in,
                 tools: if server.state == McpServerState::Refused {
                     Vec::new()
                 } else {

@@ -43,17 +43,37 @@ impl Streaming {
         Ok(Some(Uint8Array::new(&value).to_vec()))
     }
 
-    /// The whole body as text (an error response's, or a small document
-    /// read at once).
-    pub async fn text(mut self) -> Result<String, JsError> {
-        if self.reader.is_some() {
-            // A successful body is locked to its reader: read it there.
-            let mut bytes = Vec::new();
-            while let Some(chunk) = self.next_chunk().await? {
-                bytes.extend_from_slice(&chunk);
-            }
-            return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    /// Stop reading the body (the rest is not wanted).
+    pub fn cancel(&self) {
+        if let Some(reader) = &self.reader {
+            let _ = reader.cancel();
         }
+    }
+
+    /// The whole body as text (an error response's, or a small document
+    /// read at once, of at most `max` bytes: a longer one is an error).
+    pub async fn text_within(mut self, max: usize) -> Result<String, JsError> {
+        if self.reader.is_none() {
+            return self.text().await;
+        }
+        // A successful body is locked to its reader: read it there.
+        let mut bytes = Vec::new();
+        while let Some(chunk) = self.next_chunk().await? {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() > max {
+                self.cancel();
+                return Err(JsError {
+                    name: "RangeError".into(),
+                    message: format!("the answer is longer than {max} bytes"),
+                });
+            }
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The whole body as text (for error responses).
+    pub async fn text(self) -> Result<String, JsError> {
+        drop(self.reader);
         let promise = self.response.text().map_err(js_to_error)?;
         let text = JsFuture::from(promise).await.map_err(js_to_error)?;
         Ok(text.as_string().unwrap_or_default())
@@ -162,8 +182,35 @@ pub async fn open(
     body: Option<&JsValue>,
     controller: &AbortController,
 ) -> Result<Streaming, JsError> {
+    open_with(method, url, headers, body, controller, true).await
+}
+
+/// A request that carries a secret in its body (a sign-in's code and
+/// verifier, a refresh token): a redirect is an error, never followed
+/// with the body to another address.
+pub async fn open_without_redirects(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&JsValue>,
+    controller: &AbortController,
+) -> Result<Streaming, JsError> {
+    open_with(method, url, headers, body, controller, false).await
+}
+
+async fn open_with(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&JsValue>,
+    controller: &AbortController,
+    follow_redirects: bool,
+) -> Result<Streaming, JsError> {
     let init = RequestInit::new();
     init.set_method(method);
+    if !follow_redirects {
+        init.set_redirect(web_sys::RequestRedirect::Error);
+    }
     let h = Headers::new().map_err(js_to_error)?;
     for (k, v) in headers {
         h.set(k, v).map_err(js_to_error)?;

@@ -93,11 +93,32 @@ pub struct Server {
     /// The `WWW-Authenticate` of the server's last 401 (where its sign-in
     /// metadata is).
     challenge: RefCell<Option<String>>,
-    /// The last request was refused for want of a sign-in.
-    wants_sign_in: Cell<bool>,
+    /// How many requests were refused for want of a sign-in (a call
+    /// compares it before and after).
+    sign_in_refusals: Cell<u64>,
     /// A sign-in window is open.
     signing_in: Cell<bool>,
+    /// Bumped by every sign-in, sign-out and removal: a renewal that
+    /// finishes after one of those keeps nothing (it would undo it).
+    grant_epoch: Cell<u64>,
+    /// Removed from the configured servers (by the user): a sign-in that
+    /// completes now keeps nothing.
+    retired: Cell<bool>,
 }
+
+/// How a renewal of the grant went.
+enum Renewal {
+    /// A new access token to try (renewed here, or by a request refused
+    /// at the same time).
+    Renewed,
+    /// None: the user signs in again.
+    Refused,
+    /// The sign-in server could not be reached; the grant is kept.
+    Unreachable(String),
+}
+
+/// How long one page of `tools/list` may take.
+const LIST_TIMEOUT_MS: u32 = 30_000;
 
 impl Server {
     fn new(config: ServerConfig, added_by: McpServerOrigin) -> Self {
@@ -115,9 +136,18 @@ impl Server {
             grant_loaded: Cell::new(false),
             renewing: futures::lock::Mutex::new(()),
             challenge: RefCell::new(None),
-            wants_sign_in: Cell::new(false),
+            sign_in_refusals: Cell::new(0),
             signing_in: Cell::new(false),
+            grant_epoch: Cell::new(0),
+            retired: Cell::new(false),
         }
+    }
+
+    /// A grant may be used with this server: it has no `Authorization`
+    /// of its own and is https (or on this machine): a token never
+    /// crosses the network in clear text.
+    fn takes_grant(&self) -> bool {
+        !self.own_authorization() && crate::oauth::is_secure_url(&self.config.url)
     }
 
     /// The headers of the extension's entry name an `Authorization` of its
@@ -134,14 +164,19 @@ impl Server {
         self.grant.borrow().is_some()
     }
 
-    /// Whether the server's last request was refused for want of a sign-in.
-    pub fn wants_sign_in(&self) -> bool {
-        self.wants_sign_in.get()
+    /// How many requests were refused for want of a sign-in so far.
+    pub fn sign_in_refusals(&self) -> u64 {
+        self.sign_in_refusals.get()
+    }
+
+    /// Whether a sign-in window is open.
+    pub fn signing_in(&self) -> bool {
+        self.signing_in.get()
     }
 
     /// Read the kept grant once per worker.
     async fn load_grant(&self) {
-        if self.grant_loaded.get() || self.own_authorization() {
+        if self.grant_loaded.get() || !self.takes_grant() {
             return;
         }
         let kept = super::oauth::load_grant(&self.config.url).await;
@@ -155,52 +190,66 @@ impl Server {
     }
 
     /// Renew the grant whose access token `failed` was refused or is
-    /// ending. True: there is a new one to try (renewed here or by a
-    /// request refused at the same time).
-    async fn renew(&self, failed: Option<&str>) -> bool {
+    /// ending.
+    async fn renew(&self, failed: Option<&str>) -> Renewal {
         let _one_at_a_time = self.renewing.lock().await;
         let Some(grant) = self.grant.borrow().clone() else {
-            return false;
+            return Renewal::Refused;
         };
         if Some(grant.access_token.as_str()) != failed {
-            return true;
+            return Renewal::Renewed;
         }
-        match super::oauth::refresh(&grant, js_sys::Date::now() as u64).await {
+        let epoch = self.grant_epoch.get();
+        let result = super::oauth::refresh(&grant, js_sys::Date::now() as u64).await;
+        // Signed in again, out, or removed meanwhile: that stands.
+        if self.grant_epoch.get() != epoch {
+            return if self.grant.borrow().is_some() {
+                Renewal::Renewed
+            } else {
+                Renewal::Refused
+            };
+        }
+        match result {
             Ok(renewed) => {
                 *self.grant.borrow_mut() = Some(renewed.clone());
                 super::oauth::keep_grant(&self.config.url, Some(&renewed)).await;
-                true
+                Renewal::Renewed
             }
-            // Not reached: the grant stays for the next try.
-            Err(OAuthError::Unreachable(why)) => {
-                super::console_error(&format!(
-                    "MCP server \"{}\": its sign-in could not be renewed ({why})",
-                    self.config.name
-                ));
-                false
-            }
+            Err(OAuthError::Unreachable(why)) => Renewal::Unreachable(why),
             Err(e) => {
                 super::console_error(&e.describe(&self.config.name));
                 *self.grant.borrow_mut() = None;
+                self.grant_epoch.set(epoch + 1);
                 super::oauth::keep_grant(&self.config.url, None).await;
-                false
+                Renewal::Refused
             }
         }
     }
 
+    /// A new grant, or none: the session and the event stream opened with
+    /// the old one are dropped (the next request sets up new ones).
+    fn replace_grant(&self, grant: Option<Grant>) {
+        *self.grant.borrow_mut() = grant;
+        self.grant_loaded.set(true);
+        self.grant_epoch.set(self.grant_epoch.get() + 1);
+        *self.session.borrow_mut() = None;
+        if let Some(controller) = self.stream.borrow_mut().take() {
+            controller.abort();
+        }
+    }
+
     /// Sign in (the user asked, Settings): the sign-in window, then the
-    /// grant kept. One window at a time.
-    pub async fn sign_in(&self) -> Result<(), String> {
+    /// grant kept. One window at a time: `Err(None)` while one is open
+    /// (nothing changes), `Err(Some(why))` when the sign-in failed.
+    pub async fn sign_in(&self) -> Result<(), Option<String>> {
         let name = &self.config.name;
         if self.own_authorization() {
-            return Err(format!(
+            return Err(Some(format!(
                 "The MCP server \"{name}\" is given an Authorization header by its entry; it has no sign-in."
-            ));
+            )));
         }
         if self.signing_in.replace(true) {
-            return Err(format!(
-                "A sign-in to the MCP server \"{name}\" is already open."
-            ));
+            return Err(None);
         }
         let challenge = self.challenge.borrow().clone();
         let result = super::oauth::sign_in(&self.config, challenge.as_deref(), || {
@@ -208,19 +257,27 @@ impl Server {
         })
         .await;
         self.signing_in.set(false);
-        let grant = result.map_err(|e| e.describe(name))?;
+        let grant = result.map_err(|e| Some(e.describe(name)))?;
+        if self.retired.get() {
+            return Err(None);
+        }
         super::oauth::keep_grant(&self.config.url, Some(&grant)).await;
-        *self.grant.borrow_mut() = Some(grant);
-        self.grant_loaded.set(true);
-        self.wants_sign_in.set(false);
+        self.replace_grant(Some(grant));
         Ok(())
     }
 
     /// Forget the user's sign-in to the server (kept and in memory).
     pub async fn sign_out(&self) {
-        *self.grant.borrow_mut() = None;
-        self.grant_loaded.set(true);
+        self.replace_grant(None);
         super::oauth::keep_grant(&self.config.url, None).await;
+    }
+
+    /// The server was removed: its stream closed, nothing it announces
+    /// acted on, and no renewal or sign-in in flight keeps a grant.
+    pub fn retire(&self) {
+        self.retired.set(true);
+        self.grant_epoch.set(self.grant_epoch.get() + 1);
+        self.stop_following();
     }
 
     fn next_id(&self) -> u64 {
@@ -250,7 +307,7 @@ impl Server {
         )];
         headers.extend(self.config.headers.iter().cloned());
         if let Some(grant) = self.grant.borrow().as_ref() {
-            if !self.own_authorization() {
+            if self.takes_grant() {
                 headers.push((
                     "authorization".into(),
                     format!("Bearer {}", grant.access_token),
@@ -297,7 +354,7 @@ impl Server {
         if status == 404 && session.is_some_and(|s| s.id.is_some()) {
             return Err(McpError::SessionExpired);
         }
-        if status == 401 && !self.own_authorization() {
+        if status == 401 && self.takes_grant() {
             return Err(McpError::SignInNeeded(response.header("www-authenticate")));
         }
         if !(200..300).contains(&status) {
@@ -337,12 +394,7 @@ impl Server {
                         Some(ask) if method == crate::elicitation::METHOD => ask(id, params, order),
                         _ => self.send(mcp::answer_request(&id, &method)),
                     },
-                    Incoming::Notification { method, params } => {
-                        if method == mcp::LIST_CHANGED {
-                            self.tools_changed();
-                        }
-                        on_note(&method, &params)
-                    }
+                    Incoming::Notification { method, params } => on_note(&method, &params),
                 }
             }
             if chunk.is_none() {
@@ -434,7 +486,12 @@ impl Server {
             {
                 let token = self.access_token();
                 renewed = true;
-                self.renew(token.as_deref()).await;
+                // A refused renewal leaves no grant: the request says so.
+                if let Renewal::Unreachable(why) = self.renew(token.as_deref()).await {
+                    return Err(McpError::Unreachable(format!(
+                        "its sign-in could not be renewed: {why}"
+                    )));
+                }
             }
             let token = self.access_token();
             let outcome = self
@@ -448,20 +505,20 @@ impl Server {
                     }
                     if !renewed && token.is_some() {
                         renewed = true;
-                        if self.renew(token.as_deref()).await {
-                            continue;
+                        match self.renew(token.as_deref()).await {
+                            Renewal::Renewed => continue,
+                            Renewal::Unreachable(why) => {
+                                return Err(McpError::Unreachable(format!(
+                                    "its sign-in could not be renewed: {why}"
+                                )))
+                            }
+                            Renewal::Refused => {}
                         }
                     }
-                    self.wants_sign_in.set(true);
+                    self.sign_in_refusals.set(self.sign_in_refusals.get() + 1);
                     return Err(McpError::SignInNeeded(challenge));
                 }
-                Err(McpError::SessionExpired) => return Err(McpError::SessionExpired),
-                other => {
-                    if other.is_ok() {
-                        self.wants_sign_in.set(false);
-                    }
-                    return other;
-                }
+                other => return other,
             }
         }
     }
@@ -487,13 +544,22 @@ impl Server {
         let used = session.as_ref().and_then(|s| s.id.clone());
         let id = self.next_id();
         on_request(id);
+        // A change of the tools announced in the answer to a listing is
+        // that listing's (acting on it would list again for ever).
+        let listing = method == "tools/list";
+        let mut notes = |name: &str, params: &Value| {
+            if name == mcp::LIST_CHANGED && !listing {
+                self.tools_changed();
+            }
+            on_note(name, params)
+        };
         let result = self
             .post(
                 mcp::request(id, method, params.clone()),
                 Some(id),
                 session.as_ref(),
                 controller,
-                on_note,
+                &mut notes,
                 on_ask,
             )
             .await;
@@ -516,6 +582,11 @@ impl Server {
                 None => json!({}),
             };
             let controller = new_controller()?;
+            // A server that never answers a page does not hold the
+            // listing (and the Check again of it) for ever.
+            let aborter = controller.clone();
+            let _deadline =
+                gloo_timers::callback::Timeout::new(LIST_TIMEOUT_MS, move || aborter.abort());
             let result = self
                 .rpc(
                     "tools/list",
@@ -648,6 +719,17 @@ impl Server {
         session: &Session,
         controller: &AbortController,
     ) -> StreamEnd {
+        // A token about to end is renewed first (a stream reopened after
+        // it ended would be refused).
+        let token = self.access_token();
+        if self
+            .grant
+            .borrow()
+            .as_ref()
+            .is_some_and(|g| g.expiring(js_sys::Date::now() as u64))
+        {
+            self.renew(token.as_deref()).await;
+        }
         let mut headers = self.headers(Some(session));
         headers[0].1 = "text/event-stream".to_string();
         let headers: Vec<(&str, &str)> = headers
@@ -666,6 +748,15 @@ impl Server {
             return failed();
         };
         match response.status {
+            // A token refused: renewed, the stream is opened again soon;
+            // else the next request finds out the sign-in is wanted.
+            401 if self.access_token().is_some() => {
+                let token = self.access_token();
+                return match self.renew(token.as_deref()).await {
+                    Renewal::Renewed => StreamEnd::Failed,
+                    _ => StreamEnd::Stop,
+                };
+            }
             // None offered; or the session forgotten, or a sign-in
             // wanted: the next request finds that out itself (a new
             // session opens the stream again).
@@ -676,6 +767,7 @@ impl Server {
         let content_type = response.header("content-type").unwrap_or_default();
         let mut reader = AnswerReader::new(&content_type);
         if !reader.is_stream() {
+            response.cancel();
             return StreamEnd::Failed;
         }
         loop {
@@ -689,7 +781,7 @@ impl Server {
             };
             let Ok(messages) = messages else {
                 // Too big or not JSON-RPC: this stream is not read on.
-                controller.abort();
+                response.cancel();
                 return StreamEnd::Failed;
             };
             for message in messages {
@@ -845,7 +937,7 @@ impl McpServers {
         self.servers.borrow_mut().retain(|s| {
             let keep = s.config.name != name;
             if !keep {
-                s.stop_following();
+                s.retire();
             }
             keep
         });

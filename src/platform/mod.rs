@@ -982,6 +982,7 @@ impl Driver {
             }
         };
         let calling = server.clone();
+        let refusals = server.sign_in_refusals();
         let outcome = self
             .abortable_call(dispatch_id, |controller, progress| async move {
                 calling
@@ -990,7 +991,7 @@ impl Driver {
             })
             .await;
         // Refused for want of a sign-in: Settings offers one.
-        if outcome.is_err() && server.wants_sign_in() && self.mcp.holds(&server) {
+        if outcome.is_err() && server.sign_in_refusals() > refusals && self.mcp.holds(&server) {
             let config = &server.config;
             self.input(|e, now| {
                 e.handle_mcp_status(
@@ -1169,20 +1170,35 @@ impl Driver {
     /// tools listed with the new grant; a failed sign-in is listed with
     /// the reason.
     async fn sign_in_mcp(&self, server: Rc<mcp::Server>) {
-        match server.sign_in().await {
+        let (name, url, added_by) = (
+            server.config.name.clone(),
+            server.config.url.clone(),
+            server.added_by,
+        );
+        let signing = |driver: &Driver, on: bool| {
+            driver.input(|e, _| e.handle_mcp_signing_in(&name, added_by, on));
+        };
+        if server.signing_in() {
+            return;
+        }
+        signing(self, true);
+        let result = server.sign_in().await;
+        if !self.mcp.holds(&server) {
+            return;
+        }
+        signing(self, false);
+        match result {
             Ok(()) => self.rc().relist_mcp(server),
-            Err(problem) => {
+            // Another window was open (this one changes nothing).
+            Err(None) => {}
+            Err(Some(problem)) => {
                 console_error(&problem);
-                if !self.mcp.holds(&server) {
-                    return;
-                }
-                let config = &server.config;
                 self.input(|e, now| {
                     e.handle_mcp_status(
                         now,
-                        &config.name,
-                        &config.url,
-                        server.added_by,
+                        &name,
+                        &url,
+                        added_by,
                         McpServerState::SignInNeeded,
                         Some(problem.clone()),
                     )

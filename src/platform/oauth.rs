@@ -18,11 +18,16 @@ use crate::oauth::{self, AuthServer, Authorization, Grant, OAuthError, ResourceM
 /// How long one metadata, registration or token request may take.
 const REQUEST_TIMEOUT_MS: u32 = 30_000;
 
+/// The longest answer read from a metadata, registration or token
+/// endpoint (1 MiB: each is a small JSON document).
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+
 /// The path of the extension's redirect address for sign-ins.
 const REDIRECT_PATH: &str = "mcp-sign-in";
 
 /// One request and its answer's status and text, given up after
-/// `REQUEST_TIMEOUT_MS`.
+/// `REQUEST_TIMEOUT_MS`; a redirect is an error (the body may carry a
+/// secret), an answer past `MAX_ANSWER_BYTES` too.
 async fn request(
     method: &str,
     url: &str,
@@ -33,11 +38,14 @@ async fn request(
     let aborter = controller.clone();
     let _deadline = Timeout::new(REQUEST_TIMEOUT_MS, move || aborter.abort());
     let body = body.map(JsValue::from_str);
-    let response = fetch::open(method, url, headers, body.as_ref(), &controller)
+    let response = fetch::open_without_redirects(method, url, headers, body.as_ref(), &controller)
         .await
         .map_err(|e| e.message)?;
     let status = response.status;
-    let text = response.text().await.map_err(|e| e.message)?;
+    let text = response
+        .text_within(MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| e.message)?;
     Ok((status, text))
 }
 
@@ -70,6 +78,11 @@ pub async fn sign_in(
     challenge: Option<&str>,
     now: impl Fn() -> u64,
 ) -> Result<Grant, OAuthError> {
+    // A token goes with every message to the server: never in clear text
+    // over the network.
+    if !oauth::is_secure_url(&server.url) {
+        return Err(OAuthError::Insecure(server.url.clone()));
+    }
     let metadata_url = oauth::resource_metadata_url(challenge, &server.url).ok_or_else(|| {
         OAuthError::Discovery(format!("{} is not an http(s) address", server.url))
     })?;
@@ -173,10 +186,16 @@ async fn token_request(endpoint: &str, body: &str) -> Result<Value, OAuthError> 
     )
     .await
     .map_err(OAuthError::Unreachable)?;
+    // The server's trouble (5xx, too many requests, a timeout) is no
+    // refusal: a kept grant stays for the next try.
+    if status >= 500 || status == 408 || status == 429 {
+        return Err(OAuthError::Unreachable(format!("HTTP {status}")));
+    }
     if !(200..300).contains(&status) {
         return Err(oauth::token_error(status, &text));
     }
-    serde_json::from_str(&text).map_err(|_| OAuthError::Token("the answer is not JSON".into()))
+    serde_json::from_str(&text)
+        .map_err(|_| OAuthError::Unreachable("the answer is not JSON".into()))
 }
 
 /// The grant kept for the server at `url`, if any (one kept for another

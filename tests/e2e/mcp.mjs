@@ -1219,10 +1219,17 @@ mcpTest(
     assert.equal(asked.searchParams.get('scope'), 'tools');
     assert.ok(asked.searchParams.get('state').length >= 20);
     assert.equal(mcp.clients()[0].client_name, 'SW Agent');
+    // Every redraw meanwhile shows the sign-in under way.
+    await waitFor(async () => (await panel.evaluate(() => {
+      const button = document.querySelector('#mcp-servers-list button.mcp-sign');
+      return button?.textContent === 'Signing in…' && button.getAttribute('aria-disabled') === 'true'
+        && document.getElementById('mcp-servers-status').textContent.includes('sign-in window is open');
+    })), { message: 'the panel to show the sign-in under way' });
     await window.click('#allow');
 
     const [ready] = await serversIn(panel, { docs: 'ready' });
     assert.match(ready.text, /^docs — Connected .* 8 tools: Search the docs,/);
+    assert.equal(await panel.evaluate(() => document.getElementById('mcp-servers-status').textContent), '', 'the window line went');
     assert.deepEqual(await panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list button.mcp-sign')].map((b) => b.textContent)), ['Sign out']);
     const [token] = mcp.tokens();
     assert.equal(token.grantType, 'authorization_code');
