@@ -31,7 +31,11 @@ fn the_resource_metadata_is_where_the_challenge_says_else_at_the_well_known_addr
     );
     assert_eq!(resource_metadata_url(None, "ftp://x/mcp"), None);
     // A challenge naming an insecure or relative address is not followed.
-    for named in ["http://evil.example/meta", "/meta", "chrome-extension://x/meta"] {
+    for named in [
+        "http://evil.example/meta",
+        "/meta",
+        "chrome-extension://x/meta",
+    ] {
         let header = format!("Bearer resource_metadata=\"{named}\"");
         assert_eq!(
             resource_metadata_url(Some(&header), "https://mcp.example.com/mcp").as_deref(),
@@ -78,7 +82,10 @@ fn resource_metadata_must_be_for_this_server_and_name_a_secure_issuer() {
     assert!(!is_secure_url("http://evil.example\\@localhost/token"));
     assert!(!is_secure_url("https://auth.example.com/to ken"));
     assert!(!is_secure_url("https://auth.example.com/\u{7}"));
-    assert!(!is_secure_url("http://mcp.example.com/mcp"), "a remote server over http gets no token");
+    assert!(
+        !is_secure_url("http://mcp.example.com/mcp"),
+        "a remote server over http gets no token"
+    );
 }
 
 #[test]

@@ -161,7 +161,7 @@ pub async fn post_json(
 ) -> Result<Streaming, JsError> {
     let mut with_type = vec![("content-type", "application/json")];
     with_type.extend_from_slice(headers);
-    open("POST", url, &with_type, Some(body), controller).await
+    open("POST", url, &with_type, Some(body), controller, true).await
 }
 
 /// GET `url` (an event stream a server keeps open); resolves once headers
@@ -171,23 +171,12 @@ pub async fn get(
     headers: &[(&str, &str)],
     controller: &AbortController,
 ) -> Result<Streaming, JsError> {
-    open("GET", url, headers, None, controller).await
-}
-
-/// Any request; resolves once headers arrived.
-pub async fn open(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Option<&JsValue>,
-    controller: &AbortController,
-) -> Result<Streaming, JsError> {
-    open_with(method, url, headers, body, controller, true).await
+    open("GET", url, headers, None, controller, true).await
 }
 
 /// A request that carries a secret in its body (a sign-in's code and
 /// verifier, a refresh token): a redirect is an error, never followed
-/// with the body to another address.
+/// with the body to another address. Resolves once headers arrived.
 pub async fn open_without_redirects(
     method: &str,
     url: &str,
@@ -195,10 +184,10 @@ pub async fn open_without_redirects(
     body: Option<&JsValue>,
     controller: &AbortController,
 ) -> Result<Streaming, JsError> {
-    open_with(method, url, headers, body, controller, false).await
+    open(method, url, headers, body, controller, false).await
 }
 
-async fn open_with(
+async fn open(
     method: &str,
     url: &str,
     headers: &[(&str, &str)],

@@ -7,16 +7,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startMockMcp } from './server.mjs';
+import { messages, post, session } from './client.mjs';
 
-const ACCEPT = 'application/json, text/event-stream';
 const LIST_CHANGED = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n';
-
-async function post(mock, message, { session, version = '2025-06-18', accept = ACCEPT } = {}) {
-  const headers = { 'content-type': 'application/json', accept };
-  if (session) headers['mcp-session-id'] = session;
-  if (session && version) headers['mcp-protocol-version'] = version;
-  return fetch(mock.url, { method: 'POST', headers, body: JSON.stringify(message) });
-}
 
 /** Opens a GET event stream (with the session's headers unless told otherwise). */
 async function get(mock, { session, version = '2025-06-18', accept = 'text/event-stream', signal } = {}) {
@@ -25,28 +18,6 @@ async function get(mock, { session, version = '2025-06-18', accept = 'text/event
   if (session) headers['mcp-session-id'] = session;
   if (session && version) headers['mcp-protocol-version'] = version;
   return fetch(mock.url, { method: 'GET', headers, signal });
-}
-
-/** The JSON-RPC messages of an answer, JSON or event stream. */
-async function messages(response) {
-  const type = response.headers.get('content-type') ?? '';
-  const body = await response.text();
-  if (type.startsWith('application/json')) return [JSON.parse(body)];
-  assert.match(type, /^text\/event-stream/);
-  return body
-    .split('\n\n')
-    .filter((event) => event.trim())
-    .map((event) => JSON.parse(event.split('\n').find((line) => line.startsWith('data: ')).slice(6)));
-}
-
-async function session(mock, version = '2025-06-18') {
-  const response = await post(mock, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: version, capabilities: {}, clientInfo: { name: 't', version: '1' } } });
-  assert.equal(response.status, 200);
-  const id = response.headers.get('mcp-session-id');
-  const [answer] = await messages(response);
-  const done = await post(mock, { jsonrpc: '2.0', method: 'notifications/initialized' }, { session: id, version: answer.result.protocolVersion });
-  assert.equal(done.status, 202);
-  return { id, version: answer.result.protocolVersion, capabilities: answer.result.capabilities };
 }
 
 /** Fails instead of hanging when `promise` takes more than `ms`. */

@@ -6,40 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BOOKING_MESSAGE, BOOKING_SCHEMA, startMockMcp } from './server.mjs';
-
-const ACCEPT = 'application/json, text/event-stream';
-
-async function post(mock, message, { session, version = '2025-06-18', accept = ACCEPT, signal } = {}) {
-  const headers = { 'content-type': 'application/json', accept };
-  if (session) headers['mcp-session-id'] = session;
-  if (session && version) headers['mcp-protocol-version'] = version;
-  return fetch(mock.url, { method: 'POST', headers, body: JSON.stringify(message), signal });
-}
-
-/** The JSON-RPC messages of an answer, JSON or event stream. */
-async function messages(response) {
-  const type = response.headers.get('content-type') ?? '';
-  const body = await response.text();
-  if (type.startsWith('application/json')) return [JSON.parse(body)];
-  assert.match(type, /^text\/event-stream/);
-  return body
-    .split('\n\n')
-    .filter((event) => event.trim())
-    .map((event) => {
-      assert.match(event, /^event: message\n/);
-      return JSON.parse(event.split('\n').find((line) => line.startsWith('data: ')).slice(6));
-    });
-}
-
-async function session(mock, version = '2025-06-18', capabilities = {}) {
-  const response = await post(mock, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: version, capabilities, clientInfo: { name: 't', version: '1' } } });
-  assert.equal(response.status, 200);
-  const id = response.headers.get('mcp-session-id');
-  const [answer] = await messages(response);
-  const done = await post(mock, { jsonrpc: '2.0', method: 'notifications/initialized' }, { session: id, version: answer.result.protocolVersion });
-  assert.equal(done.status, 202);
-  return { id, version: answer.result.protocolVersion };
-}
+import { messages, post, session } from './client.mjs';
 
 test('initialize_agrees_on_a_revision_and_later_messages_need_the_session_and_its_version', async (t) => {
   const mock = await startMockMcp();

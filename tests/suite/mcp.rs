@@ -499,22 +499,30 @@ fn mcp_servers_list_each_server_s_state_and_offered_tools_and_every_page_hears_o
         .all(|k| !k.contains("l1") && !k.contains("l2")));
 }
 
-#[test]
-fn mcp_servers_the_user_adds_are_listed_as_theirs_removed_with_their_tools_and_refused_apart() {
-    use sw_agent::mcp::parse_user_servers;
-    const URL: &str = "http://127.0.0.1:9000/mcp";
-    let mut sim = Sim::new(512, policy(), server_world());
-    with_docs(&mut sim.config, URL);
+/// A world with the extension's server "docs" at `DOCS_URL`, in `state`
+/// (with `problem`) since 1, and a panel connected.
+fn docs_in(seed: u64, state: McpServerState, problem: Option<&str>) -> (Sim, u64) {
+    let mut sim = Sim::new(seed, policy(), server_world());
+    with_docs(&mut sim.config, DOCS_URL);
     sim.reconfigure();
     let panel = sim.connect();
     sim.engine.handle_mcp_status(
         1,
         "docs",
-        URL,
+        DOCS_URL,
         McpServerOrigin::Extension,
-        McpServerState::Ready,
-        None,
+        state,
+        problem.map(str::to_string),
     );
+    (sim, panel)
+}
+
+const DOCS_URL: &str = "http://127.0.0.1:9000/mcp";
+
+#[test]
+fn mcp_servers_the_user_adds_are_listed_as_theirs_removed_with_their_tools_and_refused_apart() {
+    use sw_agent::mcp::parse_user_servers;
+    let (mut sim, panel) = docs_in(512, McpServerState::Ready, None);
     // The user adds "mine" and, by hand, an entry named like the extension's.
     let checked = parse_user_servers(
         &json!([
@@ -613,19 +621,7 @@ fn mcp_servers_the_user_adds_are_listed_as_theirs_removed_with_their_tools_and_r
 #[test]
 fn mcp_servers_refresh_asks_usable_servers_again_and_refuses_an_unknown_or_refused_name() {
     use sw_agent::mcp::parse_user_servers;
-    const URL: &str = "http://127.0.0.1:9000/mcp";
-    let mut sim = Sim::new(513, policy(), server_world());
-    with_docs(&mut sim.config, URL);
-    sim.reconfigure();
-    let panel = sim.connect();
-    sim.engine.handle_mcp_status(
-        1,
-        "docs",
-        URL,
-        McpServerOrigin::Extension,
-        McpServerState::Unreachable,
-        Some("connection refused".into()),
-    );
+    let (mut sim, panel) = docs_in(513, McpServerState::Unreachable, Some("connection refused"));
     sim.engine.handle_mcp_status(
         2,
         "mine",
@@ -732,19 +728,7 @@ fn signing_in_to_an_mcp_server_goes_to_the_driver_and_a_server_asking_for_it_is_
             }
         }
     };
-    const URL: &str = "http://127.0.0.1:9000/mcp";
-    let mut sim = Sim::new(514, policy(), server_world());
-    with_docs(&mut sim.config, URL);
-    sim.reconfigure();
-    let panel = sim.connect();
-    sim.engine.handle_mcp_status(
-        1,
-        "docs",
-        URL,
-        McpServerOrigin::Extension,
-        McpServerState::SignInNeeded,
-        None,
-    );
+    let (mut sim, panel) = docs_in(514, McpServerState::SignInNeeded, None);
     sim.send(panel, list_mcp_servers("l1"));
     sim.run(1_000);
     let listed = answer(&sim, panel, "l1").unwrap().unwrap()["servers"].clone();
@@ -768,7 +752,7 @@ fn signing_in_to_an_mcp_server_goes_to_the_driver_and_a_server_asking_for_it_is_
     sim.engine.handle_mcp_status(
         2,
         "docs",
-        URL,
+        DOCS_URL,
         McpServerOrigin::Extension,
         McpServerState::SignInNeeded,
         Some("Signing in to the MCP server \"docs\" failed: the sign-in did not complete (access_denied).".into()),
