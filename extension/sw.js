@@ -344,5 +344,21 @@ chrome.storage.onChanged.addListener((changes, area) => {
     deliver((e) => e.on_mcp_user_servers(value));
   }
 });
-chrome.runtime.onInstalled.addListener(() => deliver((e) => e.on_installed()));
+chrome.runtime.onInstalled.addListener(() => {
+  keepStorageToTrustedContexts();
+  deliver((e) => e.on_installed());
+});
+
+// chrome.storage.local holds the provider key and the MCP servers' sign-ins:
+// only the extension's own pages and this worker may read it, not content
+// scripts (which run inside web pages; ours never read storage). Chrome keeps
+// the setting per extension, so installing or updating sets it; a Chrome too
+// old to offer it for `local` keeps its default, and the console says so.
+function keepStorageToTrustedContexts() {
+  const local = chrome.storage.local;
+  if (typeof local.setAccessLevel !== "function") return;
+  local.setAccessLevel({ accessLevel: "TRUSTED_CONTEXTS" }).catch((error) => {
+    console.warn("[sw-agent] chrome.storage.local stays readable by content scripts:", error?.message ?? error);
+  });
+}
 chrome.runtime.onStartup.addListener(() => deliver((e) => e.on_startup()));

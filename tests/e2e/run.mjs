@@ -1662,3 +1662,30 @@ isolatedTest('disk_full_mid_turn_pauses_the_thread_and_the_same_worker_resumes_i
 isolatedTest('disk_full_mid_turn_pauses_the_thread_and_a_new_worker_resumes_it_from_the_last_saved_step', {}, (session) =>
   diskFullMidTurn(session, { resumeBy: 'restart' }),
 );
+
+isolatedTest('content_scripts_cannot_read_the_storage_that_holds_the_provider_key_and_sign_ins', {}, async (session) => {
+  const { shop, panel } = session;
+  // The panel stored the provider settings (with the key) at the start.
+  assert.ok(await panel.evaluate(async () => Boolean((await chrome.storage.local.get('settings')).settings?.apiKey)), 'the extension\'s pages read it');
+  // A script of the extension's in the web page (its isolated world, as a
+  // content script runs): storage is not for it.
+  const url = new URL(shop.url());
+  const outcome = await inEngineWorker(session, async (pageUrl) => {
+    const [tab] = await chrome.tabs.query({ url: pageUrl });
+    const [result] = await chrome.scripting.executeScript({
+      target: { tabId: tab.id },
+      world: 'ISOLATED',
+      func: async () => {
+        try {
+          const got = await chrome.storage.local.get(null);
+          return { read: true, keys: Object.keys(got) };
+        } catch (error) {
+          return { read: false, error: String(error?.message ?? error) };
+        }
+      },
+    });
+    return result.result;
+  }, `${url.origin}${url.pathname}*`);
+  assert.equal(outcome.read, false, JSON.stringify(outcome));
+  assert.match(outcome.error, /not allowed|access|context/i);
+});
