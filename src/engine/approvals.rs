@@ -317,11 +317,7 @@ impl Engine {
         decision: ApprovalDecision,
         unit: &UnitOfWork,
     ) {
-        let turn_id = self.threads[tid]
-            .latest_run
-            .as_ref()
-            .map(|r| r.id.clone())
-            .unwrap_or_default();
+        let turn_id = self.latest_run_id(tid);
         self.broadcast(
             tid,
             Event::ApprovalResolved {

@@ -364,11 +364,7 @@ pick a different element or tool, or explain the problem to the user.",
             .map(|ms| ms.min(policy.max_delay_ms))
             .unwrap_or(backoff + jitter);
         let until = now + delay;
-        let turn_id = self.threads[tid]
-            .latest_run
-            .as_ref()
-            .map(|r| r.id.clone())
-            .unwrap_or_default();
+        let turn_id = self.latest_run_id(tid);
         let exec = self
             .threads
             .get_mut(tid)
@@ -1309,11 +1305,7 @@ pick a different element or tool, or explain the problem to the user.",
                 self.admissions_settled(now, &tid);
             }
             Then::RunStarted => {
-                let turn_id = self.threads[&tid]
-                    .latest_run
-                    .as_ref()
-                    .map(|r| r.id.clone())
-                    .unwrap_or_default();
+                let turn_id = self.latest_run_id(&tid);
                 self.broadcast_threads();
                 if unit.deletes.iter().any(|d| d.store == stores::QUEUE) {
                     self.emit_queue(&tid);
@@ -1487,11 +1479,7 @@ pick a different element or tool, or explain the problem to the user.",
                     .and_then(|t| t.exec.take())
                     .map(|e| e.interrupts)
                     .unwrap_or_default();
-                let turn_id = self.threads[&tid]
-                    .latest_run
-                    .as_ref()
-                    .map(|r| r.id.clone())
-                    .unwrap_or_default();
+                let turn_id = self.latest_run_id(&tid);
                 self.announce(&tid, &unit);
                 // A withdrawn question is news for the client that shows it.
                 for record in &unit.puts {

@@ -236,6 +236,16 @@ impl Engine {
         }));
     }
 
+    /// The id of the thread's latest run ("" when it has none): what a
+    /// turn's events name as `turnId`.
+    pub(super) fn latest_run_id(&self, tid: &str) -> String {
+        self.threads[tid]
+            .latest_run
+            .as_ref()
+            .map(|r| r.id.clone())
+            .unwrap_or_default()
+    }
+
     /// receipt_replay_or_reject: a known submission id replays or is rejected.
     pub(super) fn replay_receipt(&mut self, now: u64, reply: &Reply) -> bool {
         let key = receipt_key(&reply.submission);

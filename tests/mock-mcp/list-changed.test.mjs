@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startMockMcp } from './server.mjs';
-import { messages, post, session } from './client.mjs';
+import { eventReader, messages, post, session } from './client.mjs';
 
 const LIST_CHANGED = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n';
 
@@ -29,50 +29,6 @@ function within(promise, ms, what) {
       timer = setTimeout(() => rejectLate(new Error(`timed out after ${ms} ms: ${what}`)), ms);
     }),
   ]);
-}
-
-/**
- * Reads an event stream as it arrives: `next()` → the next JSON-RPC message
- * (comment-only events such as `: open` skipped), or null once it ended;
- * `raw()` → every byte read so far, as text.
- */
-function eventReader(response) {
-  assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/);
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffered = '';
-  let raw = '';
-  const read = async () => {
-    const { value, done } = await reader.read();
-    if (done) return false;
-    const chunk = decoder.decode(value, { stream: true });
-    buffered += chunk;
-    raw += chunk;
-    return true;
-  };
-  return {
-    raw: () => raw,
-    /** Reads until `text` has been seen (false: the stream ended first). */
-    async saw(text) {
-      while (!raw.includes(text)) if (!(await read())) return false;
-      return true;
-    },
-    async next() {
-      for (;;) {
-        const end = buffered.indexOf('\n\n');
-        if (end >= 0) {
-          const event = buffered.slice(0, end);
-          buffered = buffered.slice(end + 2);
-          const lines = event.split('\n').filter((line) => line);
-          if (lines.every((line) => line.startsWith(':'))) continue;
-          assert.match(event, /^event: message\n/);
-          return JSON.parse(lines.find((line) => line.startsWith('data: ')).slice(6));
-        }
-        if (!(await read())) return null;
-      }
-    },
-    cancel: () => reader.cancel(),
-  };
 }
 
 async function listAll(mock, s) {

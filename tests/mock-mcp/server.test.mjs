@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BOOKING_MESSAGE, BOOKING_SCHEMA, startMockMcp } from './server.mjs';
-import { messages, post, session } from './client.mjs';
+import { eventReader, messages, post, session } from './client.mjs';
 
 test('initialize_agrees_on_a_revision_and_later_messages_need_the_session_and_its_version', async (t) => {
   const mock = await startMockMcp();
@@ -97,35 +97,6 @@ test('a_cancelled_call_stops_and_a_server_request_waits_for_the_client_s_answer'
   assert.equal(mock.responses().length, 1);
 });
 
-/**
- * Reads an event stream one JSON-RPC message at a time, as it arrives:
- * `next()` → the next message, or null once the stream ended.
- */
-function streamReader(response) {
-  assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/);
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffered = '';
-  return {
-    async next() {
-      for (;;) {
-        const end = buffered.indexOf('\n\n');
-        if (end >= 0) {
-          const event = buffered.slice(0, end);
-          buffered = buffered.slice(end + 2);
-          if (!event.trim()) continue;
-          assert.match(event, /^event: message\n/);
-          return JSON.parse(event.split('\n').find((line) => line.startsWith('data: ')).slice(6));
-        }
-        const { value, done } = await reader.read();
-        if (done) return null;
-        buffered += decoder.decode(value, { stream: true });
-      }
-    },
-    cancel: () => reader.cancel(),
-  };
-}
-
 const ELICITING = { elicitation: {} };
 const bookTable = (id, args = { date: '2025-07-01' }) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'book_table', arguments: args } });
 
@@ -133,7 +104,7 @@ test('book_table_asks_the_client_on_the_call_s_stream_and_answers_after_the_clie
   const mock = await startMockMcp();
   t.after(() => mock.close());
   const s = await session(mock, '2025-06-18', ELICITING);
-  const stream = streamReader(await post(mock, bookTable(5), { session: s.id }));
+  const stream = eventReader(await post(mock, bookTable(5), { session: s.id }));
 
   const request = await stream.next();
   assert.equal(request.jsonrpc, '2.0');
@@ -193,7 +164,7 @@ test('a_declined_cancelled_or_ill_typed_answer_is_said_in_the_result', async (t)
     [{ action: 'accept', content: { name: 'Ada', email: 'ada@example.com', partySize: 2 } }, 'Booked for 2 (name: Ada, email: ada@example.com)', undefined],
   ];
   for (const [index, [answer, text, isError]] of answers.entries()) {
-    const stream = streamReader(await post(mock, bookTable(20 + index, {}), { session: s.id }));
+    const stream = eventReader(await post(mock, bookTable(20 + index, {}), { session: s.id }));
     const request = await stream.next();
     assert.equal(request.id, `elicit-${index + 1}`);
     assert.equal((await post(mock, { jsonrpc: '2.0', id: request.id, result: answer }, { session: s.id })).status, 202);
@@ -221,7 +192,7 @@ test('a_call_cancelled_or_dropped_while_its_question_waits_stops_waiting', async
   const s = await session(mock, '2025-06-18', ELICITING);
 
   // Cancelled: the call ends with an error, a late answer changes nothing.
-  const stream = streamReader(await post(mock, bookTable(30), { session: s.id }));
+  const stream = eventReader(await post(mock, bookTable(30), { session: s.id }));
   const request = await stream.next();
   const cancelled = await post(mock, { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 30, reason: 'the user stopped' } }, { session: s.id });
   assert.equal(cancelled.status, 202);
@@ -237,7 +208,7 @@ test('a_call_cancelled_or_dropped_while_its_question_waits_stops_waiting', async
 
   // Dropped: the client closes the call's stream (its worker died).
   const controller = new AbortController();
-  const dropped = streamReader(await post(mock, bookTable(31), { session: s.id, signal: controller.signal }));
+  const dropped = eventReader(await post(mock, bookTable(31), { session: s.id, signal: controller.signal }));
   assert.equal((await dropped.next()).method, 'elicitation/create');
   controller.abort();
   await mock.waitFor((log) => log.some((e) => e.tool === 'book_table' && e.id === 31 && e.outcome === 'disconnected'), { timeout: 5000 });
