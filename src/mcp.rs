@@ -547,6 +547,10 @@ pub enum McpError {
     /// the user signs in from Settings. The challenge's
     /// `WWW-Authenticate`, if any.
     SignInNeeded(Option<String>),
+    /// The server refused a request for want of a scope the sign-in did
+    /// not grant (HTTP 403 `insufficient_scope`): the user signs in again
+    /// for it. The challenge's `WWW-Authenticate`.
+    MorePermissionNeeded(String),
 }
 
 impl McpError {
@@ -586,6 +590,14 @@ impl McpError {
             McpError::SignInNeeded(_) => format!(
                 "The MCP server \"{server}\" needs you to sign in: open the side panel's Settings, MCP servers, and choose Sign in next to it."
             ),
+            McpError::MorePermissionNeeded(challenge) => {
+                let scopes = crate::oauth::challenge_scopes(Some(challenge))
+                    .map(|s| format!(" ({})", s.join(" ")))
+                    .unwrap_or_default();
+                format!(
+                    "The MCP server \"{server}\" needs more permission than your sign-in gave{scopes}: open the side panel's Settings, MCP servers, and choose Sign in next to it to grant it."
+                )
+            }
             McpError::Version(v) => format!(
                 "The MCP server \"{server}\" speaks protocol revision {v:?}; this client speaks {}.",
                 SUPPORTED_VERSIONS.join(" and ")

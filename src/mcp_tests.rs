@@ -445,6 +445,13 @@ fn errors_name_the_server_and_what_to_check() {
     assert!(McpError::Version("1999-01-01".into())
         .describe("docs")
         .contains("2025-06-18 and 2025-03-26"));
+    assert_eq!(
+        McpError::MorePermissionNeeded(
+            r#"Bearer error="insufficient_scope", scope="tools admin""#.into()
+        )
+        .describe("docs"),
+        "The MCP server \"docs\" needs more permission than your sign-in gave (tools admin): open the side panel's Settings, MCP servers, and choose Sign in next to it to grant it."
+    );
 }
 
 #[test]

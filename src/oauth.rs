@@ -47,6 +47,9 @@ pub enum OAuthError {
     Denied(String),
     /// The redirect did not carry the `state` sent.
     StateMismatch,
+    /// The redirect named another issuer than the one asked, or none where
+    /// the issuer says it always does (RFC 9207: a mix-up).
+    IssuerMismatch(String),
     /// The token endpoint refused or answered something else.
     Token(String),
     /// The token endpoint could not be reached (the grant is kept).
@@ -68,6 +71,9 @@ impl OAuthError {
             OAuthError::StateMismatch => {
                 "the sign-in answer did not belong to this sign-in (its state differed); nothing was kept".into()
             }
+            OAuthError::IssuerMismatch(why) => format!(
+                "the sign-in answer did not come from its sign-in server ({why}); nothing was kept"
+            ),
             OAuthError::Token(why) => format!("its sign-in server gave no token ({why})"),
             OAuthError::Unreachable(why) => format!("its sign-in server could not be reached ({why})"),
         };
@@ -119,27 +125,51 @@ pub fn is_secure_url(url: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost" | "::1")
 }
 
-/// Where the server's protected resource metadata is: the
-/// `resource_metadata` of its `WWW-Authenticate` challenge, else the
-/// well-known address for its URL (RFC 9728 §3.1).
-pub fn resource_metadata_url(www_authenticate: Option<&str>, server_url: &str) -> Option<String> {
+/// Where the server's protected resource metadata may be, in the order to
+/// try: the `resource_metadata` of its `WWW-Authenticate` challenge when it
+/// names one, else the well-known addresses for its URL (RFC 9728 §3.1:
+/// with the URL's path, then at the root of its origin). Empty for an
+/// address that is not http(s).
+pub fn resource_metadata_urls(www_authenticate: Option<&str>, server_url: &str) -> Vec<String> {
     // Only an https address (or one on this machine) is taken from the
-    // challenge; anything else is ignored for the well-known address.
+    // challenge; anything else is ignored for the well-known addresses.
     if let Some(url) = www_authenticate
-        .and_then(|h| auth_param(h, "resource_metadata"))
+        .and_then(|h| challenge_param(h, "resource_metadata"))
         .filter(|url| is_secure_url(url))
     {
-        return Some(url);
+        return vec![url];
     }
-    let (origin, path) = split_url(server_url)?;
+    let Some((origin, path)) = split_url(server_url) else {
+        return Vec::new();
+    };
     let path = path.trim_end_matches('/');
-    Some(format!(
-        "{origin}/.well-known/oauth-protected-resource{path}"
-    ))
+    let root = format!("{origin}/.well-known/oauth-protected-resource");
+    if path.is_empty() {
+        vec![root]
+    } else {
+        vec![format!("{root}{path}"), root]
+    }
+}
+
+/// The scopes a challenge asks for (its `scope`, RFC 6750 §3), if any.
+pub fn challenge_scopes(www_authenticate: Option<&str>) -> Option<Vec<String>> {
+    let scope = challenge_param(www_authenticate?, "scope")?;
+    let scopes: Vec<String> = scope
+        .split(' ')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    (!scopes.is_empty()).then_some(scopes)
+}
+
+/// The challenge of a 403 says the token lacks a scope (RFC 6750 §3.1
+/// `insufficient_scope`): signing in again for it may help.
+pub fn is_insufficient_scope(www_authenticate: &str) -> bool {
+    challenge_param(www_authenticate, "error").as_deref() == Some("insufficient_scope")
 }
 
 /// A parameter of a `WWW-Authenticate` challenge (quoted or not).
-fn auth_param(header: &str, name: &str) -> Option<String> {
+pub fn challenge_param(header: &str, name: &str) -> Option<String> {
     let lower = header.to_ascii_lowercase();
     let mut from = 0;
     while let Some(found) = lower[from..].find(name) {
@@ -178,8 +208,17 @@ fn auth_param(header: &str, name: &str) -> Option<String> {
 pub struct ResourceMetadata {
     /// The first authorization server it names (the issuer).
     pub issuer: String,
-    /// The scopes it names, to ask for (none: no `scope` is sent).
+    /// The scopes it names (`scopes_supported`).
     pub scopes: Vec<String>,
+}
+
+impl ResourceMetadata {
+    /// The scopes a sign-in asks for: the challenge's, when the server's
+    /// 401 or 403 named them, else every scope the metadata names (none:
+    /// no `scope` is sent). MCP authorization's scope selection.
+    pub fn scopes_to_ask(&self, challenge: Option<&str>) -> Vec<String> {
+        challenge_scopes(challenge).unwrap_or_else(|| self.scopes.clone())
+    }
 }
 
 impl ResourceMetadata {
@@ -243,6 +282,9 @@ pub struct AuthServer {
     pub authorization_endpoint: String,
     pub token_endpoint: String,
     pub registration_endpoint: Option<String>,
+    /// The redirect back always names the issuer
+    /// (`authorization_response_iss_parameter_supported`, RFC 9207).
+    pub names_issuer: bool,
 }
 
 impl AuthServer {
@@ -279,10 +321,15 @@ impl AuthServer {
             })
         };
         Ok(AuthServer {
-            issuer: issuer.to_string(),
+            // As the metadata spells it: RFC 9207 compares `iss` with it.
+            issuer: said.to_string(),
             authorization_endpoint: required("authorization_endpoint")?,
             token_endpoint: required("token_endpoint")?,
             registration_endpoint: endpoint("registration_endpoint")?,
+            names_issuer: value
+                .get("authorization_response_iss_parameter_supported")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         })
     }
 }
@@ -418,8 +465,14 @@ impl Authorization<'_> {
 }
 
 /// The code in the address the sign-in window came back to, if it carries
-/// the `state` sent; the server's refusal otherwise.
-pub fn code_from_redirect(url: &str, state: &str) -> Result<String, OAuthError> {
+/// the `state` sent and comes from `server`'s issuer (RFC 9207: an `iss`
+/// must be that issuer, and is required when the server says it always
+/// sends one); the server's refusal otherwise.
+pub fn code_from_redirect(
+    url: &str,
+    state: &str,
+    server: &AuthServer,
+) -> Result<String, OAuthError> {
     let query = url
         .split_once('?')
         .map(|(_, q)| q.split('#').next().unwrap_or(q))
@@ -439,6 +492,21 @@ pub fn code_from_redirect(url: &str, state: &str) -> Result<String, OAuthError> 
     };
     if get("state").as_deref() != Some(state) {
         return Err(OAuthError::StateMismatch);
+    }
+    match get("iss") {
+        Some(iss) if iss != server.issuer => {
+            return Err(OAuthError::IssuerMismatch(format!(
+                "it names the issuer {iss:?}, not {}",
+                server.issuer
+            )))
+        }
+        None if server.names_issuer => {
+            return Err(OAuthError::IssuerMismatch(format!(
+                "it names no issuer, though {} always does",
+                server.issuer
+            )))
+        }
+        _ => {}
     }
     if let Some(error) = get("error") {
         let description = get("error_description").unwrap_or_default();

@@ -1,35 +1,42 @@
 use super::*;
 
 #[test]
-fn the_resource_metadata_is_where_the_challenge_says_else_at_the_well_known_address() {
+fn the_resource_metadata_is_where_the_challenge_says_else_at_the_well_known_addresses() {
     let header = r#"Bearer error="invalid_token", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp""#;
     assert_eq!(
-        resource_metadata_url(Some(header), "https://mcp.example.com/mcp").as_deref(),
-        Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp")
+        resource_metadata_urls(Some(header), "https://mcp.example.com/mcp"),
+        ["https://mcp.example.com/.well-known/oauth-protected-resource/mcp"]
     );
     // Unquoted, other case, first parameter.
     assert_eq!(
-        resource_metadata_url(
+        resource_metadata_urls(
             Some("Bearer Resource_Metadata=https://a.example/m"),
             "https://x.example/mcp"
-        )
-        .as_deref(),
-        Some("https://a.example/m")
+        ),
+        ["https://a.example/m"]
     );
-    // A parameter whose name only ends like it is not it.
+    // A parameter whose name only ends like it is not it; without one,
+    // the address with the server's path, then the origin's root.
+    let well_known = [
+        "https://mcp.example.com/.well-known/oauth-protected-resource/mcp",
+        "https://mcp.example.com/.well-known/oauth-protected-resource",
+    ];
     assert_eq!(
-        resource_metadata_url(
+        resource_metadata_urls(
             Some(r#"Bearer x_resource_metadata="https://evil.example/""#),
             "https://mcp.example.com/mcp/"
-        )
-        .as_deref(),
-        Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp")
+        ),
+        well_known
     );
     assert_eq!(
-        resource_metadata_url(None, "http://127.0.0.1:9000").as_deref(),
-        Some("http://127.0.0.1:9000/.well-known/oauth-protected-resource")
+        resource_metadata_urls(None, "https://mcp.example.com/mcp?x=1"),
+        well_known
     );
-    assert_eq!(resource_metadata_url(None, "ftp://x/mcp"), None);
+    assert_eq!(
+        resource_metadata_urls(None, "http://127.0.0.1:9000"),
+        ["http://127.0.0.1:9000/.well-known/oauth-protected-resource"]
+    );
+    assert!(resource_metadata_urls(None, "ftp://x/mcp").is_empty());
     // A challenge naming an insecure or relative address is not followed.
     for named in [
         "http://evil.example/meta",
@@ -38,11 +45,43 @@ fn the_resource_metadata_is_where_the_challenge_says_else_at_the_well_known_addr
     ] {
         let header = format!("Bearer resource_metadata=\"{named}\"");
         assert_eq!(
-            resource_metadata_url(Some(&header), "https://mcp.example.com/mcp").as_deref(),
-            Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp"),
+            resource_metadata_urls(Some(&header), "https://mcp.example.com/mcp"),
+            well_known,
             "{named}"
         );
     }
+}
+
+#[test]
+fn a_sign_in_asks_for_the_challenge_s_scopes_else_every_scope_of_the_metadata() {
+    let metadata = ResourceMetadata {
+        issuer: "https://auth.example.com".into(),
+        scopes: vec!["tools".into(), "admin".into()],
+    };
+    assert_eq!(metadata.scopes_to_ask(None), ["tools", "admin"]);
+    assert_eq!(
+        metadata.scopes_to_ask(Some(
+            r#"Bearer resource_metadata="https://m/x", scope="tools""#
+        )),
+        ["tools"]
+    );
+    // A step-up challenge (RFC 6750 §3.1) names what the token lacks.
+    let step_up = r#"Bearer error="insufficient_scope", scope="tools  files:write", resource_metadata="https://m/x""#;
+    assert!(is_insufficient_scope(step_up));
+    assert_eq!(
+        metadata.scopes_to_ask(Some(step_up)),
+        ["tools", "files:write"]
+    );
+    assert!(!is_insufficient_scope(r#"Bearer error="invalid_token""#));
+    assert!(!is_insufficient_scope(
+        r#"Bearer scope="insufficient_scope""#
+    ));
+    // An empty scope is no scope: the metadata's.
+    assert_eq!(
+        metadata.scopes_to_ask(Some(r#"Bearer scope="""#)),
+        ["tools", "admin"]
+    );
+    assert_eq!(challenge_scopes(None), None);
 }
 
 #[test]
@@ -118,6 +157,14 @@ fn the_authorization_server_must_be_the_issuer_asked_for_offer_s256_and_secure_e
         server.registration_endpoint.as_deref(),
         Some("https://auth.example.com/register")
     );
+    assert!(!server.names_issuer);
+    // The issuer as the metadata spells it (RFC 9207 compares with it).
+    let mut slash = good.clone();
+    slash["issuer"] = json!("https://auth.example.com/");
+    slash["authorization_response_iss_parameter_supported"] = json!(true);
+    let slashed = AuthServer::parse(&slash, issuer).unwrap();
+    assert_eq!(slashed.issuer, "https://auth.example.com/");
+    assert!(slashed.names_issuer);
     let mut wrong = good.clone();
     wrong["issuer"] = json!("https://evil.example");
     assert!(matches!(
@@ -180,32 +227,84 @@ fn the_authorization_address_carries_every_parameter_encoded_and_the_code_comes_
          &code_challenge_method=S256&state=s%26t&resource=https%3A%2F%2Fmcp.example.com%2Fmcp\
          &scope=tools%20read"
     );
+    let server = AuthServer {
+        issuer: "https://auth.example.com".into(),
+        authorization_endpoint: "https://auth.example.com/authorize".into(),
+        token_endpoint: "https://auth.example.com/token".into(),
+        registration_endpoint: None,
+        names_issuer: false,
+    };
     let back = "https://abc.chromiumapp.org/mcp?code=a%2Fb+c&state=s%26t#frag";
-    assert_eq!(code_from_redirect(back, "s&t").unwrap(), "a/b c");
+    assert_eq!(code_from_redirect(back, "s&t", &server).unwrap(), "a/b c");
     assert_eq!(
-        code_from_redirect("https://abc.chromiumapp.org/mcp?code=x&state=other", "s"),
+        code_from_redirect(
+            "https://abc.chromiumapp.org/mcp?code=x&state=other",
+            "s",
+            &server
+        ),
         Err(OAuthError::StateMismatch)
     );
     assert_eq!(
-        code_from_redirect("https://abc.chromiumapp.org/mcp?code=x", "s"),
+        code_from_redirect("https://abc.chromiumapp.org/mcp?code=x", "s", &server),
         Err(OAuthError::StateMismatch)
     );
     assert_eq!(
         code_from_redirect(
             "https://abc.chromiumapp.org/mcp?error=access_denied&error_description=The%20user%20said%20no&state=s",
-            "s"
+            "s",
+            &server
         ),
         Err(OAuthError::Denied("access_denied: The user said no".into()))
     );
     assert!(matches!(
-        code_from_redirect("https://abc.chromiumapp.org/mcp?state=s&code=", "s"),
+        code_from_redirect(
+            "https://abc.chromiumapp.org/mcp?state=s&code=",
+            "s",
+            &server
+        ),
         Err(OAuthError::Denied(_))
     ));
     // A stray % is kept as it is.
     assert_eq!(
-        code_from_redirect("https://x/?code=100%&state=s", "s").unwrap(),
+        code_from_redirect("https://x/?code=100%&state=s", "s", &server).unwrap(),
         "100%"
     );
+    // RFC 9207: an `iss` must be the issuer's, and is required where the
+    // issuer says it always sends one.
+    let from = |iss: &str| format!("https://x/?code=c&state=s&iss={}", percent_encode(iss));
+    assert_eq!(
+        code_from_redirect(&from("https://auth.example.com"), "s", &server).unwrap(),
+        "c"
+    );
+    assert!(matches!(
+        code_from_redirect(&from("https://evil.example"), "s", &server),
+        Err(OAuthError::IssuerMismatch(why)) if why.contains("evil.example")
+    ));
+    assert!(matches!(
+        code_from_redirect(&from("https://auth.example.com/"), "s", &server),
+        Err(OAuthError::IssuerMismatch(_))
+    ));
+    let names = AuthServer {
+        names_issuer: true,
+        ..server.clone()
+    };
+    assert!(matches!(
+        code_from_redirect("https://x/?code=c&state=s", "s", &names),
+        Err(OAuthError::IssuerMismatch(_))
+    ));
+    assert_eq!(
+        code_from_redirect(&from("https://auth.example.com"), "s", &names).unwrap(),
+        "c"
+    );
+    // A refusal from another issuer is a mix-up too, not a refusal.
+    assert!(matches!(
+        code_from_redirect(
+            "https://x/?error=access_denied&state=s&iss=https%3A%2F%2Fevil",
+            "s",
+            &server
+        ),
+        Err(OAuthError::IssuerMismatch(_))
+    ));
 }
 
 #[test]

@@ -132,6 +132,17 @@ pub async fn load_local(key: &str) -> Result<serde_json::Value, JsError> {
     Ok(super::boundary::from_js_value(get(&all, key)))
 }
 
+/// The JSON values kept under each of `keys` in `chrome.storage.local`,
+/// in one read (null where there is none).
+pub async fn load_locals(keys: &[String]) -> Result<Vec<serde_json::Value>, JsError> {
+    let list: Array = keys.iter().map(|k| JsValue::from_str(k)).collect();
+    let all = await_promise(storage_local_get(&list)).await?;
+    Ok(keys
+        .iter()
+        .map(|key| super::boundary::from_js_value(get(&all, key)))
+        .collect())
+}
+
 pub async fn remove_local(key: &str) -> Result<(), JsError> {
     await_promise(storage_local_remove(&JsValue::from_str(key)))
         .await

@@ -83,27 +83,15 @@ pub struct Server {
     /// A new listing of the tools: None idle, Some(again) running
     /// (`again`: asked for once more meanwhile).
     relisting: Cell<Option<bool>>,
-    /// The user's sign-in to the server (`crate::oauth`), read from
-    /// storage before the first request (`grant_loaded`).
-    grant: RefCell<Option<Grant>>,
-    grant_loaded: Cell<bool>,
-    /// Held while the grant is renewed, so that requests refused together
-    /// renew it once (a refresh token is good for one renewal).
-    renewing: futures::lock::Mutex<()>,
+    /// The user's sign-in to the server's address (shared with any other
+    /// server configured at the same address).
+    grant: Rc<GrantSlot>,
     /// The `WWW-Authenticate` of the server's last 401 (where its sign-in
     /// metadata is).
     challenge: RefCell<Option<String>>,
     /// How many requests were refused for want of a sign-in (a call
     /// compares it before and after).
     sign_in_refusals: Cell<u64>,
-    /// A sign-in window is open.
-    signing_in: Cell<bool>,
-    /// Bumped by every sign-in, sign-out and removal: a renewal that
-    /// finishes after one of those keeps nothing (it would undo it).
-    grant_epoch: Cell<u64>,
-    /// Removed from the configured servers (by the user): a sign-in that
-    /// completes now keeps nothing.
-    retired: Cell<bool>,
 }
 
 /// How a renewal of the grant went.
@@ -117,11 +105,146 @@ enum Renewal {
     Unreachable(String),
 }
 
+/// The user's sign-in to one address (`crate::oauth`), shared by every
+/// configured server at that address (the extension's and the user's may
+/// name the same server): one grant in memory, read from storage once,
+/// renewed once at a time. A refresh token is good for one renewal, so
+/// two copies of a grant would each spend it and one would be refused.
+pub struct GrantSlot {
+    url: String,
+    grant: RefCell<Option<Grant>>,
+    /// Read from storage (or replaced) in this worker.
+    loaded: Cell<bool>,
+    /// Held while the grant is renewed, so that requests refused together
+    /// renew it once.
+    renewing: futures::lock::Mutex<()>,
+    /// Bumped by every sign-in, sign-out and refused renewal, and when no
+    /// server uses the address any more: a renewal that finishes after
+    /// one of those keeps nothing (it would undo it).
+    epoch: Cell<u64>,
+    /// A sign-in window is open for the address.
+    signing_in: Cell<bool>,
+    /// No configured server uses the address any more: a sign-in that
+    /// completes now keeps nothing.
+    retired: Cell<bool>,
+}
+
+impl GrantSlot {
+    fn new(url: &str) -> Self {
+        GrantSlot {
+            url: url.to_string(),
+            grant: RefCell::new(None),
+            loaded: Cell::new(false),
+            renewing: futures::lock::Mutex::new(()),
+            epoch: Cell::new(0),
+            signing_in: Cell::new(false),
+            retired: Cell::new(false),
+        }
+    }
+
+    /// Read the kept grant once per worker (storage that cannot be read
+    /// is read again at the next request).
+    async fn load(&self) {
+        if self.loaded.get() {
+            return;
+        }
+        match super::oauth::load_grant(&self.url).await {
+            Ok(kept) => self.loaded_from(kept),
+            Err(why) => super::console_error(&format!(
+                "the sign-in for {} could not be read: {why}",
+                self.url
+            )),
+        }
+    }
+
+    /// The grant read from storage, unless one was read or replaced
+    /// meanwhile.
+    fn loaded_from(&self, kept: Option<Grant>) {
+        if !self.loaded.replace(true) {
+            *self.grant.borrow_mut() = kept;
+        }
+    }
+
+    fn access_token(&self) -> Option<String> {
+        self.grant.borrow().as_ref().map(|g| g.access_token.clone())
+    }
+
+    fn expiring(&self) -> bool {
+        self.grant
+            .borrow()
+            .as_ref()
+            .is_some_and(|g| g.expiring(js_sys::Date::now() as u64))
+    }
+
+    /// A new grant, or none (signed in or out).
+    fn replace(&self, grant: Option<Grant>) {
+        *self.grant.borrow_mut() = grant;
+        self.loaded.set(true);
+        self.epoch.set(self.epoch.get() + 1);
+    }
+
+    /// No server uses the address any more.
+    fn retire(&self) {
+        self.retired.set(true);
+        self.epoch.set(self.epoch.get() + 1);
+    }
+
+    /// Renew the grant whose access token `failed` was refused or is
+    /// ending (`server` names it in the console). The renewal runs as a
+    /// task of its own: a request given up meanwhile (its time limit,
+    /// Stop) does not lose a refresh token the sign-in server already
+    /// rotated.
+    async fn renew(self: &Rc<Self>, failed: Option<String>, server: &str) -> Renewal {
+        let (done, renewal) = futures::channel::oneshot::channel();
+        let slot = self.clone();
+        let server = server.to_string();
+        wasm_bindgen_futures::spawn_local(async move {
+            let _ = done.send(slot.renew_now(failed.as_deref(), &server).await);
+        });
+        renewal.await.unwrap_or(Renewal::Refused)
+    }
+
+    async fn renew_now(&self, failed: Option<&str>, server: &str) -> Renewal {
+        let _one_at_a_time = self.renewing.lock().await;
+        let Some(grant) = self.grant.borrow().clone() else {
+            return Renewal::Refused;
+        };
+        // Renewed by another request meanwhile.
+        if Some(grant.access_token.as_str()) != failed {
+            return Renewal::Renewed;
+        }
+        let epoch = self.epoch.get();
+        let result = super::oauth::refresh(&grant, js_sys::Date::now() as u64).await;
+        // Signed in again, out, or no longer used meanwhile: that stands.
+        if self.epoch.get() != epoch {
+            return if self.grant.borrow().is_some() {
+                Renewal::Renewed
+            } else {
+                Renewal::Refused
+            };
+        }
+        match result {
+            Ok(renewed) => {
+                *self.grant.borrow_mut() = Some(renewed.clone());
+                super::oauth::keep_grant(&self.url, Some(&renewed)).await;
+                Renewal::Renewed
+            }
+            Err(OAuthError::Unreachable(why)) => Renewal::Unreachable(why),
+            Err(e) => {
+                super::console_error(&e.describe(server));
+                self.replace(None);
+                super::oauth::keep_grant(&self.url, None).await;
+                Renewal::Refused
+            }
+        }
+    }
+}
+
 /// How long one page of `tools/list` may take.
 const LIST_TIMEOUT_MS: u32 = 30_000;
 
 impl Server {
-    fn new(config: ServerConfig, added_by: McpServerOrigin) -> Self {
+    fn new(config: ServerConfig, added_by: McpServerOrigin, grant: Rc<GrantSlot>) -> Self {
         Server {
             config,
             added_by,
@@ -132,14 +255,9 @@ impl Server {
             on_tools_changed: RefCell::new(None),
             stream: RefCell::new(None),
             relisting: Cell::new(None),
-            grant: RefCell::new(None),
-            grant_loaded: Cell::new(false),
-            renewing: futures::lock::Mutex::new(()),
+            grant,
             challenge: RefCell::new(None),
             sign_in_refusals: Cell::new(0),
-            signing_in: Cell::new(false),
-            grant_epoch: Cell::new(0),
-            retired: Cell::new(false),
         }
     }
 
@@ -159,9 +277,10 @@ impl Server {
             .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
     }
 
-    /// Whether the user is signed in to the server (a grant is kept).
+    /// Whether the user is signed in to the server (a grant is kept for
+    /// its address and used with it).
     pub fn signed_in(&self) -> bool {
-        self.grant.borrow().is_some()
+        self.takes_grant() && self.grant.grant.borrow().is_some()
     }
 
     /// How many requests were refused for want of a sign-in so far.
@@ -169,69 +288,30 @@ impl Server {
         self.sign_in_refusals.get()
     }
 
-    /// Whether a sign-in window is open.
+    /// Whether a sign-in window is open for the server's address.
     pub fn signing_in(&self) -> bool {
-        self.signing_in.get()
+        self.grant.signing_in.get()
     }
 
-    /// Read the kept grant once per worker.
-    async fn load_grant(&self) {
-        if self.grant_loaded.get() || !self.takes_grant() {
-            return;
-        }
-        let kept = super::oauth::load_grant(&self.config.url).await;
-        if !self.grant_loaded.replace(true) {
-            *self.grant.borrow_mut() = kept;
-        }
+    /// The server shares its sign-in with `other` (the same address).
+    pub fn shares_grant_with(&self, other: &Server) -> bool {
+        Rc::ptr_eq(&self.grant, &other.grant)
     }
 
+    /// The access token to send the server, if it takes one.
     fn access_token(&self) -> Option<String> {
-        self.grant.borrow().as_ref().map(|g| g.access_token.clone())
+        self.grant.access_token().filter(|_| self.takes_grant())
     }
 
     /// Renew the grant whose access token `failed` was refused or is
     /// ending.
-    async fn renew(&self, failed: Option<&str>) -> Renewal {
-        let _one_at_a_time = self.renewing.lock().await;
-        let Some(grant) = self.grant.borrow().clone() else {
-            return Renewal::Refused;
-        };
-        if Some(grant.access_token.as_str()) != failed {
-            return Renewal::Renewed;
-        }
-        let epoch = self.grant_epoch.get();
-        let result = super::oauth::refresh(&grant, js_sys::Date::now() as u64).await;
-        // Signed in again, out, or removed meanwhile: that stands.
-        if self.grant_epoch.get() != epoch {
-            return if self.grant.borrow().is_some() {
-                Renewal::Renewed
-            } else {
-                Renewal::Refused
-            };
-        }
-        match result {
-            Ok(renewed) => {
-                *self.grant.borrow_mut() = Some(renewed.clone());
-                super::oauth::keep_grant(&self.config.url, Some(&renewed)).await;
-                Renewal::Renewed
-            }
-            Err(OAuthError::Unreachable(why)) => Renewal::Unreachable(why),
-            Err(e) => {
-                super::console_error(&e.describe(&self.config.name));
-                *self.grant.borrow_mut() = None;
-                self.grant_epoch.set(epoch + 1);
-                super::oauth::keep_grant(&self.config.url, None).await;
-                Renewal::Refused
-            }
-        }
+    async fn renew(&self, failed: Option<String>) -> Renewal {
+        self.grant.renew(failed, &self.config.name).await
     }
 
-    /// A new grant, or none: the session and the event stream opened with
-    /// the old one are dropped (the next request sets up new ones).
-    fn replace_grant(&self, grant: Option<Grant>) {
-        *self.grant.borrow_mut() = grant;
-        self.grant_loaded.set(true);
-        self.grant_epoch.set(self.grant_epoch.get() + 1);
+    /// The session and the event stream opened with another grant are
+    /// dropped (the next request sets up new ones).
+    pub fn drop_session(&self) {
         *self.session.borrow_mut() = None;
         if let Some(controller) = self.stream.borrow_mut().take() {
             controller.abort();
@@ -239,8 +319,9 @@ impl Server {
     }
 
     /// Sign in (the user asked, Settings): the sign-in window, then the
-    /// grant kept. One window at a time: `Err(None)` while one is open
-    /// (nothing changes), `Err(Some(why))` when the sign-in failed.
+    /// grant kept for the server's address (every server there shares
+    /// it). One window per address at a time: `Err(None)` while one is
+    /// open (nothing changes), `Err(Some(why))` when the sign-in failed.
     pub async fn sign_in(&self) -> Result<(), Option<String>> {
         let name = &self.config.name;
         if self.own_authorization() {
@@ -248,7 +329,8 @@ impl Server {
                 "The MCP server \"{name}\" is given an Authorization header by its entry; it has no sign-in."
             )));
         }
-        if self.signing_in.replace(true) {
+        let slot = &self.grant;
+        if slot.signing_in.replace(true) {
             return Err(None);
         }
         let challenge = self.challenge.borrow().clone();
@@ -256,27 +338,26 @@ impl Server {
             js_sys::Date::now() as u64
         })
         .await;
-        self.signing_in.set(false);
+        slot.signing_in.set(false);
         let grant = result.map_err(|e| Some(e.describe(name)))?;
-        if self.retired.get() {
+        if slot.retired.get() {
             return Err(None);
         }
-        super::oauth::keep_grant(&self.config.url, Some(&grant)).await;
-        self.replace_grant(Some(grant));
+        super::oauth::keep_grant(&slot.url, Some(&grant)).await;
+        slot.replace(Some(grant));
         Ok(())
     }
 
-    /// Forget the user's sign-in to the server (kept and in memory).
+    /// Forget the user's sign-in to the server's address (kept and in
+    /// memory).
     pub async fn sign_out(&self) {
-        self.replace_grant(None);
-        super::oauth::keep_grant(&self.config.url, None).await;
+        self.grant.replace(None);
+        super::oauth::keep_grant(&self.grant.url, None).await;
     }
 
-    /// The server was removed: its stream closed, nothing it announces
-    /// acted on, and no renewal or sign-in in flight keeps a grant.
+    /// The server was removed: its stream closed and nothing it announces
+    /// acted on.
     pub fn retire(&self) {
-        self.retired.set(true);
-        self.grant_epoch.set(self.grant_epoch.get() + 1);
         self.stop_following();
     }
 
@@ -306,13 +387,8 @@ impl Server {
             "application/json, text/event-stream".to_string(),
         )];
         headers.extend(self.config.headers.iter().cloned());
-        if let Some(grant) = self.grant.borrow().as_ref() {
-            if self.takes_grant() {
-                headers.push((
-                    "authorization".into(),
-                    format!("Bearer {}", grant.access_token),
-                ));
-            }
+        if let Some(token) = self.access_token() {
+            headers.push(("authorization".into(), format!("Bearer {token}")));
         }
         if let Some(session) = session {
             if let Some(id) = &session.id {
@@ -356,6 +432,15 @@ impl Server {
         }
         if status == 401 && self.takes_grant() {
             return Err(McpError::SignInNeeded(response.header("www-authenticate")));
+        }
+        // A token that lacks a scope: signing in again may grant it.
+        if status == 403 && self.access_token().is_some() {
+            if let Some(challenge) = response
+                .header("www-authenticate")
+                .filter(|c| crate::oauth::is_insufficient_scope(c))
+            {
+                return Err(McpError::MorePermissionNeeded(challenge));
+            }
         }
         if !(200..300).contains(&status) {
             let body = response.text().await.unwrap_or_default();
@@ -473,21 +558,16 @@ impl Server {
         on_note: &mut dyn FnMut(&str, &Value),
         on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
     ) -> Result<Value, McpError> {
-        self.load_grant().await;
+        if self.takes_grant() {
+            self.grant.load().await;
+        }
         let mut session_retried = false;
         let mut renewed = false;
         loop {
-            if !renewed
-                && self
-                    .grant
-                    .borrow()
-                    .as_ref()
-                    .is_some_and(|g| g.expiring(js_sys::Date::now() as u64))
-            {
-                let token = self.access_token();
+            if !renewed && self.takes_grant() && self.grant.expiring() {
                 renewed = true;
                 // A refused renewal leaves no grant: the request says so.
-                if let Renewal::Unreachable(why) = self.renew(token.as_deref()).await {
+                if let Renewal::Unreachable(why) = self.renew(self.access_token()).await {
                     return Err(McpError::Unreachable(format!(
                         "its sign-in could not be renewed: {why}"
                     )));
@@ -505,7 +585,7 @@ impl Server {
                     }
                     if !renewed && token.is_some() {
                         renewed = true;
-                        match self.renew(token.as_deref()).await {
+                        match self.renew(token).await {
                             Renewal::Renewed => continue,
                             Renewal::Unreachable(why) => {
                                 return Err(McpError::Unreachable(format!(
@@ -517,6 +597,13 @@ impl Server {
                     }
                     self.sign_in_refusals.set(self.sign_in_refusals.get() + 1);
                     return Err(McpError::SignInNeeded(challenge));
+                }
+                // No renewal grants a scope: the user signs in again, and
+                // the sign-in asks for the challenge's scopes.
+                Err(McpError::MorePermissionNeeded(challenge)) => {
+                    *self.challenge.borrow_mut() = Some(challenge.clone());
+                    self.sign_in_refusals.set(self.sign_in_refusals.get() + 1);
+                    return Err(McpError::MorePermissionNeeded(challenge));
                 }
                 other => return other,
             }
@@ -721,14 +808,8 @@ impl Server {
     ) -> StreamEnd {
         // A token about to end is renewed first (a stream reopened after
         // it ended would be refused).
-        let token = self.access_token();
-        if self
-            .grant
-            .borrow()
-            .as_ref()
-            .is_some_and(|g| g.expiring(js_sys::Date::now() as u64))
-        {
-            self.renew(token.as_deref()).await;
+        if self.takes_grant() && self.grant.expiring() {
+            self.renew(self.access_token()).await;
         }
         let mut headers = self.headers(Some(session));
         headers[0].1 = "text/event-stream".to_string();
@@ -751,8 +832,7 @@ impl Server {
             // A token refused: renewed, the stream is opened again soon;
             // else the next request finds out the sign-in is wanted.
             401 if self.access_token().is_some() => {
-                let token = self.access_token();
-                return match self.renew(token.as_deref()).await {
+                return match self.renew(self.access_token()).await {
                     Renewal::Renewed => StreamEnd::Failed,
                     _ => StreamEnd::Stop,
                 };
@@ -896,14 +976,11 @@ pub struct McpServers {
 
 impl McpServers {
     pub fn new(configs: Vec<(ServerConfig, McpServerOrigin)>) -> Self {
-        McpServers {
-            servers: RefCell::new(
-                configs
-                    .into_iter()
-                    .map(|(c, origin)| Rc::new(Server::new(c, origin)))
-                    .collect(),
-            ),
+        let servers = McpServers::default();
+        for (config, origin) in configs {
+            servers.add(config, origin);
         }
+        servers
     }
 
     /// The server of that name.
@@ -920,26 +997,74 @@ impl McpServers {
         self.servers.borrow().clone()
     }
 
+    /// The servers that share `server`'s sign-in (itself among them).
+    pub fn sharing_grant(&self, server: &Server) -> Vec<Rc<Server>> {
+        self.servers
+            .borrow()
+            .iter()
+            .filter(|s| s.shares_grant_with(server))
+            .cloned()
+            .collect()
+    }
+
     /// Whether `server` is still one of them (not removed meanwhile).
     pub fn holds(&self, server: &Rc<Server>) -> bool {
         self.servers.borrow().iter().any(|s| Rc::ptr_eq(s, server))
     }
 
-    /// Set up a new server.
+    /// Set up a new server (sharing the sign-in of any server at the same
+    /// address).
     pub fn add(&self, config: ServerConfig, added_by: McpServerOrigin) -> Rc<Server> {
-        let server = Rc::new(Server::new(config, added_by));
+        let grant = self
+            .servers
+            .borrow()
+            .iter()
+            .find(|s| s.config.url == config.url)
+            .map(|s| s.grant.clone())
+            .unwrap_or_else(|| Rc::new(GrantSlot::new(&config.url)));
+        let server = Rc::new(Server::new(config, added_by, grant));
         self.servers.borrow_mut().push(server.clone());
         server
     }
 
-    /// Forget the server of that name (its session ends with it).
+    /// Forget the server of that name (its session ends with it; its
+    /// address's sign-in with it if no other server uses the address).
     pub fn remove(&self, name: &str) {
-        self.servers.borrow_mut().retain(|s| {
-            let keep = s.config.name != name;
-            if !keep {
-                s.retire();
+        let mut servers = self.servers.borrow_mut();
+        let Some(at) = servers.iter().position(|s| s.config.name == name) else {
+            return;
+        };
+        let server = servers.remove(at);
+        server.retire();
+        if !servers.iter().any(|s| s.shares_grant_with(&server)) {
+            server.grant.retire();
+        }
+    }
+
+    /// Read the kept sign-ins of every server that takes one and has not
+    /// read it yet, in one storage read (a server's first request would
+    /// otherwise read its own).
+    pub async fn load_grants(&self) {
+        let mut slots: Vec<Rc<GrantSlot>> = Vec::new();
+        for server in self.servers.borrow().iter() {
+            let slot = &server.grant;
+            if server.takes_grant()
+                && !slot.loaded.get()
+                && !slots.iter().any(|s| Rc::ptr_eq(s, slot))
+            {
+                slots.push(slot.clone());
             }
-            keep
-        });
+        }
+        if slots.is_empty() {
+            return;
+        }
+        let urls: Vec<&str> = slots.iter().map(|s| s.url.as_str()).collect();
+        // Storage that cannot be read: each server reads its own at its
+        // first request.
+        if let Ok(kept) = super::oauth::load_grants(&urls).await {
+            for (slot, grant) in slots.iter().zip(kept) {
+                slot.loaded_from(grant);
+            }
+        }
     }
 }

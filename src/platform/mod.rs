@@ -395,7 +395,7 @@ impl Driver {
                     let driver = self.rc();
                     spawn_local(async move {
                         server.sign_out().await;
-                        driver.relist_mcp(server);
+                        driver.signed_in_or_out(&server);
                     });
                 }
             }
@@ -991,18 +991,20 @@ impl Driver {
             })
             .await;
         // Refused for want of a sign-in: Settings offers one.
-        if outcome.is_err() && server.sign_in_refusals() > refusals && self.mcp.holds(&server) {
-            let config = &server.config;
-            self.input(|e, now| {
-                e.handle_mcp_status(
-                    now,
-                    &config.name,
-                    &config.url,
-                    server.added_by,
-                    McpServerState::SignInNeeded,
-                    None,
-                )
-            });
+        if let Err(problem) = &outcome {
+            if server.sign_in_refusals() > refusals && self.mcp.holds(&server) {
+                let config = &server.config;
+                self.input(|e, now| {
+                    e.handle_mcp_status(
+                        now,
+                        &config.name,
+                        &config.url,
+                        server.added_by,
+                        McpServerState::SignInNeeded,
+                        Some(problem.clone()),
+                    )
+                });
+            }
         }
         outcome
     }
@@ -1095,6 +1097,7 @@ impl Driver {
     /// for the next worker (`mcp_catalog`). A server that cannot be reached
     /// keeps the tools it listed last (their calls fail with the reason).
     async fn discover_mcp(&self, servers: Vec<Rc<mcp::Server>>) {
+        self.mcp.load_grants().await;
         let lists = futures::future::join_all(servers.iter().map(|s| s.list_tools())).await;
         let mut changed = false;
         for (server, listed) in servers.iter().zip(lists) {
@@ -1109,7 +1112,10 @@ impl Driver {
                 Ok(listed) => listed,
                 Err(e) => {
                     let state = match e {
-                        crate::mcp::McpError::SignInNeeded(_) => McpServerState::SignInNeeded,
+                        crate::mcp::McpError::SignInNeeded(_)
+                        | crate::mcp::McpError::MorePermissionNeeded(_) => {
+                            McpServerState::SignInNeeded
+                        }
                         _ => McpServerState::Unreachable,
                     };
                     let problem = e.describe(name);
@@ -1166,44 +1172,54 @@ impl Driver {
         });
     }
 
-    /// The user asked to sign in to `server`: its sign-in window, then its
-    /// tools listed with the new grant; a failed sign-in is listed with
-    /// the reason.
+    /// The user asked to sign in to `server`: its sign-in window, then the
+    /// tools of every server at its address listed with the new grant; a
+    /// failed sign-in is listed with the reason.
     async fn sign_in_mcp(&self, server: Rc<mcp::Server>) {
-        let (name, url, added_by) = (
-            server.config.name.clone(),
-            server.config.url.clone(),
-            server.added_by,
-        );
-        let signing = |driver: &Driver, on: bool| {
-            driver.input(|e, _| e.handle_mcp_signing_in(&name, added_by, on));
-        };
         if server.signing_in() {
             return;
         }
-        signing(self, true);
+        let signing = |on: bool| {
+            let sharing = self.mcp.sharing_grant(&server);
+            self.input(|e, _| {
+                for s in &sharing {
+                    e.handle_mcp_signing_in(&s.config.name, s.added_by, on);
+                }
+            });
+        };
+        signing(true);
         let result = server.sign_in().await;
-        if !self.mcp.holds(&server) {
-            return;
-        }
-        signing(self, false);
+        signing(false);
         match result {
-            Ok(()) => self.rc().relist_mcp(server),
-            // Another window was open (this one changes nothing).
+            Ok(()) => self.signed_in_or_out(&server),
+            // Another window was open (this one changes nothing), or the
+            // server was removed meanwhile.
             Err(None) => {}
+            Err(Some(_)) if !self.mcp.holds(&server) => {}
             Err(Some(problem)) => {
                 console_error(&problem);
+                let config = &server.config;
                 self.input(|e, now| {
                     e.handle_mcp_status(
                         now,
-                        &name,
-                        &url,
-                        added_by,
+                        &config.name,
+                        &config.url,
+                        server.added_by,
                         McpServerState::SignInNeeded,
                         Some(problem.clone()),
                     )
                 });
             }
+        }
+    }
+
+    /// The user signed in to or out of `server`'s address: every server
+    /// there drops the session and event stream opened with the old grant
+    /// and lists its tools with the new one (or none).
+    fn signed_in_or_out(&self, server: &mcp::Server) {
+        for sharer in self.mcp.sharing_grant(server) {
+            sharer.drop_session();
+            self.relist_mcp(sharer);
         }
     }
 

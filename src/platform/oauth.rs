@@ -83,15 +83,25 @@ pub async fn sign_in(
     if !oauth::is_secure_url(&server.url) {
         return Err(OAuthError::Insecure(server.url.clone()));
     }
-    let metadata_url = oauth::resource_metadata_url(challenge, &server.url).ok_or_else(|| {
-        OAuthError::Discovery(format!("{} is not an http(s) address", server.url))
-    })?;
-    let resource = ResourceMetadata::parse(
-        &get_json(&metadata_url)
-            .await
-            .map_err(OAuthError::Discovery)?,
-        &server.url,
-    )?;
+    let metadata_urls = oauth::resource_metadata_urls(challenge, &server.url);
+    if metadata_urls.is_empty() {
+        return Err(OAuthError::Discovery(format!(
+            "{} is not an http(s) address",
+            server.url
+        )));
+    }
+    let mut resource: Option<ResourceMetadata> = None;
+    let mut tried = Vec::new();
+    for url in &metadata_urls {
+        match get_json(url).await {
+            Ok(value) => {
+                resource = Some(ResourceMetadata::parse(&value, &server.url)?);
+                break;
+            }
+            Err(why) => tried.push(why),
+        }
+    }
+    let resource = resource.ok_or_else(|| OAuthError::Discovery(tried.join("; ")))?;
     let mut auth_server: Option<AuthServer> = None;
     let mut tried = Vec::new();
     for url in oauth::auth_server_metadata_urls(&resource.issuer) {
@@ -140,13 +150,13 @@ pub async fn sign_in(
         challenge: &challenge_s256,
         state: &state,
         resource: &server.url,
-        scopes: &resource.scopes,
+        scopes: &resource.scopes_to_ask(challenge),
     }
     .url();
     let back = chrome::launch_web_auth_flow(&url)
         .await
         .map_err(|e| OAuthError::Denied(e.message))?;
-    let code = oauth::code_from_redirect(&back, &state)?;
+    let code = oauth::code_from_redirect(&back, &state, &auth_server)?;
     let body = oauth::code_request(&code, &verifier, &client_id, &redirect, &server.url);
     let tokens = token_request(&auth_server.token_endpoint, &body).await?;
     Grant::from_tokens(
@@ -199,10 +209,23 @@ async fn token_request(endpoint: &str, body: &str) -> Result<Value, OAuthError> 
 }
 
 /// The grant kept for the server at `url`, if any (one kept for another
-/// address is not used).
-pub async fn load_grant(url: &str) -> Option<Grant> {
-    let value = chrome::load_local(&oauth::grant_key(url)).await.ok()?;
-    Grant::from_json(&value, url)
+/// address is not used); an error when storage could not be read.
+pub async fn load_grant(url: &str) -> Result<Option<Grant>, String> {
+    let value = chrome::load_local(&oauth::grant_key(url))
+        .await
+        .map_err(|e| e.message)?;
+    Ok(Grant::from_json(&value, url))
+}
+
+/// The grants kept for the servers at `urls`, in one read.
+pub async fn load_grants(urls: &[&str]) -> Result<Vec<Option<Grant>>, String> {
+    let keys: Vec<String> = urls.iter().map(|url| oauth::grant_key(url)).collect();
+    let values = chrome::load_locals(&keys).await.map_err(|e| e.message)?;
+    Ok(values
+        .iter()
+        .zip(urls)
+        .map(|(value, url)| Grant::from_json(value, url))
+        .collect())
 }
 
 /// Keep `grant` for its server, or forget the server's (None).
