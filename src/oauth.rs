@@ -5,14 +5,16 @@
 //!
 //! Owns: where the server's protected resource metadata is (RFC 9728: the
 //! `resource_metadata` of its `WWW-Authenticate` challenge, else the
-//! well-known address), the authorization server's metadata addresses
-//! (RFC 8414, then OpenID discovery) and what they must say (the issuer
-//! they were asked for, S256 PKCE, endpoints over https or on this
-//! machine), the dynamic client registration body (RFC 7591), the PKCE
+//! well-known addresses with its path, then at its root), the
+//! authorization server's metadata addresses (RFC 8414, then OpenID
+//! discovery) and what they must say (the issuer they were asked for,
+//! S256 PKCE, endpoints over https or on this machine), the scopes to ask
+//! for (the challenge's, else the metadata's; a 403 `insufficient_scope`
+//! names more), the dynamic client registration body (RFC 7591), the PKCE
 //! verifier and challenge, the authorization address (with `state` and
 //! the `resource` indicator, RFC 8707), the code read back from the
-//! redirect, the token requests and answers, and the grant kept in
-//! `chrome.storage.local`.
+//! redirect (its `state`, and its issuer: RFC 9207), the token requests
+//! and answers, and the grant kept in `chrome.storage.local`.
 //!
 //! Must not: send anything, or accept a token for another server: every
 //! request names the MCP server as the `resource`, and a grant is kept
@@ -43,8 +45,11 @@ pub enum OAuthError {
     NoRegistration,
     /// Registering the client failed.
     Registration(String),
-    /// The user closed the sign-in window or the server refused.
+    /// The server refused (its answer to the sign-in window).
     Denied(String),
+    /// The sign-in window closed (by the user, or a page that could not
+    /// be shown) without coming back.
+    WindowClosed(String),
     /// The redirect did not carry the `state` sent.
     StateMismatch,
     /// The redirect named another issuer than the one asked, or none where
@@ -57,6 +62,18 @@ pub enum OAuthError {
 }
 
 impl OAuthError {
+    /// The server refused the client itself (RFC 6749 `invalid_client` or
+    /// `unauthorized_client`): a kept client it no longer knows.
+    pub fn blames_client(&self) -> bool {
+        let why = match self {
+            OAuthError::Denied(why) | OAuthError::Token(why) => why,
+            _ => return false,
+        };
+        ["invalid_client", "unauthorized_client"]
+            .iter()
+            .any(|code| why.split([' ', ',', ':']).any(|word| word == *code))
+    }
+
     pub fn describe(&self, server: &str) -> String {
         let why = match self {
             OAuthError::Discovery(why) => format!("its sign-in could not be found ({why})"),
@@ -67,7 +84,9 @@ impl OAuthError {
                 "its sign-in server registers no new clients, so this extension has no client id for it".into()
             }
             OAuthError::Registration(why) => format!("this extension could not register with its sign-in server ({why})"),
-            OAuthError::Denied(why) => format!("the sign-in did not complete ({why})"),
+            OAuthError::Denied(why) | OAuthError::WindowClosed(why) => {
+                format!("the sign-in did not complete ({why})")
+            }
             OAuthError::StateMismatch => {
                 "the sign-in answer did not belong to this sign-in (its state differed); nothing was kept".into()
             }
@@ -660,6 +679,45 @@ impl Grant {
 /// The `chrome.storage.local` key of a server's grant.
 pub fn grant_key(server_url: &str) -> String {
     format!("{GRANT_KEY_PREFIX}{server_url}")
+}
+
+/// Where the client this extension registered with an authorization
+/// server is kept: this prefix and the server's registration endpoint.
+pub const CLIENT_KEY_PREFIX: &str = "mcpClient:";
+
+pub fn client_key(registration_endpoint: &str) -> String {
+    format!("{CLIENT_KEY_PREFIX}{registration_endpoint}")
+}
+
+/// The client registered with an authorization server, kept so that the
+/// next sign-in there uses it instead of registering another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptClient {
+    pub client_id: String,
+    /// The redirect address it was registered with (another one, say of a
+    /// reinstalled extension, needs a new client).
+    pub redirect_uri: String,
+}
+
+impl KeptClient {
+    pub fn to_json(&self) -> Value {
+        json!({ "clientId": self.client_id, "redirectUri": self.redirect_uri })
+    }
+
+    /// The kept client, if it was registered for `redirect_uri`.
+    pub fn from_json(value: &Value, redirect_uri: &str) -> Option<KeptClient> {
+        let text = |name: &str| {
+            value
+                .get(name)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let client = KeptClient {
+            client_id: text("clientId")?.to_string(),
+            redirect_uri: text("redirectUri")?.to_string(),
+        };
+        (client.redirect_uri == redirect_uri).then_some(client)
+    }
 }
 
 #[cfg(test)]

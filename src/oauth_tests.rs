@@ -389,3 +389,40 @@ fn token_answers_become_grants_kept_per_server_and_renewed_with_their_refresh_to
         "{said}"
     );
 }
+
+#[test]
+fn a_registered_client_is_kept_for_its_redirect_and_forgotten_when_the_server_disowns_it() {
+    let client = KeptClient {
+        client_id: "client-7".into(),
+        redirect_uri: "https://abc.chromiumapp.org/mcp-sign-in".into(),
+    };
+    assert_eq!(
+        client_key("https://auth.example.com/register"),
+        "mcpClient:https://auth.example.com/register"
+    );
+    let kept = client.to_json();
+    assert_eq!(
+        KeptClient::from_json(&kept, "https://abc.chromiumapp.org/mcp-sign-in"),
+        Some(client.clone())
+    );
+    // Registered for another extension id's redirect: not this one's.
+    assert_eq!(
+        KeptClient::from_json(&kept, "https://xyz.chromiumapp.org/mcp-sign-in"),
+        None
+    );
+    assert_eq!(
+        KeptClient::from_json(&json!({ "clientId": "" , "redirectUri": "x" }), "x"),
+        None
+    );
+    assert_eq!(KeptClient::from_json(&Value::Null, "x"), None);
+    // What says the server does not know the client, and what does not.
+    assert!(token_error(401, r#"{"error":"invalid_client"}"#).blames_client());
+    assert!(OAuthError::Denied("unauthorized_client: unknown".into()).blames_client());
+    assert!(!OAuthError::Denied("access_denied".into()).blames_client());
+    assert!(!token_error(
+        400,
+        r#"{"error":"invalid_grant","error_description":"not an invalid_client_x"}"#
+    )
+    .blames_client());
+    assert!(!OAuthError::Registration("invalid_client".into()).blames_client());
+}

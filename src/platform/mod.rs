@@ -1120,9 +1120,11 @@ impl Driver {
                     };
                     let problem = e.describe(name);
                     console_error(&problem);
-                    let signed_in = server.signed_in();
+                    let signed_in = self.signed_in_at(server);
                     self.input(|e, now| {
-                        e.handle_mcp_signed_in(name, added_by, signed_in);
+                        for (name, added_by, on) in &signed_in {
+                            e.handle_mcp_signed_in(name, *added_by, *on);
+                        }
                         e.handle_mcp_status(now, name, url, added_by, state, Some(problem))
                     });
                     continue;
@@ -1132,9 +1134,11 @@ impl Driver {
             server.set_tools(&tools);
             self.follow_mcp(server);
             let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
-            let signed_in = server.signed_in();
+            let signed_in = self.signed_in_at(server);
             self.input(|e, now| {
-                e.handle_mcp_signed_in(name, added_by, signed_in);
+                for (name, added_by, on) in &signed_in {
+                    e.handle_mcp_signed_in(name, *added_by, *on);
+                }
                 problems.extend(e.handle_mcp_tools(name, descriptors));
                 let problem = (!problems.is_empty()).then(|| problems.join("; "));
                 e.handle_mcp_status(now, name, url, added_by, McpServerState::Ready, problem);
@@ -1152,6 +1156,16 @@ impl Driver {
         if changed {
             self.keep_mcp_catalog().await;
         }
+    }
+
+    /// Whether each server at `server`'s address is signed in (they share
+    /// one grant: a renewal refused for one signed out the others too).
+    fn signed_in_at(&self, server: &mcp::Server) -> Vec<(String, McpServerOrigin, bool)> {
+        self.mcp
+            .sharing_grant(server)
+            .iter()
+            .map(|s| (s.config.name.clone(), s.added_by, s.signed_in()))
+            .collect()
     }
 
     /// List a server's tools again (it said they changed, or the user

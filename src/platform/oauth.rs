@@ -13,7 +13,9 @@ use web_sys::AbortController;
 
 use super::{chrome, fetch};
 use crate::mcp::ServerConfig;
-use crate::oauth::{self, AuthServer, Authorization, Grant, OAuthError, ResourceMetadata};
+use crate::oauth::{
+    self, AuthServer, Authorization, Grant, KeptClient, OAuthError, ResourceMetadata,
+};
 
 /// How long one metadata, registration or token request may take.
 const REQUEST_TIMEOUT_MS: u32 = 30_000;
@@ -120,6 +122,45 @@ pub async fn sign_in(
         .registration_endpoint
         .as_deref()
         .ok_or(OAuthError::NoRegistration)?;
+    // The client registered here before, else a new one (kept at once:
+    // a sign-in denied now still has it for the next).
+    let kept = load_client(registration, &redirect).await;
+    let reused = kept.is_some();
+    let client_id = match kept {
+        Some(client) => client.client_id,
+        None => {
+            let client_id = register(registration, &redirect).await?;
+            let client = KeptClient {
+                client_id: client_id.clone(),
+                redirect_uri: redirect.clone(),
+            };
+            keep_client(registration, Some(&client)).await;
+            client_id
+        }
+    };
+    let result = authorize(
+        server,
+        challenge,
+        &resource,
+        &auth_server,
+        &client_id,
+        &redirect,
+        now,
+    )
+    .await;
+    // A kept client the server no longer knows: its sign-in page shows an
+    // error instead of coming back (the window is closed), or the server
+    // says so. Forgotten, the next sign-in registers a new one.
+    if let Err(e) = &result {
+        if reused && (e.blames_client() || matches!(e, OAuthError::WindowClosed(_))) {
+            keep_client(registration, None).await;
+        }
+    }
+    result
+}
+
+/// Register this extension as a public client (RFC 7591): its client id.
+async fn register(registration: &str, redirect: &str) -> Result<String, OAuthError> {
     let (status, text) = request(
         "POST",
         registration,
@@ -127,7 +168,7 @@ pub async fn sign_in(
             ("content-type", "application/json"),
             ("accept", "application/json"),
         ],
-        Some(&oauth::registration_body(&redirect)),
+        Some(&oauth::registration_body(redirect)),
     )
     .await
     .map_err(OAuthError::Registration)?;
@@ -137,16 +178,27 @@ pub async fn sign_in(
             text.chars().take(300).collect::<String>()
         )));
     }
-    let client_id = oauth::client_id(&serde_json::from_str(&text).unwrap_or(Value::Null))?;
+    oauth::client_id(&serde_json::from_str(&text).unwrap_or(Value::Null))
+}
 
+/// The sign-in window with `client_id`, then its code exchanged.
+async fn authorize(
+    server: &ServerConfig,
+    challenge: Option<&str>,
+    resource: &ResourceMetadata,
+    auth_server: &AuthServer,
+    client_id: &str,
+    redirect: &str,
+    now: impl Fn() -> u64,
+) -> Result<Grant, OAuthError> {
     let mut random = [0u8; 48];
     getrandom::fill(&mut random).map_err(|e| OAuthError::Denied(format!("no randomness: {e}")))?;
     let (verifier, challenge_s256) = oauth::pkce(random[..32].try_into().expect("32 bytes"));
     let state = oauth::base64url(&random[32..]);
     let url = Authorization {
         endpoint: &auth_server.authorization_endpoint,
-        client_id: &client_id,
-        redirect_uri: &redirect,
+        client_id,
+        redirect_uri: redirect,
         challenge: &challenge_s256,
         state: &state,
         resource: &server.url,
@@ -155,16 +207,16 @@ pub async fn sign_in(
     .url();
     let back = chrome::launch_web_auth_flow(&url)
         .await
-        .map_err(|e| OAuthError::Denied(e.message))?;
-    let code = oauth::code_from_redirect(&back, &state, &auth_server)?;
-    let body = oauth::code_request(&code, &verifier, &client_id, &redirect, &server.url);
+        .map_err(|e| OAuthError::WindowClosed(e.message))?;
+    let code = oauth::code_from_redirect(&back, &state, auth_server)?;
+    let body = oauth::code_request(&code, &verifier, client_id, redirect, &server.url);
     let tokens = token_request(&auth_server.token_endpoint, &body).await?;
     Grant::from_tokens(
         &tokens,
         now(),
         &server.url,
         &auth_server.token_endpoint,
-        &client_id,
+        client_id,
         None,
     )
 }
@@ -238,6 +290,29 @@ pub async fn keep_grant(url: &str, grant: Option<&Grant>) {
     if let Err(e) = kept {
         super::console_error(&format!(
             "the sign-in for {url} was not kept: {}",
+            e.message
+        ));
+    }
+}
+
+/// The client kept for `registration` (registered for `redirect`).
+async fn load_client(registration: &str, redirect: &str) -> Option<KeptClient> {
+    let value = chrome::load_local(&oauth::client_key(registration))
+        .await
+        .ok()?;
+    KeptClient::from_json(&value, redirect)
+}
+
+/// Keep the client registered at `registration`, or forget it (None).
+async fn keep_client(registration: &str, client: Option<&KeptClient>) {
+    let key = oauth::client_key(registration);
+    let kept = match client {
+        Some(client) => chrome::store_local(&key, &client.to_json()).await,
+        None => chrome::remove_local(&key).await,
+    };
+    if let Err(e) = kept {
+        super::console_error(&format!(
+            "the client registered at {registration} was not kept: {}",
             e.message
         ));
     }

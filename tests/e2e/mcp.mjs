@@ -1314,6 +1314,167 @@ mcpTest(
     const last = mcp.log().at(-1);
     assert.equal(last.status, 401);
     assert.equal(last.headers.authorization, undefined, 'no token sent after the sign-out');
+    // Every sign-in used the one client registered at the first.
+    assert.equal(mcp.authLog().filter((e) => e.kind === 'register').length, 1);
+    assert.ok(mcp.authLog().filter((e) => e.kind === 'authorize').every((e) => e.params.client_id === mcp.clients()[0].client_id));
+
+    // The sign-in server forgets its clients: its sign-in page refuses the
+    // kept one (HTTP 400, no way back), so the window never completes; the
+    // client is forgotten, and the next sign-in registers a new one.
+    const forgotten = mcp.clients()[0].client_id;
+    mcp.reset();
+    await signIn.click();
+    await waitFor(async () => {
+      const shown = await shownServers(panel);
+      return shown[0]?.state === 'sign_in_needed' && /did not complete \(Authorization page could not be loaded/.test(shown[0].text) ? shown : null;
+    }, { message: 'the sign-in with the forgotten client to fail' });
+    assert.equal(mcp.authLog().find((e) => e.kind === 'authorize')?.params.client_id, forgotten);
+    mcp.setAutoApprove(true);
+    await signIn.click();
+    await serversIn(panel, { docs: 'ready' });
+    assert.equal(mcp.clients().length, 1, 'registered again');
+    assert.notEqual(mcp.clients()[0].client_id, forgotten);
   },
   { auth: true },
+);
+
+/** The Sign in / Sign out buttons Settings shows, in list order. */
+const signButtons = (panel) => panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list button.mcp-sign')].map((b) => b.textContent));
+const renewalsOf = (mcp) => mcp.tokens().filter((t) => t.grantType === 'refresh_token');
+const refusedRenewals = (mcp) => mcp.authLog().filter((e) => e.kind === 'token' && e.error);
+
+mcpTest(
+  'one_sign_in_serves_every_server_at_its_address_and_a_renewal_outlives_a_call_that_was_stopped',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp, context, extensionId } = session;
+    mcp.setAutoApprove(true);
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    // The user adds the same server under a name of their own: it asks for
+    // the same sign-in.
+    await addServerInPanel(panel, { name: 'mydocs', url: mcp.url });
+    await serversListedAs(panel, [['docs', 'extension', 'sign_in_needed'], ['mydocs', 'user', 'sign_in_needed']]);
+
+    // One sign-in, from either, serves both: one registration, one grant.
+    await panel.getByRole('button', { name: 'Sign in to the MCP server mydocs', exact: true }).click();
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mydocs', 'user', 'ready']]);
+    assert.equal(mcp.clients().length, 1);
+    assert.equal(mcp.tokens().length, 1);
+    assert.deepEqual(await signButtons(panel), ['Sign out', 'Sign out']);
+
+    // The token expires while no worker runs; the next worker asks both
+    // servers at once, both are refused, and the grant is renewed once (a
+    // refresh token is good for one renewal: two copies of the grant would
+    // each spend it, and one would be refused).
+    mcp.expireAccessTokens();
+    await killServiceWorker(context, extensionId);
+    await panel.reload();
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mydocs', 'user', 'ready']]);
+    assert.equal(renewalsOf(mcp).length, 1, 'renewed once for both');
+    assert.deepEqual(refusedRenewals(mcp), []);
+    const renewed = renewalsOf(mcp)[0].accessToken;
+    const listings = mcp.log().filter((e) => e.method === 'tools/list' && e.status !== 401);
+    assert.ok(listings.length >= 2 && listings.slice(-2).every((e) => e.headers.authorization === `Bearer ${renewed}`), 'both listed with the renewed token');
+    await closeSettings(panel);
+
+    // The token expires again and the renewal is slow: the user stops the
+    // call while it is renewed. The renewal still completes and is kept,
+    // so the next call needs no sign-in and no second renewal.
+    mcp.expireAccessTokens();
+    mcp.setTokenDelay(3000);
+    const received = mcp.tokenRequestsReceived();
+    await scriptModel(mock, [call('docs__search', { query: 'refund' }), { text: 'Stopped.' }]);
+    await submitTask(panel, 'Search refunds');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    await waitFor(() => mcp.tokenRequestsReceived() > received, { message: 'a renewal in flight' });
+    await panel.click('#stop-button');
+    const stopped = await waitForSettledTurn(panel, { states: ['interrupted', 'completed', 'failed'] });
+    assert.equal(stopped.state, 'interrupted', transcriptLines(stopped).join('\n'));
+    assert.deepEqual(mcp.calls(), [], 'the call never ran');
+    const late = await waitFor(() => (renewalsOf(mcp).length === 2 ? renewalsOf(mcp)[1] : null), { message: 'the slow renewal to answer' });
+    await waitFor(async () => (await grantIn(panel, mcp.url))?.accessToken === late.accessToken, { message: 'the late renewal to be kept' });
+    mcp.setTokenDelay(0);
+
+    await scriptModel(mock, [call('mydocs__search', { query: 'returns' }), { text: 'Found.' }]);
+    await submitTask(panel, 'Search returns');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const found = await waitForSettledTurn(panel, { previousTurnId: stopped.turnId });
+    assert.equal(found.state, 'completed', transcriptLines(found).join('\n'));
+    assert.match(resultsByTool(mock.requests().at(-1)).mydocs__search, /2 passages for "returns"/);
+    assert.equal(renewalsOf(mcp).length, 2, 'no renewal more');
+    assert.deepEqual(refusedRenewals(mcp), []);
+    assert.equal(mcp.log().filter((e) => e.method === 'tools/call').at(-1).headers.authorization, `Bearer ${late.accessToken}`);
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mydocs', 'user', 'ready']]);
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+  { auth: true },
+);
+
+mcpTest(
+  'a_sign_in_finds_metadata_at_the_root_asks_for_the_challenge_s_scopes_checks_the_issuer_and_asks_again_when_a_tool_needs_more',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    mcp.setAutoApprove(true);
+    // The 401 names no metadata address; the server's is at its origin's
+    // root only (RFC 9728: the address with the path is tried first).
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    const signIn = panel.getByRole('button', { name: 'Sign in to the MCP server docs', exact: true });
+
+    // An answer naming another issuer is refused (RFC 9207: a mix-up).
+    mcp.setRedirectIss('https://evil.example');
+    await signIn.click();
+    const [mixedUp] = await waitFor(async () => {
+      const shown = await shownServers(panel);
+      return /did not come from its sign-in server/.test(shown[0]?.text ?? '') ? shown : null;
+    }, { message: 'the mixed-up sign-in to be refused' });
+    assert.equal(mixedUp.state, 'sign_in_needed');
+    assert.match(mixedUp.text, /it names the issuer "https:\/\/evil\.example"/);
+    assert.equal(mcp.tokens().length, 0, 'the code was not exchanged');
+    assert.equal(await grantIn(panel, mcp.url), null);
+    assert.deepEqual(
+      mcp.authLog().filter((e) => e.kind === 'metadata').map((e) => [e.path, e.status]),
+      [['/.well-known/oauth-protected-resource', 200]],
+      'found at the root',
+    );
+
+    // Signed in: only the challenge's scope is asked for, not every scope
+    // the metadata lists; the issuer named in the answer is checked.
+    mcp.setRedirectIss(undefined);
+    await signIn.click();
+    await serversIn(panel, { docs: 'ready' });
+    const first = mcp.authLog().filter((e) => e.kind === 'authorize').at(-1);
+    assert.equal(first.params.scope, 'tools');
+    assert.match(first.location, /[?&]iss=/);
+    assert.equal(mcp.tokens().at(-1).scope, 'tools');
+
+    // A tool that needs more: the server refuses the call (403
+    // insufficient_scope), the model is told to have the user sign in,
+    // and Settings asks for it.
+    await closeSettings(panel);
+    await scriptModel(mock, [call('docs__create_ticket', { subject: 'Refund for order 42' }), { text: 'It needs more permission.' }]);
+    await submitTask(panel, 'Open a ticket');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const refused = await waitForSettledTurn(panel);
+    assert.equal(refused.state, 'completed', transcriptLines(refused).join('\n'));
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__create_ticket, /needs more permission than your sign-in gave \(tools admin\)/);
+    assert.deepEqual(mcp.calls(), [], 'the tool did not run');
+    assert.equal(mcp.log().filter((e) => e.status === 403).at(-1).authError, 'insufficient_scope');
+    const [needs] = await serversIn(panel, { docs: 'sign_in_needed' });
+    assert.match(needs.text, /needs more permission/);
+
+    // Signed in again for the scopes the refusal named: the call goes through.
+    await signIn.click();
+    await serversIn(panel, { docs: 'ready' });
+    assert.equal(mcp.authLog().filter((e) => e.kind === 'authorize').at(-1).params.scope, 'tools admin');
+    await closeSettings(panel);
+    await scriptModel(mock, [call('docs__create_ticket', { subject: 'Refund for order 42' }), { text: 'Opened.' }]);
+    await submitTask(panel, 'Open a ticket again');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const opened = await waitForSettledTurn(panel, { previousTurnId: refused.turnId });
+    assert.equal(opened.state, 'completed', transcriptLines(opened).join('\n'));
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__create_ticket, /Opened ticket T-1: Refund for order 42/);
+    assert.equal(mcp.calls().length, 1);
+  },
+  { auth: { challengeScope: 'tools', challengeMetadata: false, metadataAt: 'root', scopes: ['tools', 'admin'], scopedTools: { create_ticket: 'admin' }, issParameter: true } },
 );

@@ -92,12 +92,12 @@ const exchange = (mock, clientId, code, verifier, overrides = {}) => token(mock,
 
 const refresh = (mock, clientId, refreshToken) => token(mock, { grant_type: 'refresh_token', refresh_token: refreshToken, client_id: clientId, resource: mock.url });
 
-/** Registers, signs in with autoApprove and exchanges the code: → { client, tokens }. */
-async function signIn(mock) {
+/** Registers, signs in with autoApprove (`overrides`: of the authorization request) and exchanges the code: → { client, tokens }. */
+async function signIn(mock, overrides = {}) {
   mock.setAutoApprove(true);
   const c = await client(mock);
   const { verifier, challenge } = pkce();
-  const { code } = redirected(await get(authorizeUrl(mock, c.client_id, challenge)));
+  const { code } = redirected(await get(authorizeUrl(mock, c.client_id, challenge, overrides)));
   const response = await exchange(mock, c.client_id, code, verifier);
   assert.equal(response.status, 200);
   return { client: c, tokens: await response.json() };
@@ -110,6 +110,17 @@ async function assertOAuthError(response, status, error) {
   assert.equal(typeof body.error_description, 'string');
   return body;
 }
+
+/** `initialize` then `notifications/initialized` with the token: the session's id. */
+async function openSession(mock, accessToken) {
+  const init = await post(mock, INITIALIZE, { token: accessToken });
+  assert.equal(init.status, 200);
+  const session = init.headers.get('mcp-session-id');
+  assert.equal((await post(mock, { jsonrpc: '2.0', method: 'notifications/initialized' }, { token: accessToken, session })).status, 202);
+  return session;
+}
+
+const callTool = (mock, accessToken, session, id, name, args) => post(mock, { jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }, { token: accessToken, session });
 
 function assertUnauthorized(mock, response, invalid) {
   assert.equal(response.status, 401);
@@ -506,6 +517,242 @@ test('revoked_grants_refuse_refresh_and_reset_forgets_auth', async (t) => {
   const fresh = await client(mock);
   assert.equal(fresh.client_id, 'client-3');
   assert.equal((await get(authorizeUrl(mock, fresh.client_id, pkce().challenge))).status, 200);
+});
+
+test('a_challenge_scope_is_named_in_every_401', async (t) => {
+  const mock = await startMockMcp({ auth: { challengeScope: 'tools', scopes: ['tools', 'admin'] } });
+  t.after(() => mock.close());
+  const metadata = `${mock.origin}/.well-known/oauth-protected-resource/mcp`;
+
+  const missing = await post(mock, INITIALIZE);
+  assert.equal(missing.status, 401);
+  assert.equal(missing.headers.get('www-authenticate'), `Bearer resource_metadata="${metadata}", scope="tools"`);
+  const invalid = await post(mock, INITIALIZE, { token: 'forged' });
+  assert.equal(invalid.headers.get('www-authenticate'), `Bearer resource_metadata="${metadata}", error="invalid_token", scope="tools"`);
+  const streamed = await fetch(mock.url, { headers: { accept: 'text/event-stream' } });
+  assert.equal(streamed.status, 401);
+  assert.equal(streamed.headers.get('www-authenticate'), `Bearer resource_metadata="${metadata}", scope="tools"`);
+  assert.equal(mock.auth.challengeScope, 'tools');
+  // The metadata still lists every scope: the challenge only says which to ask for.
+  assert.deepEqual((await (await fetch(metadata)).json()).scopes_supported, ['tools', 'admin']);
+});
+
+test('without_challenge_metadata_the_401_names_no_metadata_address', async (t) => {
+  const plain = await startMockMcp({ auth: { challengeMetadata: false } });
+  t.after(() => plain.close());
+  assert.equal((await post(plain, INITIALIZE)).headers.get('www-authenticate'), 'Bearer realm="mock-mcp"');
+  assert.equal((await post(plain, INITIALIZE, { token: 'forged' })).headers.get('www-authenticate'), 'Bearer error="invalid_token"');
+  assert.deepEqual(plain.log().map((e) => [e.status, e.authError]), [[401, 'missing'], [401, 'invalid_token']]);
+  // The metadata is still served where it was; only the challenge is silent about it.
+  assert.equal((await fetch(plain.auth.resourceMetadataUrl)).status, 200);
+
+  const scoped = await startMockMcp({ auth: { challengeMetadata: false, challengeScope: 'tools' } });
+  t.after(() => scoped.close());
+  assert.equal((await post(scoped, INITIALIZE)).headers.get('www-authenticate'), 'Bearer scope="tools"');
+  assert.equal((await post(scoped, INITIALIZE, { token: 'forged' })).headers.get('www-authenticate'), 'Bearer error="invalid_token", scope="tools"');
+});
+
+test('the_resource_metadata_can_be_at_the_root_or_at_both_addresses', async (t) => {
+  const atPath = '/.well-known/oauth-protected-resource/mcp';
+  const atRoot = '/.well-known/oauth-protected-resource';
+
+  const root = await startMockMcp({ auth: { metadataAt: 'root' } });
+  t.after(() => root.close());
+  assert.equal(root.auth.resourceMetadataUrl, `${root.origin}${atRoot}`);
+  assert.equal(root.auth.metadataAt, 'root');
+  assert.equal((await post(root, INITIALIZE)).headers.get('www-authenticate'), `Bearer resource_metadata="${root.origin}${atRoot}"`);
+  const served = await fetch(`${root.origin}${atRoot}`);
+  assert.equal(served.status, 200);
+  assert.equal(served.headers.get('access-control-allow-origin'), '*');
+  assert.deepEqual(await served.json(), { resource: root.url, authorization_servers: [root.origin], scopes_supported: ['tools'], bearer_methods_supported: ['header'] });
+  // The path-inserted address is unknown, like any other path.
+  assert.equal((await fetch(`${root.origin}${atPath}`)).status, 404);
+  assert.deepEqual(root.authLog().map((e) => [e.kind, e.path, e.status]), [['metadata', atRoot, 200]]);
+  assert.deepEqual(root.log().at(-1), { ...root.log().at(-1), kind: 'rejected', status: 404 });
+
+  const both = await startMockMcp({ auth: { metadataAt: 'both' } });
+  t.after(() => both.close());
+  assert.equal(both.auth.resourceMetadataUrl, `${both.origin}${atPath}`);
+  assert.equal((await post(both, INITIALIZE)).headers.get('www-authenticate'), `Bearer resource_metadata="${both.origin}${atPath}"`);
+  const documents = [];
+  for (const path of [atPath, atRoot]) {
+    const response = await fetch(`${both.origin}${path}`);
+    assert.equal(response.status, 200, path);
+    documents.push(await response.json());
+  }
+  assert.deepEqual(documents[0], documents[1]);
+  assert.deepEqual(both.authLog().map((e) => [e.kind, e.path, e.status]), [['metadata', atPath, 200], ['metadata', atRoot, 200]]);
+
+  // The default serves the path-inserted address only.
+  const byDefault = await startMockMcp({ auth: true });
+  t.after(() => byDefault.close());
+  assert.equal(byDefault.auth.metadataAt, 'path');
+  assert.equal((await fetch(`${byDefault.origin}${atRoot}`)).status, 404);
+  assert.equal((await fetch(`${byDefault.origin}${atPath}`)).status, 200);
+});
+
+test('bad_auth_options_fail_at_start_up', async () => {
+  await assert.rejects(startMockMcp({ auth: { scopedTools: { create_ticket: 'admin' } } }), /auth\.scopedTools\.create_ticket needs "admin", which is not one of auth\.scopes \(tools\)/);
+  await assert.rejects(startMockMcp({ auth: { metadataAt: 'nowhere' } }), /auth\.metadataAt/);
+  await assert.rejects(startMockMcp({ auth: { challengeScope: ['tools'] } }), /auth\.challengeScope/);
+  await assert.rejects(startMockMcp({ auth: { challengeMetadata: 'no' } }), /auth\.challengeMetadata/);
+});
+
+test('a_scoped_tool_is_refused_with_403_insufficient_scope_until_the_token_has_its_scope', async (t) => {
+  const mock = await startMockMcp({ auth: { scopes: ['tools', 'admin'], scopedTools: { create_ticket: 'admin' } } });
+  t.after(() => mock.close());
+  // A sign-in asking only `tools` is granted only `tools`.
+  const { tokens } = await signIn(mock, { scope: 'tools' });
+  assert.equal(tokens.scope, 'tools');
+  const session = await openSession(mock, tokens.access_token);
+
+  const refused = await callTool(mock, tokens.access_token, session, 7, 'create_ticket', { subject: 'Refund' });
+  assert.equal(refused.status, 403);
+  assert.equal(refused.headers.get('www-authenticate'), `Bearer error="insufficient_scope", scope="tools admin", resource_metadata="${mock.auth.resourceMetadataUrl}"`);
+  assert.deepEqual(await refused.json(), { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Forbidden: the access token lacks the scope admin.' } });
+  const entry = mock.log().at(-1);
+  assert.deepEqual(
+    [entry.kind, entry.status, entry.authError, entry.method, entry.id, entry.params, entry.session],
+    ['rejected', 403, 'insufficient_scope', 'tools/call', 7, { name: 'create_ticket', arguments: { subject: 'Refund' } }, session],
+  );
+  assert.deepEqual(mock.tickets(), [], 'the tool did not run');
+  assert.deepEqual(mock.calls(), []);
+
+  // Tools no scope is needed for still run with that token.
+  const search = await callTool(mock, tokens.access_token, session, 8, 'search', { query: 'refund' });
+  assert.equal(search.status, 200);
+  assert.match(await search.text(), /2 passages for \\"refund\\"/);
+  // A token that is not live is still a 401 first.
+  assertUnauthorized(mock, await callTool(mock, 'forged', session, 9, 'create_ticket', { subject: 'Refund' }), true);
+
+  // Signed in again for the scopes the refusal named: the call goes through.
+  const more = await signIn(mock, { scope: 'tools admin' });
+  assert.equal(more.tokens.scope, 'tools admin');
+  const opened = await callTool(mock, more.tokens.access_token, session, 10, 'create_ticket', { subject: 'Refund' });
+  assert.equal(opened.status, 200);
+  assert.match(await opened.text(), /Opened ticket T-1: Refund/);
+  assert.deepEqual(mock.tickets(), ['Refund']);
+  assert.deepEqual(mock.calls().map((e) => e.tool), ['search', 'create_ticket']);
+});
+
+test('an_insufficient_scope_challenge_follows_the_metadata_options', async (t) => {
+  const silent = await startMockMcp({ auth: { scopes: ['tools', 'admin', 'files'], scopedTools: { create_ticket: 'admin' }, challengeMetadata: false } });
+  t.after(() => silent.close());
+  const { tokens } = await signIn(silent, { scope: 'files tools' });
+  const session = await openSession(silent, tokens.access_token);
+  const refused = await callTool(silent, tokens.access_token, session, 2, 'create_ticket', { subject: 'x' });
+  assert.equal(refused.status, 403);
+  // The token's scopes in their order, then the needed one; no metadata address.
+  assert.equal(refused.headers.get('www-authenticate'), 'Bearer error="insufficient_scope", scope="files tools admin"');
+
+  const root = await startMockMcp({ auth: { scopes: ['tools', 'admin'], scopedTools: { create_ticket: 'admin' }, metadataAt: 'root' } });
+  t.after(() => root.close());
+  const signedIn = await signIn(root, { scope: 'tools' });
+  const rootSession = await openSession(root, signedIn.tokens.access_token);
+  const named = await callTool(root, signedIn.tokens.access_token, rootSession, 2, 'create_ticket', { subject: 'x' });
+  assert.equal(named.headers.get('www-authenticate'), `Bearer error="insufficient_scope", scope="tools admin", resource_metadata="${root.origin}/.well-known/oauth-protected-resource"`);
+});
+
+test('iss_parameter_names_the_issuer_in_every_redirect_back', async (t) => {
+  const mock = await startMockMcp({ auth: { issParameter: true } });
+  t.after(() => mock.close());
+  const as = await (await fetch(`${mock.origin}/.well-known/oauth-authorization-server`)).json();
+  assert.equal(as.authorization_response_iss_parameter_supported, true);
+  assert.equal(mock.auth.issParameter, true);
+  const c = await client(mock);
+
+  // The Allow page's decision, with a code or access_denied.
+  const pageHref = async (button) => {
+    const html = await (await get(authorizeUrl(mock, c.client_id, pkce().challenge))).text();
+    return new URL(new RegExp(`<button id="${button}"[^>]*data-href="([^"]+)"`).exec(html)[1].replace(/&amp;/g, '&'), mock.origin);
+  };
+  const allowed = redirected(await get(await pageHref('allow')));
+  assert.deepEqual(Object.keys(allowed), ['code', 'state', 'iss']);
+  assert.equal(allowed.iss, mock.origin);
+  assert.deepEqual(redirected(await get(await pageHref('deny'))), { error: 'access_denied', state: 'st-123', iss: mock.origin });
+
+  // /authorize's own redirects: a code, an invalid_request.
+  mock.setAutoApprove(true);
+  const coded = await get(authorizeUrl(mock, c.client_id, pkce().challenge));
+  assert.equal(redirected(coded).iss, mock.origin);
+  assert.equal(mock.authLog().at(-1).location, coded.headers.get('location'));
+  const bad = redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge, { code_challenge_method: 'plain' })));
+  assert.equal(bad.error, 'invalid_request');
+  assert.equal(bad.iss, mock.origin);
+
+  // Another issuer (a mix-up), none, and back to the issuer after reset().
+  mock.setRedirectIss('https://evil.example');
+  assert.equal(redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge))).iss, 'https://evil.example');
+  mock.setRedirectIss(null);
+  assert.deepEqual(Object.keys(redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge)))), ['code', 'state']);
+  mock.setRedirectIss(undefined);
+  assert.equal(redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge))).iss, mock.origin);
+  mock.setRedirectIss('https://evil.example');
+  mock.reset();
+  const again = await client(mock);
+  mock.setAutoApprove(true);
+  assert.equal(redirected(await get(authorizeUrl(mock, again.client_id, pkce().challenge))).iss, mock.origin);
+  assert.throws(() => mock.setRedirectIss(42), TypeError);
+});
+
+test('without_iss_parameter_redirects_carry_no_iss_unless_one_is_set', async (t) => {
+  const mock = await startMockMcp({ auth: { autoApprove: true } });
+  t.after(() => mock.close());
+  const as = await (await fetch(`${mock.origin}/.well-known/oauth-authorization-server`)).json();
+  assert.equal('authorization_response_iss_parameter_supported' in as, false);
+  const c = await client(mock);
+  assert.deepEqual(Object.keys(redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge)))), ['code', 'state']);
+  // A server that sends iss without advertising it.
+  mock.setRedirectIss('https://evil.example');
+  assert.equal(redirected(await get(authorizeUrl(mock, c.client_id, pkce().challenge))).iss, 'https://evil.example');
+});
+
+test('a_token_delay_holds_token_requests_which_are_counted_on_arrival', async (t) => {
+  const mock = await startMockMcp({ auth: true });
+  t.after(() => mock.close());
+  assert.equal(mock.tokenRequestsReceived(), 0);
+  const { client: c, tokens } = await signIn(mock);
+  assert.equal(mock.tokenRequestsReceived(), 1);
+
+  mock.setTokenDelay(400);
+  const started = Date.now();
+  const renewal = refresh(mock, c.client_id, tokens.refresh_token);
+  // waitFor sees the arrival while the request is still held: not handled yet.
+  await mock.waitFor(() => mock.tokenRequestsReceived() === 2, { timeout: 5000, message: 'a renewal in flight' });
+  assert.equal(mock.authLog().filter((e) => e.kind === 'token').length, 1);
+  assert.equal(mock.tokens().length, 1);
+  const response = await renewal;
+  assert.ok(Date.now() - started >= 350, `held ${Date.now() - started} ms`);
+  assert.equal(response.status, 200);
+  assert.equal(mock.authLog().filter((e) => e.kind === 'token').at(-1).status, 200);
+  assert.equal(mock.tokens().length, 2);
+
+  // Preflights and other methods are not token requests.
+  await fetch(`${mock.origin}/token`, { method: 'OPTIONS' });
+  await fetch(`${mock.origin}/token`);
+  assert.equal(mock.tokenRequestsReceived(), 2);
+  // Refused requests count too.
+  await assertOAuthError(await refresh(mock, c.client_id, 'no-such-token'), 400, 'invalid_grant');
+  assert.equal(mock.tokenRequestsReceived(), 3);
+
+  mock.reset();
+  assert.equal(mock.tokenRequestsReceived(), 0);
+  const quick = Date.now();
+  await assertOAuthError(await refresh(mock, c.client_id, tokens.refresh_token), 400, 'invalid_client');
+  assert.ok(Date.now() - quick < 350, 'reset() sets the delay back to 0');
+  assert.equal(mock.tokenRequestsReceived(), 1);
+  assert.throws(() => mock.setTokenDelay(-1), TypeError);
+});
+
+test('close_drops_a_held_token_request', async () => {
+  const mock = await startMockMcp({ auth: true });
+  mock.setTokenDelay(60_000);
+  const held = refresh(mock, 'client-1', 'rt-x').then(() => 'answered', () => 'dropped');
+  await mock.waitFor(() => mock.tokenRequestsReceived() === 1, { timeout: 5000 });
+  const started = Date.now();
+  await mock.close();
+  assert.equal(await held, 'dropped');
+  assert.ok(Date.now() - started < 5000);
 });
 
 test('waitFor_sees_auth_log_entries', async (t) => {

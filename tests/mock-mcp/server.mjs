@@ -38,7 +38,7 @@
 //     toolNames, setTools, notifyListChanged, closeStreams, streamCount,
 //     setDown, expireSessions, sessionCount, waitFor, reset, close,
 //     auth, setAutoApprove, expireAccessTokens, revokeGrants, authLog,
-//     clients, tokens }.
+//     clients, tokens, setRedirectIss, setTokenDelay, tokenRequestsReceived }.
 //   `tools`: [{ name, description, inputSchema, annotations?, title?,
 //     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }]
 //     (default: demoTools(state), which include `add_faq_tool`: it publishes
@@ -84,17 +84,40 @@
 //     params?, session, callId, headers (the call's) } for ctx.notify on a
 //     call's stream. `delete` a DELETE of a session (status 200).
 //   `auth` (default off): true, or { autoApprove = false, accessTtlSeconds =
-//     3600, scopes = ['tools'] }. Off: the paths below are 404 like any
-//     other, and /mcp wants no token. On, with O = http://127.0.0.1:<port>:
+//     3600, scopes = ['tools'], challengeScope = null, challengeMetadata =
+//     true, metadataAt = 'path', scopedTools = {}, issParameter = false }
+//     (startMockMcp throws on a metadataAt other than 'path'|'root'|'both',
+//     a challengeScope not a string or null, a challengeMetadata not a
+//     boolean, or a scopedTools scope not in scopes). Off: the paths below
+//     are 404 like any other, and /mcp wants no token. On, with O =
+//     http://127.0.0.1:<port> and M the metadata address the challenges
+//     name (metadataAt 'path' or 'both':
+//     O/.well-known/oauth-protected-resource/mcp, the path-inserted one;
+//     'root': O/.well-known/oauth-protected-resource):
 //     /mcp (POST, GET, DELETE; after setDown's status, before every other
 //     check) wants `Authorization: Bearer <access token>` issued here, live
 //     (not expired, not revoked); else 401, `WWW-Authenticate: Bearer
-//     resource_metadata="O/.well-known/oauth-protected-resource/mcp"` (plus
-//     `, error="invalid_token"` when a Bearer token was sent but is not
-//     valid), a JSON-RPC error body (-32600, "Unauthorized: ..."), and a
+//     resource_metadata="M"` (plus `, error="invalid_token"` when a Bearer
+//     token was sent but is not valid, then `, scope="<challengeScope>"`
+//     when challengeScope is set; challengeMetadata false: no
+//     resource_metadata, the rest as is, e.g. `Bearer error="invalid_token"`
+//     or `Bearer scope="tools"`, and `Bearer realm="mock-mcp"` when nothing
+//     is left), a JSON-RPC error body (-32600, "Unauthorized: ..."), and a
 //     `rejected` log entry (status 401, method: a POST's JSON-RPC method or
 //     'GET'/'DELETE', `authError`: 'missing'|'invalid_token').
-//     GET  O/.well-known/oauth-protected-resource/mcp (RFC 9728):
+//     scopedTools ({ tool name: scope }, step-up authorization): a
+//     `tools/call` naming such a tool (listed or not; after the session
+//     checks) whose live token's scope (space-separated) lacks that scope
+//     → 403, `WWW-Authenticate: Bearer error="insufficient_scope",
+//     scope="<the token's scopes, then the needed one; space-separated, no
+//     duplicates>", resource_metadata="M"` (resource_metadata left out when
+//     challengeMetadata is false), a JSON-RPC error body (-32600,
+//     "Forbidden: the access token lacks the scope <s>."), and a `rejected`
+//     log entry (status 403, method 'tools/call', id, params, tool,
+//     `authError`: 'insufficient_scope'); the tool does not run.
+//     GET  M (RFC 9728; metadataAt 'both': at either address, else only at
+//       M, the other 404 like any unknown path; logged as kind 'metadata'
+//       at either, `path` telling which):
 //       { resource: O/mcp, authorization_servers: [O], scopes_supported,
 //       bearer_methods_supported: ['header'] }.
 //     GET  O/.well-known/oauth-authorization-server (RFC 8414): { issuer: O,
@@ -102,7 +125,9 @@
 //       registration_endpoint: O/register, response_types_supported:
 //       ['code'], grant_types_supported: ['authorization_code',
 //       'refresh_token'], code_challenge_methods_supported: ['S256'],
-//       token_endpoint_auth_methods_supported: ['none'], scopes_supported }.
+//       token_endpoint_auth_methods_supported: ['none'], scopes_supported,
+//       authorization_response_iss_parameter_supported: true (issParameter
+//       only) }.
 //     POST O/register (RFC 7591; Content-Type application/json): wants
 //       redirect_uris (a non-empty array of https URLs or http://127.0.0.1
 //       URLs, no fragment; else 400 invalid_redirect_uri),
@@ -129,8 +154,12 @@
 //       redirect_uri?error=access_denied&state=... state is left out when
 //       the request had none. Granted scope: the asked one, else all scopes.
 //       Codes: single use, 60 s, bound to client, redirect_uri, challenge,
-//       resource and scope.
-//     POST O/token (Content-Type application/x-www-form-urlencoded, else
+//       resource and scope. issParameter (RFC 9207): every redirect of
+//       /authorize and /authorize/decide back to the client, with a code or
+//       an error, also carries iss=O (last, after state); setRedirectIss
+//       changes that.
+//     POST O/token (held setTokenDelay's milliseconds first, then handled;
+//       Content-Type application/x-www-form-urlencoded, else
 //       400 invalid_request; no parameter twice):
 //       grant_type=authorization_code, code, redirect_uri, client_id,
 //       code_verifier, resource (all required): PKCE S256 checked
@@ -151,28 +180,40 @@
 //     (Allow-Methods `GET, POST`, Allow-Headers `content-type,
 //     authorization, mcp-protocol-version`); another method: 405
 //     invalid_request. setDown does not touch them.
-//   Controls: `auth` → null (off) or { issuer, resourceMetadataUrl,
+//   Controls: `auth` → null (off) or { issuer, resourceMetadataUrl (M),
 //     authorizationServerMetadataUrl, authorizationEndpoint, decideEndpoint,
-//     tokenEndpoint, registrationEndpoint, scopes, accessTtlSeconds }.
-//     setAutoApprove(bool). expireAccessTokens(): every access token issued
-//     so far is expired (refresh tokens still work). revokeGrants(): every
-//     access token, refresh token, unused code and undecided request stops
-//     working. clients() → the registration answers. tokens() → the access
-//     tokens issued, in order: { accessToken, refreshToken (issued with it),
+//     tokenEndpoint, registrationEndpoint, scopes, accessTtlSeconds,
+//     metadataAt, challengeScope, challengeMetadata, scopedTools,
+//     issParameter }.
+//     setAutoApprove(bool). setRedirectIss(value): the iss of those
+//     redirects: undefined (default) the issuer O when issParameter is on
+//     (none when off), a string that string instead (issParameter on or
+//     off: a mix-up attack), null none even when issParameter is on.
+//     setTokenDelay(ms) (default 0): POST /token requests are held ms
+//     milliseconds before being handled (close() drops held ones).
+//     tokenRequestsReceived() → how many POST /token requests have arrived
+//     (counted on arrival, before the hold; waitFor's check runs on each).
+//     expireAccessTokens(): every access token issued so far is expired
+//     (refresh tokens still work). revokeGrants(): every access token,
+//     refresh token, unused code and undecided request stops working.
+//     clients() → the registration answers. tokens() → the access tokens
+//     issued, in order: { accessToken, refreshToken (issued with it),
 //     clientId, scope, resource, grant (n: one sign-in through its
 //     refreshes), grantType, issuedAt, expiresAt (ms), expired, revoked }.
-//     reset() forgets clients, codes, tokens and the auth log, and restores
-//     autoApprove. authLog() → every request to those endpoints (OPTIONS
-//     aside), in order: { kind: 'metadata'|'as-metadata'|'register'|
-//     'authorize'|'decide'|'token', method, path, status, params (the query;
-//     /register's JSON body (its raw text if not JSON); /token's form, all
-//     values kept, code_verifier and refresh_token included), headers,
-//     error?, errorDescription? (when refused or redirected with an error),
-//     location? (a 302's), request? (authorize: the request's id; decide:
-//     the one asked for), approved?: 'auto', allow? (decide: true|false),
-//     clientId? (register: the new one), grantType? (token), issued?
-//     (token: { accessToken, refreshToken }) }. waitFor's check is also run
-//     on every authLog entry (read mock.authLog() in it).
+//     reset() forgets clients, codes, tokens and the auth log, restores
+//     autoApprove and setRedirectIss (undefined), sets the token delay back
+//     to 0 and zeroes tokenRequestsReceived. authLog() → every request to
+//     those endpoints (OPTIONS aside), in order: { kind: 'metadata'|
+//     'as-metadata'|'register'|'authorize'|'decide'|'token', method, path,
+//     status, params (the query; /register's JSON body (its raw text if not
+//     JSON); /token's form, all values kept, code_verifier and
+//     refresh_token included), headers, error?, errorDescription? (when
+//     refused or redirected with an error), location? (a 302's), request?
+//     (authorize: the request's id; decide: the one asked for), approved?:
+//     'auto', allow? (decide: true|false), clientId? (register: the new
+//     one), grantType? (token), issued? (token: { accessToken, refreshToken
+//     }) }. waitFor's check is also run on every authLog entry (read
+//     mock.authLog() in it).
 
 import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
@@ -199,9 +240,18 @@ export function pkceChallenge(verifier) {
   return createHash('sha256').update(String(verifier), 'ascii').digest('base64url');
 }
 
+// RFC 9728's addresses of the protected resource metadata of O/mcp: the
+// well-known path with the resource's path inserted (what the 401 names by
+// default), and the origin's root one, which clients fall back to.
+const METADATA_AT_PATH = '/.well-known/oauth-protected-resource/mcp';
+const METADATA_AT_ROOT = '/.well-known/oauth-protected-resource';
+/** `auth.metadataAt` → the metadata paths served, the one the challenges name first. */
+const METADATA_PATHS = { path: [METADATA_AT_PATH], root: [METADATA_AT_ROOT], both: [METADATA_AT_PATH, METADATA_AT_ROOT] };
+
 /** The OAuth endpoints `auth` adds, by path: the log kind and the HTTP method each takes. */
 const OAUTH_ROUTES = {
-  '/.well-known/oauth-protected-resource/mcp': { kind: 'metadata', method: 'GET' },
+  [METADATA_AT_PATH]: { kind: 'metadata', method: 'GET' },
+  [METADATA_AT_ROOT]: { kind: 'metadata', method: 'GET' },
   '/.well-known/oauth-authorization-server': { kind: 'as-metadata', method: 'GET' },
   '/register': { kind: 'register', method: 'POST' },
   '/authorize': { kind: 'authorize', method: 'GET' },
@@ -465,6 +515,29 @@ export function faqTool(topic) {
   };
 }
 
+/**
+ * `auth`'s settings as given, or an Error thrown at start-up: a mistake in a
+ * test's options should fail the test at once, not show up as a puzzling
+ * sign-in later.
+ */
+function checkedAuthConfig(config) {
+  if (!Object.hasOwn(METADATA_PATHS, config.metadataAt)) {
+    throw new Error(`mock-mcp: auth.metadataAt must be 'path', 'root' or 'both', not ${JSON.stringify(config.metadataAt)}.`);
+  }
+  if (config.challengeScope !== null && typeof config.challengeScope !== 'string') {
+    throw new Error(`mock-mcp: auth.challengeScope must be a string or null, not ${JSON.stringify(config.challengeScope)}.`);
+  }
+  if (typeof config.challengeMetadata !== 'boolean') {
+    throw new Error(`mock-mcp: auth.challengeMetadata must be true or false, not ${JSON.stringify(config.challengeMetadata)}.`);
+  }
+  for (const [tool, scope] of Object.entries(config.scopedTools)) {
+    if (!config.scopes.includes(scope)) {
+      throw new Error(`mock-mcp: auth.scopedTools.${tool} needs ${JSON.stringify(scope)}, which is not one of auth.scopes (${config.scopes.join(', ')}).`);
+    }
+  }
+  return config;
+}
+
 export async function startMockMcp(options = {}) {
   const state = { tickets: [], bookings: [] };
   let tools = options.tools ?? demoTools(state);
@@ -474,12 +547,21 @@ export async function startMockMcp(options = {}) {
   const listChanged = options.listChanged ?? true;
   // OAuth 2.1 (MCP authorization, 2025-06-18): off unless options.auth.
   const authOptions = options.auth === true ? {} : options.auth || null;
-  const authConfig = authOptions && {
+  const authConfig = authOptions && checkedAuthConfig({
     autoApprove: Boolean(authOptions.autoApprove ?? false),
     accessTtlSeconds: authOptions.accessTtlSeconds ?? 3600,
     scopes: (authOptions.scopes ?? ['tools']).slice(),
-  };
+    challengeScope: authOptions.challengeScope ?? null,
+    challengeMetadata: authOptions.challengeMetadata ?? true,
+    metadataAt: authOptions.metadataAt ?? 'path',
+    scopedTools: { ...(authOptions.scopedTools ?? {}) },
+    issParameter: Boolean(authOptions.issParameter ?? false),
+  });
   let autoApprove = authConfig?.autoApprove ?? false;
+  let redirectIss; // setRedirectIss: undefined (the issuer, with issParameter), a string, or null (none)
+  let tokenDelayMs = 0; // setTokenDelay: how long POST /token is held
+  let tokenRequests = 0; // POST /token requests arrived (tokenRequestsReceived)
+  const closing = new AbortController(); // aborted by close(): held /token requests stop waiting
   const oauth = {
     clients: new Map(), // client_id → the registration answer
     pending: new Map(), // authorization request id → what /authorize/decide needs
@@ -589,7 +671,12 @@ export async function startMockMcp(options = {}) {
   // --- OAuth 2.1 authorization server (only with options.auth) ---
 
   const mcpUrl = () => `${origin}/mcp`;
-  const resourceMetadataUrl = () => `${origin}/.well-known/oauth-protected-resource/mcp`;
+  const metadataPaths = authConfig ? METADATA_PATHS[authConfig.metadataAt] : [];
+  /** The metadata address the challenges name: the one served (the path-inserted one when both are). */
+  const resourceMetadataUrl = () => `${origin}${metadataPaths[0]}`;
+  /** Whether `auth` serves `pathname` (a metadata address only as metadataAt says). */
+  const servesOAuth = (pathname) => Object.hasOwn(OAUTH_ROUTES, pathname)
+    && (OAUTH_ROUTES[pathname].kind !== 'metadata' || metadataPaths.includes(pathname));
   const secret = (prefix) => `${prefix}${randomBytes(24).toString('base64url')}`;
   const authRecord = (entry) => {
     oauth.log.push(entry);
@@ -598,11 +685,14 @@ export async function startMockMcp(options = {}) {
   };
   const tokenExpired = (token) => Date.now() >= token.expiresAt;
 
+  /** The token of an `Authorization: Bearer <token>` header (null: none). */
+  const bearerOf = (authorization) => /^Bearer +(\S+) *$/i.exec(String(authorization ?? ''))?.[1] ?? null;
+
   /** Why /mcp refuses this Authorization header (null: a live access token of ours). */
   const bearerProblem = (authorization) => {
-    const match = /^Bearer +(\S+) *$/i.exec(String(authorization ?? ''));
-    if (!match) return { invalid: false, message: authorization ? 'Unauthorized: not a Bearer token.' : 'Unauthorized: no Authorization header.' };
-    const token = oauth.access.get(match[1]);
+    const bearer = bearerOf(authorization);
+    if (!bearer) return { invalid: false, message: authorization ? 'Unauthorized: not a Bearer token.' : 'Unauthorized: no Authorization header.' };
+    const token = oauth.access.get(bearer);
     if (!token) return { invalid: true, message: 'Unauthorized: unknown access token.' };
     if (token.revoked) return { invalid: true, message: 'Unauthorized: the access token was revoked.' };
     if (tokenExpired(token)) return { invalid: true, message: 'Unauthorized: the access token expired.' };
@@ -626,9 +716,70 @@ export async function startMockMcp(options = {}) {
       entry.method = req.method;
     }
     entry.authError = problem.invalid ? 'invalid_token' : 'missing';
-    const challenge = `Bearer resource_metadata="${resourceMetadataUrl()}"${problem.invalid ? ', error="invalid_token"' : ''}`;
+    const challenge = bearerChallenge([
+      ['resource_metadata', challengeMetadataUrl()],
+      ['error', problem.invalid ? 'invalid_token' : null],
+      ['scope', authConfig.challengeScope],
+    ]);
     return reject(res, entry, 401, problem.message, -32600, { 'WWW-Authenticate': challenge });
   }
+
+  /** resource_metadata's value in a challenge (null: left out, auth.challengeMetadata false). */
+  const challengeMetadataUrl = () => (authConfig.challengeMetadata ? resourceMetadataUrl() : null);
+
+  /**
+   * A Bearer challenge of the parameters given in order ([name, value];
+   * a null value left out). With none left, `Bearer realm="mock-mcp"`: a
+   * scheme alone would still parse, but a parameter keeps the header like
+   * the ones real servers send.
+   */
+  const bearerChallenge = (params) => {
+    const given = params.filter(([, value]) => value !== null && value !== undefined);
+    const list = given.length ? given : [['realm', 'mock-mcp']];
+    return `Bearer ${list.map(([name, value]) => `${name}="${value}"`).join(', ')}`;
+  };
+
+  /**
+   * The scope a tools/call of `toolName` needs and the live token lacks
+   * (auth.scopedTools; null: nothing lacking), with the token's granted
+   * scopes. Only called once bearerProblem passed: the token is live.
+   */
+  const missingScope = (authorization, toolName) => {
+    if (typeof toolName !== 'string' || !Object.hasOwn(authConfig.scopedTools, toolName)) return null;
+    const needed = authConfig.scopedTools[toolName];
+    const granted = String(oauth.access.get(bearerOf(authorization))?.scope ?? '').split(' ').filter(Boolean);
+    return granted.includes(needed) ? null : { needed, granted };
+  };
+
+  /**
+   * 403 insufficient_scope for a tools/call (RFC 6750 §3.1; MCP's step-up
+   * authorization): the challenge's scope is what the client should ask
+   * for next, the token's scopes plus the needed one, so signing in again
+   * for it loses nothing. Logged as a `rejected` entry: the tool never ran.
+   */
+  const insufficientScope = (res, entry, { needed, granted }) => {
+    entry.kind = 'rejected';
+    entry.authError = 'insufficient_scope';
+    entry.tool = entry.params?.name;
+    const challenge = bearerChallenge([
+      ['error', 'insufficient_scope'],
+      ['scope', [...new Set([...granted, needed])].join(' ')],
+      ['resource_metadata', challengeMetadataUrl()],
+    ]);
+    return reject(res, entry, 403, `Forbidden: the access token lacks the scope ${needed}.`, -32600, { 'WWW-Authenticate': challenge });
+  };
+
+  /**
+   * The iss a redirect back to the client carries (RFC 9207; undefined:
+   * none): setRedirectIss's string (sent even without issParameter, as a
+   * server that forgot to advertise it), else the issuer when issParameter
+   * is on; setRedirectIss(null) leaves it out.
+   */
+  const redirectIssuer = () => {
+    if (redirectIss === null) return undefined;
+    if (typeof redirectIss === 'string') return redirectIss;
+    return authConfig.issParameter ? origin : undefined;
+  };
 
   const oauthJson = (res, status, body, extraHeaders = {}) => {
     res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', Pragma: 'no-cache', ...CORS, ...extraHeaders });
@@ -638,9 +789,10 @@ export async function startMockMcp(options = {}) {
     res.writeHead(status, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store', ...CORS });
     res.end(`<!doctype html>\n<html lang="en">\n<head><meta charset="utf-8"><title>${escapeHtml(title)}</title></head>\n<body>\n<h1>${escapeHtml(title)}</h1>\n${body}\n</body>\n</html>\n`);
   };
+  /** A 302 back to the client's redirect_uri with `params` (and iss, see redirectIssuer). */
   const redirectTo = (res, entry, base, params) => {
     const location = new URL(base);
-    for (const [name, value] of Object.entries(params)) {
+    for (const [name, value] of Object.entries({ ...params, iss: redirectIssuer() })) {
       if (value !== undefined && value !== null) location.searchParams.set(name, value);
     }
     entry.status = 302;
@@ -711,6 +863,16 @@ export async function startMockMcp(options = {}) {
       });
       return res.end();
     }
+    if (route.kind === 'token' && req.method === 'POST') {
+      // Counted (and waitFor told) on arrival, before the hold, so a test
+      // can act while a renewal is in flight.
+      tokenRequests += 1;
+      notify();
+      if (tokenDelayMs > 0) {
+        await sleep(tokenDelayMs, closing.signal).catch(() => {});
+        if (closing.signal.aborted) return res.destroy();
+      }
+    }
     const entry = { kind: route.kind, method: req.method, path: url.pathname, status: 0, params: Object.fromEntries(url.searchParams), headers: { ...req.headers } };
     const fail = (status, error, description, extraHeaders) => {
       entry.status = status;
@@ -744,6 +906,7 @@ export async function startMockMcp(options = {}) {
         code_challenge_methods_supported: ['S256'],
         token_endpoint_auth_methods_supported: ['none'],
         scopes_supported: scopes,
+        ...(authConfig.issParameter ? { authorization_response_iss_parameter_supported: true } : {}),
       });
     }
 
@@ -961,7 +1124,7 @@ export async function startMockMcp(options = {}) {
 
   async function handle(req, res) {
     const url = new URL(req.url, `http://${HOST}`);
-    if (authConfig && Object.hasOwn(OAUTH_ROUTES, url.pathname)) return handleOAuth(req, res, url);
+    if (authConfig && servesOAuth(url.pathname)) return handleOAuth(req, res, url);
     const headers = { ...req.headers };
     const entry = { kind: 'rejected', headers, status: 0, session: headers['mcp-session-id'] ?? null };
     if (req.method === 'GET') entry.method = 'GET';
@@ -1102,6 +1265,9 @@ export async function startMockMcp(options = {}) {
       return answerJson(res, { jsonrpc: '2.0', id: message.id, result: { tools: page, ...(next ? { nextCursor: next } : {}) } });
     }
     if (message.method === 'tools/call') {
+      // Step-up: a scoped tool is refused before it is looked up or run.
+      const lacking = authConfig && missingScope(headers.authorization, message.params?.name);
+      if (lacking) return insufficientScope(res, entry, lacking);
       const tool = tools.find((t) => t.name === message.params?.name);
       entry.status = 200;
       entry.tool = message.params?.name;
@@ -1282,11 +1448,30 @@ export async function startMockMcp(options = {}) {
       registrationEndpoint: `${origin}/register`,
       scopes: authConfig.scopes.slice(),
       accessTtlSeconds: authConfig.accessTtlSeconds,
+      metadataAt: authConfig.metadataAt,
+      challengeScope: authConfig.challengeScope,
+      challengeMetadata: authConfig.challengeMetadata,
+      scopedTools: { ...authConfig.scopedTools },
+      issParameter: authConfig.issParameter,
     },
     /** /authorize answers at once with a code (true) or shows the Allow/Deny page (false). */
     setAutoApprove(value) {
       autoApprove = Boolean(value);
     },
+    /** The iss of the redirects back to the client: undefined the issuer (with issParameter), a string that one, null none. */
+    setRedirectIss(value) {
+      if (value !== undefined && value !== null && typeof value !== 'string') {
+        throw new TypeError(`setRedirectIss wants undefined, null or a string, not ${JSON.stringify(value)}.`);
+      }
+      redirectIss = value;
+    },
+    /** POST /token requests are held `ms` milliseconds before they are handled (0: at once). */
+    setTokenDelay(ms) {
+      if (!Number.isFinite(ms) || ms < 0) throw new TypeError(`setTokenDelay wants a number of milliseconds >= 0, not ${JSON.stringify(ms)}.`);
+      tokenDelayMs = ms;
+    },
+    /** How many POST /token requests have arrived (counted before the hold). */
+    tokenRequestsReceived: () => tokenRequests,
     /** Every access token issued so far stops working (401 invalid_token); refresh tokens still work. */
     expireAccessTokens() {
       const now = Date.now();
@@ -1375,11 +1560,15 @@ export async function startMockMcp(options = {}) {
       oauth.refresh.clear();
       oauth.log = [];
       autoApprove = authConfig?.autoApprove ?? false;
+      redirectIss = undefined;
+      tokenDelayMs = 0;
+      tokenRequests = 0;
       for (const controller of running.values()) controller.abort(new Error('reset'));
       running.clear();
       if (!options.tools) tools = demoTools(state);
     },
     async close() {
+      closing.abort(new Error('closing'));
       endStreams(() => true, 'destroy');
       for (const controller of running.values()) controller.abort(new Error('closing'));
       server.closeAllConnections?.();
