@@ -688,6 +688,12 @@ pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 pub struct AnswerReader {
     sse: Option<SseParser>,
     json: Vec<u8>,
+    /// The last event id of this answer's stream, carried over from the
+    /// stream it resumes (see `resumed`).
+    last_event_id: Option<String>,
+    /// How long the server asked a client to wait before reconnecting
+    /// (`retry:`).
+    retry_ms: Option<u64>,
 }
 
 impl AnswerReader {
@@ -701,7 +707,37 @@ impl AnswerReader {
         AnswerReader {
             sse: sse.then(SseParser::new),
             json: Vec::new(),
+            last_event_id: None,
+            retry_ms: None,
         }
+    }
+
+    /// The reader for the stream that resumes this one (a GET with
+    /// `Last-Event-ID`, answered with this `Content-Type`): what the
+    /// server said of ids and reconnecting carries over until the new
+    /// stream says otherwise.
+    pub fn resumed(&self, content_type: &str) -> Self {
+        AnswerReader {
+            last_event_id: self.last_event_id(),
+            retry_ms: self.retry_ms,
+            ..AnswerReader::new(content_type)
+        }
+    }
+
+    /// The id of the last event received on the stream, if the server
+    /// numbers its events: a stream that broke can be resumed after it.
+    pub fn last_event_id(&self) -> Option<String> {
+        self.sse
+            .as_ref()
+            .and_then(|p| p.last_event_id())
+            .filter(|id| !id.is_empty())
+            .map(str::to_string)
+            .or_else(|| self.last_event_id.clone())
+    }
+
+    /// How long to wait before resuming, as the server asked (`retry:`).
+    pub fn retry_ms(&self) -> Option<u64> {
+        self.retry_ms
     }
 
     /// Whether the answer is an event stream.
@@ -716,6 +752,9 @@ impl AnswerReader {
                 let events = parser.push(bytes);
                 if events.is_empty() && parser_backlog(parser) > MAX_MESSAGE_BYTES {
                     return Err(too_big());
+                }
+                if let Some(retry) = events.iter().rev().find_map(|e| e.retry_ms) {
+                    self.retry_ms = Some(retry);
                 }
                 sse_messages(events.into_iter().map(|e| e.data))
             }
@@ -750,6 +789,22 @@ impl AnswerReader {
             }
         }
     }
+}
+
+/// How many times an answer stream that broke is resumed in a row
+/// (`Last-Event-ID`) before the request is given up as unanswered.
+pub const MAX_RESUMES: u32 = 3;
+
+/// How long to wait before resuming a broken answer stream the
+/// `attempt`-th time (0 first): what the server asked (`retry:`, at least
+/// 100 ms), else 500 ms, doubling, at most 10 s; None once `MAX_RESUMES`
+/// were made.
+pub fn resume_delay_ms(attempt: u32, asked: Option<u64>) -> Option<u32> {
+    if attempt >= MAX_RESUMES {
+        return None;
+    }
+    let base = asked.unwrap_or(500).clamp(100, 10_000);
+    Some(base.saturating_mul(1 << attempt).min(10_000) as u32)
 }
 
 fn parser_backlog(parser: &SseParser) -> usize {

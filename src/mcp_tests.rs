@@ -578,3 +578,55 @@ fn a_server_that_lists_changes_is_followed_and_its_pings_answered() {
     assert_eq!(refused["error"]["code"], -32601);
     assert_eq!(refused["id"], "r");
 }
+
+#[test]
+fn a_broken_answer_stream_is_resumed_after_the_last_event_the_server_numbered() {
+    let mut reader = AnswerReader::new("text/event-stream; charset=utf-8");
+    assert_eq!(reader.last_event_id(), None, "nothing read yet");
+    // A priming event (an id, no data) counts: it is where to resume from.
+    let first = reader
+        .push(b"id: s1:1\nretry: 250\ndata:\n\nid: s1:2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1}}\n\nid: s1:3\nda")
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    // The half-read event's id does not count: the stream resumes after
+    // the last complete event, so the server sends that one again.
+    assert_eq!(reader.last_event_id().as_deref(), Some("s1:2"));
+    assert_eq!(reader.retry_ms(), Some(250));
+
+    // The resumed stream starts with nothing of its own: the old id and
+    // retry carry over; its own events take over.
+    let mut resumed = reader.resumed("text/event-stream");
+    assert!(resumed.is_stream());
+    assert_eq!(resumed.last_event_id().as_deref(), Some("s1:2"));
+    assert_eq!(resumed.retry_ms(), Some(250));
+    let rest = resumed
+        .push(b"id: s1:4\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}\n\n")
+        .unwrap();
+    assert!(matches!(&rest[..], [Incoming::Response { .. }]));
+    assert_eq!(resumed.last_event_id().as_deref(), Some("s1:4"));
+
+    // A JSON answer, or a stream without ids, cannot be resumed.
+    let mut json = AnswerReader::new("application/json");
+    json.push(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap();
+    assert_eq!(json.last_event_id(), None);
+    let mut plain = AnswerReader::new("text/event-stream");
+    plain
+        .push(b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n")
+        .unwrap();
+    assert_eq!(plain.last_event_id(), None);
+    // An empty id resets it (the SSE rule): nothing to resume after.
+    let mut reset = AnswerReader::new("text/event-stream");
+    reset.push(b"id: a\ndata:\n\nid\ndata:\n\n").unwrap();
+    assert_eq!(reset.last_event_id(), None);
+}
+
+#[test]
+fn resumptions_wait_as_the_server_asked_double_and_stop_after_three() {
+    assert_eq!(resume_delay_ms(0, None), Some(500));
+    assert_eq!(resume_delay_ms(1, None), Some(1_000));
+    assert_eq!(resume_delay_ms(2, None), Some(2_000));
+    assert_eq!(resume_delay_ms(3, None), None);
+    assert_eq!(resume_delay_ms(0, Some(250)), Some(250));
+    assert_eq!(resume_delay_ms(0, Some(0)), Some(100), "not at once");
+    assert_eq!(resume_delay_ms(2, Some(60_000)), Some(10_000), "not for ever");
+}

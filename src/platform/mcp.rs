@@ -94,6 +94,24 @@ pub struct Server {
     sign_in_refusals: Cell<u64>,
 }
 
+/// How reading an answer's body ended.
+enum ReadEnd {
+    /// The response to the request (a result or the server's error).
+    Answered(Result<Value, McpError>),
+    /// The body ended or broke before it (why).
+    Broke(McpError),
+}
+
+/// How asking for the rest of a broken answer stream went.
+enum Resumed {
+    /// The stream goes on in this response.
+    Opened(fetch::Streaming),
+    /// Not reached, or the server's trouble: asked again after a while.
+    Failed,
+    /// The server cannot resume it.
+    Refused,
+}
+
 /// How a renewal of the grant went.
 enum Renewal {
     /// A new access token to try (renewed here, or by a request refused
@@ -453,11 +471,60 @@ impl Server {
         };
         let content_type = response.header("content-type").unwrap_or_default();
         let mut reader = AnswerReader::new(&content_type);
+        let mut resumes = 0;
         loop {
-            let chunk = response
-                .next_chunk()
-                .await
-                .map_err(|e| McpError::Unreachable(e.message))?;
+            let broke = match self
+                .read_answer(&mut response, &mut reader, id, on_note, on_ask)
+                .await?
+            {
+                ReadEnd::Answered(answer) => {
+                    // The rest of the stream is not needed.
+                    controller.abort();
+                    return answer.map(|result| (session_id, Some(result)));
+                }
+                ReadEnd::Broke(why) => why,
+            };
+            // The stream broke before the answer. A server that numbers
+            // its events is asked for the rest (`Last-Event-ID`): the
+            // request is not sent again, so nothing runs twice.
+            let Some(last) = reader.last_event_id() else {
+                return Err(broke);
+            };
+            response = loop {
+                let Some(delay) = mcp::resume_delay_ms(resumes, reader.retry_ms()) else {
+                    return Err(broke);
+                };
+                resumes += 1;
+                gloo_timers::future::TimeoutFuture::new(delay).await;
+                if controller.signal().aborted() {
+                    return Err(broke);
+                }
+                match self.resume(session, &last, controller).await {
+                    Resumed::Opened(response) => break response,
+                    Resumed::Failed => {}
+                    Resumed::Refused => return Err(broke),
+                }
+            };
+            reader = reader.resumed(&response.header("content-type").unwrap_or_default());
+        }
+    }
+
+    /// Read an answer's body until the response to request `id`, handing
+    /// notifications and requests on as `post` says. `Broke` when the body
+    /// ended or failed before it; an error for a body that is not MCP.
+    async fn read_answer(
+        self: &Rc<Self>,
+        response: &mut fetch::Streaming,
+        reader: &mut AnswerReader,
+        id: u64,
+        on_note: &mut dyn FnMut(&str, &Value),
+        on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
+    ) -> Result<ReadEnd, McpError> {
+        loop {
+            let chunk = match response.next_chunk().await {
+                Ok(chunk) => chunk,
+                Err(e) => return Ok(ReadEnd::Broke(McpError::Unreachable(e.message))),
+            };
             let messages = match &chunk {
                 Some(bytes) => reader.push(bytes)?,
                 None => reader.finish()?,
@@ -465,9 +532,7 @@ impl Server {
             for message in messages {
                 match message {
                     Incoming::Response { id: got, answer } if mcp::is_ours(&got, id) => {
-                        // The rest of the stream is not needed.
-                        controller.abort();
-                        return answer.map(|result| (session_id, Some(result)));
+                        return Ok(ReadEnd::Answered(answer));
                     }
                     Incoming::Response { .. } => {}
                     Incoming::Request {
@@ -483,7 +548,42 @@ impl Server {
                 }
             }
             if chunk.is_none() {
-                return Err(McpError::NoAnswer);
+                return Ok(ReadEnd::Broke(McpError::NoAnswer));
+            }
+        }
+    }
+
+    /// Ask the server for the rest of an answer stream that broke after
+    /// event `last` (GET with `Last-Event-ID`, in the session).
+    async fn resume(
+        self: &Rc<Self>,
+        session: Option<&Session>,
+        last: &str,
+        controller: &AbortController,
+    ) -> Resumed {
+        let mut headers = self.headers(session);
+        headers[0].1 = "text/event-stream".to_string();
+        headers.push(("last-event-id".into(), last.to_string()));
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let Ok(response) = fetch::get(&self.config.url, &headers, controller).await else {
+            return Resumed::Failed;
+        };
+        let is_stream =
+            AnswerReader::new(&response.header("content-type").unwrap_or_default()).is_stream();
+        match response.status {
+            200..=299 if is_stream => Resumed::Opened(response),
+            // The server's trouble: asked again after a while.
+            408 | 429 | 500..=599 => {
+                response.cancel();
+                Resumed::Failed
+            }
+            // It keeps no such stream (or none at all).
+            _ => {
+                response.cancel();
+                Resumed::Refused
             }
         }
     }

@@ -37,12 +37,22 @@ pub struct SseParser {
     data: String,
     has_data: bool,
     last_id: Option<String>,
+    /// `last_id` as of the last blank line.
+    dispatched_id: Option<String>,
     retry_ms: Option<u64>,
 }
 
 impl SseParser {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The stream's last event id as of its last complete event (the
+    /// HTML spec's "last event ID string": set at every blank line, an
+    /// event without data included, not by an event still arriving):
+    /// where a stream that broke is resumed from (`Last-Event-ID`).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.dispatched_id.as_deref()
     }
 
     /// Bytes held for the event not yet complete (its line and its data).
@@ -142,6 +152,7 @@ impl SseParser {
     }
 
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        self.dispatched_id.clone_from(&self.last_id);
         if !self.has_data {
             // Per the spec an event without data is not dispatched; its type resets.
             self.event.clear();
