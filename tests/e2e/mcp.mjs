@@ -1481,3 +1481,52 @@ mcpTest(
   },
   { auth: { challengeScope: 'tools', challengeMetadata: false, metadataAt: 'root', scopes: ['tools', 'admin'], scopedTools: { create_ticket: 'admin' }, issParameter: true } },
 );
+
+mcpTest(
+  'a_call_s_answer_stream_that_breaks_is_resumed_after_its_last_event_and_the_call_runs_once',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    // The connection drops after two events of the call's answer (the
+    // socket destroyed); then the next call's answer ends cleanly after
+    // three events, without the response.
+    await scriptModel(mock, [
+      call('docs__slow_report', { steps: 6 }),
+      call('docs__slow_report', { steps: 5 }),
+      { text: 'Both reports are done.' },
+    ]);
+    mcp.cutNextCallStream({ afterEvents: 2 });
+    await submitTask(panel, 'Build two reports');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    await waitFor(() => mcp.log().some((e) => e.kind === 'resume'), { message: 'the first answer resumed' });
+    mcp.cutNextCallStream({ afterEvents: 3, close: true });
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const results = resultsOfCalls(mock.requests().at(-1), 'docs__slow_report');
+    assert.deepEqual(results.map((r) => r.match(/The report has \d+ sections/)?.[0]), ['The report has 6 sections', 'The report has 5 sections']);
+
+    // Each answer was asked for after the last event received, and the
+    // server's rest came on that GET; neither call was sent again.
+    const cuts = mcp.log().filter((e) => e.kind === 'cut');
+    const resumes = mcp.log().filter((e) => e.kind === 'resume');
+    assert.equal(cuts.length, 2);
+    assert.equal(resumes.length, 2);
+    // After the last event that arrived: a destroyed connection may lose
+    // what was written last (then the server sends it again).
+    resumes.forEach((r, i) => {
+      const [stream, n] = r.lastEventId.split(':');
+      assert.equal(stream, cuts[i].stream);
+      assert.ok(Number(n) >= 1 && Number(n) <= cuts[i].written, `${r.lastEventId} of ${cuts[i].written} written`);
+      assert.equal(r.status, 200);
+    });
+    assert.equal(resumes[1].lastEventId, `${cuts[1].stream}:3`, 'a clean end loses nothing');
+    assert.ok(resumes.every((r) => r.headers['mcp-session-id'] && r.headers['mcp-protocol-version']), 'in the session');
+    assert.ok(resumes.every((r) => r.delivered), 'each response came on its resumed stream');
+    assert.equal(mcp.calls().length, 2, 'each call ran once');
+    assert.equal(mcp.log().filter((e) => e.kind === 'request' && e.method === 'tools/call').length, 2, 'no call sent twice');
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+  { resumable: true },
+);

@@ -41,9 +41,38 @@ export async function session(mock, version = '2025-06-18', capabilities = {}) {
 }
 
 /**
+ * GETs the endpoint with the session's headers and `Last-Event-ID` (a
+ * resumption), or none (a plain GET stream).
+ */
+export async function resume(mock, lastEventId, { session, version = '2025-06-18', accept = 'text/event-stream', signal } = {}) {
+  const headers = {};
+  if (accept) headers.accept = accept;
+  if (session) headers['mcp-session-id'] = session;
+  if (session && version) headers['mcp-protocol-version'] = version;
+  if (lastEventId !== undefined) headers['last-event-id'] = lastEventId;
+  return fetch(mock.url, { method: 'GET', headers, signal });
+}
+
+/** One event's fields: { event, id, retry, data } (null when it has none; data the raw text). */
+function eventFields(event) {
+  const fields = { event: null, id: null, retry: null, data: null };
+  for (const line of event.split('\n')) {
+    const colon = line.indexOf(':');
+    if (colon <= 0) continue; // a comment, or no field
+    const name = line.slice(0, colon);
+    if (name in fields) fields[name] = line.slice(colon + 1).replace(/^ /, '');
+  }
+  return fields;
+}
+
+/**
  * Reads an event stream as it arrives: `next()` → the next JSON-RPC message
  * (comment-only events such as `: open` skipped), or null once it ended;
- * `raw()` → every byte read so far, as text.
+ * `nextEvent()` → that message with its event's fields, { message, id,
+ * retry } (id and retry null when the event had none), or null;
+ * `lastEventId()` → the last id seen (null: none yet); `raw()` → every
+ * byte read so far, as text. A stream cut by the server rejects the read
+ * that meets the cut.
  */
 export function eventReader(response) {
   assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/);
@@ -59,26 +88,34 @@ export function eventReader(response) {
     raw += chunk;
     return true;
   };
+  let lastEventId = null;
+  const nextEvent = async () => {
+    for (;;) {
+      const end = buffered.indexOf('\n\n');
+      if (end >= 0) {
+        const event = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        const lines = event.split('\n').filter((line) => line);
+        if (lines.every((line) => line.startsWith(':'))) continue;
+        assert.match(event, /^event: message\n/);
+        const { id, retry, data } = eventFields(event);
+        if (id !== null) lastEventId = id;
+        return { message: JSON.parse(data), id, retry: retry === null ? null : Number(retry) };
+      }
+      if (!(await read())) return null;
+    }
+  };
   return {
     raw: () => raw,
+    lastEventId: () => lastEventId,
+    nextEvent,
     /** Reads until `text` has been seen (false: the stream ended first). */
     async saw(text) {
       while (!raw.includes(text)) if (!(await read())) return false;
       return true;
     },
     async next() {
-      for (;;) {
-        const end = buffered.indexOf('\n\n');
-        if (end >= 0) {
-          const event = buffered.slice(0, end);
-          buffered = buffered.slice(end + 2);
-          const lines = event.split('\n').filter((line) => line);
-          if (lines.every((line) => line.startsWith(':'))) continue;
-          assert.match(event, /^event: message\n/);
-          return JSON.parse(lines.find((line) => line.startsWith('data: ')).slice(6));
-        }
-        if (!(await read())) return null;
-      }
+      return (await nextEvent())?.message ?? null;
     },
     cancel: () => reader.cancel(),
   };

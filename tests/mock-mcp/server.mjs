@@ -20,6 +20,9 @@
 // as POST; an Accept listing text/event-stream, else 406), on which
 // `notifications/tools/list_changed` goes out when the tools change; several
 // per session. DELETE: forgets the session (and ends its GET streams).
+// Optionally (`resumable`), resumability and redelivery: numbered events,
+// an answer stream cut on demand, and GET with `Last-Event-ID` replaying
+// the rest of it (see `resumable` below).
 // Also: sessions forgotten on demand, and a log of every message for
 // assertions. Optionally (`auth`), an OAuth 2.1 authorization server on the
 // same origin, as MCP's authorization spec (2025-06-18) describes: /mcp then
@@ -32,11 +35,12 @@
 //       stdout line and serves the demo tools (demoTools) until killed;
 //       --auth: /mcp wants sign-in (auth: { autoApprove: false }).
 // In-process: `startMockMcp({ port, tools, pageSize, answer, versions,
-//   listChanged, auth })` →
+//   listChanged, resumable, resumeRetryMs, auth })` →
 //   { url, origin, state, log, calls, cancellations, responses,
 //     elicitations, elicitationResponses, streams, sent, tickets, bookings,
 //     toolNames, setTools, notifyListChanged, closeStreams, streamCount,
 //     setDown, expireSessions, sessionCount, waitFor, reset, close,
+//     cutNextCallStream, cuts, resumes, keptStreams,
 //     auth, setAutoApprove, expireAccessTokens, revokeGrants, authLog,
 //     clients, tokens, setRedirectIss, setTokenDelay, tokenRequestsReceived }.
 //   `tools`: [{ name, description, inputSchema, annotations?, title?,
@@ -45,7 +49,8 @@
 //     a new read-only tool `faq_<topic>` and notifies list_changed).
 //   ctx: { signal, progress(progress, total?, message?), notify(method,
 //     params?) → true if sent (a notification on this call's event stream;
-//     false once the stream closed or in a JSON answer), ask(method, params)
+//     false once the stream closed or in a JSON answer; true too when kept
+//     on a stream cut with resumable on), ask(method, params)
 //     → the client's answer (a JSON-RPC response object; e.g.
 //     `ask('ping', {})`: the client must answer `ping` with an empty result,
 //     `{ jsonrpc, id, result: {} }`, POSTed like any answer, 202),
@@ -57,7 +62,61 @@
 //   says otherwise; progress, ctx.notify and server requests need 'sse'.
 //   `listChanged` (default true): what `initialize` declares in
 //   `capabilities.tools.listChanged`, and whether GET opens an event stream
-//   (false: GET is 405, as a server without one answers).
+//   (false: GET is 405, as a server without one answers; a resumption
+//   below excepted).
+//   `resumable` (default false; 2025-06-18 "Resumability and Redelivery"):
+//     off, no event carries an id and a Last-Event-ID header is ignored (a
+//     GET with one is a plain GET). On: every event of a POST's answer
+//     stream (a tools/call answered as 'sse') carries `id: <stream>:<n>`,
+//     <stream> `post-<k>` (k from 1, one per answer stream, never reused,
+//     reset() included), n = 1, 2, … within the stream; its first event also
+//     `retry: <resumeRetryMs>` (option, default 200; null: no retry field;
+//     startMockMcp throws on anything but an integer >= 0 or null); the
+//     fields in the order `event: message`, id, retry, data. Events of GET
+//     streams carry `id: get-<stream>:<n>` (<stream> its number in the log)
+//     and no retry; they are never kept or replayed. The server keeps each
+//     answer stream's events (keptStreams()) until its JSON-RPC response
+//     went out on a live connection (its POST, or a resuming GET): then it
+//     is dropped and resuming it is refused. A client that closes an answer
+//     stream nobody cut stops the call as without resumable (outcome
+//     'disconnected'; not kept): only a cut (cutNextCallStream) or a
+//     resumption taking over leaves a call running unattached.
+//     GET /mcp with `Last-Event-ID: <stream>:<n>`: the checks of any GET
+//     (406 without text/event-stream in Accept, 400 no Mcp-Session-Id, 404
+//     an unknown session, 400 an MCP-Protocol-Version not the session's;
+//     each a `rejected` entry, method 'GET', `lastEventId`), but not the
+//     405 of listChanged false (the stream resumed is a POST's). Then, when
+//     <stream> is kept in that session and 0 <= n <= its event count: 200
+//     text/event-stream that first writes the kept events after n as first
+//     written (ids and retry included), then the stream's further events as
+//     they happen, and ends (res.end()) right after its response (at once
+//     when that was kept already). The connection the stream was on (its
+//     POST if never cut, or an earlier resuming GET) is ended first
+//     (res.end()): a message goes out on one stream only. Else (an id not
+//     of that form, no such kept stream, another session's, a GET stream's,
+//     or n beyond the count): 400 with a JSON-RPC error body (-32600,
+//     "Unknown Last-Event-ID: <value> (<why>).") — never 404, which
+//     clients read as their session gone.
+//   cutNextCallStream({ afterEvents = 1, close = false } = {}) (resumable
+//     or not; throws on an afterEvents not an integer >= 0 or a close not a
+//     boolean): the next tools/call answered as an event stream is cut
+//     right after its afterEvents-th event (0: right after its headers), or
+//     just before its response if that comes first (a cut stream never
+//     carries its response): its socket destroyed once what was written
+//     went out (the client sees the body break off: a network error), or
+//     with close ended cleanly (res.end(): the body ends without the
+//     response). The call runs on (not aborted): its later notifications,
+//     requests (ctx.ask/elicit wait for the client's POSTed answer as ever)
+//     and response are kept for a resumption when resumable, else lost.
+//     Logged as a `cut` entry. cuts() → the `cut` entries; resumes() → the
+//     `resume` entries (both also in log(), in order with the rest).
+//     keptStreams() → the answer streams kept: { stream, session, callId,
+//     events (written so far), answered (the response among them),
+//     detached (cut or taken over: off its POST) }. reset() forgets the
+//     kept streams (ending resuming GETs) and a pending cut; a DELETE or
+//     expireSessions() forgets the session's; close() destroys resuming
+//     GETs. A stream forgotten while its call still runs goes nowhere (one
+//     still on its POST answers there).
 //   setTools(tools, { notify = true }) → the number of GET streams notified:
 //     the next tools/list lists `tools`; with notify, every open GET stream
 //     gets `notifications/tools/list_changed`. notifyListChanged() → that
@@ -68,13 +127,13 @@
 //     session and ends their GET streams; reset() and close() end every GET
 //     stream (close() destroys them: it never waits on an open stream).
 //   `log` entries: { kind: request|notification|response|rejected|
-//     elicitation|elicitation-response|stream|sent|delete, method?, id?,
-//     params?, headers, status, session }. `elicitation` is the server's
-//     `elicitation/create` as sent on a call's stream (with that call's
-//     headers, `callId` the call's JSON-RPC id, `answered` once the client
-//     answered); `elicitation-response` the client's POST answering one
-//     (`action`, `content`, `requestSession`: the session the question was
-//     asked in, `late`: it answered nothing that still waited).
+//     elicitation|elicitation-response|stream|sent|delete|cut|resume,
+//     method?, id?, params?, headers, status, session }. `elicitation` is
+//     the server's `elicitation/create` as sent on a call's stream (with
+//     that call's headers, `callId` the call's JSON-RPC id, `answered` once
+//     the client answered); `elicitation-response` the client's POST
+//     answering one (`action`, `content`, `requestSession`: the session the
+//     question was asked in, `late`: it answered nothing that still waited).
 //     `stream` a GET event stream opened (method 'GET', status 200, `stream`:
 //     its number from 1, `closed`: false until it ends, then true with
 //     `closedAt` (Date.now()) and `closedBy`: 'client'|'server'); a refused
@@ -82,7 +141,22 @@
 //     server sent: { kind: 'sent', method, params?, session, stream, headers
 //     (the GET's) } per GET stream written, or { kind: 'sent', method,
 //     params?, session, callId, headers (the call's) } for ctx.notify on a
-//     call's stream. `delete` a DELETE of a session (status 200).
+//     call's stream; resumable, both also carry `eventId` (the event's
+//     id), and a call's `kept: true` when it went on no connection (cut,
+//     not resumed yet). `delete` a DELETE of a session (status 200).
+//     `cut` (cutNextCallStream): { kind: 'cut', stream (its id, e.g.
+//     'post-3'), method: 'tools/call', id (the call's JSON-RPC id),
+//     afterEvents (as asked), written (the events the cut connection
+//     carried: afterEvents, fewer when the response came first), how:
+//     'destroy'|'close', session, headers (the call's) }. `resume` a GET
+//     with Last-Event-ID past the session checks (resumable): { kind:
+//     'resume', method: 'GET', lastEventId (as sent), stream (null when
+//     refused), callId?, replayed (events written from the store), status
+//     (200|400), rejected? (400: the message), delivered (200: false until
+//     the response went out on it), closed (200: false until it ends, then
+//     true with closedAt and closedBy: 'server' (the response delivered,
+//     taken over by a later resumption, reset, the session's end) |
+//     'client'), session, headers }.
 //   `auth` (default off): true, or { autoApprove = false, accessTtlSeconds =
 //     3600, scopes = ['tools'], challengeScope = null, challengeMetadata =
 //     true, metadataAt = 'path', scopedTools = {}, issParameter = false }
@@ -260,6 +334,25 @@ const OAUTH_ROUTES = {
 };
 const CORS = { 'Access-Control-Allow-Origin': '*' };
 const CODE_TTL_MS = 60_000;
+
+const SSE_HEADERS = { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' };
+
+/**
+ * One event carrying a JSON-RPC message: `event: message`, then `id:` and
+ * `retry:` when given (resumability), then `data:`. The event field stays
+ * first: the tests' readers (client.mjs) look for it there.
+ */
+function sseEvent(payload, { id = null, retry = null } = {}) {
+  const idLine = id === null ? '' : `id: ${id}\n`;
+  const retryLine = retry === null ? '' : `retry: ${retry}\n`;
+  return `event: message\n${idLine}${retryLine}data: ${JSON.stringify(payload)}\n\n`;
+}
+
+/** `resumeRetryMs` as given (null: no retry field), or an Error thrown at start-up. */
+function checkedResumeRetry(value) {
+  if (value === null || (Number.isInteger(value) && value >= 0)) return value;
+  throw new Error(`mock-mcp: resumeRetryMs must be an integer of milliseconds >= 0 or null, not ${JSON.stringify(value)}.`);
+}
 
 const escapeHtml = (value) => String(value).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
@@ -586,6 +679,13 @@ export async function startMockMcp(options = {}) {
   const streams = new Set(); // open GET event streams: { res, entry }
   let streamCounter = 0;
   let down = null; // an HTTP status every message gets, or null
+  // Resumability (options.resumable): answer streams' events numbered and
+  // kept until their response is delivered, for a GET with Last-Event-ID.
+  const resumable = Boolean(options.resumable ?? false);
+  const resumeRetryMs = checkedResumeRetry(options.resumeRetryMs === undefined ? 200 : options.resumeRetryMs);
+  const answerStreams = new Map(); // kept answer streams (resumable): stream id → openAnswerStream's record
+  let answerStreamCounter = 0; // post-<n>: never reused, reset() included, so an old id never names a new stream
+  let pendingCut = null; // cutNextCallStream's { afterEvents, close }, for the next tools/call answered as a stream
 
   const notify = () => {
     for (const waiter of [...waiters]) {
@@ -624,15 +724,20 @@ export async function startMockMcp(options = {}) {
   /** Writes a notification on every open GET stream; how many were written. */
   const sendOnStreams = (payload) => {
     let written = 0;
-    for (const { res, entry } of [...streams]) {
+    for (const stream of [...streams]) {
+      const { res, entry } = stream;
       if (res.writableEnded || res.destroyed) continue;
-      res.write(`event: message\ndata: ${JSON.stringify(payload)}\n\n`);
+      // Numbered when resumable, as every stream of such a server is; never replayed.
+      stream.events += 1;
+      const eventId = resumable ? `get-${entry.stream}:${stream.events}` : null;
+      res.write(sseEvent(payload, { id: eventId }));
       record({
         kind: 'sent',
         method: payload.method,
         ...(payload.params !== undefined ? { params: payload.params } : {}),
         session: entry.session,
         stream: entry.stream,
+        ...(eventId ? { eventId } : {}),
         headers: entry.headers,
       });
       written += 1;
@@ -1135,8 +1240,13 @@ export async function startMockMcp(options = {}) {
       if (problem) return unauthorized(req, res, entry, problem);
     }
     if (req.method === 'GET') {
-      // No server-initiated stream: allowed by the transport.
-      if (!listChanged) return reject(res, entry, 405, 'This server offers no event stream at GET.');
+      // Last-Event-ID asks for the rest of an answer stream (resumable
+      // only; else the header means nothing here and this is a plain GET).
+      const lastEventId = resumable ? headers['last-event-id'] : undefined;
+      if (lastEventId !== undefined) entry.lastEventId = lastEventId;
+      // No server-initiated stream: allowed by the transport. Resuming
+      // needs none: the stream resumed is a POST's.
+      if (!listChanged && lastEventId === undefined) return reject(res, entry, 405, 'This server offers no event stream at GET.');
       if (!String(headers.accept ?? '').includes('text/event-stream')) {
         return reject(res, entry, 406, 'Accept must list text/event-stream.');
       }
@@ -1145,11 +1255,13 @@ export async function startMockMcp(options = {}) {
       if (!session) return reject(res, entry, 404, 'Session not found.', -32001);
       const problem = versionProblem(session, headers);
       if (problem) return reject(res, entry, 400, problem);
+      if (lastEventId !== undefined) return resumeAnswerStream(res, entry, lastEventId);
       return openStream(res, entry);
     }
     if (req.method === 'DELETE') {
       sessions.delete(entry.session);
       endStreams((stream) => stream.entry.session === entry.session);
+      forgetAnswerStreams((stream) => stream.session === entry.session);
       entry.kind = 'delete';
       entry.status = 200;
       record(entry);
@@ -1292,7 +1404,7 @@ export async function startMockMcp(options = {}) {
     entry.status = 200;
     entry.stream = streamCounter;
     entry.closed = false;
-    const stream = { res, entry };
+    const stream = { res, entry, events: 0 };
     streams.add(stream);
     res.on('close', () => {
       if (streams.delete(stream)) markClosed(entry, 'client');
@@ -1307,26 +1419,226 @@ export async function startMockMcp(options = {}) {
     res.end(JSON.stringify(body));
   }
 
+  // --- Answer streams (a tools/call answered as an event stream) ---
+  //
+  // Each has a `sink`, the connection its events go to: the POST's
+  // response, after a cut none, after a resumption the resuming GET's.
+  // `detached` once it left its POST (cut or taken over): the call then
+  // runs on whatever becomes of connections, its events kept (resumable)
+  // for a GET with Last-Event-ID.
+
+  /** The answer stream of a tools/call (`res` its POST's response): headers written, numbered, kept when resumable. */
+  function openAnswerStream(res, entry, message) {
+    answerStreamCounter += 1;
+    const stream = {
+      id: `post-${answerStreamCounter}`,
+      session: entry.session,
+      callId: message.id,
+      headers: entry.headers,
+      count: 0, // events written (to a connection or, resumable, to `events`)
+      events: [], // resumable: the text of each event, for replays
+      sink: res,
+      sinkEntry: null, // the `resume` log entry of a resuming GET that is the sink
+      detached: false,
+      answered: false, // its JSON-RPC response written (on a connection or kept)
+      dropped: false, // forgotten (reset, the session's end): later events go nowhere
+      cut: pendingCut, // cutNextCallStream's { afterEvents, close }, until it happened
+    };
+    pendingCut = null;
+    if (resumable) answerStreams.set(stream.id, stream);
+    res.writeHead(200, SSE_HEADERS);
+    if (stream.cut?.afterEvents === 0) cutAnswerStream(stream);
+    return stream;
+  }
+
+  /** The stream's connection if it can still be written to (null: none). */
+  const liveSink = (stream) => {
+    const { sink } = stream;
+    return sink && !sink.writableEnded && !sink.destroyed ? sink : null;
+  };
+
+  /**
+   * Writes the stream's next event on its connection and, resumable, keeps
+   * it: `id: <stream>:<n>`, and `retry:` on the first. False when it went
+   * nowhere (no connection and nothing kept, or the stream is over).
+   */
+  const writeAnswerEvent = (stream, payload) => {
+    if (stream.answered || stream.dropped) return false;
+    const sink = liveSink(stream);
+    if (!sink && !resumable) return false;
+    stream.count += 1;
+    const text = sseEvent(payload, resumable ? { id: `${stream.id}:${stream.count}`, retry: stream.count === 1 ? resumeRetryMs : null } : {});
+    if (resumable) stream.events.push(text);
+    if (sink) sink.write(text);
+    return true;
+  };
+
+  /** A notification or request of the server's on the stream; the cut comes right after the event it waits for. */
+  const sendOnAnswerStream = (stream, payload) => {
+    const went = writeAnswerEvent(stream, payload);
+    if (went && stream.cut && !stream.detached && stream.count >= stream.cut.afterEvents) cutAnswerStream(stream);
+    return went;
+  };
+
+  /**
+   * The call's response, the stream's last event. A cut still waiting for
+   * its events happens first: a cut stream never carries its response. On
+   * a live connection the response is delivered, the connection ends and
+   * the stream is dropped; with none, resumable keeps it for a GET.
+   */
+  const answerOnStream = (stream, body) => {
+    if (stream.cut && !stream.detached) cutAnswerStream(stream);
+    writeAnswerEvent(stream, body);
+    stream.answered = true;
+    const sink = liveSink(stream);
+    if (!sink) {
+      if (!resumable) answerStreams.delete(stream.id);
+      return;
+    }
+    const entry = stream.sinkEntry;
+    stream.sink = null;
+    stream.sinkEntry = null;
+    if (entry) {
+      entry.delivered = true;
+      markClosed(entry, 'server');
+    }
+    sink.end();
+    answerStreams.delete(stream.id);
+  };
+
+  /**
+   * The stream leaves its connection (a cut, or a resumption taking over):
+   * `how` 'end' ends it cleanly, 'destroy' destroys its socket, once what
+   * was written went out (destroy() at once would drop what Node still
+   * buffers: a response's writes are corked until the next tick, and an
+   * empty write's callback comes after them).
+   */
+  const detachSink = (stream, how) => {
+    const { sink, sinkEntry } = stream;
+    stream.detached = true;
+    stream.sink = null;
+    stream.sinkEntry = null;
+    if (sinkEntry) markClosed(sinkEntry, 'server');
+    if (!sink || sink.destroyed || sink.writableEnded) return;
+    if (how === 'destroy') sink.write('', () => sink.destroy());
+    else sink.end();
+  };
+
+  /** cutNextCallStream's cut: the POST's connection ends without the response; the call runs on. */
+  const cutAnswerStream = (stream) => {
+    const { afterEvents, close } = stream.cut;
+    stream.cut = null;
+    detachSink(stream, close ? 'end' : 'destroy');
+    record({
+      kind: 'cut',
+      stream: stream.id,
+      method: 'tools/call',
+      id: stream.callId,
+      afterEvents,
+      written: stream.count,
+      how: close ? 'close' : 'destroy',
+      session: stream.session,
+      headers: stream.headers,
+    });
+  };
+
+  /**
+   * Forgets the kept answer streams `which` picks (reset, a session
+   * deleted or expired): a resuming GET of theirs ends (`how`), their later
+   * events go nowhere. One still on its POST answers there as it would
+   * without resumable; it only can no longer be resumed.
+   */
+  const forgetAnswerStreams = (which = () => true, how = 'end') => {
+    for (const stream of [...answerStreams.values()]) {
+      if (!which(stream)) continue;
+      answerStreams.delete(stream.id);
+      if (!stream.detached) continue;
+      stream.dropped = true;
+      const { sink, sinkEntry } = stream;
+      stream.sink = null;
+      stream.sinkEntry = null;
+      if (sinkEntry) markClosed(sinkEntry, 'server');
+      if (sink && how === 'destroy') sink.destroy();
+      else sink?.end();
+    }
+  };
+
+  /**
+   * GET with Last-Event-ID (resumable), after the GET's session checks:
+   * the kept events of that answer stream after the id, then its further
+   * events as they happen, ending with its response. Refused with 400,
+   * never 404: a client reads 404 as its session gone.
+   */
+  function resumeAnswerStream(res, entry, lastEventId) {
+    entry.kind = 'resume';
+    entry.stream = null;
+    entry.replayed = 0;
+    const [, streamId, at] = /^(.+):(\d+)$/.exec(lastEventId) ?? [];
+    const stream = answerStreams.get(streamId);
+    if (!stream || stream.session !== entry.session) {
+      const why = streamId?.startsWith('get-') ? 'GET streams are not replayed' : 'no such answer stream kept in this session';
+      return reject(res, entry, 400, `Unknown Last-Event-ID: ${lastEventId} (${why}).`);
+    }
+    const after = Number(at);
+    if (after > stream.count) {
+      return reject(res, entry, 400, `Unknown Last-Event-ID: ${lastEventId} (the stream has ${stream.count} events).`);
+    }
+    // A message goes out on one stream only: the connection the stream
+    // was on (its POST still open, or an earlier resuming GET) ends.
+    detachSink(stream, 'end');
+    const replay = stream.events.slice(after);
+    entry.stream = stream.id;
+    entry.callId = stream.callId;
+    entry.replayed = replay.length;
+    entry.status = 200;
+    entry.closed = false;
+    entry.delivered = false;
+    res.writeHead(200, SSE_HEADERS);
+    if (replay.length) res.write(replay.join(''));
+    else res.flushHeaders(); // the client's GET resolves now, not at the next event
+    record(entry);
+    if (stream.answered) {
+      // Everything was kept, the response included: delivered now.
+      entry.delivered = true;
+      markClosed(entry, 'server');
+      res.end();
+      answerStreams.delete(stream.id);
+      return;
+    }
+    stream.sink = res;
+    stream.sinkEntry = entry;
+    res.on('close', () => {
+      if (stream.sink !== res) return;
+      stream.sink = null;
+      stream.sinkEntry = null;
+      markClosed(entry, 'client');
+    });
+  }
+
   async function callTool(req, res, entry, message, tool) {
     const mode = tool.answer ?? defaultAnswer;
     const controller = new AbortController();
     const key = `${entry.session} ${message.id}`;
     running.set(key, controller);
+    let stream = null; // the answer stream ('sse'), opened before the tool runs
     let closed = false;
     res.on('close', () => {
+      // Cut, or taken over by a resumption: the call runs on, unattached.
+      if (stream?.detached) return notify();
       closed = true;
       if (!res.writableFinished) {
         entry.outcome ??= 'disconnected';
         controller.abort(new Error('disconnected'));
+        if (stream) answerStreams.delete(stream.id); // nothing to resume: the call stops
       }
       notify();
     });
     const send = (payload) => {
-      if (closed || res.writableEnded || mode !== 'sse') return false;
-      if (!res.headersSent) res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
-      res.write(`event: message\ndata: ${JSON.stringify(payload)}\n\n`);
-      return true;
+      if (closed || mode !== 'sse') return false;
+      return sendOnAnswerStream(stream, payload);
     };
+    /** Where ctx.notify's event went, for its `sent` entry (resumable only). */
+    const eventTrace = () => (resumable ? { eventId: `${stream.id}:${stream.count}`, ...(liveSink(stream) ? {} : { kept: true }) } : {});
     const ctx = {
       signal: controller.signal,
       sleep: (ms) => sleep(ms, controller.signal),
@@ -1338,7 +1650,7 @@ export async function startMockMcp(options = {}) {
       notify: (method, params) => {
         const withParams = params !== undefined ? { params } : {};
         if (!send({ jsonrpc: '2.0', method, ...withParams })) return false;
-        record({ kind: 'sent', method, ...withParams, session: entry.session, callId: message.id, headers: entry.headers });
+        record({ kind: 'sent', method, ...withParams, session: entry.session, callId: message.id, ...eventTrace(), headers: entry.headers });
         return true;
       },
       ask: (method, params) => {
@@ -1391,7 +1703,7 @@ export async function startMockMcp(options = {}) {
         onSent();
       });
     }
-    if (mode === 'sse') res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    if (mode === 'sse') stream = openAnswerStream(res, entry, message);
     let result;
     try {
       result = await tool.run(message.params?.arguments ?? {}, ctx);
@@ -1401,10 +1713,7 @@ export async function startMockMcp(options = {}) {
       notify();
       if (closed) return;
       const body = { jsonrpc: '2.0', id: message.id, error: { code: -32603, message: String(error?.message ?? error) } };
-      if (mode === 'sse') {
-        send(body);
-        return res.end();
-      }
+      if (mode === 'sse') return answerOnStream(stream, body);
       return answerJson(res, body);
     }
     running.delete(key);
@@ -1413,10 +1722,7 @@ export async function startMockMcp(options = {}) {
     notify();
     if (closed) return;
     const body = { jsonrpc: '2.0', id: message.id, result };
-    if (mode === 'sse') {
-      send(body);
-      return res.end();
-    }
+    if (mode === 'sse') return answerOnStream(stream, body);
     return answerJson(res, body);
   }
 
@@ -1506,6 +1812,32 @@ export async function startMockMcp(options = {}) {
     streams: () => log.filter((e) => e.kind === 'stream'),
     /** The notifications the server sent: on GET streams ({ stream }) and with ctx.notify ({ callId }). */
     sent: () => log.filter((e) => e.kind === 'sent'),
+    /**
+     * The next tools/call answered as an event stream is cut after
+     * `afterEvents` events (before its response at the latest): its socket
+     * destroyed, or with `close` its body ended cleanly. The call runs on;
+     * resumable, its later events are kept for a GET with Last-Event-ID.
+     */
+    cutNextCallStream({ afterEvents = 1, close = false } = {}) {
+      if (!Number.isInteger(afterEvents) || afterEvents < 0) {
+        throw new TypeError(`cutNextCallStream wants afterEvents, an integer >= 0, not ${JSON.stringify(afterEvents)}.`);
+      }
+      if (typeof close !== 'boolean') throw new TypeError(`cutNextCallStream wants close true or false, not ${JSON.stringify(close)}.`);
+      pendingCut = { afterEvents, close };
+    },
+    /** The cuts made: { stream, method, id, afterEvents, written, how, session, headers }. */
+    cuts: () => log.filter((e) => e.kind === 'cut'),
+    /** The GETs with Last-Event-ID (resumable), answered or refused: { lastEventId, stream, callId?, replayed, status, delivered?, closed?, session, headers }. */
+    resumes: () => log.filter((e) => e.kind === 'resume'),
+    /** The answer streams kept for a resumption (resumable): { stream, session, callId, events, answered, detached }. */
+    keptStreams: () => [...answerStreams.values()].map((s) => ({
+      stream: s.id,
+      session: s.session,
+      callId: s.callId,
+      events: s.count,
+      answered: s.answered,
+      detached: s.detached,
+    })),
     tickets: () => state.tickets.slice(),
     bookings: () => state.bookings.slice(),
     /** The names of the tools the next tools/list lists. */
@@ -1522,10 +1854,11 @@ export async function startMockMcp(options = {}) {
     setDown(status) {
       down = status;
     },
-    /** Forget every session: the next message of each gets 404; their GET streams end. */
+    /** Forget every session: the next message of each gets 404; their GET streams end, their kept answer streams are forgotten. */
     expireSessions() {
       sessions.clear();
       endStreams();
+      forgetAnswerStreams();
     },
     sessionCount: () => sessions.size,
     /** Resolves when `check(log)` is true (checked on every message and call end). */
@@ -1547,6 +1880,8 @@ export async function startMockMcp(options = {}) {
     },
     reset() {
       endStreams();
+      forgetAnswerStreams();
+      pendingCut = null;
       log = [];
       state.tickets.length = 0;
       state.bookings.length = 0;
@@ -1570,6 +1905,7 @@ export async function startMockMcp(options = {}) {
     async close() {
       closing.abort(new Error('closing'));
       endStreams(() => true, 'destroy');
+      forgetAnswerStreams(() => true, 'destroy');
       for (const controller of running.values()) controller.abort(new Error('closing'));
       server.closeAllConnections?.();
       await new Promise((resolve) => server.close(() => resolve()));

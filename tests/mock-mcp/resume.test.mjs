@@ -1,0 +1,381 @@
+// Tests of the mock MCP server's resumability (`resumable`): numbered
+// answer-stream events, a stream cut on purpose (cutNextCallStream), and a
+// GET with Last-Event-ID that gets the rest, as MCP's Streamable HTTP
+// transport (2025-06-18, "Resumability and Redelivery") describes. What
+// the engine's MCP client resumes against must itself behave like it.
+//
+// Run:  node --test tests/mock-mcp/
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { demoTools, startMockMcp } from './server.mjs';
+import { eventReader, post, resume, session } from './client.mjs';
+
+const ELICITING = { elicitation: {} };
+
+/** A tools/call with a progress token (`p<id>`). */
+const call = (id, name, args = {}) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args, _meta: { progressToken: `p${id}` } } });
+
+/**
+ * A tool `staged` that reports `before` progress steps, waits until
+ * `release()`, then reports `after` more, sends a log notification
+ * (ctx.notify) and answers: the test decides what happens after a cut.
+ */
+function stagedTool() {
+  let release;
+  const released = new Promise((resolve) => {
+    release = resolve;
+  });
+  const tool = {
+    name: 'staged',
+    description: 'Reports progress in two stages.',
+    inputSchema: { type: 'object', properties: { before: { type: 'integer' }, after: { type: 'integer' } } },
+    run: async ({ before = 2, after = 2 }, ctx) => {
+      const total = before + after;
+      for (let i = 1; i <= before; i += 1) ctx.progress(i, total);
+      await new Promise((resolve, rejectWait) => {
+        released.then(resolve);
+        ctx.signal.addEventListener('abort', () => rejectWait(ctx.signal.reason), { once: true });
+      });
+      for (let i = before + 1; i <= total; i += 1) ctx.progress(i, total);
+      ctx.notify('notifications/message', { level: 'info', data: 'staged: done' });
+      return { content: [{ type: 'text', text: `Staged ${total} steps.` }] };
+    },
+  };
+  return { tool, release: () => release() };
+}
+
+/** Reads events until the stream ends (null) or breaks (the error); → { events, broke }. */
+async function readToEnd(reader) {
+  const events = [];
+  try {
+    for (let event = await reader.nextEvent(); event; event = await reader.nextEvent()) events.push(event);
+    return { events, broke: null };
+  } catch (error) {
+    return { events, broke: error };
+  }
+}
+
+/** The JSON-RPC error body of a refused request. */
+async function refusal(response) {
+  assert.match(response.headers.get('content-type') ?? '', /^application\/json/);
+  return (await response.json()).error;
+}
+
+test('resumable_numbers_every_answer_event_and_the_first_carries_retry', async (t) => {
+  const staged = stagedTool();
+  staged.release();
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const { events, broke } = await readToEnd(eventReader(await post(mock, call(7, 'staged'), { session: s.id })));
+  assert.equal(broke, null, 'ends cleanly');
+  assert.deepEqual(events.map((e) => e.id), ['post-1:1', 'post-1:2', 'post-1:3', 'post-1:4', 'post-1:5', 'post-1:6']);
+  assert.deepEqual(events.map((e) => e.retry), [200, null, null, null, null, null], 'retry (resumeRetryMs, default 200) on the first only');
+  assert.deepEqual(events.map((e) => e.message.method ?? 'response'), [
+    'notifications/progress', 'notifications/progress', 'notifications/progress', 'notifications/progress', 'notifications/message', 'response',
+  ]);
+  assert.equal(events[5].message.id, 7);
+  const [sent] = mock.sent();
+  assert.equal(sent.eventId, 'post-1:5', 'ctx.notify\'s entry says which event');
+  assert.equal(sent.kept, undefined, 'written on the POST');
+
+  // Each answer stream is numbered on its own.
+  const second = eventReader(await post(mock, call(8, 'staged'), { session: s.id }));
+  assert.equal((await second.nextEvent()).id, 'post-2:1');
+  await readToEnd(second);
+
+  // Delivered: nothing kept, resuming it is refused.
+  assert.deepEqual(mock.keptStreams(), []);
+  assert.equal((await resume(mock, 'post-1:5', { session: s.id })).status, 400);
+
+  // The session's GET stream numbers its events too (never replayed).
+  const notifications = eventReader(await resume(mock, undefined, { session: s.id }));
+  assert.equal(await notifications.saw(': open\n\n'), true);
+  assert.equal(mock.notifyListChanged(), 1);
+  const changed = await notifications.nextEvent();
+  assert.equal(changed.message.method, 'notifications/tools/list_changed');
+  assert.equal(changed.id, 'get-1:1');
+  assert.equal(changed.retry, null);
+  assert.equal(mock.sent().at(-1).eventId, 'get-1:1');
+  const refused = await resume(mock, 'get-1:1', { session: s.id });
+  assert.equal(refused.status, 400);
+  assert.match((await refusal(refused)).message, /^Unknown Last-Event-ID: get-1:1 \(GET streams are not replayed\)/);
+  notifications.cancel();
+
+  // resumeRetryMs: another delay, or (null) no retry field at all.
+  for (const [retryMs, expected] of [[1500, 1500], [null, null]]) {
+    const other = await startMockMcp({ resumable: true, resumeRetryMs: retryMs });
+    t.after(() => other.close());
+    const o = await session(other);
+    const first = await eventReader(await post(other, call(9, 'slow_report', { steps: 1 }), { session: o.id })).nextEvent();
+    assert.equal(first.id, 'post-1:1');
+    assert.equal(first.retry, expected);
+  }
+  await assert.rejects(startMockMcp({ resumable: true, resumeRetryMs: -1 }), /resumeRetryMs/);
+});
+
+test('without_resumable_events_carry_no_id_and_last_event_id_is_a_plain_get', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const reader = eventReader(await post(mock, call(3, 'slow_report', { steps: 1 }), { session: s.id }));
+  const { events } = await readToEnd(reader);
+  assert.equal(events.length, 2);
+  assert.deepEqual(events.map((e) => [e.id, e.retry]), [[null, null], [null, null]]);
+  assert.doesNotMatch(reader.raw(), /^(id|retry):/m);
+
+  // Last-Event-ID means nothing here: a GET stream opens as for any GET.
+  const response = await resume(mock, 'post-1:1', { session: s.id });
+  assert.equal(response.status, 200);
+  const stream = eventReader(response);
+  assert.equal(await stream.saw(': open\n\n'), true);
+  assert.equal(mock.notifyListChanged(), 1);
+  const changed = await stream.nextEvent();
+  assert.equal(changed.message.method, 'notifications/tools/list_changed');
+  assert.equal(changed.id, null);
+  assert.equal(mock.streams().length, 1);
+  assert.equal(mock.streams()[0].lastEventId, undefined);
+  assert.deepEqual(mock.resumes(), []);
+  stream.cancel();
+
+  // A cut still cuts; the call runs to its end, its later events lost.
+  mock.cutNextCallStream({ afterEvents: 1 });
+  const cut = await readToEnd(eventReader(await post(mock, call(4, 'slow_report', { steps: 2 }), { session: s.id })));
+  assert.equal(cut.events.length, 1);
+  assert.ok(cut.broke, 'the body broke off');
+  await mock.waitFor((log) => log.some((e) => e.id === 4 && e.outcome === 'answered'), { timeout: 5000 });
+  assert.deepEqual(mock.cuts().map((e) => [e.stream, e.id, e.afterEvents, e.written, e.how]), [['post-2', 4, 1, 1, 'destroy']]);
+  assert.deepEqual(mock.keptStreams(), []);
+});
+
+test('a_destroyed_stream_resumed_from_its_last_event_gets_the_rest_as_it_happens', async (t) => {
+  const staged = stagedTool();
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  mock.cutNextCallStream({ afterEvents: 2 });
+  const cut = eventReader(await post(mock, call(5, 'staged'), { session: s.id }));
+  const { events: before, broke } = await readToEnd(cut);
+  assert.deepEqual(before.map((e) => [e.id, e.message.params.progress]), [['post-1:1', 1], ['post-1:2', 2]]);
+  assert.ok(broke, 'a network error, not a clean end');
+  assert.equal(cut.lastEventId(), 'post-1:2');
+
+  const [entry] = mock.cuts();
+  assert.equal(entry.kind, 'cut');
+  assert.equal(entry.stream, 'post-1');
+  assert.equal(entry.method, 'tools/call');
+  assert.equal(entry.id, 5);
+  assert.equal(entry.afterEvents, 2);
+  assert.equal(entry.written, 2);
+  assert.equal(entry.how, 'destroy');
+  assert.equal(entry.session, s.id);
+  assert.equal(mock.calls()[0].outcome, undefined, 'the call runs on');
+  assert.deepEqual(mock.keptStreams(), [{ stream: 'post-1', session: s.id, callId: 5, events: 2, answered: false, detached: true }]);
+
+  // Nothing to replay yet: the rest comes as it happens.
+  const response = await resume(mock, cut.lastEventId(), { session: s.id });
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get('content-type'), /^text\/event-stream/);
+  const resumed = eventReader(response);
+  const [entered] = mock.resumes();
+  assert.equal(entered.lastEventId, 'post-1:2');
+  assert.equal(entered.stream, 'post-1');
+  assert.equal(entered.callId, 5);
+  assert.equal(entered.replayed, 0);
+  assert.equal(entered.status, 200);
+  assert.equal(entered.session, s.id);
+  assert.equal(entered.headers['last-event-id'], 'post-1:2');
+  assert.equal(entered.headers['mcp-protocol-version'], '2025-06-18');
+  assert.equal(entered.delivered, false);
+  assert.equal(entered.closed, false);
+
+  staged.release();
+  const { events: after, broke: brokeAgain } = await readToEnd(resumed);
+  assert.equal(brokeAgain, null, 'ends cleanly after the response');
+  assert.deepEqual(after.map((e) => e.id), ['post-1:3', 'post-1:4', 'post-1:5', 'post-1:6'], 'the ids go on');
+  assert.deepEqual(after.map((e) => e.message.method ?? 'response'), ['notifications/progress', 'notifications/progress', 'notifications/message', 'response']);
+  assert.deepEqual(after.slice(0, 2).map((e) => e.message.params), [{ progressToken: 'p5', progress: 3, total: 4 }, { progressToken: 'p5', progress: 4, total: 4 }]);
+  assert.equal(after[3].message.id, 5);
+  assert.equal(after[3].message.result.content[0].text, 'Staged 4 steps.');
+
+  assert.equal(mock.calls()[0].outcome, 'answered');
+  assert.equal(entered.delivered, true);
+  assert.equal(entered.closed, true);
+  assert.equal(entered.closedBy, 'server');
+  assert.deepEqual(mock.sent().map((e) => [e.eventId, e.kept]), [['post-1:5', undefined]], 'written on the resuming GET');
+  assert.deepEqual(mock.keptStreams(), [], 'dropped once delivered');
+  assert.equal((await resume(mock, 'post-1:6', { session: s.id })).status, 400);
+  assert.deepEqual(mock.log().filter((e) => e.kind === 'cut' || e.kind === 'resume').map((e) => [e.kind, e.status ?? null]), [['cut', null], ['resume', 200], ['resume', 400]]);
+});
+
+test('a_stream_ended_cleanly_by_close_true_keeps_the_rest_even_when_the_call_finished_first', async (t) => {
+  const staged = stagedTool();
+  // listChanged false: no GET stream of the server's own, yet resuming works.
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true, listChanged: false });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  mock.cutNextCallStream({ afterEvents: 1, close: true });
+  const cut = eventReader(await post(mock, call(6, 'staged'), { session: s.id }));
+  const { events, broke } = await readToEnd(cut);
+  assert.equal(broke, null, 'the body ends cleanly, without the response');
+  assert.deepEqual(events.map((e) => e.id), ['post-1:1']);
+  assert.equal(mock.cuts()[0].how, 'close');
+
+  // The call finishes with nobody listening: everything is kept.
+  staged.release();
+  await mock.waitFor((log) => log.some((e) => e.id === 6 && e.outcome === 'answered'), { timeout: 5000 });
+  assert.deepEqual(mock.keptStreams(), [{ stream: 'post-1', session: s.id, callId: 6, events: 6, answered: true, detached: true }]);
+  assert.deepEqual(mock.sent().map((e) => [e.eventId, e.kept]), [['post-1:5', true]]);
+
+  const response = await resume(mock, 'post-1:1', { session: s.id });
+  assert.equal(response.status, 200);
+  const rest = await readToEnd(eventReader(response));
+  assert.equal(rest.broke, null);
+  assert.deepEqual(rest.events.map((e) => e.id), ['post-1:2', 'post-1:3', 'post-1:4', 'post-1:5', 'post-1:6']);
+  assert.equal(rest.events.at(-1).message.result.content[0].text, 'Staged 4 steps.');
+  const [entry] = mock.resumes();
+  assert.equal(entry.replayed, 5);
+  assert.equal(entry.delivered, true);
+  assert.deepEqual(mock.keptStreams(), []);
+  assert.equal((await resume(mock, undefined, { session: s.id })).status, 405, 'a plain GET is still refused');
+});
+
+test('resuming_from_an_earlier_id_replays_more_and_takes_over_an_earlier_resumption', async (t) => {
+  const staged = stagedTool();
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  mock.cutNextCallStream({ afterEvents: 3 });
+  const { events: original } = await readToEnd(eventReader(await post(mock, call(11, 'staged', { before: 3, after: 1 }), { session: s.id })));
+  assert.deepEqual(original.map((e) => e.id), ['post-1:1', 'post-1:2', 'post-1:3']);
+
+  const first = eventReader(await resume(mock, 'post-1:3', { session: s.id }));
+  const again = eventReader(await resume(mock, 'post-1:1', { session: s.id }));
+  assert.deepEqual(await again.nextEvent(), original[1], 'the same events, ids (and retry) as first sent');
+  assert.deepEqual(await again.nextEvent(), original[2]);
+  assert.deepEqual(mock.resumes().map((e) => [e.lastEventId, e.replayed]), [['post-1:3', 0], ['post-1:1', 2]]);
+
+  // One message, one stream: the earlier resumption ended, the later one goes on.
+  assert.deepEqual(await readToEnd(first), { events: [], broke: null });
+  assert.equal(mock.resumes()[0].closedBy, 'server');
+  assert.equal(mock.resumes()[0].delivered, false);
+  staged.release();
+  const { events: rest } = await readToEnd(again);
+  assert.deepEqual(rest.map((e) => e.id), ['post-1:4', 'post-1:5', 'post-1:6']);
+  assert.equal(rest.at(-1).message.id, 11);
+  assert.equal(mock.resumes()[1].delivered, true);
+});
+
+test('an_unknown_id_or_another_session_s_stream_is_400_never_404', async (t) => {
+  const staged = stagedTool();
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+  const other = await session(mock);
+  mock.cutNextCallStream({ afterEvents: 2 });
+  await readToEnd(eventReader(await post(mock, call(12, 'staged'), { session: s.id })));
+
+  const refused = [
+    ['post-1:2', other.id, /no such answer stream kept in this session/],
+    ['post-9:1', s.id, /no such answer stream kept in this session/],
+    ['post-1:3', s.id, /the stream has 2 events/],
+    ['post-1', s.id, /no such answer stream/],
+    ['nonsense', s.id, /no such answer stream/],
+  ];
+  for (const [lastEventId, id, why] of refused) {
+    const response = await resume(mock, lastEventId, { session: id });
+    assert.equal(response.status, 400, lastEventId);
+    const error = await refusal(response);
+    assert.equal(error.code, -32600);
+    assert.ok(error.message.startsWith(`Unknown Last-Event-ID: ${lastEventId} (`), error.message);
+    assert.match(error.message, why);
+  }
+  assert.deepEqual(mock.resumes().map((e) => [e.lastEventId, e.status, e.stream, e.replayed, e.session]), refused.map(([lastEventId, id]) => [lastEventId, 400, null, 0, id]));
+  assert.match(mock.resumes()[0].rejected, /^Unknown Last-Event-ID/);
+
+  // The session checks come first and answer as for any GET.
+  assert.equal((await resume(mock, 'post-1:2')).status, 400, 'no session id');
+  assert.equal((await resume(mock, 'post-1:2', { session: 'nope' })).status, 404, 'an unknown session');
+  assert.equal((await resume(mock, 'post-1:2', { session: s.id, accept: 'application/json' })).status, 406);
+  assert.equal((await resume(mock, 'post-1:2', { session: s.id, version: '2025-03-26' })).status, 400, 'another revision');
+  assert.equal(mock.resumes().length, refused.length, 'those are `rejected` entries');
+  assert.equal(mock.log().filter((e) => e.kind === 'rejected' && e.lastEventId === 'post-1:2').length, 4);
+
+  // None of that touched the kept stream: it still resumes.
+  const response = await resume(mock, 'post-1:2', { session: s.id });
+  assert.equal(response.status, 200);
+  staged.release();
+  const { events } = await readToEnd(eventReader(response));
+  assert.equal(events.at(-1).message.id, 12);
+});
+
+test('a_cut_waiting_for_events_that_never_come_happens_before_the_response', async (t) => {
+  const mock = await startMockMcp({ resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  // `search` sends its response only: the cut comes first, the response is kept.
+  mock.cutNextCallStream({ afterEvents: 1, close: true });
+  const { events } = await readToEnd(eventReader(await post(mock, call(13, 'search', { query: 'refunds' }), { session: s.id })));
+  assert.deepEqual(events, []);
+  assert.deepEqual(mock.cuts().map((e) => [e.afterEvents, e.written]), [[1, 0]]);
+  assert.deepEqual(mock.keptStreams().map((e) => [e.stream, e.events, e.answered]), [['post-1', 1, true]]);
+  const rest = await readToEnd(eventReader(await resume(mock, 'post-1:0', { session: s.id })));
+  assert.deepEqual(rest.events.map((e) => [e.id, e.retry, e.message.id]), [['post-1:1', 200, 13]]);
+
+  // A question of the server's on a cut stream waits; the answer comes on the resumption.
+  const asking = await startMockMcp({ resumable: true });
+  t.after(() => asking.close());
+  const a = await session(asking, '2025-06-18', ELICITING);
+  asking.cutNextCallStream({ afterEvents: 1 });
+  const cut = eventReader(await post(asking, { jsonrpc: '2.0', id: 14, method: 'tools/call', params: { name: 'check_availability', arguments: {} } }, { session: a.id }));
+  const { events: [question], broke } = await readToEnd(cut);
+  assert.ok(broke);
+  assert.equal(question.id, 'post-1:1');
+  assert.equal(question.message.method, 'elicitation/create');
+  const answered = await post(asking, { jsonrpc: '2.0', id: question.message.id, result: { action: 'accept', content: { day: '2025-07-01' } } }, { session: a.id });
+  assert.equal(answered.status, 202);
+  await asking.waitFor((log) => log.some((e) => e.id === 14 && e.outcome === 'answered'), { timeout: 5000 });
+  const after = await readToEnd(eventReader(await resume(asking, cut.lastEventId(), { session: a.id })));
+  assert.deepEqual(after.events.map((e) => [e.id, e.message.result.content[0].text]), [['post-1:2', 'Tables free on 2025-07-01: 3']]);
+});
+
+test('reset_forgets_kept_streams_and_a_pending_cut_and_a_client_s_close_stops_an_uncut_call', async (t) => {
+  const staged = stagedTool();
+  const slowReport = demoTools({}).find((tool) => tool.name === 'slow_report');
+  const mock = await startMockMcp({ tools: [staged.tool, slowReport], resumable: true });
+  t.after(() => mock.close());
+  let s = await session(mock);
+
+  mock.cutNextCallStream({ afterEvents: 1 });
+  await readToEnd(eventReader(await post(mock, call(15, 'staged'), { session: s.id })));
+  assert.equal(mock.keptStreams().length, 1);
+  mock.cutNextCallStream({ afterEvents: 1 });
+  mock.reset();
+  assert.deepEqual(mock.keptStreams(), []);
+
+  s = await session(mock);
+  staged.release();
+  const { events, broke } = await readToEnd(eventReader(await post(mock, call(16, 'staged'), { session: s.id })));
+  assert.equal(broke, null, 'no cut left over');
+  assert.equal(events.at(-1).message.id, 16);
+  assert.equal(events.at(-1).id, 'post-2:6', 'stream ids are never reused');
+  assert.deepEqual(mock.cuts(), []);
+
+  // A client that closes a stream nobody cut still stops the call, as without resumable.
+  const controller = new AbortController();
+  const dropped = eventReader(await post(mock, call(17, 'slow_report', { steps: 50 }), { session: s.id, signal: controller.signal }));
+  assert.equal((await dropped.nextEvent()).id, 'post-3:1');
+  controller.abort();
+  await mock.waitFor((log) => log.some((e) => e.id === 17 && e.outcome === 'disconnected'), { timeout: 5000 });
+  assert.deepEqual(mock.keptStreams(), []);
+  assert.equal((await resume(mock, 'post-3:1', { session: s.id })).status, 400);
+  assert.throws(() => mock.cutNextCallStream({ afterEvents: -1 }), /afterEvents/);
+  assert.throws(() => mock.cutNextCallStream({ close: 'yes' }), /close/);
+});
