@@ -607,7 +607,8 @@ fn a_broken_answer_stream_is_resumed_after_the_last_event_the_server_numbered() 
 
     // A JSON answer, or a stream without ids, cannot be resumed.
     let mut json = AnswerReader::new("application/json");
-    json.push(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}").unwrap();
+    json.push(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}")
+        .unwrap();
     assert_eq!(json.last_event_id(), None);
     let mut plain = AnswerReader::new("text/event-stream");
     plain
@@ -628,5 +629,9 @@ fn resumptions_wait_as_the_server_asked_double_and_stop_after_three() {
     assert_eq!(resume_delay_ms(3, None), None);
     assert_eq!(resume_delay_ms(0, Some(250)), Some(250));
     assert_eq!(resume_delay_ms(0, Some(0)), Some(100), "not at once");
-    assert_eq!(resume_delay_ms(2, Some(60_000)), Some(10_000), "not for ever");
+    assert_eq!(
+        resume_delay_ms(2, Some(60_000)),
+        Some(10_000),
+        "not for ever"
+    );
 }
