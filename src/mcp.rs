@@ -791,7 +791,7 @@ impl AnswerReader {
     }
 }
 
-/// How many times an answer stream that broke is resumed in a row
+/// How many times, in all, the answer stream of one request is resumed
 /// (`Last-Event-ID`) before the request is given up as unanswered.
 pub const MAX_RESUMES: u32 = 3;
 

@@ -74,6 +74,23 @@ impl OAuthError {
             .any(|code| why.split([' ', ',', ':']).any(|word| word == *code))
     }
 
+    /// The sign-in window failed to show the server's page (Chrome's
+    /// "Authorization page could not be loaded"), as for a client the
+    /// server does not know; not a window the user closed.
+    pub fn page_not_shown(&self) -> bool {
+        matches!(self, OAuthError::WindowClosed(why) if why.contains("could not be loaded"))
+    }
+
+    /// The same error with a sentence for the user after its reason.
+    pub fn with_note(self, note: &str) -> Self {
+        match self {
+            OAuthError::Denied(why) => OAuthError::Denied(format!("{why}; {note}")),
+            OAuthError::WindowClosed(why) => OAuthError::WindowClosed(format!("{why}; {note}")),
+            OAuthError::Token(why) => OAuthError::Token(format!("{why}; {note}")),
+            other => other,
+        }
+    }
+
     pub fn describe(&self, server: &str) -> String {
         let why = match self {
             OAuthError::Discovery(why) => format!("its sign-in could not be found ({why})"),
@@ -171,15 +188,27 @@ pub fn resource_metadata_urls(www_authenticate: Option<&str>, server_url: &str) 
 }
 
 /// The scopes a challenge asks for (its `scope`, RFC 6750 §3), if any.
+/// Only scope tokens as RFC 6749 §3.3 spells them, at most
+/// `MAX_CHALLENGE_SCOPES` of at most 100 characters each: the server's
+/// words reach the sign-in address, the model and Settings.
 pub fn challenge_scopes(www_authenticate: Option<&str>) -> Option<Vec<String>> {
     let scope = challenge_param(www_authenticate?, "scope")?;
     let scopes: Vec<String> = scope
         .split(' ')
-        .filter(|s| !s.is_empty())
+        .filter(|s| {
+            !s.is_empty()
+                && s.len() <= 100
+                && s.bytes()
+                    .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+        })
+        .take(MAX_CHALLENGE_SCOPES)
         .map(str::to_string)
         .collect();
     (!scopes.is_empty()).then_some(scopes)
 }
+
+/// The most scopes taken from a challenge.
+pub const MAX_CHALLENGE_SCOPES: usize = 20;
 
 /// The challenge of a 403 says the token lacks a scope (RFC 6750 §3.1
 /// `insufficient_scope`): signing in again for it may help.
@@ -245,7 +274,7 @@ impl ResourceMetadata {
     pub fn parse(value: &Value, server_url: &str) -> Result<Self, OAuthError> {
         if let Some(resource) = value.get("resource") {
             let resource = resource.as_str().unwrap_or("");
-            if resource.trim_end_matches('/') != server_url.trim_end_matches('/') {
+            if !covers(resource, server_url) {
                 return Err(OAuthError::Discovery(format!(
                     "its metadata is for {resource:?}, not for {server_url}"
                 )));
@@ -275,6 +304,25 @@ impl ResourceMetadata {
             .unwrap_or_default();
         Ok(ResourceMetadata { issuer, scopes })
     }
+}
+
+/// The protected resource `resource` is the server at `server_url` or a
+/// part of its origin above it (metadata at the origin's root names the
+/// origin, RFC 9728 §3.3): same origin, and the server's path is the
+/// resource's or under it.
+fn covers(resource: &str, server_url: &str) -> bool {
+    let (Some((origin, path)), Some((server_origin, server_path))) =
+        (split_url(resource), split_url(server_url))
+    else {
+        return false;
+    };
+    let path = path.trim_end_matches('/');
+    let server_path = server_path.trim_end_matches('/');
+    origin.eq_ignore_ascii_case(server_origin)
+        && (server_path == path
+            || server_path
+                .strip_prefix(path)
+                .is_some_and(|rest| rest.starts_with('/')))
 }
 
 /// Where an issuer's metadata may be, in the order to try (RFC 8414 §3.1,
@@ -682,11 +730,12 @@ pub fn grant_key(server_url: &str) -> String {
 }
 
 /// Where the client this extension registered with an authorization
-/// server is kept: this prefix and the server's registration endpoint.
+/// server is kept: this prefix and the server's token endpoint (which a
+/// grant names, so a renewal refused for the client can forget it).
 pub const CLIENT_KEY_PREFIX: &str = "mcpClient:";
 
-pub fn client_key(registration_endpoint: &str) -> String {
-    format!("{CLIENT_KEY_PREFIX}{registration_endpoint}")
+pub fn client_key(token_endpoint: &str) -> String {
+    format!("{CLIENT_KEY_PREFIX}{token_endpoint}")
 }
 
 /// The client registered with an authorization server, kept so that the

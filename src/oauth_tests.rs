@@ -73,6 +73,22 @@ fn a_sign_in_asks_for_the_challenge_s_scopes_else_every_scope_of_the_metadata() 
         ["tools", "files:write"]
     );
     assert!(!is_insufficient_scope(r#"Bearer error="invalid_token""#));
+    // Only scope tokens (RFC 6749 §3.3), at most 20 of at most 100 bytes.
+    assert_eq!(
+        challenge_scopes(Some("Bearer scope=\"a\\\"b ok \u{e9}t\u{e9} c\"")),
+        Some(vec!["ok".to_string(), "c".to_string()])
+    );
+    let many = format!(
+        "Bearer scope=\"{} {}\"",
+        "x".repeat(101),
+        (0..30)
+            .map(|i| format!("s{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let taken = challenge_scopes(Some(&many)).unwrap();
+    assert_eq!(taken.len(), MAX_CHALLENGE_SCOPES);
+    assert_eq!(taken[0], "s0");
     assert!(!is_insufficient_scope(
         r#"Bearer scope="insufficient_scope""#
     ));
@@ -94,6 +110,29 @@ fn resource_metadata_must_be_for_this_server_and_name_a_secure_issuer() {
     .unwrap();
     assert_eq!(ok.issuer, "https://auth.example.com");
     assert_eq!(ok.scopes, ["tools"]);
+    // Metadata at the origin's root names the origin (RFC 9728 §3.3); a
+    // resource above the server on its origin covers it, nothing else.
+    for resource in [
+        "https://mcp.example.com",
+        "https://mcp.example.com/",
+        "https://MCP.example.com/mcp/",
+    ] {
+        let doc =
+            json!({ "resource": resource, "authorization_servers": ["https://auth.example.com"] });
+        assert!(ResourceMetadata::parse(&doc, url).is_ok(), "{resource}");
+    }
+    for resource in [
+        "https://mcp.example.com/mc",
+        "https://mcp.example.com/mcp/v2",
+        "https://mcp.example.com.evil/",
+        "http://mcp.example.com/mcp",
+        "https://mcp.example.com:444/mcp",
+        "",
+    ] {
+        let doc =
+            json!({ "resource": resource, "authorization_servers": ["https://auth.example.com"] });
+        assert!(ResourceMetadata::parse(&doc, url).is_err(), "{resource}");
+    }
     let other = ResourceMetadata::parse(
         &json!({ "resource": "https://other.example/mcp", "authorization_servers": ["https://auth.example.com"] }),
         url,
@@ -397,8 +436,8 @@ fn a_registered_client_is_kept_for_its_redirect_and_forgotten_when_the_server_di
         redirect_uri: "https://abc.chromiumapp.org/mcp-sign-in".into(),
     };
     assert_eq!(
-        client_key("https://auth.example.com/register"),
-        "mcpClient:https://auth.example.com/register"
+        client_key("https://auth.example.com/token"),
+        "mcpClient:https://auth.example.com/token"
     );
     let kept = client.to_json();
     assert_eq!(
@@ -425,4 +464,16 @@ fn a_registered_client_is_kept_for_its_redirect_and_forgotten_when_the_server_di
     )
     .blames_client());
     assert!(!OAuthError::Registration("invalid_client".into()).blames_client());
+    // Chrome's words for a sign-in page that could not be shown, not for a
+    // window the user closed.
+    assert!(
+        OAuthError::WindowClosed("Authorization page could not be loaded.".into()).page_not_shown()
+    );
+    assert!(!OAuthError::WindowClosed("The user did not approve access.".into()).page_not_shown());
+    assert_eq!(
+        OAuthError::WindowClosed("Authorization page could not be loaded.".into())
+            .with_note("sign in again")
+            .describe("docs"),
+        "Signing in to the MCP server \"docs\" failed: the sign-in did not complete (Authorization page could not be loaded.; sign in again)."
+    );
 }

@@ -86,9 +86,6 @@ pub struct Server {
     /// The user's sign-in to the server's address (shared with any other
     /// server configured at the same address).
     grant: Rc<GrantSlot>,
-    /// The `WWW-Authenticate` of the server's last 401 (where its sign-in
-    /// metadata is).
-    challenge: RefCell<Option<String>>,
     /// How many requests were refused for want of a sign-in (a call
     /// compares it before and after).
     sign_in_refusals: Cell<u64>,
@@ -142,6 +139,10 @@ pub struct GrantSlot {
     epoch: Cell<u64>,
     /// A sign-in window is open for the address.
     signing_in: Cell<bool>,
+    /// The `WWW-Authenticate` of the last 401 or 403 asking for a sign-in
+    /// at the address (where its metadata is, which scopes it wants), from
+    /// whichever server there was refused.
+    challenge: RefCell<Option<String>>,
     /// No configured server uses the address any more: a sign-in that
     /// completes now keeps nothing.
     retired: Cell<bool>,
@@ -156,6 +157,7 @@ impl GrantSlot {
             renewing: futures::lock::Mutex::new(()),
             epoch: Cell::new(0),
             signing_in: Cell::new(false),
+            challenge: RefCell::new(None),
             retired: Cell::new(false),
         }
     }
@@ -224,6 +226,11 @@ impl GrantSlot {
 
     async fn renew_now(&self, failed: Option<&str>, server: &str) -> Renewal {
         let _one_at_a_time = self.renewing.lock().await;
+        // No server uses the address any more: nothing is renewed or
+        // written (its grant may have been forgotten with it).
+        if self.retired.get() {
+            return Renewal::Refused;
+        }
         let Some(grant) = self.grant.borrow().clone() else {
             return Renewal::Refused;
         };
@@ -252,6 +259,11 @@ impl GrantSlot {
                 super::console_error(&e.describe(server));
                 self.replace(None);
                 super::oauth::keep_grant(&self.url, None).await;
+                // A client the server no longer knows: the next sign-in
+                // registers a new one.
+                if e.blames_client() {
+                    super::oauth::forget_client(&grant.token_endpoint).await;
+                }
                 Renewal::Refused
             }
         }
@@ -274,7 +286,6 @@ impl Server {
             stream: RefCell::new(None),
             relisting: Cell::new(None),
             grant,
-            challenge: RefCell::new(None),
             sign_in_refusals: Cell::new(0),
         }
     }
@@ -282,7 +293,7 @@ impl Server {
     /// A grant may be used with this server: it has no `Authorization`
     /// of its own and is https (or on this machine): a token never
     /// crosses the network in clear text.
-    fn takes_grant(&self) -> bool {
+    pub fn takes_grant(&self) -> bool {
         !self.own_authorization() && crate::oauth::is_secure_url(&self.config.url)
     }
 
@@ -351,7 +362,7 @@ impl Server {
         if slot.signing_in.replace(true) {
             return Err(None);
         }
-        let challenge = self.challenge.borrow().clone();
+        let challenge = slot.challenge.borrow().clone();
         let result = super::oauth::sign_in(&self.config, challenge.as_deref(), || {
             js_sys::Date::now() as u64
         })
@@ -361,14 +372,21 @@ impl Server {
         if slot.retired.get() {
             return Err(None);
         }
+        // In memory first: a renewal finishing meanwhile then keeps
+        // nothing over it (the epoch moved).
+        slot.replace(Some(grant.clone()));
         super::oauth::keep_grant(&slot.url, Some(&grant)).await;
-        slot.replace(Some(grant));
         Ok(())
     }
 
     /// Forget the user's sign-in to the server's address (kept and in
     /// memory).
     pub async fn sign_out(&self) {
+        // An entry with its own Authorization holds no sign-in to forget
+        // (a server of the user's at the same address may).
+        if !self.takes_grant() {
+            return;
+        }
         self.grant.replace(None);
         super::oauth::keep_grant(&self.grant.url, None).await;
     }
@@ -681,7 +699,7 @@ impl Server {
                 Err(McpError::SessionExpired) if !session_retried => session_retried = true,
                 Err(McpError::SignInNeeded(challenge)) => {
                     if challenge.is_some() {
-                        *self.challenge.borrow_mut() = challenge.clone();
+                        *self.grant.challenge.borrow_mut() = challenge.clone();
                     }
                     if !renewed && token.is_some() {
                         renewed = true;
@@ -701,7 +719,7 @@ impl Server {
                 // No renewal grants a scope: the user signs in again, and
                 // the sign-in asks for the challenge's scopes.
                 Err(McpError::MorePermissionNeeded(challenge)) => {
-                    *self.challenge.borrow_mut() = Some(challenge.clone());
+                    *self.grant.challenge.borrow_mut() = Some(challenge.clone());
                     self.sign_in_refusals.set(self.sign_in_refusals.get() + 1);
                     return Err(McpError::MorePermissionNeeded(challenge));
                 }
@@ -911,6 +929,9 @@ impl Server {
         if self.takes_grant() && self.grant.expiring() {
             self.renew(self.access_token()).await;
         }
+        // The token sent: a refusal renews that one (another server at the
+        // address may have renewed it meanwhile).
+        let sent = self.access_token();
         let mut headers = self.headers(Some(session));
         headers[0].1 = "text/event-stream".to_string();
         let headers: Vec<(&str, &str)> = headers
@@ -931,8 +952,8 @@ impl Server {
         match response.status {
             // A token refused: renewed, the stream is opened again soon;
             // else the next request finds out the sign-in is wanted.
-            401 if self.access_token().is_some() => {
-                return match self.renew(self.access_token()).await {
+            401 if sent.is_some() => {
+                return match self.renew(sent).await {
                     Renewal::Renewed => StreamEnd::Failed,
                     _ => StreamEnd::Stop,
                 };
@@ -1097,12 +1118,13 @@ impl McpServers {
         self.servers.borrow().clone()
     }
 
-    /// The servers that share `server`'s sign-in (itself among them).
+    /// The servers that use `server`'s sign-in (itself among them if it
+    /// takes one; an entry with its own `Authorization` uses none).
     pub fn sharing_grant(&self, server: &Server) -> Vec<Rc<Server>> {
         self.servers
             .borrow()
             .iter()
-            .filter(|s| s.shares_grant_with(server))
+            .filter(|s| s.shares_grant_with(server) && s.takes_grant())
             .cloned()
             .collect()
     }
@@ -1127,11 +1149,11 @@ impl McpServers {
         server
     }
 
-    /// Forget the server of that name (its session ends with it; its
-    /// address's sign-in with it if no other server uses the address).
-    pub fn remove(&self, name: &str) {
+    /// Forget `server` (its session ends with it; its address's sign-in
+    /// with it if no other server uses the address).
+    pub fn remove(&self, server: &Rc<Server>) {
         let mut servers = self.servers.borrow_mut();
-        let Some(at) = servers.iter().position(|s| s.config.name == name) else {
+        let Some(at) = servers.iter().position(|s| Rc::ptr_eq(s, server)) else {
             return;
         };
         let server = servers.remove(at);

@@ -395,7 +395,11 @@ impl Driver {
                     let driver = self.rc();
                     spawn_local(async move {
                         server.sign_out().await;
-                        driver.signed_in_or_out(&server);
+                        if server.takes_grant() {
+                            driver.signed_in_or_out(&server);
+                        } else {
+                            driver.relist_mcp(server);
+                        }
                     });
                 }
             }
@@ -994,7 +998,13 @@ impl Driver {
         if let Err(problem) = &outcome {
             if server.sign_in_refusals() > refusals && self.mcp.holds(&server) {
                 let config = &server.config;
+                // A renewal refused here signed out every server at the
+                // address.
+                let signed_in = self.signed_in_at(&server);
                 self.input(|e, now| {
+                    for (name, added_by, on) in &signed_in {
+                        e.handle_mcp_signed_in(name, *added_by, *on);
+                    }
                     e.handle_mcp_status(
                         now,
                         &config.name,
@@ -1194,7 +1204,10 @@ impl Driver {
             return;
         }
         let signing = |on: bool| {
-            let sharing = self.mcp.sharing_grant(&server);
+            let mut sharing = self.mcp.sharing_grant(&server);
+            if !server.takes_grant() {
+                sharing.push(server.clone());
+            }
             self.input(|e, _| {
                 for s in &sharing {
                     e.handle_mcp_signing_in(&s.config.name, s.added_by, on);
@@ -1278,6 +1291,7 @@ impl Driver {
         let (wanted, refused) = crate::mcp::split_user_servers(value, &extension);
         // Gone or changed: removed (a changed one is set up anew below).
         let mut removed: Vec<String> = Vec::new();
+        let mut retired: Vec<Rc<mcp::Server>> = Vec::new();
         // The addresses whose sign-in is forgotten with them (unless a
         // server still in use has the same one).
         let mut forget: Vec<String> = Vec::new();
@@ -1287,6 +1301,7 @@ impl Driver {
         {
             if !wanted.iter().any(|w| *w == server.config) {
                 removed.push(server.config.name.clone());
+                retired.push(server.clone());
                 let url = &server.config.url;
                 let kept = wanted.iter().any(|w| w.url == *url)
                     || current
@@ -1301,17 +1316,22 @@ impl Driver {
             .into_iter()
             .filter(|config| !current.iter().any(|s| s.config == *config))
             .collect();
-        {
-            let mut catalog = self.mcp_catalog.borrow_mut();
-            for name in &removed {
-                self.mcp.remove(name);
-                catalog.remove(name);
-            }
-        }
+        // The new ones first: one changed at the same address keeps its
+        // sign-in (the address is never without a server meanwhile, so a
+        // renewal or a sign-in under way there is kept).
         let fresh: Vec<Rc<mcp::Server>> = added
             .into_iter()
             .map(|config| self.mcp.add(config, McpServerOrigin::User))
             .collect();
+        for server in &retired {
+            self.mcp.remove(server);
+        }
+        {
+            let mut catalog = self.mcp_catalog.borrow_mut();
+            for name in &removed {
+                catalog.remove(name);
+            }
+        }
         for refusal in &refused {
             console_error(&format!("your MCP servers: {}", refusal.problem));
         }

@@ -122,9 +122,11 @@ pub async fn sign_in(
         .registration_endpoint
         .as_deref()
         .ok_or(OAuthError::NoRegistration)?;
-    // The client registered here before, else a new one (kept at once:
-    // a sign-in denied now still has it for the next).
-    let kept = load_client(registration, &redirect).await;
+    // The client registered with this authorization server before (kept
+    // under its token endpoint, which a grant names too), else a new one
+    // (kept at once: a sign-in denied now still has it for the next).
+    let issuer_key = auth_server.token_endpoint.as_str();
+    let kept = load_client(issuer_key, &redirect).await;
     let reused = kept.is_some();
     let client_id = match kept {
         Some(client) => client.client_id,
@@ -134,7 +136,7 @@ pub async fn sign_in(
                 client_id: client_id.clone(),
                 redirect_uri: redirect.clone(),
             };
-            keep_client(registration, Some(&client)).await;
+            keep_client(issuer_key, Some(&client)).await;
             client_id
         }
     };
@@ -148,15 +150,23 @@ pub async fn sign_in(
         now,
     )
     .await;
-    // A kept client the server no longer knows: its sign-in page shows an
-    // error instead of coming back (the window is closed), or the server
-    // says so. Forgotten, the next sign-in registers a new one.
-    if let Err(e) = &result {
-        if reused && (e.blames_client() || matches!(e, OAuthError::WindowClosed(_))) {
-            keep_client(registration, None).await;
+    // A kept client the server no longer knows: its sign-in page cannot
+    // be shown (Chrome: "Authorization page could not be loaded"), or the
+    // server says so. Forgotten, the next sign-in registers a new one. A
+    // window the user closed says nothing of the client.
+    match result {
+        Err(e) if reused && (e.blames_client() || e.page_not_shown()) => {
+            keep_client(issuer_key, None).await;
+            Err(e.with_note("the client this extension had registered there was forgotten: sign in again to register a new one"))
         }
+        other => other,
     }
-    result
+}
+
+/// Forget the client kept for the authorization server whose token
+/// endpoint is `token_endpoint` (it refused a renewal for the client).
+pub async fn forget_client(token_endpoint: &str) {
+    keep_client(token_endpoint, None).await;
 }
 
 /// Register this extension as a public client (RFC 7591): its client id.
@@ -295,24 +305,26 @@ pub async fn keep_grant(url: &str, grant: Option<&Grant>) {
     }
 }
 
-/// The client kept for `registration` (registered for `redirect`).
-async fn load_client(registration: &str, redirect: &str) -> Option<KeptClient> {
-    let value = chrome::load_local(&oauth::client_key(registration))
+/// The client kept for the authorization server of `token_endpoint`
+/// (registered for `redirect`).
+async fn load_client(token_endpoint: &str, redirect: &str) -> Option<KeptClient> {
+    let value = chrome::load_local(&oauth::client_key(token_endpoint))
         .await
         .ok()?;
     KeptClient::from_json(&value, redirect)
 }
 
-/// Keep the client registered at `registration`, or forget it (None).
-async fn keep_client(registration: &str, client: Option<&KeptClient>) {
-    let key = oauth::client_key(registration);
+/// Keep the client registered with the authorization server of
+/// `token_endpoint`, or forget it (None).
+async fn keep_client(token_endpoint: &str, client: Option<&KeptClient>) {
+    let key = oauth::client_key(token_endpoint);
     let kept = match client {
         Some(client) => chrome::store_local(&key, &client.to_json()).await,
         None => chrome::remove_local(&key).await,
     };
     if let Err(e) = kept {
         super::console_error(&format!(
-            "the client registered at {registration} was not kept: {}",
+            "the client registered for {token_endpoint} was not kept: {}",
             e.message
         ));
     }

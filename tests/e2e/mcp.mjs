@@ -1440,6 +1440,8 @@ mcpTest(
       [['/.well-known/oauth-protected-resource', 200]],
       'found at the root',
     );
+    // After the address with the server's path (RFC 9728 §3.1), which is 404 here.
+    assert.ok(mcp.log().some((e) => e.kind === 'rejected' && e.status === 404 && e.path === '/.well-known/oauth-protected-resource/mcp'), 'the path address tried first');
 
     // Signed in: only the challenge's scope is asked for, not every scope
     // the metadata lists; the issuer named in the answer is checked.

@@ -564,7 +564,7 @@ test('the_resource_metadata_can_be_at_the_root_or_at_both_addresses', async (t) 
   const served = await fetch(`${root.origin}${atRoot}`);
   assert.equal(served.status, 200);
   assert.equal(served.headers.get('access-control-allow-origin'), '*');
-  assert.deepEqual(await served.json(), { resource: root.url, authorization_servers: [root.origin], scopes_supported: ['tools'], bearer_methods_supported: ['header'] });
+  assert.deepEqual(await served.json(), { resource: root.origin, authorization_servers: [root.origin], scopes_supported: ['tools'], bearer_methods_supported: ['header'] });
   // The path-inserted address is unknown, like any other path.
   assert.equal((await fetch(`${root.origin}${atPath}`)).status, 404);
   assert.deepEqual(root.authLog().map((e) => [e.kind, e.path, e.status]), [['metadata', atRoot, 200]]);
@@ -580,7 +580,9 @@ test('the_resource_metadata_can_be_at_the_root_or_at_both_addresses', async (t) 
     assert.equal(response.status, 200, path);
     documents.push(await response.json());
   }
-  assert.deepEqual(documents[0], documents[1]);
+  // The root's describes the origin (RFC 9728 §3.3), the other the server.
+  assert.deepEqual({ ...documents[0], resource: both.origin }, documents[1]);
+  assert.equal(documents[0].resource, both.url);
   assert.deepEqual(both.authLog().map((e) => [e.kind, e.path, e.status]), [['metadata', atPath, 200], ['metadata', atRoot, 200]]);
 
   // The default serves the path-inserted address only.

@@ -137,7 +137,8 @@
 //     `stream` a GET event stream opened (method 'GET', status 200, `stream`:
 //     its number from 1, `closed`: false until it ends, then true with
 //     `closedAt` (Date.now()) and `closedBy`: 'client'|'server'); a refused
-//     GET is a `rejected` entry with method 'GET'. `sent` a notification the
+//     GET is a `rejected` entry with method 'GET'; a request to another
+//     path than /mcp is a `rejected` entry (status 404) with its `path`. `sent` a notification the
 //     server sent: { kind: 'sent', method, params?, session, stream, headers
 //     (the GET's) } per GET stream written, or { kind: 'sent', method,
 //     params?, session, callId, headers (the call's) } for ctx.notify on a
@@ -192,7 +193,7 @@
 //     GET  M (RFC 9728; metadataAt 'both': at either address, else only at
 //       M, the other 404 like any unknown path; logged as kind 'metadata'
 //       at either, `path` telling which):
-//       { resource: O/mcp, authorization_servers: [O], scopes_supported,
+//       { resource: O/mcp (at the root: O), authorization_servers: [O], scopes_supported,
 //       bearer_methods_supported: ['header'] }.
 //     GET  O/.well-known/oauth-authorization-server (RFC 8414): { issuer: O,
 //       authorization_endpoint: O/authorize, token_endpoint: O/token,
@@ -995,7 +996,9 @@ export async function startMockMcp(options = {}) {
     if (route.kind === 'metadata') {
       entry.status = 200;
       authRecord(entry);
-      return oauthJson(res, 200, { resource: mcpUrl(), authorization_servers: [origin], scopes_supported: scopes, bearer_methods_supported: ['header'] });
+      // The document at the origin's root describes the origin (RFC 9728 §3.3).
+      const resource = url.pathname === METADATA_AT_ROOT ? origin : mcpUrl();
+      return oauthJson(res, 200, { resource, authorization_servers: [origin], scopes_supported: scopes, bearer_methods_supported: ['header'] });
     }
 
     if (route.kind === 'as-metadata') {
@@ -1233,7 +1236,10 @@ export async function startMockMcp(options = {}) {
     const headers = { ...req.headers };
     const entry = { kind: 'rejected', headers, status: 0, session: headers['mcp-session-id'] ?? null };
     if (req.method === 'GET') entry.method = 'GET';
-    if (url.pathname !== '/mcp') return reject(res, entry, 404, `No MCP endpoint at ${url.pathname}.`);
+    if (url.pathname !== '/mcp') {
+      entry.path = url.pathname;
+      return reject(res, entry, 404, `No MCP endpoint at ${url.pathname}.`);
+    }
     if (down !== null) return reject(res, entry, down, 'The server is down for maintenance.', -32000);
     if (authConfig && ['POST', 'GET', 'DELETE'].includes(req.method)) {
       const problem = bearerProblem(headers.authorization);
