@@ -1532,3 +1532,40 @@ mcpTest(
   },
   { resumable: true },
 );
+
+mcpTest(
+  'more_permission_granted_for_one_server_serves_every_server_at_its_address',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    mcp.setAutoApprove(true);
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    await addServerInPanel(panel, { name: 'mydocs', url: mcp.url });
+    await panel.getByRole('button', { name: 'Sign in to the MCP server docs', exact: true }).click();
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mydocs', 'user', 'ready']]);
+    assert.equal(mcp.authLog().filter((e) => e.kind === 'authorize').at(-1).params.scope, 'tools');
+
+    // The user's server is refused a tool for want of a scope...
+    await closeSettings(panel);
+    await scriptModel(mock, [call('mydocs__create_ticket', { subject: 'Refund' }), { text: 'Needs more.' }]);
+    await submitTask(panel, 'Open a ticket');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const refused = await waitForSettledTurn(panel);
+    assert.match(resultsByTool(mock.requests().at(-1)).mydocs__create_ticket, /needs more permission than your sign-in gave \(tools admin\)/);
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mydocs', 'user', 'sign_in_needed']]);
+    // ...its sign-in asks for what the refusal named, and the other
+    // server at the address uses the new grant too.
+    await panel.getByRole('button', { name: 'Sign in to the MCP server mydocs', exact: true }).click();
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mydocs', 'user', 'ready']]);
+    assert.equal(mcp.authLog().filter((e) => e.kind === 'authorize').at(-1).params.scope, 'tools admin');
+    await closeSettings(panel);
+    await scriptModel(mock, [call('docs__create_ticket', { subject: 'Refund' }), { text: 'Opened.' }]);
+    await submitTask(panel, 'Open it from the other one');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const opened = await waitForSettledTurn(panel, { previousTurnId: refused.turnId });
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__create_ticket, /Opened ticket T-1: Refund/);
+    assert.equal(mcp.clients().length, 1, 'one client for both');
+    assert.equal(opened.state, 'completed');
+  },
+  { auth: { challengeScope: 'tools', scopes: ['tools', 'admin'], scopedTools: { create_ticket: 'admin' } } },
+);
