@@ -579,6 +579,7 @@ impl Server {
         last: &str,
         controller: &AbortController,
     ) -> Resumed {
+        let sent = self.access_token();
         let mut headers = self.headers(session);
         headers[0].1 = "text/event-stream".to_string();
         headers.push(("last-event-id".into(), last.to_string()));
@@ -593,6 +594,14 @@ impl Server {
             AnswerReader::new(&response.header("content-type").unwrap_or_default()).is_stream();
         match response.status {
             200..=299 if is_stream => Resumed::Opened(response),
+            // The token ended meanwhile: renewed, asked again.
+            401 if sent.is_some() => {
+                response.cancel();
+                match self.renew(sent).await {
+                    Renewal::Renewed => Resumed::Failed,
+                    _ => Resumed::Refused,
+                }
+            }
             // The server's trouble: asked again after a while.
             408 | 429 | 500..=599 => {
                 response.cancel();
