@@ -997,23 +997,7 @@ impl Driver {
         // Refused for want of a sign-in: Settings offers one.
         if let Err(problem) = &outcome {
             if server.sign_in_refusals() > refusals && self.mcp.holds(&server) {
-                let config = &server.config;
-                // A renewal refused here signed out every server at the
-                // address.
-                let signed_in = self.signed_in_at(&server);
-                self.input(|e, now| {
-                    for (name, added_by, on) in &signed_in {
-                        e.handle_mcp_signed_in(name, *added_by, *on);
-                    }
-                    e.handle_mcp_status(
-                        now,
-                        &config.name,
-                        &config.url,
-                        server.added_by,
-                        McpServerState::SignInNeeded,
-                        Some(problem.clone()),
-                    )
-                });
+                self.list_sign_in_needed(&server, problem.clone());
             }
         }
         outcome
@@ -1168,6 +1152,27 @@ impl Driver {
         }
     }
 
+    /// `server` is listed as needing a sign-in, saying why; the servers at
+    /// its address as signed in or not (a renewal refused for one signed
+    /// out them all).
+    fn list_sign_in_needed(&self, server: &mcp::Server, problem: String) {
+        let signed_in = self.signed_in_at(server);
+        let config = &server.config;
+        self.input(|e, now| {
+            for (name, added_by, on) in &signed_in {
+                e.handle_mcp_signed_in(name, *added_by, *on);
+            }
+            e.handle_mcp_status(
+                now,
+                &config.name,
+                &config.url,
+                server.added_by,
+                McpServerState::SignInNeeded,
+                Some(problem.clone()),
+            )
+        });
+    }
+
     /// Whether each server at `server`'s address is signed in (they share
     /// one grant: a renewal refused for one signed out the others too).
     fn signed_in_at(&self, server: &mcp::Server) -> Vec<(String, McpServerOrigin, bool)> {
@@ -1225,17 +1230,7 @@ impl Driver {
             Err(Some(_)) if !self.mcp.holds(&server) => {}
             Err(Some(problem)) => {
                 console_error(&problem);
-                let config = &server.config;
-                self.input(|e, now| {
-                    e.handle_mcp_status(
-                        now,
-                        &config.name,
-                        &config.url,
-                        server.added_by,
-                        McpServerState::SignInNeeded,
-                        Some(problem.clone()),
-                    )
-                });
+                self.list_sign_in_needed(&server, problem);
             }
         }
     }

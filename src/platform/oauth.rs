@@ -292,16 +292,19 @@ pub async fn load_grants(urls: &[&str]) -> Result<Vec<Option<Grant>>, String> {
 
 /// Keep `grant` for its server, or forget the server's (None).
 pub async fn keep_grant(url: &str, grant: Option<&Grant>) {
-    let key = oauth::grant_key(url);
-    let kept = match grant {
-        Some(grant) => chrome::store_local(&key, &grant.to_json()).await,
-        None => chrome::remove_local(&key).await,
+    let what = format!("the sign-in for {url}");
+    keep_or_forget(&oauth::grant_key(url), grant.map(Grant::to_json), &what).await;
+}
+
+/// Store `value` under `key` in `chrome.storage.local`, or remove the key
+/// (None); a failure is named in the console as `what`.
+async fn keep_or_forget(key: &str, value: Option<Value>, what: &str) {
+    let kept = match value {
+        Some(value) => chrome::store_local(key, &value).await,
+        None => chrome::remove_local(key).await,
     };
     if let Err(e) = kept {
-        super::console_error(&format!(
-            "the sign-in for {url} was not kept: {}",
-            e.message
-        ));
+        super::console_error(&format!("{what} was not kept: {}", e.message));
     }
 }
 
@@ -317,15 +320,11 @@ async fn load_client(token_endpoint: &str, redirect: &str) -> Option<KeptClient>
 /// Keep the client registered with the authorization server of
 /// `token_endpoint`, or forget it (None).
 async fn keep_client(token_endpoint: &str, client: Option<&KeptClient>) {
-    let key = oauth::client_key(token_endpoint);
-    let kept = match client {
-        Some(client) => chrome::store_local(&key, &client.to_json()).await,
-        None => chrome::remove_local(&key).await,
-    };
-    if let Err(e) = kept {
-        super::console_error(&format!(
-            "the client registered for {token_endpoint} was not kept: {}",
-            e.message
-        ));
-    }
+    let what = format!("the client registered for {token_endpoint}");
+    keep_or_forget(
+        &oauth::client_key(token_endpoint),
+        client.map(KeptClient::to_json),
+        &what,
+    )
+    .await;
 }
