@@ -9,7 +9,10 @@
 //! for the user's input during a call (`elicitation/create`, handed to the
 //! caller; its answer sent back with [`Server::send`]), and the answer to
 //! any other request of the server's (sampling and roots are refused as
-//! "method not found").
+//! "method not found"), an answer stream that broke resumed after its
+//! last numbered event (GET with `Last-Event-ID`), the event stream of
+//! announcements, and the user's sign-in to each address (`GrantSlot`:
+//! one grant for every server there, read once, renewed once at a time).
 //!
 //! Must not: decide whether a call may run (the engine gatekept it), or
 //! retry a call (only the session is set up again when the server says it
