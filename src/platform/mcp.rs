@@ -394,12 +394,6 @@ impl Server {
         super::oauth::keep_grant(&self.grant.url, None).await;
     }
 
-    /// The server was removed: its stream closed and nothing it announces
-    /// acted on.
-    pub fn retire(&self) {
-        self.stop_following();
-    }
-
     fn next_id(&self) -> u64 {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
@@ -574,6 +568,26 @@ impl Server {
         }
     }
 
+    /// GET an event stream in the session: the announcements' (no
+    /// `last_event_id`) or the rest of an answer's.
+    async fn get_stream(
+        &self,
+        session: Option<&Session>,
+        last_event_id: Option<&str>,
+        controller: &AbortController,
+    ) -> Result<fetch::Streaming, super::error::JsError> {
+        let mut headers = self.headers(session);
+        headers[0].1 = "text/event-stream".to_string();
+        if let Some(last) = last_event_id {
+            headers.push(("last-event-id".into(), last.to_string()));
+        }
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        fetch::get(&self.config.url, &headers, controller).await
+    }
+
     /// Ask the server for the rest of an answer stream that broke after
     /// event `last` (GET with `Last-Event-ID`, in the session).
     async fn resume(
@@ -583,14 +597,7 @@ impl Server {
         controller: &AbortController,
     ) -> Resumed {
         let sent = self.access_token();
-        let mut headers = self.headers(session);
-        headers[0].1 = "text/event-stream".to_string();
-        headers.push(("last-event-id".into(), last.to_string()));
-        let headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let Ok(response) = fetch::get(&self.config.url, &headers, controller).await else {
+        let Ok(response) = self.get_stream(session, Some(last), controller).await else {
             return Resumed::Failed;
         };
         let is_stream =
@@ -944,12 +951,6 @@ impl Server {
         // The token sent: a refusal renews that one (another server at the
         // address may have renewed it meanwhile).
         let sent = self.access_token();
-        let mut headers = self.headers(Some(session));
-        headers[0].1 = "text/event-stream".to_string();
-        let headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
         let opened = js_sys::Date::now();
         let failed = || {
             if controller.signal().aborted() {
@@ -958,7 +959,7 @@ impl Server {
                 StreamEnd::Failed
             }
         };
-        let Ok(mut response) = fetch::get(&self.config.url, &headers, controller).await else {
+        let Ok(mut response) = self.get_stream(Some(session), None, controller).await else {
             return failed();
         };
         match response.status {
@@ -1169,7 +1170,8 @@ impl McpServers {
             return;
         };
         let server = servers.remove(at);
-        server.retire();
+        // Its stream closed; nothing it announces is acted on.
+        server.stop_following();
         if !servers.iter().any(|s| s.shares_grant_with(&server)) {
             server.grant.retire();
         }

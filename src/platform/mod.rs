@@ -1116,9 +1116,7 @@ impl Driver {
                     console_error(&problem);
                     let signed_in = self.signed_in_at(server);
                     self.input(|e, now| {
-                        for (name, added_by, on) in &signed_in {
-                            e.handle_mcp_signed_in(name, *added_by, *on);
-                        }
+                        mirror_signed_in(e, &signed_in);
                         e.handle_mcp_status(now, name, url, added_by, state, Some(problem))
                     });
                     continue;
@@ -1130,9 +1128,7 @@ impl Driver {
             let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
             let signed_in = self.signed_in_at(server);
             self.input(|e, now| {
-                for (name, added_by, on) in &signed_in {
-                    e.handle_mcp_signed_in(name, *added_by, *on);
-                }
+                mirror_signed_in(e, &signed_in);
                 problems.extend(e.handle_mcp_tools(name, descriptors));
                 let problem = (!problems.is_empty()).then(|| problems.join("; "));
                 e.handle_mcp_status(now, name, url, added_by, McpServerState::Ready, problem);
@@ -1159,9 +1155,7 @@ impl Driver {
         let signed_in = self.signed_in_at(server);
         let config = &server.config;
         self.input(|e, now| {
-            for (name, added_by, on) in &signed_in {
-                e.handle_mcp_signed_in(name, *added_by, *on);
-            }
+            mirror_signed_in(e, &signed_in);
             e.handle_mcp_status(
                 now,
                 &config.name,
@@ -1174,7 +1168,8 @@ impl Driver {
     }
 
     /// Whether each server at `server`'s address is signed in (they share
-    /// one grant: a renewal refused for one signed out the others too).
+    /// one grant: a renewal refused for one signed out the others too);
+    /// handed to the engine with `mirror_signed_in`.
     fn signed_in_at(&self, server: &mcp::Server) -> Vec<(String, McpServerOrigin, bool)> {
         self.mcp
             .sharing_grant(server)
@@ -2121,5 +2116,12 @@ impl EngineHandle {
             start: m.start.clone(),
             ..Default::default()
         };
+    }
+}
+
+/// Tell the engine which servers are signed in (`Driver::signed_in_at`).
+fn mirror_signed_in(engine: &mut Engine, signed_in: &[(String, McpServerOrigin, bool)]) {
+    for (name, added_by, on) in signed_in {
+        engine.handle_mcp_signed_in(name, *added_by, *on);
     }
 }

@@ -92,30 +92,15 @@ pub async fn sign_in(
             server.url
         )));
     }
-    let mut resource: Option<ResourceMetadata> = None;
-    let mut tried = Vec::new();
-    for url in &metadata_urls {
-        match get_json(url).await {
-            Ok(value) => {
-                resource = Some(ResourceMetadata::parse(&value, &server.url)?);
-                break;
-            }
-            Err(why) => tried.push(why),
-        }
-    }
-    let resource = resource.ok_or_else(|| OAuthError::Discovery(tried.join("; ")))?;
-    let mut auth_server: Option<AuthServer> = None;
-    let mut tried = Vec::new();
-    for url in oauth::auth_server_metadata_urls(&resource.issuer) {
-        match get_json(&url).await {
-            Ok(value) => {
-                auth_server = Some(AuthServer::parse(&value, &resource.issuer)?);
-                break;
-            }
-            Err(why) => tried.push(why),
-        }
-    }
-    let auth_server = auth_server.ok_or_else(|| OAuthError::Discovery(tried.join("; ")))?;
+    let resource = first_document(&metadata_urls, |value| {
+        ResourceMetadata::parse(value, &server.url)
+    })
+    .await?;
+    let auth_server = first_document(
+        &oauth::auth_server_metadata_urls(&resource.issuer),
+        |value| AuthServer::parse(value, &resource.issuer),
+    )
+    .await?;
     let redirect =
         chrome::redirect_url(REDIRECT_PATH).map_err(|e| OAuthError::Denied(e.message))?;
     let registration = auth_server
@@ -161,6 +146,23 @@ pub async fn sign_in(
         }
         other => other,
     }
+}
+
+/// The first of `urls` that answers a JSON object, checked by `parse`
+/// (a document that does not say what it must is an error, not a reason
+/// to try the next address); why each failed when none answered.
+async fn first_document<T>(
+    urls: &[String],
+    parse: impl Fn(&Value) -> Result<T, OAuthError>,
+) -> Result<T, OAuthError> {
+    let mut tried = Vec::new();
+    for url in urls {
+        match get_json(url).await {
+            Ok(value) => return parse(&value),
+            Err(why) => tried.push(why),
+        }
+    }
+    Err(OAuthError::Discovery(tried.join("; ")))
 }
 
 /// Forget the client kept for the authorization server whose token
