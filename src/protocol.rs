@@ -907,7 +907,9 @@ pub enum Event {
         queue: Vec<QueueItem>,
     },
     /// A provider request failed with a retryable error before any text was
-    /// shown; it is sent again after `delayMs`.
+    /// shown; it is sent again after `delayMs`, at `retryAt` (ms since the
+    /// epoch by the worker's clock, which is the browser's: a panel that
+    /// gets the event late still counts down to the right moment).
     #[serde(rename = "run.retry")]
     RunRetry {
         thread_id: String,
@@ -915,6 +917,7 @@ pub enum Event {
         attempt: u32,
         max_attempts: u32,
         delay_ms: u64,
+        retry_at: u64,
         error: ErrorInfo,
     },
     /// The run waits for the user to approve a tool call.

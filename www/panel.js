@@ -3410,7 +3410,9 @@ function onRunRetry(event) {
     maxAttempts: Number.isFinite(event.maxAttempts) ? event.maxAttempts : null,
     message: retryCause(event.error),
     detail: event.error && typeof event.error.message === "string" ? event.error.message : "",
-    until: Date.now() + delayMs,
+    // The worker's time of the retry (the same clock as ours), so an event
+    // read late counts down what is really left; else from its arrival.
+    until: Number.isFinite(event.retryAt) && event.retryAt > 0 ? event.retryAt : Date.now() + delayMs,
   };
   renderRetry(true);
 }

@@ -483,7 +483,9 @@ export type Event =
   }
   /**
    * A provider request failed with a retryable error before any text was
-   * shown; it is sent again after `delayMs`.
+   * shown; it is sent again after `delayMs`, at `retryAt` (ms since the
+   * epoch by the worker's clock, which is the browser's: a panel that
+   * gets the event late still counts down to the right moment).
    */
   | {
     type: "run.retry";
@@ -492,6 +494,7 @@ export type Event =
     attempt: number;
     maxAttempts: number;
     delayMs: number;
+    retryAt: number;
     error: ErrorInfo;
   }
   /** The run waits for the user to approve a tool call. */

@@ -380,6 +380,7 @@ pick a different element or tool, or explain the problem to the user.",
                 attempt,
                 max_attempts: policy.max_attempts,
                 delay_ms: delay,
+                retry_at: until,
                 error: error.info(),
             },
         );

@@ -40,6 +40,50 @@ fn retries(sim: &Sim) -> Vec<(u32, u64)> {
 }
 
 #[test]
+fn a_retry_says_when_it_is_sent_by_the_clock_a_late_panel_counts_down_to() {
+    let error = ProviderError::new(ErrorKind::ProviderUnavailable, "HTTP 500", true);
+    let mut sim = Sim::new(52, failing_then_ok(1, error, ""), page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    // Step until the retry is announced: it names the moment it is due.
+    let mut announced = None;
+    let mut before = sim.now;
+    for _ in 0..10_000 {
+        before = sim.now;
+        if !sim.step() {
+            break;
+        }
+        announced = sim.events.iter().find_map(|(_, e)| match &e.event {
+            Event::RunRetry {
+                delay_ms, retry_at, ..
+            } => Some((*delay_ms, *retry_at)),
+            _ => None,
+        });
+        if announced.is_some() {
+            break;
+        }
+    }
+    let (delay_ms, retry_at) = announced.expect("a retry was announced");
+    // Due delay_ms after the step that announced it (one step may move
+    // the simulated clock a little).
+    assert!(
+        (before + delay_ms..=sim.now + delay_ms).contains(&retry_at),
+        "{retry_at} not {delay_ms} ms after {before}..{}",
+        sim.now
+    );
+    // The request goes again at that moment, not before.
+    while sim.requests.len() < 2 && sim.step() {
+        assert!(
+            sim.requests.len() < 2 || sim.now >= retry_at,
+            "sent at {} before {retry_at}",
+            sim.now
+        );
+    }
+    assert_eq!(sim.requests.len(), 2);
+    assert!(sim.now >= retry_at);
+}
+
+#[test]
 fn retryable_error_before_first_delta_is_retried_with_backoff() {
     let error = ProviderError::new(ErrorKind::ProviderUnavailable, "HTTP 500", true);
     let mut sim = Sim::new(51, failing_then_ok(2, error, ""), page_tools());
