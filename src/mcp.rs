@@ -80,6 +80,9 @@ pub struct ServerConfig {
     pub headers: Vec<(String, String)>,
     /// How long one call may take (ms).
     pub time_limit_ms: u32,
+    /// How this extension names itself to the server's sign-in server
+    /// when that registers no clients on request (`oauth`).
+    pub oauth: crate::oauth::ClientConfig,
 }
 
 impl ServerConfig {
@@ -217,10 +220,10 @@ pub fn split_user_servers(
 }
 
 fn parse_server(entry: &Value) -> Result<ServerConfig, String> {
-    const FIELDS: [&str; 4] = ["name", "url", "headers", "timeoutMs"];
+    const FIELDS: [&str; 5] = ["name", "url", "headers", "timeoutMs", "oauth"];
     let object = entry
         .as_object()
-        .ok_or("an MCP server must be an object { name, url, headers?, timeoutMs? }")?;
+        .ok_or("an MCP server must be an object { name, url, headers?, timeoutMs?, oauth? }")?;
     let name = object
         .get("name")
         .and_then(Value::as_str)
@@ -299,11 +302,23 @@ fn parse_server(entry: &Value) -> Result<ServerConfig, String> {
                 ))
             })?,
     };
+    let oauth = crate::oauth::ClientConfig::parse(object.get("oauth")).map_err(fail)?;
+    if oauth.is_set()
+        && headers
+            .iter()
+            .any(|(key, _)| key.eq_ignore_ascii_case("authorization"))
+    {
+        return Err(fail(
+            "`oauth` is for a server that signs in, and this entry sends its own Authorization header"
+                .to_string(),
+        ));
+    }
     Ok(ServerConfig {
         name,
         url,
         headers,
         time_limit_ms,
+        oauth,
     })
 }
 

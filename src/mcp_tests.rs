@@ -24,6 +24,9 @@ fn a_server_list_keeps_the_good_entries_and_names_what_to_fix_in_the_others() {
         { "name": "d", "url": "https://x.example/mcp", "headers": { "Mcp-Session-Id": "x" } },
         { "name": "e", "url": "https://x.example/mcp", "headers": { "X-Key": "a\nb" } },
         { "name": "f", "url": "https://x.example/mcp", "timeoutMs": 0 },
+        { "name": "g", "url": "https://x.example/mcp", "oauth": { "clientSecret": "s" } },
+        { "name": "h", "url": "https://x.example/mcp", "oauth": { "clientMetadataUrl": "https://x.example" } },
+        { "name": "i", "url": "https://x.example/mcp", "headers": { "authorization": "Bearer t" }, "oauth": { "clientId": "c" } },
         { "name": "docs", "url": "https://other.example/mcp" },
         "not an object",
         { "url": "https://x.example/mcp" },
@@ -39,6 +42,9 @@ fn a_server_list_keeps_the_good_entries_and_names_what_to_fix_in_the_others() {
         "is set by the client itself",
         "must be text on one line",
         "`timeoutMs` must be a whole number",
+        "unknown field `oauth.clientSecret`",
+        "`oauth.clientMetadataUrl` must have a path",
+        "this entry sends its own Authorization header",
         "another server has that name",
         "must be an object",
         "needs a string `name`",
@@ -48,6 +54,17 @@ fn a_server_list_keeps_the_good_entries_and_names_what_to_fix_in_the_others() {
         assert!(error.contains(wanted), "{error:?} should say {wanted:?}");
     }
     assert_eq!(parse_servers(&Value::Null), (Vec::new(), Vec::new()));
+    let (given, errors) = parse_servers(&json!([{
+        "name": "docs",
+        "url": "https://docs.example/mcp",
+        "oauth": { "clientId": "ext-1", "clientMetadataUrl": "https://ext.example/client.json" },
+    }]));
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(given[0].oauth.client_id.as_deref(), Some("ext-1"));
+    assert_eq!(
+        given[0].oauth.metadata_url.as_deref(),
+        Some("https://ext.example/client.json")
+    );
     let (none, errors) = parse_servers(&json!({ "name": "docs" }));
     assert!(none.is_empty());
     assert_eq!(errors, ["MCP_SERVERS must be an array of servers"]);

@@ -40,9 +40,14 @@ pub enum OAuthError {
     Discovery(String),
     /// An endpoint is neither https nor on this machine.
     Insecure(String),
-    /// The server registers no clients (no `registration_endpoint`), so
-    /// this extension has no client id for it.
-    NoRegistration,
+    /// The server registers no clients (no `registration_endpoint`) and
+    /// the server's entry gives no client id (nor a metadata document it
+    /// takes: `metadata_url_refused` when the entry gives one), so this
+    /// extension has no client id for it.
+    NoRegistration {
+        redirect: String,
+        metadata_url_refused: bool,
+    },
     /// Registering the client failed.
     Registration(String),
     /// The server refused (its answer to the sign-in window).
@@ -83,10 +88,11 @@ impl OAuthError {
 
     /// The same error with a sentence for the user after its reason.
     pub fn with_note(self, note: &str) -> Self {
+        let join = |why: String| format!("{}; {note}", why.trim_end_matches('.'));
         match self {
-            OAuthError::Denied(why) => OAuthError::Denied(format!("{why}; {note}")),
-            OAuthError::WindowClosed(why) => OAuthError::WindowClosed(format!("{why}; {note}")),
-            OAuthError::Token(why) => OAuthError::Token(format!("{why}; {note}")),
+            OAuthError::Denied(why) => OAuthError::Denied(join(why)),
+            OAuthError::WindowClosed(why) => OAuthError::WindowClosed(join(why)),
+            OAuthError::Token(why) => OAuthError::Token(join(why)),
             other => other,
         }
     }
@@ -97,9 +103,17 @@ impl OAuthError {
             OAuthError::Insecure(url) => {
                 format!("its sign-in address {url} is not https (only this machine may use http)")
             }
-            OAuthError::NoRegistration => {
-                "its sign-in server registers no new clients, so this extension has no client id for it".into()
-            }
+            OAuthError::NoRegistration {
+                redirect,
+                metadata_url_refused,
+            } => format!(
+                "its sign-in server registers no new clients{}, so this extension has no client id for it (a client registered there for the redirect {redirect} can be given with the server: oauth.clientId)",
+                if *metadata_url_refused {
+                    " and takes no client metadata document"
+                } else {
+                    ""
+                },
+            ),
             OAuthError::Registration(why) => format!("this extension could not register with its sign-in server ({why})"),
             OAuthError::Denied(why) | OAuthError::WindowClosed(why) => {
                 format!("the sign-in did not complete ({why})")
@@ -349,6 +363,9 @@ pub struct AuthServer {
     pub authorization_endpoint: String,
     pub token_endpoint: String,
     pub registration_endpoint: Option<String>,
+    /// It reads client ID metadata documents
+    /// (`client_id_metadata_document_supported`).
+    pub takes_client_metadata: bool,
     /// The redirect back always names the issuer
     /// (`authorization_response_iss_parameter_supported`, RFC 9207).
     pub names_issuer: bool,
@@ -393,6 +410,10 @@ impl AuthServer {
             authorization_endpoint: required("authorization_endpoint")?,
             token_endpoint: required("token_endpoint")?,
             registration_endpoint: endpoint("registration_endpoint")?,
+            takes_client_metadata: value
+                .get("client_id_metadata_document_supported")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             names_issuer: value
                 .get("authorization_response_iss_parameter_supported")
                 .and_then(Value::as_bool)
@@ -766,6 +787,166 @@ impl KeptClient {
             redirect_uri: text("redirectUri")?.to_string(),
         };
         (client.redirect_uri == redirect_uri).then_some(client)
+    }
+}
+
+/// How this extension names itself to a server's sign-in server when that
+/// server registers no clients on request (MCP revision 2025-11-25's
+/// order: a client id given beforehand, else a client ID metadata
+/// document if the sign-in server takes one, else dynamic registration).
+/// From an MCP server's entry (`oauth: { clientId, clientMetadataUrl }`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// A public client registered beforehand with the sign-in server, for
+    /// this extension's redirect address.
+    pub client_id: Option<String>,
+    /// The https address of a client ID metadata document (its address is
+    /// the client id; the sign-in server reads it to learn the redirect).
+    pub metadata_url: Option<String>,
+}
+
+/// The longest client id or metadata address an entry may give.
+const MAX_CLIENT_ID_LEN: usize = 255;
+
+impl ClientConfig {
+    /// Reads an entry's `oauth` (absent or null: nothing configured); why
+    /// not, in words for whoever wrote the entry.
+    pub fn parse(value: Option<&Value>) -> Result<Self, String> {
+        const FIELDS: [&str; 2] = ["clientId", "clientMetadataUrl"];
+        let object = match value {
+            None | Some(Value::Null) => return Ok(Self::default()),
+            Some(Value::Object(object)) => object,
+            Some(_) => {
+                return Err("`oauth` must be an object { clientId?, clientMetadataUrl? }".into())
+            }
+        };
+        if let Some(key) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown field `oauth.{key}` (known: {})",
+                FIELDS.join(", ")
+            ));
+        }
+        let text = |name: &str| -> Result<Option<String>, String> {
+            match object.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(format!("`oauth.{name}` must be text")),
+            }
+        };
+        let client_id = text("clientId")?;
+        if let Some(id) = &client_id {
+            // RFC 6749 appendix A.1: visible ASCII and spaces; none at
+            // either end, where they are surely a slip.
+            let ok = (1..=MAX_CLIENT_ID_LEN).contains(&id.len())
+                && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+                && id.trim() == id;
+            if !ok {
+                return Err(format!(
+                    "`oauth.clientId` must be 1-{MAX_CLIENT_ID_LEN} visible ASCII characters"
+                ));
+            }
+        }
+        let metadata_url = text("clientMetadataUrl")?;
+        if let Some(url) = &metadata_url {
+            if let Err(why) = check_client_metadata_url(url) {
+                return Err(format!("`oauth.clientMetadataUrl` {why} ({url:?})"));
+            }
+        }
+        Ok(Self {
+            client_id,
+            metadata_url,
+        })
+    }
+
+    /// Whether the entry gives anything (an entry that sends its own
+    /// `Authorization` has no sign-in, so this would be a slip there).
+    pub fn is_set(&self) -> bool {
+        self.client_id.is_some() || self.metadata_url.is_some()
+    }
+}
+
+/// What a client ID metadata document's address must be
+/// (draft-ietf-oauth-client-id-metadata-document §3): https (http only on
+/// this machine), with a path, no `.` or `..` segment, no fragment, no
+/// user name.
+fn check_client_metadata_url(url: &str) -> Result<(), &'static str> {
+    if url.len() > MAX_CLIENT_ID_LEN {
+        return Err("is too long");
+    }
+    if !is_secure_url(url) {
+        return Err("must be an https address (http only on this machine)");
+    }
+    let (origin, path) = split_url(url).ok_or("must be an https address")?;
+    if origin.contains('@') {
+        return Err("must not carry a user name");
+    }
+    if url.contains('#') {
+        return Err("must not carry a fragment");
+    }
+    if path.len() <= 1 {
+        return Err("must have a path (the document's address, not the site's)");
+    }
+    if path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err("must not have `.` or `..` segments");
+    }
+    Ok(())
+}
+
+/// How this extension names itself to one sign-in server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientChoice<'a> {
+    /// The client id the entry gives.
+    Given(&'a str),
+    /// The entry's client ID metadata document (its address is the id).
+    MetadataDocument(&'a str),
+    /// A client registered on request (RFC 7591) at this endpoint: the
+    /// one kept from an earlier sign-in there, else a new one.
+    Register(&'a str),
+}
+
+impl ClientChoice<'_> {
+    /// A note for the user when the sign-in server refused this client.
+    pub fn refused_note(&self) -> String {
+        match self {
+            ClientChoice::Given(id) => format!(
+                "the sign-in server does not know the client id {id:?} given with this server (oauth.clientId)"
+            ),
+            ClientChoice::MetadataDocument(url) => format!(
+                "the sign-in server did not accept this extension's client metadata document ({url})"
+            ),
+            ClientChoice::Register(_) => "the client this extension had registered there was forgotten: sign in again to register a new one".into(),
+        }
+    }
+}
+
+/// The client to use with `auth_server` (MCP 2025-11-25's order: given
+/// beforehand, a metadata document the server takes, registration);
+/// none of them: `NoRegistration` (naming this extension's `redirect`,
+/// which a client registered by hand needs).
+pub fn choose_client<'a>(
+    config: &'a ClientConfig,
+    auth_server: &'a AuthServer,
+    redirect: &str,
+) -> Result<ClientChoice<'a>, OAuthError> {
+    if let Some(id) = &config.client_id {
+        return Ok(ClientChoice::Given(id));
+    }
+    if let Some(url) = config
+        .metadata_url
+        .as_deref()
+        .filter(|_| auth_server.takes_client_metadata)
+    {
+        return Ok(ClientChoice::MetadataDocument(url));
+    }
+    match &auth_server.registration_endpoint {
+        Some(endpoint) => Ok(ClientChoice::Register(endpoint)),
+        None => Err(OAuthError::NoRegistration {
+            redirect: redirect.to_string(),
+            metadata_url_refused: config.metadata_url.is_some(),
+        }),
     }
 }
 

@@ -271,6 +271,7 @@ fn the_authorization_address_carries_every_parameter_encoded_and_the_code_comes_
         authorization_endpoint: "https://auth.example.com/authorize".into(),
         token_endpoint: "https://auth.example.com/token".into(),
         registration_endpoint: None,
+        takes_client_metadata: false,
         names_issuer: false,
     };
     let back = "https://abc.chromiumapp.org/mcp?code=a%2Fb+c&state=s%26t#frag";
@@ -422,11 +423,154 @@ fn token_answers_become_grants_kept_per_server_and_renewed_with_their_refresh_to
         client_id(&json!({ "client_id": "" })),
         Err(OAuthError::Registration(_))
     ));
-    let said = OAuthError::NoRegistration.describe("docs");
+    let said = OAuthError::NoRegistration {
+        redirect: "https://abc.chromiumapp.org/mcp-sign-in".into(),
+        metadata_url_refused: false,
+    }
+    .describe("docs");
     assert!(
         said.starts_with("Signing in to the MCP server \"docs\" failed: "),
         "{said}"
     );
+    assert!(said.contains("oauth.clientId"), "{said}");
+    assert!(
+        said.contains("https://abc.chromiumapp.org/mcp-sign-in"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_server_entry_s_client_settings_are_checked() {
+    let parse = |v: Value| ClientConfig::parse(Some(&v));
+    assert_eq!(ClientConfig::parse(None).unwrap(), ClientConfig::default());
+    assert!(!ClientConfig::parse(Some(&Value::Null)).unwrap().is_set());
+    let given = parse(json!({ "clientId": "ext-client 7" })).unwrap();
+    assert_eq!(given.client_id.as_deref(), Some("ext-client 7"));
+    assert!(given.is_set());
+    let document =
+        parse(json!({ "clientMetadataUrl": "https://ext.example.com/oauth/client.json" })).unwrap();
+    assert_eq!(
+        document.metadata_url.as_deref(),
+        Some("https://ext.example.com/oauth/client.json")
+    );
+    // http only on this machine, like every sign-in address.
+    assert!(parse(json!({ "clientMetadataUrl": "http://127.0.0.1:9/client.json" })).is_ok());
+    let refused = |v: Value, says: &str| {
+        let why = parse(v.clone()).unwrap_err();
+        assert!(why.contains(says), "{v}: {why}");
+    };
+    refused(json!("ext-client"), "must be an object");
+    refused(
+        json!({ "clientSecret": "s" }),
+        "unknown field `oauth.clientSecret`",
+    );
+    refused(json!({ "clientId": 7 }), "`oauth.clientId` must be text");
+    refused(json!({ "clientId": "" }), "1-255 visible ASCII");
+    refused(json!({ "clientId": " padded" }), "1-255 visible ASCII");
+    refused(json!({ "clientId": "caf\u{e9}" }), "1-255 visible ASCII");
+    refused(json!({ "clientId": "a\nb" }), "1-255 visible ASCII");
+    refused(
+        json!({ "clientId": "x".repeat(256) }),
+        "1-255 visible ASCII",
+    );
+    let url = |u: &str, says: &str| refused(json!({ "clientMetadataUrl": u }), says);
+    url("http://ext.example.com/client.json", "https address");
+    url("ftp://ext.example.com/client.json", "https address");
+    url("https://ext.example.com", "must have a path");
+    url("https://ext.example.com/", "must have a path");
+    url("https://ext.example.com/a/../client.json", "`..` segments");
+    url("https://ext.example.com/./client.json", "`..` segments");
+    url("https://ext.example.com/client.json#x", "fragment");
+    url("https://me@ext.example.com/client.json", "user name");
+    url(
+        &format!("https://ext.example.com/{}", "x".repeat(250)),
+        "too long",
+    );
+}
+
+#[test]
+fn the_client_is_the_given_one_then_a_document_the_server_takes_then_a_registered_one() {
+    let redirect = "https://abc.chromiumapp.org/mcp-sign-in";
+    let registers = AuthServer {
+        issuer: "https://auth.example.com".into(),
+        authorization_endpoint: "https://auth.example.com/authorize".into(),
+        token_endpoint: "https://auth.example.com/token".into(),
+        registration_endpoint: Some("https://auth.example.com/register".into()),
+        takes_client_metadata: false,
+        names_issuer: false,
+    };
+    let takes_documents = AuthServer {
+        takes_client_metadata: true,
+        ..registers.clone()
+    };
+    let neither = AuthServer {
+        registration_endpoint: None,
+        ..registers.clone()
+    };
+    let nothing = ClientConfig::default();
+    let given = ClientConfig {
+        client_id: Some("ext-1".into()),
+        metadata_url: Some("https://ext.example.com/client.json".into()),
+    };
+    let document = ClientConfig {
+        client_id: None,
+        metadata_url: Some("https://ext.example.com/client.json".into()),
+    };
+    assert_eq!(
+        choose_client(&nothing, &registers, redirect),
+        Ok(ClientChoice::Register("https://auth.example.com/register"))
+    );
+    // A given id wins over everything, even where the server registers.
+    for server in [&registers, &takes_documents, &neither] {
+        assert_eq!(
+            choose_client(&given, server, redirect),
+            Ok(ClientChoice::Given("ext-1"))
+        );
+    }
+    assert_eq!(
+        choose_client(&document, &takes_documents, redirect),
+        Ok(ClientChoice::MetadataDocument(
+            "https://ext.example.com/client.json"
+        ))
+    );
+    // A server that reads no documents: registered, or none at all.
+    assert_eq!(
+        choose_client(&document, &registers, redirect),
+        Ok(ClientChoice::Register("https://auth.example.com/register"))
+    );
+    assert_eq!(
+        choose_client(&document, &neither, redirect),
+        Err(OAuthError::NoRegistration {
+            redirect: redirect.into(),
+            metadata_url_refused: true
+        })
+    );
+    let said = choose_client(&nothing, &neither, redirect)
+        .unwrap_err()
+        .describe("docs");
+    assert!(!said.contains("metadata document"), "{said}");
+    // The metadata says whether the server reads documents.
+    let metadata = json!({
+        "issuer": "https://auth.example.com",
+        "authorization_endpoint": "https://auth.example.com/authorize",
+        "token_endpoint": "https://auth.example.com/token",
+        "client_id_metadata_document_supported": true,
+    });
+    let parsed = AuthServer::parse(&metadata, "https://auth.example.com").unwrap();
+    assert!(parsed.takes_client_metadata);
+    assert_eq!(parsed.registration_endpoint, None);
+    // What the user is told when the server refused each kind.
+    assert!(ClientChoice::Given("ext-1")
+        .refused_note()
+        .contains("\"ext-1\""));
+    assert!(
+        ClientChoice::MetadataDocument("https://ext.example.com/client.json")
+            .refused_note()
+            .contains("https://ext.example.com/client.json")
+    );
+    assert!(ClientChoice::Register("https://auth.example.com/register")
+        .refused_note()
+        .contains("register a new one"));
 }
 
 #[test]

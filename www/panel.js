@@ -92,6 +92,7 @@ const dom = {
   mcpAddUrl: $input("mcp-add-url"),
   mcpAddHeaderName: $input("mcp-add-header-name"),
   mcpAddHeaderValue: $input("mcp-add-header-value"),
+  mcpAddClientId: $input("mcp-add-client-id"),
   mcpAddSubmit: $button("mcp-add-submit"),
   mcpAddStatus: $("mcp-add-status"),
   status: $("status"),
@@ -4860,7 +4861,7 @@ async function removeMcpServer(item, button) {
 /** An entry's problem with one field of the form. @typedef {{ field: HTMLInputElement, message: string }} McpAddProblem */
 
 /** The fields an entry may have (MCP_SERVERS' shape). */
-const MCP_ENTRY_FIELDS = ["name", "url", "headers", "timeoutMs"];
+const MCP_ENTRY_FIELDS = ["name", "url", "headers", "timeoutMs", "oauth"];
 /** A call's longest time limit an entry may set (ms; src/tools.rs HOST_TOOL_MAX_TIME_LIMIT_MS). */
 const MCP_MAX_TIMEOUT_MS = 300000;
 
@@ -4910,8 +4911,37 @@ function mcpEntryWellFormed(entry) {
     }
   }
   const timeout = fields.timeoutMs;
-  return timeout === undefined || timeout === null
+  const timeoutOk = timeout === undefined || timeout === null
     || (typeof timeout === "number" && Number.isInteger(timeout) && timeout >= 1 && timeout <= MCP_MAX_TIMEOUT_MS);
+  return timeoutOk && mcpOauthOk(fields.oauth, headers);
+}
+
+/**
+ * Whether an entry's `oauth` is one the worker takes (src/oauth.rs
+ * `ClientConfig::parse`; the metadata address's finer rules are the
+ * worker's alone): none, or `{ clientId?, clientMetadataUrl? }`, and not
+ * beside an Authorization header of the entry's own.
+ * @param {unknown} oauth @param {unknown} headers
+ */
+function mcpOauthOk(oauth, headers) {
+  if (oauth === undefined || oauth === null) return true;
+  if (typeof oauth !== "object" || Array.isArray(oauth)) return false;
+  /** @type {Record<string, unknown>} */
+  const fields = /** @type {any} */ (oauth);
+  if (Object.keys(fields).some((key) => key !== "clientId" && key !== "clientMetadataUrl")) return false;
+  const { clientId, clientMetadataUrl } = fields;
+  if (clientId !== undefined && clientId !== null && !mcpClientIdOk(clientId)) return false;
+  if (clientMetadataUrl !== undefined && clientMetadataUrl !== null
+    && (typeof clientMetadataUrl !== "string" || !mcpUrlOk(clientMetadataUrl) || clientMetadataUrl.includes("#"))) return false;
+  const given = (clientId ?? null) !== null || (clientMetadataUrl ?? null) !== null;
+  const ownAuthorization = headers !== null && typeof headers === "object"
+    && Object.keys(headers).some((name) => name.toLowerCase() === "authorization");
+  return !(given && ownAuthorization);
+}
+
+/** A client id as RFC 6749 spells one (visible ASCII and spaces, none at either end), at most 255. @param {unknown} id */
+function mcpClientIdOk(id) {
+  return typeof id === "string" && id.length >= 1 && id.length <= 255 && /^[\x20-\x7e]+$/.test(id) && id.trim() === id;
 }
 
 /**
@@ -4937,7 +4967,7 @@ function mcpUrlProblem(text) {
 
 /**
  * Reads the add form: the entry to store, or what is wrong (field by field).
- * @returns {{ entry: { name: string, url: string, headers?: Record<string, string> } | null, problems: McpAddProblem[] }}
+ * @returns {{ entry: { name: string, url: string, headers?: Record<string, string>, oauth?: { clientId: string } } | null, problems: McpAddProblem[] }}
  */
 function readMcpAddForm() {
   /** @type {McpAddProblem[]} */
@@ -4968,8 +4998,22 @@ function readMcpAddForm() {
   } else if (headerName !== "" && headerName.toLowerCase() !== MCP_DEFAULT_HEADER.toLowerCase()) {
     problems.push({ field: dom.mcpAddHeaderValue, message: `Enter the value of ${headerName}, or clear the header's name to send none.` });
   }
+  // A client id registered by hand with the server's sign-in server
+  // (the worker checks it too: `oauth.clientId`).
+  const clientId = dom.mcpAddClientId.value.trim();
+  if (clientId !== "") {
+    if (!mcpClientIdOk(clientId)) {
+      problems.push({ field: dom.mcpAddClientId, message: "A client id is up to 255 Latin letters, digits and signs." });
+    } else if (headers && headerName.toLowerCase() === "authorization") {
+      problems.push({ field: dom.mcpAddClientId, message: "This server is sent its own Authorization header, so it does not sign in: clear one of the two." });
+    }
+  }
   if (problems.length > 0) return { entry: null, problems };
-  return { entry: headers ? { name, url, headers } : { name, url }, problems };
+  /** @type {{ name: string, url: string, headers?: Record<string, string>, oauth?: { clientId: string } }} */
+  const entry = { name, url };
+  if (headers) entry.headers = headers;
+  if (clientId !== "") entry.oauth = { clientId };
+  return { entry, problems };
 }
 
 /** Says what is wrong next to a field of the add form and marks it invalid. @param {McpAddProblem} problem */
@@ -4987,7 +5031,7 @@ function clearMcpAddProblem(field) {
 }
 
 function clearMcpAddProblems() {
-  for (const field of [dom.mcpAddName, dom.mcpAddUrl, dom.mcpAddHeaderName, dom.mcpAddHeaderValue]) clearMcpAddProblem(field);
+  for (const field of [dom.mcpAddName, dom.mcpAddUrl, dom.mcpAddHeaderName, dom.mcpAddHeaderValue, dom.mcpAddClientId]) clearMcpAddProblem(field);
 }
 
 /** @param {string} text @param {boolean} isError */

@@ -59,6 +59,17 @@ enum StreamEnd {
     /// Not to be opened again by this loop (none offered, the session
     /// forgotten, given up by us).
     Stop,
+    /// The server cannot resume it where it broke off (its answer to the
+    /// `Last-Event-ID`): open a new one at once.
+    NotResumed,
+}
+
+/// One opening of a server's event stream: how it ended, and the id of
+/// the last event it carried (to resume after; kept from before when it
+/// carried none).
+struct StreamRead {
+    end: StreamEnd,
+    last_event_id: Option<String>,
 }
 
 /// A stream that ends sooner than this after opening counts as a failure
@@ -265,7 +276,7 @@ impl GrantSlot {
                 // A client the server no longer knows: the next sign-in
                 // registers a new one.
                 if e.blames_client() {
-                    super::oauth::forget_client(&grant.token_endpoint).await;
+                    super::oauth::forget_client(&grant.token_endpoint, &grant.client_id).await;
                 }
                 Renewal::Refused
             }
@@ -862,10 +873,12 @@ impl Server {
     /// opened again (after 1 s, backing off after failures, given up after
     /// 8 in a row); a server that offers none (405) or forgot the session
     /// (404) is not asked again until a new session is set up (the next
-    /// request finds out, `initialize` opens it again). Nothing is
-    /// re-listed when a stream is opened again: a change announced while
-    /// none was open is seen at the next listing (every worker's start, or
-    /// the user's "Check again").
+    /// request finds out, `initialize` opens it again). A stream that
+    /// ended is resumed after its last event (`Last-Event-ID`) when the
+    /// server numbers them, so what it announced meanwhile is replayed;
+    /// one that cannot be resumed is replaced by a new one, and the tools
+    /// are listed again once that is open (a change may have been
+    /// announced in between).
     pub fn follow(self: &Rc<Self>, on_changed: Rc<dyn Fn()>) {
         *self.on_tools_changed.borrow_mut() = Some(on_changed);
         self.open_stream();
@@ -910,16 +923,39 @@ impl Server {
 
     async fn listen(self: &Rc<Self>, controller: &AbortController) {
         let mut failures = 0u32;
+        // Where the last stream broke off (the session's id, the last
+        // event's): the next one resumes there (MCP resumability), so an
+        // announcement made meanwhile is replayed. None (the server
+        // numbers no events, or cannot resume): the next stream is a new
+        // one, and the tools are listed again once it is open, since an
+        // announcement may have been missed.
+        let mut resume_from: Option<(Option<String>, String)> = None;
+        let mut opened_before = false;
         loop {
             let session = self.session.borrow().clone();
             let Some(session) = session.filter(|s| s.lists_changes) else {
                 return;
             };
-            match self.read_stream(&session, controller).await {
+            let from = resume_from
+                .take()
+                .filter(|(id, _)| *id == session.id)
+                .map(|(_, last)| last);
+            let read = self
+                .read_stream(&session, from.as_deref(), opened_before, controller)
+                .await;
+            resume_from = read.last_event_id.map(|last| (session.id.clone(), last));
+            match read.end {
                 StreamEnd::Closed => failures = 0,
                 StreamEnd::Failed => failures += 1,
                 StreamEnd::Stop => return,
+                // A new stream at once; what it missed is listed.
+                StreamEnd::NotResumed => {
+                    resume_from = None;
+                    opened_before = true;
+                    continue;
+                }
             }
+            opened_before = true;
             if controller.signal().aborted() {
                 return;
             }
@@ -937,10 +973,29 @@ impl Server {
         }
     }
 
-    /// Open the server's event stream once and read it to its end.
+    /// Open the server's event stream once (resumed after event `from`
+    /// when given) and read it to its end. `reopened`: a stream was open
+    /// before in this worker, so a new (not resumed) one lists the tools
+    /// again once open.
     async fn read_stream(
         self: &Rc<Self>,
         session: &Session,
+        from: Option<&str>,
+        reopened: bool,
+        controller: &AbortController,
+    ) -> StreamRead {
+        let mut last_event_id = from.map(str::to_string);
+        let end = self
+            .read_stream_once(session, &mut last_event_id, reopened, controller)
+            .await;
+        StreamRead { end, last_event_id }
+    }
+
+    async fn read_stream_once(
+        self: &Rc<Self>,
+        session: &Session,
+        last_event_id: &mut Option<String>,
+        reopened: bool,
         controller: &AbortController,
     ) -> StreamEnd {
         // A token about to end is renewed first (a stream reopened after
@@ -959,7 +1014,11 @@ impl Server {
                 StreamEnd::Failed
             }
         };
-        let Ok(mut response) = self.get_stream(Some(session), None, controller).await else {
+        let resuming = last_event_id.is_some();
+        let Ok(mut response) = self
+            .get_stream(Some(session), last_event_id.as_deref(), controller)
+            .await
+        else {
             return failed();
         };
         match response.status {
@@ -975,6 +1034,14 @@ impl Server {
             // wanted: the next request finds that out itself (a new
             // session opens the stream again).
             401 | 403 | 404 | 405 => return StreamEnd::Stop,
+            // The server's trouble: asked again later, from the same event.
+            408 | 429 => return StreamEnd::Failed,
+            // It keeps no such stream (any other refusal of the
+            // Last-Event-ID): a new one.
+            400..=499 if resuming => {
+                response.cancel();
+                return StreamEnd::NotResumed;
+            }
             200..=299 => {}
             _ => return StreamEnd::Failed,
         }
@@ -983,6 +1050,11 @@ impl Server {
         if !reader.is_stream() {
             response.cancel();
             return StreamEnd::Failed;
+        }
+        // A new stream after one that ended: what was announced between
+        // them is not replayed, so the tools are listed again.
+        if reopened && !resuming {
+            self.tools_changed();
         }
         loop {
             let chunk = match response.next_chunk().await {
@@ -993,9 +1065,14 @@ impl Server {
                 Some(bytes) => reader.push(bytes),
                 None => reader.finish(),
             };
+            if let Some(last) = reader.last_event_id() {
+                *last_event_id = Some(last);
+            }
             let Ok(messages) = messages else {
-                // Too big or not JSON-RPC: this stream is not read on.
+                // Too big or not JSON-RPC: this stream is not read on (nor
+                // resumed: the same would come again).
                 response.cancel();
+                *last_event_id = None;
                 return StreamEnd::Failed;
             };
             for message in messages {

@@ -73,8 +73,9 @@ async fn get_json(url: &str) -> Result<Value, String> {
 }
 
 /// Sign in to `server`: its metadata (from the 401's `challenge` when it
-/// named it), the authorization server's, a client registered for this
-/// extension, the sign-in window, then the code exchanged for tokens.
+/// named it), the authorization server's, the client this extension is
+/// there (`oauth::choose_client`), the sign-in window, then the code
+/// exchanged for tokens.
 pub async fn sign_in(
     server: &ServerConfig,
     challenge: Option<&str>,
@@ -103,27 +104,29 @@ pub async fn sign_in(
     .await?;
     let redirect =
         chrome::redirect_url(REDIRECT_PATH).map_err(|e| OAuthError::Denied(e.message))?;
-    let registration = auth_server
-        .registration_endpoint
-        .as_deref()
-        .ok_or(OAuthError::NoRegistration)?;
-    // The client registered with this authorization server before (kept
-    // under its token endpoint, which a grant names too), else a new one
-    // (kept at once: a sign-in denied now still has it for the next).
+    let choice = oauth::choose_client(&server.oauth, &auth_server, &redirect)?;
+    // A client registered on request is kept under the sign-in server's
+    // token endpoint (which a grant names too) and used again, else a new
+    // one is registered (kept at once: a sign-in denied now still has it
+    // for the next). A client id given with the server, or a metadata
+    // document's address, is used as it is.
     let issuer_key = auth_server.token_endpoint.as_str();
-    let kept = load_client(issuer_key, &redirect).await;
-    let reused = kept.is_some();
-    let client_id = match kept {
-        Some(client) => client.client_id,
-        None => {
-            let client_id = register(registration, &redirect).await?;
-            let client = KeptClient {
-                client_id: client_id.clone(),
-                redirect_uri: redirect.clone(),
-            };
-            keep_client(issuer_key, Some(&client)).await;
-            client_id
+    let (client_id, registered_before) = match choice {
+        oauth::ClientChoice::Given(id) | oauth::ClientChoice::MetadataDocument(id) => {
+            (id.to_string(), false)
         }
+        oauth::ClientChoice::Register(endpoint) => match load_client(issuer_key, &redirect).await {
+            Some(client) => (client.client_id, true),
+            None => {
+                let client_id = register(endpoint, &redirect).await?;
+                let client = KeptClient {
+                    client_id: client_id.clone(),
+                    redirect_uri: redirect.clone(),
+                };
+                keep_client(issuer_key, Some(&client)).await;
+                (client_id, false)
+            }
+        },
     };
     let result = authorize(
         server,
@@ -135,14 +138,22 @@ pub async fn sign_in(
         now,
     )
     .await;
-    // A kept client the server no longer knows: its sign-in page cannot
-    // be shown (Chrome: "Authorization page could not be loaded"), or the
-    // server says so. Forgotten, the next sign-in registers a new one. A
-    // window the user closed says nothing of the client.
+    // The server refused the client: its sign-in page cannot be shown
+    // (Chrome: "Authorization page could not be loaded"), or it says so. A
+    // kept client it no longer knows is forgotten (the next sign-in
+    // registers a new one); a given id or a document is named. A window
+    // the user closed says nothing of the client.
     match result {
-        Err(e) if reused && (e.blames_client() || e.page_not_shown()) => {
-            keep_client(issuer_key, None).await;
-            Err(e.with_note("the client this extension had registered there was forgotten: sign in again to register a new one"))
+        Err(e) if e.blames_client() || e.page_not_shown() => {
+            let fresh = matches!(choice, oauth::ClientChoice::Register(_)) && !registered_before;
+            if registered_before {
+                keep_client(issuer_key, None).await;
+            }
+            if fresh {
+                Err(e)
+            } else {
+                Err(e.with_note(&choice.refused_note()))
+            }
         }
         other => other,
     }
@@ -166,9 +177,15 @@ async fn first_document<T>(
 }
 
 /// Forget the client kept for the authorization server whose token
-/// endpoint is `token_endpoint` (it refused a renewal for the client).
-pub async fn forget_client(token_endpoint: &str) {
-    keep_client(token_endpoint, None).await;
+/// endpoint is `token_endpoint` if it is `client_id` (that server refused
+/// a renewal for it; a client id given with a server is not one kept).
+pub async fn forget_client(token_endpoint: &str, client_id: &str) {
+    let kept = chrome::load_local(&oauth::client_key(token_endpoint)).await;
+    let is_it =
+        kept.is_ok_and(|value| value.get("clientId").and_then(Value::as_str) == Some(client_id));
+    if is_it {
+        keep_client(token_endpoint, None).await;
+    }
 }
 
 /// Register this extension as a public client (RFC 7591): its client id.

@@ -410,6 +410,7 @@ function addForm(panel) {
     headerName: panel.getByRole('textbox', { name: 'Header name', exact: true }),
     // A password field has no role: found by its label.
     headerValue: panel.getByLabel('Header value', { exact: true }),
+    clientId: panel.getByRole('textbox', { name: 'Sign-in client id', exact: true }),
     add: panel.getByRole('button', { name: 'Add', exact: true }),
   };
 }
@@ -417,7 +418,7 @@ function addForm(panel) {
 /** The add form as drawn: values, each field's error line, marks, focus and status. */
 function readAddForm(panel) {
   return panel.evaluate(() => {
-    const ids = { name: 'mcp-add-name', url: 'mcp-add-url', headerName: 'mcp-add-header-name', headerValue: 'mcp-add-header-value' };
+    const ids = { name: 'mcp-add-name', url: 'mcp-add-url', headerName: 'mcp-add-header-name', headerValue: 'mcp-add-header-value', clientId: 'mcp-add-client-id' };
     const form = { values: {}, errors: {}, describedBy: {}, invalid: [], types: {} };
     for (const [key, id] of Object.entries(ids)) {
       const input = document.getElementById(id);
@@ -437,7 +438,7 @@ function readAddForm(panel) {
  * Fills the form (Settings opened first) and presses Add; resolves with the
  * form once the panel said how it went.
  */
-async function addServerInPanel(panel, { name, url, header = null }) {
+async function addServerInPanel(panel, { name, url, header = null, clientId = null }) {
   await shownServers(panel);
   const form = addForm(panel);
   await form.name.fill(name);
@@ -446,6 +447,7 @@ async function addServerInPanel(panel, { name, url, header = null }) {
     await form.headerName.fill(header[0]);
     await form.headerValue.fill(header[1]);
   }
+  if (clientId !== null) await form.clientId.fill(clientId);
   await form.add.click();
   return waitFor(async () => {
     const drawn = await readAddForm(panel);
@@ -477,14 +479,14 @@ mcpTest(
     await waitFor(() => panel.locator('#mcp-servers-empty').isVisible(), { timeout: 15000, message: 'the empty list said' });
     assert.equal(await panel.locator('#mcp-servers').isVisible(), true);
     const blank = await readAddForm(panel);
-    assert.deepEqual(blank.values, { name: '', url: '', headerName: 'Authorization', headerValue: '' });
+    assert.deepEqual(blank.values, { name: '', url: '', headerName: 'Authorization', headerValue: '', clientId: '' });
     assert.equal(blank.types.headerValue, 'password', 'the header value is masked');
     assert.match(await panel.locator('#mcp-add-note').textContent(), /each call asks you first.*goes to that address with every message and is kept in this browser profile's extension storage/);
 
     const added = await addServerInPanel(panel, { name: 'mine', url: mcp.url, header: ['Authorization', TOKEN] });
     assert.deepEqual(added.invalid, [], JSON.stringify(added));
     assert.match(added.status, /^Added “mine”/);
-    assert.deepEqual(added.values, { name: '', url: '', headerName: 'Authorization', headerValue: '' }, 'the form is cleared');
+    assert.deepEqual(added.values, { name: '', url: '', headerName: 'Authorization', headerValue: '', clientId: '' }, 'the form is cleared');
     assert.deepEqual(await storedUserServers(panel), [{ name: 'mine', url: mcp.url, headers: { Authorization: TOKEN } }]);
 
     const [listed] = await serversIn(panel, { mine: 'ready' });
@@ -1568,4 +1570,167 @@ mcpTest(
     assert.equal(opened.state, 'completed');
   },
   { auth: { challengeScope: 'tools', scopes: ['tools', 'admin'], scopedTools: { create_ticket: 'admin' } } },
+);
+
+/** The server's entry in Settings once its text matches `pattern` (a sign-in's outcome, say). */
+function serverShowing(panel, name, pattern) {
+  return waitFor(async () => (await shownServers(panel)).find((s) => s.name === name && pattern.test(s.text)) ?? null, {
+    message: `Settings to show ${name} as ${pattern}`,
+  });
+}
+
+mcpTest(
+  'a_sign_in_server_that_registers_no_clients_takes_this_extension_s_client_metadata_document_or_a_client_id_given_with_the_server',
+  (url) => [{ name: 'docs', url, oauth: { clientMetadataUrl: `${new URL(url).origin}/client-metadata.json` } }],
+  async (session) => {
+    const { panel, mcp, extensionId } = session;
+    const redirect = `https://${extensionId}.chromiumapp.org/mcp-sign-in`;
+    const documentUrl = mcp.auth.clientMetadataUrl;
+    const authorizations = () => mcp.authLog().filter((e) => e.kind === 'authorize');
+    mcp.setAutoApprove(true);
+    await serversIn(panel, { docs: 'sign_in_needed' });
+    const signIn = (name) => panel.getByRole('button', { name: `Sign in to the MCP server ${name}`, exact: true }).click();
+
+    // The extension's document names another redirect: the sign-in server
+    // refuses it, the window shows no sign-in page, and the user is told
+    // whose client it was.
+    mcp.setClientMetadata({ client_id: documentUrl, client_name: 'SW Agent', redirect_uris: ['https://elsewhere.example/cb'], token_endpoint_auth_method: 'none' });
+    await signIn('docs');
+    const refused = await serverShowing(panel, 'docs', /did not accept this extension's client metadata document/);
+    assert.match(refused.text, /Signing in to the MCP server "docs" failed: the sign-in did not complete \(Authorization page could not be loaded/);
+    assert.equal(refused.state, 'sign_in_needed');
+    const fetched = mcp.authLog().filter((e) => e.kind === 'client-metadata');
+    assert.equal(fetched.length, 1);
+    assert.equal(fetched[0].ok, false);
+    assert.match(fetched[0].reason, /redirect_uris do not include/);
+
+    // The document fixed: its address is the client id, nothing registered.
+    mcp.setClientMetadata({ client_id: documentUrl, client_name: 'SW Agent', redirect_uris: [redirect], token_endpoint_auth_method: 'none' });
+    await signIn('docs');
+    await serversIn(panel, { docs: 'ready' });
+    assert.equal(authorizations().at(-1).params.client_id, documentUrl);
+    assert.equal(mcp.authLog().filter((e) => e.kind === 'register').length, 0, 'no registration asked for');
+    assert.deepEqual(mcp.tokens().map((t) => t.clientId), [documentUrl]);
+    assert.equal((await grantIn(panel, mcp.url)).clientId, documentUrl);
+    // Renewed as that client.
+    mcp.expireAccessTokens();
+    await panel.getByRole('button', { name: 'Ask the MCP server docs for its tools again', exact: true }).click();
+    await waitFor(() => renewalsOf(mcp).length === 1, { message: 'the renewal' });
+    await serversIn(panel, { docs: 'ready' });
+    assert.equal(renewalsOf(mcp)[0].clientId, documentUrl);
+    assert.equal(mcp.clientMetadataFetches(), 2, 'the token endpoint needs no fetch');
+    await panel.getByRole('button', { name: 'Sign out of the MCP server docs', exact: true }).click();
+    await serversIn(panel, { docs: 'sign_in_needed' });
+
+    // A server the user adds at that address with nothing given: this
+    // extension has no client id there, and the failure says what to give.
+    await addServerInPanel(panel, { name: 'plain', url: mcp.url });
+    await serversListedAs(panel, [['docs', 'extension', 'sign_in_needed'], ['plain', 'user', 'sign_in_needed']]);
+    const before = authorizations().length;
+    await signIn('plain');
+    const none = await serverShowing(panel, 'plain', /has no client id for it/);
+    assert.ok(none.text.includes(`registers no new clients, so this extension has no client id for it (a client registered there for the redirect ${redirect} can be given with the server: oauth.clientId)`), none.text);
+    assert.equal(authorizations().length, before, 'no window opened');
+    await panel.getByRole('button', { name: 'Remove the MCP server plain', exact: true }).click();
+    await serversListedAs(panel, [['docs', 'extension', 'sign_in_needed']]);
+
+    // The form checks a client id: none beside an Authorization header.
+    const form = addForm(panel);
+    await form.name.fill('mine');
+    await form.url.fill(mcp.url);
+    await form.headerValue.fill('Bearer t');
+    await form.clientId.fill('sw-agent-ext');
+    await form.add.click();
+    const conflict = await waitFor(async () => ((await readAddForm(panel)).invalid.length ? readAddForm(panel) : null), { message: 'the form to refuse' });
+    assert.deepEqual(conflict.invalid, ['clientId']);
+    assert.match(conflict.errors.clientId, /sent its own Authorization header, so it does not sign in/);
+    await form.headerValue.fill('');
+    await form.clientId.fill('caf\u00e9');
+    await form.add.click();
+    await waitFor(async () => /up to 255 Latin letters/.test((await readAddForm(panel)).errors.clientId), { message: 'the client id refused' });
+
+    // Given a client id registered there by hand: that one is used (before
+    // the document), and one sign-in serves both servers at the address.
+    mcp.addClient({ client_id: 'sw-agent-ext', redirect_uris: [redirect] });
+    await form.clientId.fill('sw-agent-ext');
+    await form.add.click();
+    await serversListedAs(panel, [['docs', 'extension', 'sign_in_needed'], ['mine', 'user', 'sign_in_needed']]);
+    assert.deepEqual((await storedUserServers(panel)).map((e) => e.oauth ?? null), [{ clientId: 'sw-agent-ext' }]);
+    await signIn('mine');
+    await serversListedAs(panel, [['docs', 'extension', 'ready'], ['mine', 'user', 'ready']]);
+    assert.equal(authorizations().at(-1).params.client_id, 'sw-agent-ext');
+    assert.equal(mcp.tokens().at(-1).clientId, 'sw-agent-ext');
+    assert.equal(mcp.clientMetadataFetches(), 2, 'the document was not asked for');
+    // The worker's console names each failed sign-in, nothing else.
+    const errors = await consoleErrors(session);
+    assert.ok(errors.some((e) => e.includes('this extension\'s client metadata document (') && !e.includes('.;')), errors.join('\n'));
+    assert.deepEqual(errors.filter((e) => !/needs you to sign in|^\[sw-agent\] Signing in to the MCP server "(docs|plain)" failed/.test(e)), []);
+  },
+  { auth: { registration: false, clientMetadataDocuments: true } },
+);
+
+mcpTest(
+  'an_event_stream_that_ends_is_resumed_after_its_last_event_and_one_the_server_cannot_resume_is_replaced_and_the_tools_listed_again',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mcp } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    const [stream] = await openStreams(mcp, 1);
+    const listings = () => mcp.log().filter((e) => e.method === 'tools/list' && !e.params?.cursor).length;
+    const resumptions = () => mcp.log().filter((e) => e.kind === 'resume');
+    const tools = demoTools({ tickets: [], bookings: [] });
+    assert.equal(listings(), 1);
+
+    // Announced live: listed again; the stream's last event is get-1:1.
+    assert.equal(mcp.setTools(tools.slice(0, 7)), 1);
+    await keptCatalog(panel, 'docs', 7);
+    assert.equal(listings(), 2);
+
+    // The stream breaks (a network error); the server announces a change
+    // meanwhile, kept for the stream. The worker resumes after get-1:1 in
+    // the session, gets the announcement and lists once.
+    assert.equal(mcp.breakStreams(), 1);
+    assert.equal(mcp.setTools(tools.slice(0, 6)), 0, 'no stream open');
+    assert.equal(mcp.sent().at(-1).kept, true);
+    const [first] = await waitFor(() => (resumptions().length === 1 ? resumptions() : null), { message: 'the stream to be resumed' });
+    assert.equal(first.lastEventId, `get-${stream.stream}:1`);
+    assert.equal(first.status, 200);
+    assert.equal(first.replayed, 1);
+    assert.equal(first.session, stream.session);
+    assert.equal(first.headers.accept, 'text/event-stream');
+    await keptCatalog(panel, 'docs', 6);
+    assert.equal(listings(), 3, 'listed once, for the replayed announcement');
+
+    // Ended cleanly by the server: resumed the same way, after get-1:2.
+    assert.equal(mcp.closeStreams(), 1);
+    mcp.setTools(tools.slice(0, 5));
+    const second = await waitFor(() => resumptions()[1] ?? null, { timeout: 60000, message: 'the stream to be resumed again' });
+    assert.equal(second.lastEventId, `get-${stream.stream}:2`);
+    assert.equal(second.replayed, 1);
+    await keptCatalog(panel, 'docs', 5);
+    assert.equal(listings(), 4);
+
+    // The server lost its event store, and changed its tools without an
+    // announcement: the resumption is refused (400), a new stream is
+    // opened at once in the same session, and the tools are listed again
+    // since something may have been missed.
+    mcp.setTools(tools, { notify: false });
+    assert.equal(mcp.forgetKeptGetStreams(), 1);
+    const refused = await waitFor(() => resumptions()[2] ?? null, { timeout: 60000, message: 'a resumption the server cannot answer' });
+    assert.equal(refused.status, 400);
+    assert.equal(refused.lastEventId, `get-${stream.stream}:3`, 'after the last event replayed');
+    await waitFor(() => mcp.streams().length === 2 && mcp.streamCount() === 1, { message: 'a new stream' });
+    assert.equal(mcp.streams()[1].session, stream.session);
+    assert.equal(mcp.streams()[1].headers['last-event-id'], undefined, 'a plain GET');
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    assert.equal(listings(), 5, 'listed again for what it may have missed');
+
+    // The new stream is followed too.
+    assert.equal(mcp.setTools(tools.slice(0, 7)), 1);
+    await keptCatalog(panel, 'docs', 7);
+    assert.equal(listings(), 6);
+    assert.equal(resumptions().length, 3);
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+  { resumable: true },
 );

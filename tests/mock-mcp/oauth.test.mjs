@@ -3,7 +3,10 @@
 // the MCP authorization spec (2025-06-18) says: protected resource metadata
 // (RFC 9728), authorization server metadata (RFC 8414), dynamic client
 // registration (RFC 7591), the authorization code grant with PKCE S256
-// (RFC 7636) and resource indicators (RFC 8707), refresh token rotation.
+// (RFC 7636) and resource indicators (RFC 8707), refresh token rotation;
+// and for servers without registration (`registration: false`),
+// pre-registered clients (`clients`) and Client ID Metadata Documents
+// (`clientMetadataDocuments`, MCP 2025-11-25), which the mock serves itself.
 //
 // Run:  node --test tests/mock-mcp/
 
@@ -782,4 +785,289 @@ test('the_cli_serves_auth_with_the_auth_flag', async (t) => {
   assert.equal(response.status, 401);
   const metadata = await (await fetch(new URL('/.well-known/oauth-protected-resource/mcp', url))).json();
   assert.equal(metadata.resource, url);
+});
+
+/** A 400 page's reason (`<p id="error">`), unescaped; the response must be that page, not a redirect. */
+async function refusalText(response) {
+  assert.equal(response.status, 400);
+  assert.equal(response.headers.get('location'), null);
+  assert.match(response.headers.get('content-type'), /^text\/html/);
+  const html = await response.text();
+  const escaped = /<p id="error">([^<]*)<\/p>/.exec(html)?.[1];
+  assert.ok(escaped, html);
+  return escaped.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+}
+
+/** The Allow page's `allow` link, followed: the redirect's query. */
+async function allowOnPage(mock, page) {
+  assert.equal(page.status, 200);
+  const html = await page.text();
+  const href = /<button id="allow"[^>]*data-href="([^"]+)"/.exec(html)[1].replace(/&amp;/g, '&');
+  return { html, query: redirected(await get(new URL(href, mock.origin))) };
+}
+
+const asMetadata = async (mock) => (await fetch(mock.auth.authorizationServerMetadataUrl)).json();
+
+/** A good Client ID Metadata Document for the mock's own address. */
+const metadataDocument = (mock, extra = {}) => ({
+  client_id: mock.auth.clientMetadataUrl,
+  client_name: 'SW Agent',
+  redirect_uris: [REDIRECT],
+  grant_types: ['authorization_code', 'refresh_token'],
+  response_types: ['code'],
+  token_endpoint_auth_method: 'none',
+  ...extra,
+});
+
+test('without_registration_the_metadata_names_no_registration_endpoint_and_register_is_404', async (t) => {
+  const mock = await startMockMcp({ auth: { registration: false } });
+  t.after(() => mock.close());
+  assert.equal(mock.auth.registration, false);
+  assert.equal(mock.auth.registrationEndpoint, null);
+  const as = await asMetadata(mock);
+  assert.equal('registration_endpoint' in as, false);
+  assert.equal('client_id_metadata_document_supported' in as, false);
+  assert.equal(as.token_endpoint, `${mock.origin}/token`);
+
+  const refused = await register(mock);
+  assert.equal(refused.headers.get('access-control-allow-origin'), '*');
+  await assertOAuthError(refused, 404, 'invalid_request');
+  assert.equal((await fetch(`${mock.origin}/register`)).status, 404, 'GET /register');
+  assert.deepEqual(mock.clients(), []);
+  const log = mock.authLog();
+  assert.deepEqual(log.map((e) => [e.kind, e.method, e.status]), [['as-metadata', 'GET', 200], ['register', 'POST', 404], ['register', 'GET', 404]]);
+  assert.deepEqual(log[1].params, { redirect_uris: [REDIRECT], client_name: 'Test Extension' });
+  assert.equal(log[1].error, 'invalid_request');
+  assert.equal(log[1].clientId, undefined);
+
+  // The default still offers registration.
+  const open = await startMockMcp({ auth: true });
+  t.after(() => open.close());
+  assert.equal(open.auth.registration, true);
+  assert.equal((await asMetadata(open)).registration_endpoint, `${open.origin}/register`);
+  assert.equal(open.auth.registrationEndpoint, `${open.origin}/register`);
+});
+
+test('a_pre_registered_client_signs_in_refreshes_and_is_still_known_after_reset', async (t) => {
+  const clients = [
+    { client_id: 'sw-agent', redirect_uris: [REDIRECT], client_name: 'SW Agent' },
+    { client_id: 'other-app', redirect_uris: ['http://127.0.0.1:7777/cb'] },
+  ];
+  const mock = await startMockMcp({ auth: { registration: false, clients } });
+  t.after(() => mock.close());
+  assert.deepEqual(mock.auth.clients, clients);
+  // Not registration answers.
+  assert.deepEqual(mock.clients(), []);
+
+  const { verifier, challenge } = pkce();
+  const { html, query } = await allowOnPage(mock, await get(authorizeUrl(mock, 'sw-agent', challenge)));
+  assert.match(html, /<strong id="client-name">SW Agent<\/strong>/);
+  assert.equal(query.state, 'st-123');
+  const response = await exchange(mock, 'sw-agent', query.code, verifier);
+  assert.equal(response.status, 200);
+  const tokens = await response.json();
+  assert.equal((await post(mock, INITIALIZE, { token: tokens.access_token })).status, 200);
+  const renewed = await refresh(mock, 'sw-agent', tokens.refresh_token);
+  assert.equal(renewed.status, 200);
+  assert.deepEqual(mock.tokens().map((x) => [x.clientId, x.grantType]), [['sw-agent', 'authorization_code'], ['sw-agent', 'refresh_token']]);
+
+  // The name falls back to the client_id.
+  assert.match(await (await get(authorizeUrl(mock, 'other-app', challenge, { redirect_uri: 'http://127.0.0.1:7777/cb' }))).text(), /<strong id="client-name">other-app<\/strong>/);
+  // Exact redirect_uri match, never redirected; another client's redirect is not this one's.
+  for (const redirect of ['https://evil.example/cb', `${REDIRECT}/`, 'http://127.0.0.1:7777/cb']) {
+    assert.equal(await refusalText(await get(authorizeUrl(mock, 'sw-agent', challenge, { redirect_uri: redirect }))), `redirect_uri ${redirect} is not registered for sw-agent.`);
+  }
+  assert.equal(await refusalText(await get(authorizeUrl(mock, 'sw-agent-2', challenge))), 'Unknown client_id: sw-agent-2.');
+  // A code of one pre-registered client is not the other's.
+  mock.setAutoApprove(true);
+  const pair = pkce();
+  const { code } = redirected(await get(authorizeUrl(mock, 'sw-agent', pair.challenge)));
+  await assertOAuthError(await exchange(mock, 'other-app', code, pair.verifier), 400, 'invalid_grant');
+
+  mock.reset();
+  assert.deepEqual(mock.auth.clients, clients);
+  await assertOAuthError(await refresh(mock, 'sw-agent', renewed.refresh_token), 400, 'invalid_grant');
+  const again = pkce();
+  const { query: after } = await allowOnPage(mock, await get(authorizeUrl(mock, 'sw-agent', again.challenge)));
+  const signedIn = await exchange(mock, 'sw-agent', after.code, again.verifier);
+  assert.equal(signedIn.status, 200);
+  assert.equal((await refresh(mock, 'sw-agent', (await signedIn.json()).refresh_token)).status, 200);
+  // autoApprove back to the option's: the page again.
+  assert.deepEqual(mock.authLog().map((e) => [e.kind, e.status]), [['token', 400], ['authorize', 200], ['decide', 302], ['token', 200], ['token', 200]]);
+});
+
+test('client_metadata_documents_sign_in_end_to_end_with_one_fetch', async (t) => {
+  const mock = await startMockMcp({ auth: { registration: false, clientMetadataDocuments: true } });
+  t.after(() => mock.close());
+  const url = `${mock.origin}/client-metadata.json`;
+  assert.equal(mock.auth.clientMetadataUrl, url);
+  assert.equal(mock.auth.clientMetadataDocuments, true);
+  const as = await asMetadata(mock);
+  assert.equal(as.client_id_metadata_document_supported, true);
+  assert.equal('registration_endpoint' in as, false);
+
+  // The mock serves the document itself: 404 until set.
+  assert.equal((await fetch(url)).status, 404);
+  const doc = metadataDocument(mock);
+  mock.setClientMetadata(doc);
+  const served = await fetch(url);
+  assert.equal(served.status, 200);
+  assert.match(served.headers.get('content-type'), /^application\/json/);
+  assert.equal(served.headers.get('access-control-allow-origin'), '*');
+  assert.deepEqual(await served.json(), doc);
+  assert.equal(mock.clientMetadataFetches(), 0, 'a GET of the document is not a fetch by the authorization server');
+
+  const { verifier, challenge } = pkce();
+  const { html, query } = await allowOnPage(mock, await get(authorizeUrl(mock, url, challenge)));
+  assert.match(html, /<strong id="client-name">SW Agent<\/strong>/);
+  assert.equal(mock.clientMetadataFetches(), 1);
+  // The document is fetched, not changed behind the mock's back: later edits do not matter to /token.
+  mock.setClientMetadata(null);
+  const response = await exchange(mock, url, query.code, verifier);
+  assert.equal(response.status, 200);
+  const tokens = await response.json();
+  assert.equal((await post(mock, INITIALIZE, { token: tokens.access_token })).status, 200);
+  const renewed = await refresh(mock, url, tokens.refresh_token);
+  assert.equal(renewed.status, 200);
+  assert.equal((await refresh(mock, url, (await renewed.json()).refresh_token)).status, 200);
+  assert.equal(mock.clientMetadataFetches(), 1, '/token fetches nothing');
+  assert.deepEqual(mock.tokens().map((x) => [x.clientId, x.grantType]), [[url, 'authorization_code'], [url, 'refresh_token'], [url, 'refresh_token']]);
+
+  const log = mock.authLog();
+  assert.deepEqual(log.map((e) => [e.kind, e.status]), [
+    ['as-metadata', 200], ['client-metadata', 200], ['authorize', 200], ['decide', 302], ['token', 200], ['token', 200], ['token', 200],
+  ]);
+  assert.deepEqual(log[1], { kind: 'client-metadata', url, status: 200, ok: true });
+  assert.equal(log[2].params.client_id, url);
+
+  // Every authorization request fetches again; reset() forgets the document served and the count.
+  mock.setClientMetadata(doc);
+  mock.setAutoApprove(true);
+  assert.ok(redirected(await get(authorizeUrl(mock, url, pkce().challenge))).code);
+  assert.equal(mock.clientMetadataFetches(), 2);
+  mock.reset();
+  assert.equal(mock.clientMetadataFetches(), 0);
+  assert.equal((await fetch(url)).status, 404);
+  await assertOAuthError(await refresh(mock, url, tokens.refresh_token), 400, 'invalid_client');
+  assert.throws(() => mock.setClientMetadata('{}'), TypeError);
+  assert.throws(() => mock.setClientMetadata([doc]), TypeError);
+});
+
+test('client_metadata_documents_are_refused_with_a_reason', async (t) => {
+  const preRegisteredUrl = 'https://app.example/client.json';
+  const mock = await startMockMcp({ auth: { autoApprove: true, clientMetadataDocuments: true, clients: [{ client_id: preRegisteredUrl, redirect_uris: [REDIRECT] }] } });
+  t.after(() => mock.close());
+  const url = mock.auth.clientMetadataUrl;
+  const { challenge } = pkce();
+
+  /** Serves `doc`, asks to authorize with `clientId`: the reason the page and the fetch's entry give, one fetch made. */
+  const refusedFor = async (doc, status, clientId = url) => {
+    const before = mock.clientMetadataFetches();
+    mock.setClientMetadata(doc);
+    const text = await refusalText(await get(authorizeUrl(mock, clientId, challenge)));
+    assert.equal(mock.clientMetadataFetches(), before + 1);
+    const [fetched, authorize] = mock.authLog().slice(-2);
+    assert.deepEqual(Object.keys(fetched).sort(), ['kind', 'ok', 'reason', 'status', 'url']);
+    assert.deepEqual([fetched.kind, fetched.url, fetched.status, fetched.ok], ['client-metadata', clientId, status, false]);
+    assert.equal(text, `The Client ID Metadata Document at ${clientId} is refused: ${fetched.reason}.`);
+    assert.deepEqual([authorize.kind, authorize.status, authorize.error, authorize.errorDescription], ['authorize', 400, 'invalid_request', text]);
+    return fetched.reason;
+  };
+
+  assert.equal(await refusedFor(metadataDocument(mock, { client_id: 'https://other.example/client.json' }), 200), 'its client_id is "https://other.example/client.json", not the document\'s URL');
+  assert.equal(await refusedFor(metadataDocument(mock, { client_id: `${url}?v=2` }), 200), `its client_id is "${url}?v=2", not the document's URL`);
+  assert.equal(await refusedFor(metadataDocument(mock, { redirect_uris: ['https://evil.example/cb', `${REDIRECT}/`] }), 200), `its redirect_uris do not include ${REDIRECT}`);
+  assert.equal(await refusedFor(metadataDocument(mock, { redirect_uris: REDIRECT }), 200), `redirect_uris is not an array: "${REDIRECT}"`);
+  assert.equal(await refusedFor(null, 404), 'HTTP 404, not 200');
+  assert.equal(await refusedFor(metadataDocument(mock, { token_endpoint_auth_method: 'private_key_jwt' }), 200), 'token_endpoint_auth_method must be "none" (a public client), not "private_key_jwt"');
+  // A document at another address of the mock: an MCP path's JSON-RPC 404, not a client's.
+  assert.equal(await refusedFor(metadataDocument(mock), 404, `${mock.origin}/elsewhere.json`), 'HTTP 404, not 200');
+  // Nothing listening there.
+  const closed = await startMockMcp();
+  const gone = `${closed.origin}/client.json`;
+  await closed.close();
+  assert.match(await refusedFor(metadataDocument(mock), 0, gone), /^the fetch failed \(.+\)$/);
+
+  // A refused document is not remembered: /token does not know its URL.
+  mock.setClientMetadata(metadataDocument(mock, { token_endpoint_auth_method: 'client_secret_basic' }));
+  await refusalText(await get(authorizeUrl(mock, url, challenge)));
+  await assertOAuthError(await refresh(mock, url, 'rt-x'), 400, 'invalid_client');
+
+  // Not fetched at all: not on 127.0.0.1 (the mock never reaches the network), no path, a fragment.
+  const fetches = mock.clientMetadataFetches();
+  const entries = mock.authLog().length;
+  assert.equal(await refusalText(await get(authorizeUrl(mock, 'https://example.com/client.json', challenge))), 'client_id https://example.com/client.json cannot be a Client ID Metadata Document URL: the mock fetches documents on 127.0.0.1 only (it must not reach the network).');
+  assert.match(await refusalText(await get(authorizeUrl(mock, 'http://example.com/client.json', challenge))), /it must be an https URL \(http only on 127\.0\.0\.1\)\.$/);
+  assert.match(await refusalText(await get(authorizeUrl(mock, `${mock.origin}/`, challenge))), /it has no path\.$/);
+  assert.match(await refusalText(await get(authorizeUrl(mock, `${url}#x`, challenge))), /it has a fragment\.$/);
+  assert.equal(mock.clientMetadataFetches(), fetches);
+  assert.deepEqual(mock.authLog().slice(entries).map((e) => [e.kind, e.status]), [['authorize', 400], ['authorize', 400], ['authorize', 400], ['authorize', 400]]);
+
+  // A URL that is a pre-registered client's is that client: nothing fetched.
+  assert.ok(redirected(await get(authorizeUrl(mock, preRegisteredUrl, challenge))).code);
+  assert.equal(mock.clientMetadataFetches(), fetches);
+  // And a good document after all those: signed in.
+  mock.setClientMetadata(metadataDocument(mock));
+  const pair = pkce();
+  const { code } = redirected(await get(authorizeUrl(mock, url, pair.challenge)));
+  assert.equal((await exchange(mock, url, code, pair.verifier)).status, 200);
+  assert.equal(mock.authLog().filter((e) => e.kind === 'client-metadata').at(-1).ok, true);
+});
+
+test('a_url_client_id_is_an_unknown_client_without_client_metadata_documents', async (t) => {
+  const mock = await startMockMcp({ auth: { autoApprove: true } });
+  t.after(() => mock.close());
+  assert.equal(mock.auth.clientMetadataDocuments, false);
+  assert.equal('client_id_metadata_document_supported' in await asMetadata(mock), false);
+  const url = mock.auth.clientMetadataUrl;
+  mock.setClientMetadata(metadataDocument(mock));
+  // Served all the same (a test may check what the client would do).
+  assert.equal((await fetch(url)).status, 200);
+
+  const pair = pkce();
+  assert.equal(await refusalText(await get(authorizeUrl(mock, url, pair.challenge))), `Unknown client_id: ${url}.`);
+  assert.equal(mock.clientMetadataFetches(), 0);
+  assert.deepEqual(mock.authLog().map((e) => [e.kind, e.status]), [['as-metadata', 200], ['authorize', 400]]);
+  await assertOAuthError(await refresh(mock, url, 'rt-x'), 400, 'invalid_client');
+
+  // Without auth the document is not served.
+  const plain = await startMockMcp();
+  t.after(() => plain.close());
+  assert.equal((await fetch(`${plain.origin}/client-metadata.json`)).status, 404);
+});
+
+test('bad_client_options_fail_at_start_up', async () => {
+  const good = { client_id: 'sw-agent', redirect_uris: [REDIRECT] };
+  await assert.rejects(startMockMcp({ auth: { registration: 'no' } }), /auth\.registration must be true or false, not "no"/);
+  await assert.rejects(startMockMcp({ auth: { clientMetadataDocuments: 1 } }), /auth\.clientMetadataDocuments must be true or false, not 1/);
+  await assert.rejects(startMockMcp({ auth: { clients: good } }), /auth\.clients must be an array/);
+  for (const [clients, message] of [
+    [['sw-agent'], /auth\.clients\[0\] must be an object/],
+    [[{ redirect_uris: [REDIRECT] }], /auth\.clients\[0\] needs a client_id/],
+    [[{ ...good, client_id: '' }], /auth\.clients\[0\] needs a client_id/],
+    [[good, { ...good, client_id: 'client-1' }], /auth\.clients\[1\] client_id "client-1" has the form \/register gives out/],
+    [[good, good], /auth\.clients\[1\] client_id "sw-agent" is given twice/],
+    [[{ client_id: 'sw-agent' }], /auth\.clients\[0\] redirect_uris must be a non-empty array/],
+    [[{ ...good, redirect_uris: [] }], /auth\.clients\[0\] redirect_uris must be a non-empty array/],
+    [[{ ...good, redirect_uris: ['http://example.com/cb'] }], /auth\.clients\[0\] redirect_uris: "http:\/\/example\.com\/cb" must be an https URL or an http:\/\/127\.0\.0\.1 URL/],
+    [[{ ...good, redirect_uri: REDIRECT }], /auth\.clients\[0\] has redirect_uri, which is not one of client_id, redirect_uris, client_name/],
+    [[{ ...good, client_name: 7 }], /auth\.clients\[0\] client_name must be a string/],
+  ]) {
+    await assert.rejects(startMockMcp({ auth: { clients } }), message, JSON.stringify(clients));
+  }
+});
+
+test('add_client_pre_registers_a_client_after_start_checked_like_the_option_and_kept_across_reset', async (t) => {
+  const mock = await startMockMcp({ auth: { registration: false } });
+  t.after(() => mock.close());
+  const { challenge } = pkce();
+  assert.equal(await refusalText(await get(authorizeUrl(mock, 'late-app', challenge))), 'Unknown client_id: late-app.');
+  mock.addClient({ client_id: 'late-app', redirect_uris: [REDIRECT] });
+  assert.throws(() => mock.addClient({ client_id: 'late-app', redirect_uris: [REDIRECT] }), /given twice/);
+  assert.throws(() => mock.addClient({ client_id: 'client-3', redirect_uris: [REDIRECT] }), /the form \/register gives out/);
+  assert.throws(() => mock.addClient({ client_id: 'x', redirect_uris: [] }), /non-empty array/);
+  mock.reset();
+  const { query } = await allowOnPage(mock, await get(authorizeUrl(mock, 'late-app', challenge)));
+  assert.equal(query.state, 'st-123');
+  assert.deepEqual(mock.clients(), [], 'not a registration answer');
 });

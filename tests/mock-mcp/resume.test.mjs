@@ -1,8 +1,10 @@
 // Tests of the mock MCP server's resumability (`resumable`): numbered
-// answer-stream events, a stream cut on purpose (cutNextCallStream), and a
-// GET with Last-Event-ID that gets the rest, as MCP's Streamable HTTP
-// transport (2025-06-18, "Resumability and Redelivery") describes. What
-// the engine's MCP client resumes against must itself behave like it.
+// answer-stream events, a stream cut on purpose (cutNextCallStream), GET
+// streams ended or broken on purpose (closeStreams, breakStreams) and kept
+// meanwhile, and a GET with Last-Event-ID that gets the rest of either, as
+// MCP's Streamable HTTP transport (2025-06-18, "Resumability and
+// Redelivery") describes. What the engine's MCP client resumes against
+// must itself behave like it.
 //
 // Run:  node --test tests/mock-mcp/
 
@@ -90,7 +92,8 @@ test('resumable_numbers_every_answer_event_and_the_first_carries_retry', async (
   assert.deepEqual(mock.keptStreams(), []);
   assert.equal((await resume(mock, 'post-1:5', { session: s.id })).status, 400);
 
-  // The session's GET stream numbers its events too (never replayed).
+  // The session's GET stream numbers its events too (kept as well: see the
+  // GET stream tests below).
   const notifications = eventReader(await resume(mock, undefined, { session: s.id }));
   assert.equal(await notifications.saw(': open\n\n'), true);
   assert.equal(mock.notifyListChanged(), 1);
@@ -99,9 +102,9 @@ test('resumable_numbers_every_answer_event_and_the_first_carries_retry', async (
   assert.equal(changed.id, 'get-1:1');
   assert.equal(changed.retry, null);
   assert.equal(mock.sent().at(-1).eventId, 'get-1:1');
-  const refused = await resume(mock, 'get-1:1', { session: s.id });
+  const refused = await resume(mock, 'get-1:2', { session: s.id });
   assert.equal(refused.status, 400);
-  assert.match((await refusal(refused)).message, /^Unknown Last-Event-ID: get-1:1 \(GET streams are not replayed\)/);
+  assert.match((await refusal(refused)).message, /^Unknown Last-Event-ID: get-1:2 \(the stream has 1 events\)/);
   notifications.cancel();
 
   // resumeRetryMs: another delay, or (null) no retry field at all.
@@ -378,4 +381,313 @@ test('reset_forgets_kept_streams_and_a_pending_cut_and_a_client_s_close_stops_an
   assert.equal((await resume(mock, 'post-3:1', { session: s.id })).status, 400);
   assert.throws(() => mock.cutNextCallStream({ afterEvents: -1 }), /afterEvents/);
   assert.throws(() => mock.cutNextCallStream({ close: 'yes' }), /close/);
+});
+
+// --- GET streams (the server's announcements stream, opened by a plain GET) ---
+
+/** A list_changed event of a GET stream, as written (resumable: with its id). */
+const changedEvent = (id) => `event: message\n${id === null ? '' : `id: ${id}\n`}data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n`;
+
+/** Opens a plain GET stream of the session and reads its opening comment. */
+async function openGetStream(mock, s, options = {}) {
+  const response = await resume(mock, undefined, { session: s.id, ...options });
+  assert.equal(response.status, 200);
+  const reader = eventReader(response);
+  assert.equal(await reader.saw(': open\n\n'), true);
+  return reader;
+}
+
+/** DELETEs the session. */
+const deleteSession = (mock, s) => fetch(mock.url, { method: 'DELETE', headers: { 'mcp-session-id': s.id, 'mcp-protocol-version': '2025-06-18' } });
+
+test('a_get_stream_ended_by_close_streams_keeps_what_it_missed_and_a_resumption_replays_it_then_goes_on_live', async (t) => {
+  const mock = await startMockMcp({ resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const first = await openGetStream(mock, s);
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal((await first.nextEvent()).id, 'get-1:1');
+  assert.equal(mock.closeStreams(), 1);
+  assert.deepEqual(await readToEnd(first), { events: [], broke: null }, 'ended cleanly');
+  assert.equal(first.raw(), `: open\n\n${changedEvent('get-1:1')}`);
+  assert.equal(mock.streamCount(), 0);
+  assert.deepEqual(mock.streams().map((e) => [e.stream, e.closed, e.closedBy]), [[1, true, 'server']]);
+  assert.deepEqual(mock.keptGetStreams(), [{ stream: 'get-1', number: 1, session: s.id, events: 1, kept: 1, detached: true, resumes: 0 }]);
+
+  // Detached: what would be announced is kept, numbered on, not counted.
+  assert.equal(mock.setTools(demoTools({ tickets: [], bookings: [] }).slice(0, 2)), 0);
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.sent().map((e) => [e.kind, e.method, e.session, e.stream, e.eventId, e.kept]), [
+    ['sent', 'notifications/tools/list_changed', s.id, 1, 'get-1:1', undefined],
+    ['sent', 'notifications/tools/list_changed', s.id, 1, 'get-1:2', true],
+    ['sent', 'notifications/tools/list_changed', s.id, 1, 'get-1:3', true],
+  ]);
+  assert.equal(mock.sent()[1].headers['mcp-session-id'], s.id, 'the GET\'s headers');
+  assert.equal(mock.keptGetStreams()[0].events, 3);
+
+  // Resumed after the last id the client saw: the two it missed, as written, then live.
+  const controller = new AbortController();
+  const response = await resume(mock, first.lastEventId(), { session: s.id, signal: controller.signal });
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get('content-type'), /^text\/event-stream/);
+  const resumed = eventReader(response);
+  assert.deepEqual([await resumed.nextEvent(), await resumed.nextEvent()], [
+    { message: { jsonrpc: '2.0', method: 'notifications/tools/list_changed' }, id: 'get-1:2', retry: null },
+    { message: { jsonrpc: '2.0', method: 'notifications/tools/list_changed' }, id: 'get-1:3', retry: null },
+  ]);
+  const [entry] = mock.resumes();
+  assert.equal(entry.kind, 'resume');
+  assert.equal(entry.method, 'GET');
+  assert.equal(entry.lastEventId, 'get-1:1');
+  assert.equal(entry.stream, 'get-1');
+  assert.equal(entry.replayed, 2);
+  assert.equal(entry.status, 200);
+  assert.equal(entry.closed, false);
+  assert.equal(entry.session, s.id);
+  assert.equal(entry.headers['last-event-id'], 'get-1:1');
+  assert.equal(entry.callId, undefined);
+  assert.equal(entry.delivered, undefined, 'nothing to deliver on a GET stream');
+  assert.equal(mock.streamCount(), 1, 'a resumed connection is open');
+  assert.equal(mock.streamCount(s.id), 1);
+  assert.equal(mock.streams().length, 1, 'no new stream: the same one, resumed');
+  assert.deepEqual(mock.keptGetStreams().map((e) => [e.detached, e.resumes]), [[false, 1]]);
+
+  assert.equal(mock.notifyListChanged(), 1, 'written live on the resumed stream');
+  assert.equal((await resumed.nextEvent()).id, 'get-1:4', 'the numbering goes on');
+  assert.equal(resumed.raw(), changedEvent('get-1:2') + changedEvent('get-1:3') + changedEvent('get-1:4'), 'exactly as first written, no opening comment');
+  const live = mock.sent().at(-1);
+  assert.deepEqual([live.stream, live.eventId, live.kept], [1, 'get-1:4', undefined]);
+  assert.equal(live.headers['last-event-id'], 'get-1:1', 'the headers of the GET it went on');
+
+  // The client closes it: detached again, still resumable.
+  controller.abort();
+  await mock.waitFor(() => entry.closed, { timeout: 5000, message: 'the resumed stream to be closed' });
+  assert.equal(entry.closedBy, 'client');
+  assert.equal(typeof entry.closedAt, 'number');
+  assert.equal(mock.streamCount(), 0);
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.sent().at(-1).kept, true);
+  const again = eventReader(await resume(mock, 'get-1:4', { session: s.id }));
+  assert.deepEqual(await again.nextEvent(), { message: { jsonrpc: '2.0', method: 'notifications/tools/list_changed' }, id: 'get-1:5', retry: null });
+  assert.deepEqual(mock.resumes().map((e) => [e.lastEventId, e.replayed, e.status]), [['get-1:1', 2, 200], ['get-1:4', 1, 200]]);
+  again.cancel();
+});
+
+test('a_get_stream_broken_by_break_streams_is_resumed_the_same_way', async (t) => {
+  const mock = await startMockMcp({ resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const stream = await openGetStream(mock, s);
+  // What was written goes out before the socket is destroyed.
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal(mock.breakStreams(), 1);
+  assert.equal(mock.streamCount(), 0, 'at once');
+  const { events, broke } = await readToEnd(stream);
+  assert.deepEqual(events.map((e) => e.id), ['get-1:1']);
+  assert.ok(broke, 'a network error, not a clean end');
+  assert.deepEqual(mock.streams().map((e) => [e.closed, e.closedBy]), [[true, 'server']]);
+  assert.equal(mock.breakStreams(), 0);
+
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.sent().map((e) => [e.eventId, e.kept]), [['get-1:1', undefined], ['get-1:2', true]]);
+  const resumed = eventReader(await resume(mock, stream.lastEventId(), { session: s.id }));
+  assert.equal((await resumed.nextEvent()).id, 'get-1:2');
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal((await resumed.nextEvent()).id, 'get-1:3');
+
+  // A resumed stream breaks too, and is resumed again (nothing to replay: the headers come at once).
+  assert.equal(mock.breakStreams(), 1);
+  assert.ok((await readToEnd(resumed)).broke);
+  assert.deepEqual([mock.resumes()[0].closed, mock.resumes()[0].closedBy], [true, 'server']);
+  const third = eventReader(await resume(mock, 'get-1:3', { session: s.id }));
+  assert.equal(mock.resumes()[1].replayed, 0);
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal((await third.nextEvent()).id, 'get-1:4');
+  third.cancel();
+});
+
+test('a_get_stream_resumption_is_refused_with_400_for_another_session_s_an_id_beyond_or_too_old_or_of_the_other_kind', async (t) => {
+  const staged = stagedTool();
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true });
+  t.after(() => mock.close());
+  const other = await session(mock);
+  const s = await session(mock);
+  await openGetStream(mock, other); // get-1
+  await openGetStream(mock, s); // get-2
+  assert.equal(mock.notifyListChanged(), 2);
+  assert.equal(mock.closeStreams(), 2);
+  mock.cutNextCallStream({ afterEvents: 2 });
+  await readToEnd(eventReader(await post(mock, call(21, 'staged'), { session: s.id }))); // post-1, 2 events
+
+  const refused = [
+    ['get-1:1', s.id, /no such GET stream kept in this session/], // another session's
+    ['get-2:2', s.id, /the stream has 1 events/], // beyond the count (post-1's 2 events are another stream's)
+    ['get-9:0', s.id, /no such GET stream kept in this session/],
+    ['get-2', s.id, /no such GET stream kept in this session/],
+    ['get-post-1:1', s.id, /no such GET stream kept in this session/],
+    ['post-2:1', s.id, /no such answer stream kept in this session/], // the GET stream's number as an answer stream's
+  ];
+  for (const [lastEventId, id, why] of refused) {
+    const response = await resume(mock, lastEventId, { session: id });
+    assert.equal(response.status, 400, lastEventId);
+    const error = await refusal(response);
+    assert.equal(error.code, -32600);
+    assert.ok(error.message.startsWith(`Unknown Last-Event-ID: ${lastEventId} (`), error.message);
+    assert.match(error.message, why);
+  }
+  assert.deepEqual(mock.resumes().map((e) => [e.kind, e.lastEventId, e.status, e.stream, e.replayed, e.session]), refused.map(([lastEventId, id]) => ['resume', lastEventId, 400, null, 0, id]));
+
+  // The session checks come first and answer as for any GET.
+  assert.equal((await resume(mock, 'get-2:1')).status, 400, 'no session id');
+  assert.equal((await resume(mock, 'get-2:1', { session: 'nope' })).status, 404, 'an unknown session');
+  assert.equal(mock.resumes().length, refused.length, 'those are `rejected` entries');
+
+  // At most the last 100 events are kept: a resumption from before them is too old.
+  for (let i = 0; i < 100; i += 1) assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.keptGetStreams().map((e) => [e.stream, e.session, e.events, e.kept]), [['get-1', other.id, 101, 100], ['get-2', s.id, 101, 100]]);
+  const tooOld = await resume(mock, 'get-2:0', { session: s.id });
+  assert.equal(tooOld.status, 400);
+  assert.equal((await refusal(tooOld)).message, 'Unknown Last-Event-ID: get-2:0 (too old: the stream keeps its last 100 events, from get-2:2).');
+  const oldest = eventReader(await resume(mock, 'get-2:1', { session: s.id }));
+  const events = [];
+  while (events.length < 100) events.push(await oldest.nextEvent());
+  assert.deepEqual([events[0].id, events.at(-1).id], ['get-2:2', 'get-2:101']);
+  assert.equal(mock.resumes().at(-1).replayed, 100);
+  oldest.cancel();
+
+  // None of that touched the answer stream: it still resumes.
+  const response = await resume(mock, 'post-1:2', { session: s.id });
+  assert.equal(response.status, 200);
+  staged.release();
+  assert.equal((await readToEnd(eventReader(response))).events.at(-1).message.id, 21);
+});
+
+test('without_resumable_a_get_stream_carries_no_ids_ends_for_good_and_last_event_id_is_ignored', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const first = await openGetStream(mock, s);
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal((await first.nextEvent()).id, null);
+  assert.equal(first.raw(), `: open\n\n${changedEvent(null)}`);
+  assert.equal(mock.closeStreams(), 1);
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.sent().map((e) => [e.stream, e.eventId, e.kept]), [[1, undefined, undefined]], 'nothing kept');
+  assert.deepEqual(mock.keptGetStreams(), []);
+
+  // Last-Event-ID means nothing: a new plain stream, nothing replayed.
+  const second = eventReader(await resume(mock, 'get-1:0', { session: s.id }));
+  assert.equal(await second.saw(': open\n\n'), true);
+  assert.deepEqual(mock.streams().map((e) => e.stream), [1, 2]);
+  assert.deepEqual(mock.resumes(), []);
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal((await second.nextEvent()).id, null);
+
+  // breakStreams breaks it all the same.
+  assert.equal(mock.breakStreams(), 1);
+  assert.ok((await readToEnd(second)).broke);
+  assert.equal(mock.streamCount(), 0);
+  assert.equal(mock.notifyListChanged(), 0);
+});
+
+test('a_get_stream_resumed_while_still_open_takes_over_its_connection_and_other_streams_keep_on_their_own', async (t) => {
+  const mock = await startMockMcp({ resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const first = await openGetStream(mock, s);
+  assert.equal(mock.notifyListChanged(), 1);
+  const missed = await first.nextEvent();
+
+  // The client resumes from before that event while the stream is still open.
+  const taking = eventReader(await resume(mock, 'get-1:0', { session: s.id }));
+  assert.deepEqual(await taking.nextEvent(), missed, 'replayed as first written');
+  assert.deepEqual(await readToEnd(first), { events: [], broke: null }, 'the earlier connection ended cleanly');
+  assert.deepEqual(mock.streams().map((e) => [e.closed, e.closedBy]), [[true, 'server']]);
+  assert.equal(mock.streamCount(), 1);
+  assert.equal(mock.notifyListChanged(), 1, 'one stream, one connection: written once');
+  assert.equal((await taking.nextEvent()).id, 'get-1:2');
+
+  // A later resumption takes over the earlier one.
+  const later = eventReader(await resume(mock, 'get-1:2', { session: s.id }));
+  assert.deepEqual(await readToEnd(taking), { events: [], broke: null });
+  assert.deepEqual(mock.resumes().map((e) => [e.lastEventId, e.replayed, e.closed, e.closedBy]), [['get-1:0', 1, true, 'server'], ['get-1:2', 0, false, undefined]]);
+  assert.equal(mock.streamCount(), 1);
+
+  // A new plain GET is a stream of its own; the detached one keeps on keeping.
+  assert.equal(mock.closeStreams(), 1);
+  const fresh = await openGetStream(mock, s);
+  assert.equal(mock.notifyListChanged(), 1, 'written on the new stream only');
+  assert.equal((await fresh.nextEvent()).id, 'get-2:1');
+  assert.deepEqual(mock.sent().slice(-2).map((e) => [e.stream, e.eventId, e.kept]), [[1, 'get-1:3', true], [2, 'get-2:1', undefined]]);
+  assert.deepEqual(mock.keptGetStreams().map((e) => [e.stream, e.events, e.detached]), [['get-1', 3, true], ['get-2', 1, false]]);
+  const back = eventReader(await resume(mock, 'get-1:2', { session: s.id }));
+  assert.equal((await back.nextEvent()).id, 'get-1:3');
+  assert.equal(mock.streamCount(s.id), 2);
+  await readToEnd(later);
+  back.cancel();
+  fresh.cancel();
+});
+
+test('delete_expire_and_reset_forget_a_session_s_kept_get_streams', async (t) => {
+  const mock = await startMockMcp({ resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+  const other = await session(mock);
+
+  const mine = await openGetStream(mock, s);
+  await openGetStream(mock, other);
+  assert.equal(mock.closeStreams(), 2);
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.equal(mock.keptGetStreams().length, 2);
+
+  assert.equal((await deleteSession(mock, s)).status, 200);
+  assert.deepEqual(mock.keptGetStreams().map((e) => [e.stream, e.session]), [['get-2', other.id]], 'the other session\'s stays');
+  const before = mock.sent().length;
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.sent().slice(before).map((e) => [e.stream, e.eventId, e.kept]), [[2, 'get-2:2', true]], 'nothing kept for a forgotten stream');
+  assert.equal((await resume(mock, 'get-1:0', { session: s.id })).status, 404, 'its session is gone');
+  assert.equal(mine.raw(), ': open\n\n');
+
+  // An open stream of a deleted session ends and is forgotten too.
+  const third = await session(mock);
+  const open = await openGetStream(mock, third);
+  assert.equal((await deleteSession(mock, third)).status, 200);
+  assert.deepEqual(await readToEnd(open), { events: [], broke: null });
+  assert.deepEqual(mock.keptGetStreams().map((e) => e.stream), ['get-2']);
+
+  mock.expireSessions();
+  assert.deepEqual(mock.keptGetStreams(), []);
+  const fourth = await session(mock);
+  await openGetStream(mock, fourth);
+  mock.reset();
+  assert.deepEqual(mock.keptGetStreams(), []);
+  assert.equal(mock.streamCount(), 0);
+  const fifth = await session(mock);
+  const refused = await resume(mock, 'get-4:0', { session: fifth.id });
+  assert.equal(refused.status, 400);
+  assert.match((await refusal(refused)).message, /no such GET stream kept in this session/);
+  assert.equal((await openGetStream(mock, fifth)).raw(), ': open\n\n');
+  assert.deepEqual(mock.streams().map((e) => e.stream), [5], 'stream numbers are never reused');
+});
+
+test('forget_kept_get_streams_ends_them_keeps_the_session_and_refuses_resuming_them', async (t) => {
+  const mock = await startMockMcp({ resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+  const open = await openGetStream(mock, s);
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal(mock.forgetKeptGetStreams(), 1);
+  const { events, broke } = await readToEnd(open);
+  assert.equal(broke, null, 'ended cleanly');
+  assert.deepEqual(events.map((e) => e.id), ['get-1:1']);
+  assert.equal(mock.streamCount(), 0);
+  assert.deepEqual(mock.keptGetStreams(), []);
+  const refused = await resume(mock, 'get-1:1', { session: s.id });
+  assert.equal(refused.status, 400, 'the session lives: not 404');
+  assert.match((await refusal(refused)).message, /Unknown Last-Event-ID: get-1:1 \(no such GET stream kept in this session\)/);
+  assert.equal((await openGetStream(mock, s)).raw(), ': open\n\n', 'a new stream opens in the same session');
 });

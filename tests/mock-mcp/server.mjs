@@ -21,14 +21,17 @@
 // `notifications/tools/list_changed` goes out when the tools change; several
 // per session. DELETE: forgets the session (and ends its GET streams).
 // Optionally (`resumable`), resumability and redelivery: numbered events,
-// an answer stream cut on demand, and GET with `Last-Event-ID` replaying
-// the rest of it (see `resumable` below).
+// an answer stream cut on demand, GET streams ended or broken on demand,
+// and GET with `Last-Event-ID` replaying the rest of either (see
+// `resumable` below).
 // Also: sessions forgotten on demand, and a log of every message for
 // assertions. Optionally (`auth`), an OAuth 2.1 authorization server on the
 // same origin, as MCP's authorization spec (2025-06-18) describes: /mcp then
-// wants a Bearer token of its own (see `auth` below).
+// wants a Bearer token of its own (see `auth` below); its clients register
+// dynamically, are pre-registered, or (2025-11-25) name a Client ID
+// Metadata Document, which the mock can serve itself.
 // Must not: listen on anything but 127.0.0.1, depend on any package, or reach
-// the network.
+// the network (it fetches Client ID Metadata Documents on 127.0.0.1 only).
 //
 // CLI:  node tests/mock-mcp/server.mjs [--port N] [--auth]
 //       prints `MOCK_MCP_URL=http://127.0.0.1:<port>/mcp` as its first
@@ -38,11 +41,12 @@
 //   listChanged, resumable, resumeRetryMs, auth })` →
 //   { url, origin, state, log, calls, cancellations, responses,
 //     elicitations, elicitationResponses, streams, sent, tickets, bookings,
-//     toolNames, setTools, notifyListChanged, closeStreams, streamCount,
-//     setDown, expireSessions, sessionCount, waitFor, reset, close,
-//     cutNextCallStream, cuts, resumes, keptStreams,
+//     toolNames, setTools, notifyListChanged, closeStreams, breakStreams,
+//     streamCount, setDown, expireSessions, sessionCount, waitFor, reset,
+//     close, cutNextCallStream, cuts, resumes, keptStreams, keptGetStreams,
 //     auth, setAutoApprove, expireAccessTokens, revokeGrants, authLog,
-//     clients, tokens, setRedirectIss, setTokenDelay, tokenRequestsReceived }.
+//     clients, tokens, setRedirectIss, setTokenDelay, tokenRequestsReceived,
+//     setClientMetadata, clientMetadataFetches }.
 //   `tools`: [{ name, description, inputSchema, annotations?, title?,
 //     answer?: 'json'|'sse', run(args, ctx) → CallToolResult }]
 //     (default: demoTools(state), which include `add_faq_tool`: it publishes
@@ -73,19 +77,21 @@
 //     `retry: <resumeRetryMs>` (option, default 200; null: no retry field;
 //     startMockMcp throws on anything but an integer >= 0 or null); the
 //     fields in the order `event: message`, id, retry, data. Events of GET
-//     streams carry `id: get-<stream>:<n>` (<stream> its number in the log)
-//     and no retry; they are never kept or replayed. The server keeps each
+//     streams carry `id: get-<stream>:<n>` (<stream> its number in the log,
+//     n = 1, 2, … within the stream) and no retry; see "GET streams" below
+//     for how they are kept and resumed. The server keeps each
 //     answer stream's events (keptStreams()) until its JSON-RPC response
 //     went out on a live connection (its POST, or a resuming GET): then it
 //     is dropped and resuming it is refused. A client that closes an answer
 //     stream nobody cut stops the call as without resumable (outcome
 //     'disconnected'; not kept): only a cut (cutNextCallStream) or a
 //     resumption taking over leaves a call running unattached.
-//     GET /mcp with `Last-Event-ID: <stream>:<n>`: the checks of any GET
-//     (406 without text/event-stream in Accept, 400 no Mcp-Session-Id, 404
-//     an unknown session, 400 an MCP-Protocol-Version not the session's;
-//     each a `rejected` entry, method 'GET', `lastEventId`), but not the
-//     405 of listChanged false (the stream resumed is a POST's). Then, when
+//     GET /mcp with `Last-Event-ID: <stream>:<n>` (any id not starting
+//     with `get-`): the checks of any GET (406 without text/event-stream in
+//     Accept, 400 no Mcp-Session-Id, 404 an unknown session, 400 an
+//     MCP-Protocol-Version not the session's; each a `rejected` entry,
+//     method 'GET', `lastEventId`), but not the 405 of listChanged false
+//     (the stream resumed is a POST's). Then, when
 //     <stream> is kept in that session and 0 <= n <= its event count: 200
 //     text/event-stream that first writes the kept events after n as first
 //     written (ids and retry included), then the stream's further events as
@@ -93,10 +99,35 @@
 //     when that was kept already). The connection the stream was on (its
 //     POST if never cut, or an earlier resuming GET) is ended first
 //     (res.end()): a message goes out on one stream only. Else (an id not
-//     of that form, no such kept stream, another session's, a GET stream's,
-//     or n beyond the count): 400 with a JSON-RPC error body (-32600,
+//     of that form, no such kept stream, another session's, or n beyond
+//     the count): 400 with a JSON-RPC error body (-32600,
 //     "Unknown Last-Event-ID: <value> (<why>).") — never 404, which
 //     clients read as their session gone.
+//     GET streams (resumable only; off, nothing below: a GET stream ends
+//     for good and Last-Event-ID is ignored): each keeps its events, as
+//     written, the last 100 (older ones dropped), as long as its session
+//     lives (a DELETE, expireSessions(), reset() and close() forget them).
+//     A GET stream whose connection ends (closeStreams(), breakStreams(),
+//     or the client closing it) is detached, not gone: the notifications
+//     setTools/notifyListChanged send while it is are kept on it (numbered
+//     on, written nowhere, not counted in their return; a `sent` entry with
+//     kept: true). Each stream is on its own: a session's detached streams
+//     keep on keeping notifications after it opened a new plain GET stream
+//     (until resumed, or the session ends). GET /mcp with `Last-Event-ID:
+//     get-<k>:<n>`: the same checks as above (listChanged false: no GET
+//     streams, so 400), then, when get-<k> is kept in that session and
+//     0 <= n <= its event count and event n+1 is still kept: 200
+//     text/event-stream that first writes the kept events after n as first
+//     written (ids included; nothing else: no `: open` comment), then goes
+//     on as that stream, live (later notifications written on it, the
+//     numbering continued), until it ends again (detached again, resumable
+//     again). The connection the stream is still on, if any (its plain GET
+//     or an earlier resumption), is ended first (res.end(); its entry
+//     closedBy 'server'): a message goes out on one stream only. Else 400
+//     as above, <why> one of "no such GET stream kept in this session"
+//     (unknown, another session's, forgotten, not of the form get-<k>:<n>),
+//     "the stream has <count> events" (n beyond), "too old: the stream
+//     keeps its last 100 events, from get-<k>:<first kept>".
 //   cutNextCallStream({ afterEvents = 1, close = false } = {}) (resumable
 //     or not; throws on an afterEvents not an integer >= 0 or a close not a
 //     boolean): the next tools/call answered as an event stream is cut
@@ -112,20 +143,34 @@
 //     `resume` entries (both also in log(), in order with the rest).
 //     keptStreams() → the answer streams kept: { stream, session, callId,
 //     events (written so far), answered (the response among them),
-//     detached (cut or taken over: off its POST) }. reset() forgets the
+//     detached (cut or taken over: off its POST) }. keptGetStreams() → the
+//     GET streams kept (resumable; else []), in order: { stream
+//     ('get-<k>'), number (k), session, events (numbered so far, kept ones
+//     included), kept (how many of them are still kept, at most 100),
+//     detached (on no connection now), resumes (resumptions answered 200)
+//     }. reset() forgets the
 //     kept streams (ending resuming GETs) and a pending cut; a DELETE or
 //     expireSessions() forgets the session's; close() destroys resuming
 //     GETs. A stream forgotten while its call still runs goes nowhere (one
 //     still on its POST answers there).
 //   setTools(tools, { notify = true }) → the number of GET streams notified:
 //     the next tools/list lists `tools`; with notify, every open GET stream
-//     gets `notifications/tools/list_changed`. notifyListChanged() → that
-//     number too, tools unchanged. closeStreams() → how many open GET streams
-//     the server ended (res.end()); streamCount(session?) → how many are open
-//     (of one session). setDown(status) answers every message, GET included,
-//     with `status` (open streams stay open). expireSessions() forgets every
-//     session and ends their GET streams; reset() and close() end every GET
-//     stream (close() destroys them: it never waits on an open stream).
+//     gets `notifications/tools/list_changed` (resumable: every detached
+//     one keeps it, not counted). notifyListChanged() → that number too,
+//     tools unchanged. closeStreams() → how many open GET streams the
+//     server ended (res.end()); breakStreams() → how many open GET streams
+//     had their socket destroyed once what was written went out (the
+//     client sees the body break off: a network error), resumable or not;
+//     forgetKeptGetStreams() → how many kept GET streams it forgot (the
+//     open ones ended first, res.end()); sessions stay: a server that lost
+//     its event store, so resuming one is refused 400.
+//     streamCount(session?) → how many GET connections are open (of one
+//     session), a resuming GET's included. setDown(status) answers every
+//     message, GET included, with `status` (open streams stay open).
+//     expireSessions() forgets every session and ends their GET streams
+//     (kept ones forgotten); reset() and close() end every GET stream and
+//     forget the kept ones (close() destroys them: it never waits on an
+//     open stream).
 //   `log` entries: { kind: request|notification|response|rejected|
 //     elicitation|elicitation-response|stream|sent|delete|cut|resume,
 //     method?, id?, params?, headers, status, session }. `elicitation` is
@@ -136,15 +181,21 @@
 //     question was asked in, `late`: it answered nothing that still waited).
 //     `stream` a GET event stream opened (method 'GET', status 200, `stream`:
 //     its number from 1, `closed`: false until it ends, then true with
-//     `closedAt` (Date.now()) and `closedBy`: 'client'|'server'); a refused
+//     `closedAt` (Date.now()) and `closedBy`: 'client'|'server'; it
+//     describes the plain GET's connection only: a resumption of the stream
+//     is a `resume` entry, and streams() lists one entry per stream, closed
+//     once its first connection ended, resumed or not); a refused
 //     GET is a `rejected` entry with method 'GET'; a request to another
 //     path than /mcp is a `rejected` entry (status 404) with its `path`. `sent` a notification the
-//     server sent: { kind: 'sent', method, params?, session, stream, headers
-//     (the GET's) } per GET stream written, or { kind: 'sent', method,
-//     params?, session, callId, headers (the call's) } for ctx.notify on a
-//     call's stream; resumable, both also carry `eventId` (the event's
-//     id), and a call's `kept: true` when it went on no connection (cut,
-//     not resumed yet). `delete` a DELETE of a session (status 200).
+//     server sent: { kind: 'sent', method, params?, session, stream (its
+//     number), headers (the GET's whose connection it was written on:
+//     the plain GET's or a resumption's; when kept, the stream's latest
+//     connection's) } per GET stream written or (resumable) kept, or {
+//     kind: 'sent', method, params?, session, callId, headers (the call's) }
+//     for ctx.notify on a call's stream; resumable, both also carry
+//     `eventId` (the event's id), and `kept: true` when it went on no
+//     connection (a detached GET stream; a call's stream cut, not resumed
+//     yet). `delete` a DELETE of a session (status 200).
 //     `cut` (cutNextCallStream): { kind: 'cut', stream (its id, e.g.
 //     'post-3'), method: 'tools/call', id (the call's JSON-RPC id),
 //     afterEvents (as asked), written (the events the cut connection
@@ -157,14 +208,33 @@
 //     the response went out on it), closed (200: false until it ends, then
 //     true with closedAt and closedBy: 'server' (the response delivered,
 //     taken over by a later resumption, reset, the session's end) |
-//     'client'), session, headers }.
+//     'client'), session, headers }; a GET stream's: stream 'get-<k>', no
+//     callId, no delivered, closedBy 'server' (closeStreams, breakStreams,
+//     taken over by a later resumption, reset, close, the session's end) |
+//     'client'.
 //   `auth` (default off): true, or { autoApprove = false, accessTtlSeconds =
 //     3600, scopes = ['tools'], challengeScope = null, challengeMetadata =
-//     true, metadataAt = 'path', scopedTools = {}, issParameter = false }
+//     true, metadataAt = 'path', scopedTools = {}, issParameter = false,
+//     registration = true, clients = [], clientMetadataDocuments = false }
 //     (startMockMcp throws on a metadataAt other than 'path'|'root'|'both',
-//     a challengeScope not a string or null, a challengeMetadata not a
-//     boolean, or a scopedTools scope not in scopes). Off: the paths below
-//     are 404 like any other, and /mcp wants no token. On, with O =
+//     a challengeScope not a string or null, a challengeMetadata,
+//     registration or clientMetadataDocuments not a boolean, a scopedTools
+//     scope not in scopes, or clients not an array of valid clients; each
+//     Error names the option and what is wrong). registration false: no
+//     dynamic client registration (no registration_endpoint in the
+//     metadata, /register 404). clients: pre-registered public clients, {
+//     client_id (a non-empty string, not of the form client-<n> /register
+//     gives out, not given twice), redirect_uris (a non-empty array of
+//     https or http://127.0.0.1 URLs, no fragment), client_name? (a string,
+//     the Allow page shows it) }, no other field; known to /authorize and
+//     /token from the start and after reset(). clientMetadataDocuments
+//     (Client ID Metadata Documents, MCP 2025-11-25;
+//     draft-ietf-oauth-client-id-metadata-document): a client_id that is
+//     an http(s) URL and neither a pre-registered nor a registered
+//     client's names a document the authorization server fetches (see
+//     /authorize); off, such a client_id is an unknown client like any
+//     other (nothing fetched). `auth` off: the paths below are 404 like
+//     any other, and /mcp wants no token. On, with O =
 //     http://127.0.0.1:<port> and M the metadata address the challenges
 //     name (metadataAt 'path' or 'both':
 //     O/.well-known/oauth-protected-resource/mcp, the path-inserted one;
@@ -197,13 +267,17 @@
 //       bearer_methods_supported: ['header'] }.
 //     GET  O/.well-known/oauth-authorization-server (RFC 8414): { issuer: O,
 //       authorization_endpoint: O/authorize, token_endpoint: O/token,
-//       registration_endpoint: O/register, response_types_supported:
-//       ['code'], grant_types_supported: ['authorization_code',
-//       'refresh_token'], code_challenge_methods_supported: ['S256'],
+//       registration_endpoint: O/register (registration only),
+//       response_types_supported: ['code'], grant_types_supported:
+//       ['authorization_code', 'refresh_token'],
+//       code_challenge_methods_supported: ['S256'],
 //       token_endpoint_auth_methods_supported: ['none'], scopes_supported,
 //       authorization_response_iss_parameter_supported: true (issParameter
-//       only) }.
-//     POST O/register (RFC 7591; Content-Type application/json): wants
+//       only), client_id_metadata_document_supported: true
+//       (clientMetadataDocuments only) }.
+//     POST O/register (RFC 7591; registration false: 404 { error:
+//       'invalid_request', error_description } to any method, logged as a
+//       'register' entry, status 404; Content-Type application/json): wants
 //       redirect_uris (a non-empty array of https URLs or http://127.0.0.1
 //       URLs, no fragment; else 400 invalid_redirect_uri),
 //       token_endpoint_auth_method 'none' or absent, grant_types ⊆
@@ -214,8 +288,27 @@
 //       (as given) }. Client ids are never reused, reset() included.
 //     GET  O/authorize?response_type=code&client_id&redirect_uri
 //       &code_challenge&code_challenge_method=S256&state&resource[&scope]:
-//       an unknown client_id or a redirect_uri not registered for it (exact
-//       match) → 400 HTML (no redirect); any other problem (a parameter
+//       the client_id is looked up among the pre-registered clients
+//       (auth.clients), then the registered ones; with
+//       clientMetadataDocuments, one found in neither that is an http(s)
+//       URL is a Client ID Metadata Document's address, fetched at every
+//       authorization request (none cached): only on 127.0.0.1 (https, or
+//       http there), with a path, no fragment, no user name or password
+//       (else refused unfetched: "client_id <url> cannot be a Client ID
+//       Metadata Document URL: <why>."); GET, Accept: application/json,
+//       redirects not followed, given up after 5 s; it must answer HTTP 200
+//       with a JSON object whose client_id is the URL exactly, whose
+//       redirect_uris (an array) include the request's redirect_uri
+//       exactly, and whose token_endpoint_auth_method, if present, is
+//       'none'; its client_name (a string) is shown on the Allow page. A
+//       document that passes is remembered for /token (a later failing
+//       fetch forgets nothing); one that does not → the 400 HTML below, the
+//       reason in its text ("The Client ID Metadata Document at <url> is
+//       refused: <reason>.").
+//       Each fetch is a 'client-metadata' authLog entry (before the
+//       request's 'authorize' one). An unknown client_id or a redirect_uri
+//       not registered for it (exact match) → 400 HTML (no redirect; the
+//       reason in `<p id="error">`); any other problem (a parameter
 //       twice, response_type not code, method not S256, no 43-character
 //       challenge, resource not O/mcp (RFC 8707), an unknown scope) → 302
 //       redirect_uri?error=invalid_request&error_description=..&state=..;
@@ -235,7 +328,9 @@
 //       changes that.
 //     POST O/token (held setTokenDelay's milliseconds first, then handled;
 //       Content-Type application/x-www-form-urlencoded, else
-//       400 invalid_request; no parameter twice):
+//       400 invalid_request; no parameter twice; client_id a pre-registered
+//       or registered client's, or a Client ID Metadata Document's URL
+//       validated at /authorize (never fetched here), else invalid_client):
 //       grant_type=authorization_code, code, redirect_uri, client_id,
 //       code_verifier, resource (all required): PKCE S256 checked
 //       (pkceChallenge(verifier) === code_challenge); a failed check does
@@ -251,15 +346,30 @@
 //       used, expired, revoked, of another client, or redirect_uri,
 //       resource or verifier not matching) | unsupported_grant_type |
 //       invalid_scope, error_description }.
+//     GET  O/client-metadata.json: setClientMetadata's document as JSON
+//       (200), 404 { error: 'not_found', error_description } while it is
+//       null (the default); OPTIONS 204, another method 405. Served
+//       whether clientMetadataDocuments is on or not; not logged (the
+//       authorization server's fetches of it are).
 //     All of these answer `Access-Control-Allow-Origin: *`, OPTIONS with 204
 //     (Allow-Methods `GET, POST`, Allow-Headers `content-type,
-//     authorization, mcp-protocol-version`); another method: 405
-//     invalid_request. setDown does not touch them.
+//     authorization, mcp-protocol-version`; the document's: `GET`); another
+//     method: 405 invalid_request. setDown does not touch them.
 //   Controls: `auth` → null (off) or { issuer, resourceMetadataUrl (M),
 //     authorizationServerMetadataUrl, authorizationEndpoint, decideEndpoint,
-//     tokenEndpoint, registrationEndpoint, scopes, accessTtlSeconds,
+//     tokenEndpoint, registrationEndpoint (null when registration is off),
+//     clientMetadataUrl (O/client-metadata.json), scopes, accessTtlSeconds,
 //     metadataAt, challengeScope, challengeMetadata, scopedTools,
-//     issParameter }.
+//     issParameter, registration, clients (as given),
+//     clientMetadataDocuments }.
+//     addClient(client): pre-registers one more client as auth.clients does
+//     (checked the same way, else TypeError; kept across reset()), for a
+//     test that learns its redirect address only after start.
+//     setClientMetadata(doc): GET O/client-metadata.json answers doc (a
+//     copy; an object, else TypeError) as JSON; null (default): 404.
+//     clientMetadataFetches() → how many Client ID Metadata Documents the
+//     authorization server fetched (counted as each fetch starts, refused
+//     ones included; waitFor's check runs on each).
 //     setAutoApprove(bool). setRedirectIss(value): the iss of those
 //     redirects: undefined (default) the issuer O when issParameter is on
 //     (none when off), a string that string instead (issParameter on or
@@ -271,23 +381,31 @@
 //     expireAccessTokens(): every access token issued so far is expired
 //     (refresh tokens still work). revokeGrants(): every access token,
 //     refresh token, unused code and undecided request stops working.
-//     clients() → the registration answers. tokens() → the access tokens
+//     clients() → the registration answers (dynamically registered clients
+//     only: not auth.clients, not documents). tokens() → the access tokens
 //     issued, in order: { accessToken, refreshToken (issued with it),
 //     clientId, scope, resource, grant (n: one sign-in through its
 //     refreshes), grantType, issuedAt, expiresAt (ms), expired, revoked }.
-//     reset() forgets clients, codes, tokens and the auth log, restores
+//     reset() forgets the registered clients (not auth.clients), the
+//     documents remembered, codes, tokens and the auth log, restores
 //     autoApprove and setRedirectIss (undefined), sets the token delay back
-//     to 0 and zeroes tokenRequestsReceived. authLog() → every request to
-//     those endpoints (OPTIONS aside), in order: { kind: 'metadata'|
-//     'as-metadata'|'register'|'authorize'|'decide'|'token', method, path,
-//     status, params (the query; /register's JSON body (its raw text if not
-//     JSON); /token's form, all values kept, code_verifier and
-//     refresh_token included), headers, error?, errorDescription? (when
-//     refused or redirected with an error), location? (a 302's), request?
-//     (authorize: the request's id; decide: the one asked for), approved?:
-//     'auto', allow? (decide: true|false), clientId? (register: the new
-//     one), grantType? (token), issued? (token: { accessToken, refreshToken
-//     }) }. waitFor's check is also run on every authLog entry (read
+//     to 0, the client metadata document back to null, and zeroes
+//     tokenRequestsReceived and clientMetadataFetches. authLog() → every
+//     request to those endpoints (OPTIONS and O/client-metadata.json
+//     aside) and every fetch of a Client ID Metadata Document, in order:
+//     { kind: 'metadata'|'as-metadata'|'register'|'authorize'|'decide'|
+//     'token', method, path, status, params (the query; /register's JSON
+//     body (its raw text if not JSON); /token's form, all values kept,
+//     code_verifier and refresh_token included), headers, error?,
+//     errorDescription? (when refused or redirected with an error),
+//     location? (a 302's), request? (authorize: the request's id; decide:
+//     the one asked for), approved?: 'auto', allow? (decide: true|false),
+//     clientId? (register: the new one), grantType? (token), issued?
+//     (token: { accessToken, refreshToken }) }; a fetch: { kind:
+//     'client-metadata', url (the client_id), status (the fetch's HTTP
+//     status, 0 when it failed: no answer, timed out), ok (the document
+//     passed), reason? (why not, when not ok) }.
+//     waitFor's check is also run on every authLog entry (read
 //     mock.authLog() in it).
 
 import { createHash, randomBytes } from 'node:crypto';
@@ -335,8 +453,14 @@ const OAUTH_ROUTES = {
 };
 const CORS = { 'Access-Control-Allow-Origin': '*' };
 const CODE_TTL_MS = 60_000;
+/** Where `auth` serves setClientMetadata's document (a Client ID Metadata Document a test needs no second server for). */
+const CLIENT_METADATA_PATH = '/client-metadata.json';
+/** How long the authorization server waits for a Client ID Metadata Document. */
+const CLIENT_METADATA_TIMEOUT_MS = 5000;
 
 const SSE_HEADERS = { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' };
+/** How many of its latest events a GET stream keeps for a resumption (resumable); older ones are dropped. */
+const GET_STREAM_KEPT_EVENTS = 100;
 
 /**
  * One event carrying a JSON-RPC message: `event: message`, then `id:` and
@@ -361,6 +485,17 @@ async function readBody(req) {
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Whether `value` is an absolute http or https URL (a client_id that may name a Client ID Metadata Document). */
+function isHttpUrl(value) {
+  if (typeof value !== 'string') return false;
+  try {
+    const { protocol } = new URL(value);
+    return protocol === 'https:' || protocol === 'http:';
+  } catch {
+    return false;
+  }
 }
 
 /** Why a redirect URI may not be registered (null: it may): https, or http on 127.0.0.1; no fragment. */
@@ -629,7 +764,62 @@ function checkedAuthConfig(config) {
       throw new Error(`mock-mcp: auth.scopedTools.${tool} needs ${JSON.stringify(scope)}, which is not one of auth.scopes (${config.scopes.join(', ')}).`);
     }
   }
+  if (typeof config.registration !== 'boolean') {
+    throw new Error(`mock-mcp: auth.registration must be true or false, not ${JSON.stringify(config.registration)}.`);
+  }
+  if (typeof config.clientMetadataDocuments !== 'boolean') {
+    throw new Error(`mock-mcp: auth.clientMetadataDocuments must be true or false, not ${JSON.stringify(config.clientMetadataDocuments)}.`);
+  }
+  if (!Array.isArray(config.clients)) {
+    throw new Error(`mock-mcp: auth.clients must be an array of { client_id, redirect_uris }, not ${JSON.stringify(config.clients)}.`);
+  }
+  const seen = new Set();
+  config.clients.forEach((client, i) => {
+    const problem = preRegisteredClientProblem(client, seen);
+    if (problem) throw new Error(`mock-mcp: auth.clients[${i}] ${problem}.`);
+    seen.add(client.client_id);
+  });
   return config;
+}
+
+/** The fields a pre-registered client (auth.clients) may have. */
+const PRE_REGISTERED_FIELDS = ['client_id', 'redirect_uris', 'client_name'];
+
+/** What is wrong with one of auth.clients, in words (null: nothing); `seen`: the client ids before it. */
+function preRegisteredClientProblem(client, seen) {
+  if (!client || typeof client !== 'object' || Array.isArray(client)) return `must be an object { client_id, redirect_uris }, not ${JSON.stringify(client)}`;
+  const extra = Object.keys(client).find((name) => !PRE_REGISTERED_FIELDS.includes(name));
+  if (extra) return `has ${extra}, which is not one of ${PRE_REGISTERED_FIELDS.join(', ')}`;
+  const id = client.client_id;
+  if (typeof id !== 'string' || id === '') return `needs a client_id, a non-empty string, not ${JSON.stringify(id)}`;
+  // The registration endpoint gives out client-<n>: one of those could name two clients.
+  if (/^client-\d+$/.test(id)) return `client_id ${JSON.stringify(id)} has the form /register gives out (client-<n>)`;
+  if (seen.has(id)) return `client_id ${JSON.stringify(id)} is given twice`;
+  const uris = client.redirect_uris;
+  if (!Array.isArray(uris) || uris.length === 0) return `redirect_uris must be a non-empty array, not ${JSON.stringify(uris)}`;
+  for (const uri of uris) {
+    const problem = redirectUriProblem(uri);
+    if (problem) return `redirect_uris: ${JSON.stringify(uri)} ${problem}`;
+  }
+  if (client.client_name !== undefined && typeof client.client_name !== 'string') return `client_name must be a string, not ${JSON.stringify(client.client_name)}`;
+  return null;
+}
+
+/**
+ * Why a client_id that is an http(s) URL cannot be a Client ID Metadata
+ * Document's address here (null: the mock fetches it): https, or http on
+ * 127.0.0.1 (the draft wants https; tests serve http); on 127.0.0.1 only,
+ * since the mock must not reach the network; a path; no fragment, no
+ * user name or password (draft-ietf-oauth-client-id-metadata-document).
+ */
+function clientMetadataUrlProblem(clientId) {
+  const url = new URL(clientId);
+  if (url.protocol !== 'https:' && url.hostname !== '127.0.0.1') return 'it must be an https URL (http only on 127.0.0.1)';
+  if (url.hostname !== '127.0.0.1') return 'the mock fetches documents on 127.0.0.1 only (it must not reach the network)';
+  if (url.pathname === '/' || url.pathname === '') return 'it has no path';
+  if (clientId.includes('#')) return 'it has a fragment';
+  if (url.username || url.password) return 'it has a user name or password';
+  return null;
 }
 
 export async function startMockMcp(options = {}) {
@@ -650,14 +840,22 @@ export async function startMockMcp(options = {}) {
     metadataAt: authOptions.metadataAt ?? 'path',
     scopedTools: { ...(authOptions.scopedTools ?? {}) },
     issParameter: Boolean(authOptions.issParameter ?? false),
+    registration: authOptions.registration ?? true,
+    clients: authOptions.clients ?? [],
+    clientMetadataDocuments: authOptions.clientMetadataDocuments ?? false,
   });
+  // Pre-registered clients (auth.clients): known from the start, reset() included.
+  const preRegistered = new Map((authConfig?.clients ?? []).map((c) => [c.client_id, structuredClone(c)]));
   let autoApprove = authConfig?.autoApprove ?? false;
   let redirectIss; // setRedirectIss: undefined (the issuer, with issParameter), a string, or null (none)
   let tokenDelayMs = 0; // setTokenDelay: how long POST /token is held
   let tokenRequests = 0; // POST /token requests arrived (tokenRequestsReceived)
+  let clientMetadata = null; // setClientMetadata: what GET /client-metadata.json answers (null: 404)
+  let clientMetadataFetchCount = 0; // Client ID Metadata Documents fetched (clientMetadataFetches)
   const closing = new AbortController(); // aborted by close(): held /token requests stop waiting
   const oauth = {
-    clients: new Map(), // client_id → the registration answer
+    clients: new Map(), // client_id → the registration answer (dynamically registered only)
+    documents: new Map(), // Client ID Metadata Document URL → the document last validated (auth.clientMetadataDocuments)
     pending: new Map(), // authorization request id → what /authorize/decide needs
     codes: new Map(), // code → { clientId, redirectUri, challenge, resource, scope, expiresAt, used, revoked, grant }
     access: new Map(), // access token → its record (tokens())
@@ -677,11 +875,18 @@ export async function startMockMcp(options = {}) {
   const askedByServer = new Map(); // server request id → resolve
   const elicitationsAsked = new Map(); // elicitation id → its log entry
   const waiters = new Set();
-  const streams = new Set(); // open GET event streams: { res, entry }
+  const streams = new Set(); // open GET connections (a plain GET's or a resuming one's): { res, entry, gs }
+  // Every GET stream by id (`get-<k>`): { id, number, session, headers,
+  // count, kept, conn, resumes }. Without resumable only while its
+  // connection is open; with it until its session ends (detached, conn
+  // null, between connections).
+  const getStreams = new Map();
   let streamCounter = 0;
   let down = null; // an HTTP status every message gets, or null
   // Resumability (options.resumable): answer streams' events numbered and
-  // kept until their response is delivered, for a GET with Last-Event-ID.
+  // kept until their response is delivered, GET streams' kept (the last
+  // GET_STREAM_KEPT_EVENTS) while their session lives, for a GET with
+  // Last-Event-ID.
   const resumable = Boolean(options.resumable ?? false);
   const resumeRetryMs = checkedResumeRetry(options.resumeRetryMs === undefined ? 200 : options.resumeRetryMs);
   const answerStreams = new Map(); // kept answer streams (resumable): stream id → openAnswerStream's record
@@ -709,39 +914,89 @@ export async function startMockMcp(options = {}) {
     entry.closedBy = by;
     notify();
   };
-  /** Ends the open GET streams that `which` picks, from the server's side; how many. */
+  /**
+   * One GET connection ends from the server's side: its stream detached
+   * (resumable: kept for a GET with Last-Event-ID; else gone), its log
+   * entry (`stream` or `resume`) closed by the server. `how`: 'end'
+   * (res.end()), 'destroy' (at once), or 'break' (the socket destroyed
+   * once what was written went out, as a cut's: destroy() at once would
+   * drop what Node still buffers).
+   */
+  const endConnection = (conn, how) => {
+    const { res, entry, gs } = conn;
+    streams.delete(conn);
+    if (gs.conn === conn) gs.conn = null;
+    if (!resumable) getStreams.delete(gs.id);
+    markClosed(entry, 'server');
+    if (res.destroyed) return;
+    if (how === 'destroy') res.destroy();
+    else if (how === 'break') res.write('', () => res.destroy());
+    else res.end();
+  };
+  /** Ends the open GET connections that `which` picks, from the server's side (see endConnection); how many. */
   const endStreams = (which = () => true, how = 'end') => {
     let ended = 0;
-    for (const stream of [...streams]) {
-      if (!which(stream)) continue;
-      streams.delete(stream);
-      markClosed(stream.entry, 'server');
-      if (how === 'destroy') stream.res.destroy();
-      else stream.res.end();
+    for (const conn of [...streams]) {
+      if (!which(conn)) continue;
+      endConnection(conn, how);
       ended += 1;
     }
     return ended;
   };
-  /** Writes a notification on every open GET stream; how many were written. */
+  /** Forgets the kept GET streams `which` picks (their session ended, reset, close); their connections end first. */
+  const forgetGetStreams = (which = () => true, how = 'end') => {
+    for (const gs of [...getStreams.values()]) {
+      if (!which(gs)) continue;
+      if (gs.conn) endConnection(gs.conn, how);
+      getStreams.delete(gs.id);
+    }
+  };
+  /** `conn` becomes its stream's connection: counted open, detached again when the client closes it. */
+  const attachConnection = (gs, res, entry) => {
+    const conn = { res, entry, gs };
+    streams.add(conn);
+    gs.conn = conn;
+    gs.headers = entry.headers;
+    res.on('close', () => {
+      if (!streams.delete(conn)) return; // ended by the server already
+      if (gs.conn === conn) gs.conn = null;
+      if (!resumable) getStreams.delete(gs.id);
+      markClosed(entry, 'client');
+    });
+    return conn;
+  };
+  /**
+   * Writes a notification on every open GET stream; how many were written.
+   * Resumable: numbered (`id: get-<k>:<n>`) and kept (the last
+   * GET_STREAM_KEPT_EVENTS of each stream), and a detached stream (its
+   * connection ended, its session alive) keeps it without a connection
+   * (not counted; logged with kept: true).
+   */
   const sendOnStreams = (payload) => {
     let written = 0;
-    for (const stream of [...streams]) {
-      const { res, entry } = stream;
-      if (res.writableEnded || res.destroyed) continue;
-      // Numbered when resumable, as every stream of such a server is; never replayed.
-      stream.events += 1;
-      const eventId = resumable ? `get-${entry.stream}:${stream.events}` : null;
-      res.write(sseEvent(payload, { id: eventId }));
+    for (const gs of [...getStreams.values()]) {
+      const res = gs.conn?.res;
+      const live = res && !res.writableEnded && !res.destroyed ? gs.conn : null;
+      if (!live && !resumable) continue;
+      gs.count += 1;
+      const eventId = resumable ? `${gs.id}:${gs.count}` : null;
+      const event = sseEvent(payload, { id: eventId });
+      if (resumable) {
+        gs.kept.push(event);
+        if (gs.kept.length > GET_STREAM_KEPT_EVENTS) gs.kept.shift();
+      }
+      if (live) live.res.write(event);
       record({
         kind: 'sent',
         method: payload.method,
         ...(payload.params !== undefined ? { params: payload.params } : {}),
-        session: entry.session,
-        stream: entry.stream,
+        session: gs.session,
+        stream: gs.number,
         ...(eventId ? { eventId } : {}),
-        headers: entry.headers,
+        ...(live ? {} : { kept: true }),
+        headers: live ? live.entry.headers : gs.headers,
       });
-      written += 1;
+      if (live) written += 1;
     }
     return written;
   };
@@ -953,6 +1208,69 @@ export async function startMockMcp(options = {}) {
     };
   };
 
+  /** The client table /authorize looks in: pre-registered (auth.clients), then dynamically registered (null: neither). */
+  const tableClient = (clientId) => preRegistered.get(clientId) ?? oauth.clients.get(clientId) ?? null;
+  /** Whether /token knows `clientId`: in the client table, or a Client ID Metadata Document validated at /authorize. */
+  const tokenClientKnown = (clientId) => tableClient(clientId) !== null || oauth.documents.has(clientId);
+
+  /**
+   * Fetches the Client ID Metadata Document at `clientId` for an
+   * authorization request to `redirectUri` and checks it: → { document }
+   * or { reason } (in words, for the 400 page). Logged as a
+   * 'client-metadata' entry per fetch; a document that passes is
+   * remembered (oauth.documents) for /token, which never fetches.
+   */
+  const fetchClientMetadata = async (clientId, redirectUri) => {
+    clientMetadataFetchCount += 1;
+    notify();
+    const entry = { kind: 'client-metadata', url: clientId, status: 0, ok: false };
+    const done = (reason, document) => {
+      if (reason) entry.reason = reason;
+      else entry.ok = true;
+      authRecord(entry);
+      return reason ? { reason } : { document };
+    };
+    let body;
+    try {
+      const signal = AbortSignal.any([AbortSignal.timeout(CLIENT_METADATA_TIMEOUT_MS), closing.signal]);
+      // Redirects are not followed: a 3xx is not the document.
+      const response = await fetch(clientId, { headers: { accept: 'application/json' }, redirect: 'manual', signal });
+      entry.status = response.status;
+      body = await response.text();
+      if (response.status !== 200) return done(`HTTP ${response.status}, not 200`);
+    } catch (error) {
+      entry.status = 0; // failed, the body's reading included
+      const timedOut = error?.name === 'TimeoutError';
+      return done(timedOut ? `no answer within ${CLIENT_METADATA_TIMEOUT_MS / 1000} s` : `the fetch failed (${error?.cause?.message ?? error?.message ?? error})`);
+    }
+    let document;
+    try {
+      document = JSON.parse(body);
+    } catch {
+      return done('the body is not JSON');
+    }
+    if (!document || typeof document !== 'object' || Array.isArray(document)) return done('the body is not a JSON object');
+    if (document.client_id !== clientId) return done(`its client_id is ${JSON.stringify(document.client_id)}, not the document's URL`);
+    if (!Array.isArray(document.redirect_uris)) return done(`redirect_uris is not an array: ${JSON.stringify(document.redirect_uris)}`);
+    if (!document.redirect_uris.includes(redirectUri)) return done(`its redirect_uris do not include ${redirectUri ?? '(none)'}`);
+    const method = document.token_endpoint_auth_method;
+    if (method !== undefined && method !== 'none') return done(`token_endpoint_auth_method must be "none" (a public client), not ${JSON.stringify(method)}`);
+    oauth.documents.set(clientId, structuredClone(document));
+    return done(null, document);
+  };
+
+  /** GET O/client-metadata.json: setClientMetadata's document (404 while null). Not logged: the fetches of it are. */
+  const serveClientMetadata = async (req, res) => {
+    if (req.method === 'OPTIONS') {
+      res.writeHead(204, { ...CORS, 'Access-Control-Allow-Methods': 'GET', 'Access-Control-Max-Age': '600' });
+      return res.end();
+    }
+    await readBody(req);
+    if (req.method !== 'GET') return oauthJson(res, 405, { error: 'invalid_request', error_description: `${CLIENT_METADATA_PATH} takes GET, not ${req.method}.` }, { Allow: 'GET, OPTIONS' });
+    if (clientMetadata === null) return oauthJson(res, 404, { error: 'not_found', error_description: 'No client metadata document is set (setClientMetadata).' });
+    return oauthJson(res, 200, clientMetadata);
+  };
+
   const revokeGrant = (grant) => {
     for (const token of oauth.access.values()) if (token.grant === grant) token.revoked = true;
     for (const token of oauth.refresh.values()) if (token.grant === grant) token.revoked = true;
@@ -987,6 +1305,18 @@ export async function startMockMcp(options = {}) {
       authRecord(entry);
       return oauthJson(res, status, { error, error_description: description }, extraHeaders);
     };
+    if (route.kind === 'register' && !authConfig.registration) {
+      // No dynamic client registration (auth.registration false): no such endpoint, whatever the method.
+      const raw = await readBody(req);
+      if (req.method === 'POST') {
+        try {
+          entry.params = JSON.parse(raw);
+        } catch {
+          entry.params = raw;
+        }
+      }
+      return fail(404, 'invalid_request', 'This authorization server offers no dynamic client registration (auth.registration is false).');
+    }
     if (req.method !== route.method) {
       await readBody(req);
       return fail(405, 'invalid_request', `${url.pathname} takes ${route.method}, not ${req.method}.`, { Allow: `${route.method}, OPTIONS` });
@@ -1008,13 +1338,14 @@ export async function startMockMcp(options = {}) {
         issuer: origin,
         authorization_endpoint: `${origin}/authorize`,
         token_endpoint: `${origin}/token`,
-        registration_endpoint: `${origin}/register`,
+        ...(authConfig.registration ? { registration_endpoint: `${origin}/register` } : {}),
         response_types_supported: ['code'],
         grant_types_supported: ['authorization_code', 'refresh_token'],
         code_challenge_methods_supported: ['S256'],
         token_endpoint_auth_methods_supported: ['none'],
         scopes_supported: scopes,
         ...(authConfig.issParameter ? { authorization_response_iss_parameter_supported: true } : {}),
+        ...(authConfig.clientMetadataDocuments ? { client_id_metadata_document_supported: true } : {}),
       });
     }
 
@@ -1080,9 +1411,18 @@ export async function startMockMcp(options = {}) {
         authRecord(entry);
         return oauthHtml(res, 400, 'mock-mcp: bad authorization request', `<p id="error">${escapeHtml(description)}</p>`);
       };
-      const client = oauth.clients.get(q.get('client_id'));
-      if (!client) return refuse(`Unknown client_id: ${q.get('client_id') ?? '(none)'}.`);
+      const clientId = q.get('client_id');
       const redirectUri = q.get('redirect_uri');
+      let client = tableClient(clientId);
+      if (!client && authConfig.clientMetadataDocuments && isHttpUrl(clientId)) {
+        // A Client ID Metadata Document: fetched at every authorization request.
+        const unfit = clientMetadataUrlProblem(clientId);
+        if (unfit) return refuse(`client_id ${clientId} cannot be a Client ID Metadata Document URL: ${unfit}.`);
+        const fetched = await fetchClientMetadata(clientId, redirectUri);
+        if (fetched.reason) return refuse(`The Client ID Metadata Document at ${clientId} is refused: ${fetched.reason}.`);
+        client = fetched.document;
+      }
+      if (!client) return refuse(`Unknown client_id: ${clientId ?? '(none)'}.`);
       if (!redirectUri || !client.redirect_uris.includes(redirectUri)) {
         return refuse(`redirect_uri ${redirectUri ?? '(none)'} is not registered for ${client.client_id}.`);
       }
@@ -1133,7 +1473,7 @@ export async function startMockMcp(options = {}) {
         `</form>`,
       ].join('');
       return oauthHtml(res, 200, 'Sign in to mock-mcp', [
-        `<p><strong id="client-name">${escapeHtml(client.client_name ?? client.client_id)}</strong> asks to use mock-mcp on your behalf (scope: <code id="scope">${escapeHtml(request.scope)}</code>).</p>`,
+        `<p><strong id="client-name">${escapeHtml(typeof client.client_name === 'string' ? client.client_name : client.client_id)}</strong> asks to use mock-mcp on your behalf (scope: <code id="scope">${escapeHtml(request.scope)}</code>).</p>`,
         button('allow', 1, 'Allow'),
         button('deny', 0, 'Deny'),
       ].join('\n'));
@@ -1178,7 +1518,7 @@ export async function startMockMcp(options = {}) {
     }
     const clientId = form.get('client_id');
     if (!clientId) return fail(400, 'invalid_request', 'client_id is missing.');
-    if (!oauth.clients.has(clientId)) return fail(400, 'invalid_client', `Unknown client_id: ${clientId}.`);
+    if (!tokenClientKnown(clientId)) return fail(400, 'invalid_client', `Unknown client_id: ${clientId}.`);
     const issued = (grant) => {
       const body = issueTokens(grant, grantType);
       entry.status = 200;
@@ -1233,6 +1573,7 @@ export async function startMockMcp(options = {}) {
   async function handle(req, res) {
     const url = new URL(req.url, `http://${HOST}`);
     if (authConfig && servesOAuth(url.pathname)) return handleOAuth(req, res, url);
+    if (authConfig && url.pathname === CLIENT_METADATA_PATH) return serveClientMetadata(req, res);
     const headers = { ...req.headers };
     const entry = { kind: 'rejected', headers, status: 0, session: headers['mcp-session-id'] ?? null };
     if (req.method === 'GET') entry.method = 'GET';
@@ -1246,12 +1587,14 @@ export async function startMockMcp(options = {}) {
       if (problem) return unauthorized(req, res, entry, problem);
     }
     if (req.method === 'GET') {
-      // Last-Event-ID asks for the rest of an answer stream (resumable
-      // only; else the header means nothing here and this is a plain GET).
+      // Last-Event-ID asks for the rest of an answer stream or of a GET
+      // stream (resumable only; else the header means nothing here and
+      // this is a plain GET).
       const lastEventId = resumable ? headers['last-event-id'] : undefined;
       if (lastEventId !== undefined) entry.lastEventId = lastEventId;
       // No server-initiated stream: allowed by the transport. Resuming
-      // needs none: the stream resumed is a POST's.
+      // needs none: the stream resumed is a POST's (there are no GET
+      // streams to resume).
       if (!listChanged && lastEventId === undefined) return reject(res, entry, 405, 'This server offers no event stream at GET.');
       if (!String(headers.accept ?? '').includes('text/event-stream')) {
         return reject(res, entry, 406, 'Accept must list text/event-stream.');
@@ -1261,12 +1604,14 @@ export async function startMockMcp(options = {}) {
       if (!session) return reject(res, entry, 404, 'Session not found.', -32001);
       const problem = versionProblem(session, headers);
       if (problem) return reject(res, entry, 400, problem);
+      if (lastEventId !== undefined && lastEventId.startsWith('get-')) return resumeGetStream(res, entry, lastEventId);
       if (lastEventId !== undefined) return resumeAnswerStream(res, entry, lastEventId);
       return openStream(res, entry);
     }
     if (req.method === 'DELETE') {
       sessions.delete(entry.session);
-      endStreams((stream) => stream.entry.session === entry.session);
+      endStreams((conn) => conn.entry.session === entry.session);
+      forgetGetStreams((gs) => gs.session === entry.session);
       forgetAnswerStreams((stream) => stream.session === entry.session);
       entry.kind = 'delete';
       entry.status = 200;
@@ -1403,20 +1748,63 @@ export async function startMockMcp(options = {}) {
   }
 
   // A GET event stream: open until the client closes it or the server ends
-  // it (closeStreams, expireSessions, DELETE, reset, close).
+  // it (closeStreams, breakStreams, expireSessions, DELETE, reset, close);
+  // resumable, then detached and kept for a GET with Last-Event-ID until
+  // its session ends.
   function openStream(res, entry) {
     streamCounter += 1;
     entry.kind = 'stream';
     entry.status = 200;
     entry.stream = streamCounter;
     entry.closed = false;
-    const stream = { res, entry, events: 0 };
-    streams.add(stream);
-    res.on('close', () => {
-      if (streams.delete(stream)) markClosed(entry, 'client');
-    });
-    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    const gs = {
+      id: `get-${streamCounter}`,
+      number: streamCounter,
+      session: entry.session,
+      headers: entry.headers, // of its latest connection's GET
+      count: 0, // events numbered so far (written or kept)
+      kept: [], // resumable: the text of its last GET_STREAM_KEPT_EVENTS events, as first written
+      conn: null, // the open connection it is on (null: detached)
+      resumes: 0, // resumptions answered 200
+    };
+    getStreams.set(gs.id, gs);
+    attachConnection(gs, res, entry);
+    res.writeHead(200, SSE_HEADERS);
     res.write(': open\n\n');
+    record(entry);
+  }
+
+  /**
+   * GET with `Last-Event-ID: get-<k>:<n>` (resumable), after the GET's
+   * session checks: the kept events of that GET stream after n, as first
+   * written, then the stream goes on live on this connection (numbering
+   * continued) until it ends again. Refused with 400, never 404.
+   */
+  function resumeGetStream(res, entry, lastEventId) {
+    entry.kind = 'resume';
+    entry.stream = null;
+    entry.replayed = 0;
+    const refuse = (why) => reject(res, entry, 400, `Unknown Last-Event-ID: ${lastEventId} (${why}).`);
+    const [, streamId, at] = /^(get-\d+):(\d+)$/.exec(lastEventId) ?? [];
+    const gs = getStreams.get(streamId);
+    if (!gs || gs.session !== entry.session) return refuse('no such GET stream kept in this session');
+    const after = Number(at);
+    if (after > gs.count) return refuse(`the stream has ${gs.count} events`);
+    const dropped = gs.count - gs.kept.length; // events 1..dropped are no longer kept
+    if (after < dropped) return refuse(`too old: the stream keeps its last ${GET_STREAM_KEPT_EVENTS} events, from ${gs.id}:${dropped + 1}`);
+    // A message goes out on one stream only: the connection the stream is
+    // still on (its plain GET, or an earlier resumption) ends.
+    if (gs.conn) endConnection(gs.conn, 'end');
+    const replay = gs.kept.slice(after - dropped);
+    gs.resumes += 1;
+    entry.stream = gs.id;
+    entry.replayed = replay.length;
+    entry.status = 200;
+    entry.closed = false;
+    attachConnection(gs, res, entry);
+    res.writeHead(200, SSE_HEADERS);
+    if (replay.length) res.write(replay.join(''));
+    else res.flushHeaders(); // the client's GET resolves now, not at the next event
     record(entry);
   }
 
@@ -1582,8 +1970,7 @@ export async function startMockMcp(options = {}) {
     const [, streamId, at] = /^(.+):(\d+)$/.exec(lastEventId) ?? [];
     const stream = answerStreams.get(streamId);
     if (!stream || stream.session !== entry.session) {
-      const why = streamId?.startsWith('get-') ? 'GET streams are not replayed' : 'no such answer stream kept in this session';
-      return reject(res, entry, 400, `Unknown Last-Event-ID: ${lastEventId} (${why}).`);
+      return reject(res, entry, 400, `Unknown Last-Event-ID: ${lastEventId} (no such answer stream kept in this session).`);
     }
     const after = Number(at);
     if (after > stream.count) {
@@ -1757,7 +2144,8 @@ export async function startMockMcp(options = {}) {
       authorizationEndpoint: `${origin}/authorize`,
       decideEndpoint: `${origin}/authorize/decide`,
       tokenEndpoint: `${origin}/token`,
-      registrationEndpoint: `${origin}/register`,
+      registrationEndpoint: authConfig.registration ? `${origin}/register` : null,
+      clientMetadataUrl: `${origin}${CLIENT_METADATA_PATH}`,
       scopes: authConfig.scopes.slice(),
       accessTtlSeconds: authConfig.accessTtlSeconds,
       metadataAt: authConfig.metadataAt,
@@ -1765,6 +2153,9 @@ export async function startMockMcp(options = {}) {
       challengeMetadata: authConfig.challengeMetadata,
       scopedTools: { ...authConfig.scopedTools },
       issParameter: authConfig.issParameter,
+      registration: authConfig.registration,
+      clients: structuredClone(authConfig.clients),
+      clientMetadataDocuments: authConfig.clientMetadataDocuments,
     },
     /** /authorize answers at once with a code (true) or shows the Allow/Deny page (false). */
     setAutoApprove(value) {
@@ -1784,6 +2175,25 @@ export async function startMockMcp(options = {}) {
     },
     /** How many POST /token requests have arrived (counted before the hold). */
     tokenRequestsReceived: () => tokenRequests,
+    /** GET O/client-metadata.json answers `doc` as JSON (an object; null: 404). */
+    setClientMetadata(doc) {
+      if (doc !== null && (typeof doc !== 'object' || Array.isArray(doc))) {
+        throw new TypeError(`setClientMetadata wants an object or null, not ${JSON.stringify(doc)}.`);
+      }
+      clientMetadata = doc === null ? null : structuredClone(doc);
+    },
+    /**
+     * Pre-registers one more client, as auth.clients does (checked the same
+     * way; kept across reset()): for a test that learns its redirect
+     * address (an extension's id) only after the mock started.
+     */
+    addClient(client) {
+      const problem = preRegisteredClientProblem(client, new Set([...preRegistered.keys()]));
+      if (problem) throw new TypeError(`addClient: the client ${problem}.`);
+      preRegistered.set(client.client_id, structuredClone(client));
+    },
+    /** How many Client ID Metadata Documents the authorization server has fetched. */
+    clientMetadataFetches: () => clientMetadataFetchCount,
     /** Every access token issued so far stops working (401 invalid_token); refresh tokens still work. */
     expireAccessTokens() {
       const now = Date.now();
@@ -1814,7 +2224,7 @@ export async function startMockMcp(options = {}) {
     elicitations: () => log.filter((e) => e.kind === 'elicitation'),
     /** The client's answers to them: { id, action, content, headers, session, requestSession, late }. */
     elicitationResponses: () => log.filter((e) => e.kind === 'elicitation-response'),
-    /** The GET event streams opened: { stream, session, headers, closed, closedAt?, closedBy? }. */
+    /** The GET event streams opened by a plain GET: { stream, session, headers, closed, closedAt?, closedBy? } (its first connection's; resumptions are resumes()). */
     streams: () => log.filter((e) => e.kind === 'stream'),
     /** The notifications the server sent: on GET streams ({ stream }) and with ctx.notify ({ callId }). */
     sent: () => log.filter((e) => e.kind === 'sent'),
@@ -1833,7 +2243,7 @@ export async function startMockMcp(options = {}) {
     },
     /** The cuts made: { stream, method, id, afterEvents, written, how, session, headers }. */
     cuts: () => log.filter((e) => e.kind === 'cut'),
-    /** The GETs with Last-Event-ID (resumable), answered or refused: { lastEventId, stream, callId?, replayed, status, delivered?, closed?, session, headers }. */
+    /** The GETs with Last-Event-ID (resumable), answered or refused, of answer streams and GET streams: { lastEventId, stream, callId?, replayed, status, delivered?, closed?, session, headers }. */
     resumes: () => log.filter((e) => e.kind === 'resume'),
     /** The answer streams kept for a resumption (resumable): { stream, session, callId, events, answered, detached }. */
     keptStreams: () => [...answerStreams.values()].map((s) => ({
@@ -1852,18 +2262,41 @@ export async function startMockMcp(options = {}) {
     setTools,
     /** `notifications/tools/list_changed` on every open GET stream, the tools unchanged. → how many got it. */
     notifyListChanged,
-    /** Ends every open GET stream from the server's side. → how many. */
+    /** Ends every open GET stream from the server's side (res.end()); resumable, they stay resumable. → how many. */
     closeStreams: () => endStreams(),
-    /** How many GET streams are open (of `session`, if given). */
-    streamCount: (session) => (session === undefined ? streams.size : [...streams].filter((s) => s.entry.session === session).length),
+    /** Destroys the socket of every open GET stream once what was written went out (a network error); resumable, they stay resumable. → how many. */
+    breakStreams: () => endStreams(() => true, 'break'),
+    /**
+     * Forgets every kept GET stream, ending the open ones (res.end()), the
+     * sessions kept: a server that lost its event store, so a Last-Event-ID
+     * naming one is refused 400. → how many were forgotten.
+     */
+    forgetKeptGetStreams() {
+      const count = getStreams.size;
+      forgetGetStreams();
+      return count;
+    },
+    /** How many GET connections are open, resumed ones included (of `session`, if given). */
+    streamCount: (session) => (session === undefined ? streams.size : [...streams].filter((conn) => conn.entry.session === session).length),
+    /** The GET streams kept for a resumption (resumable; else []): { stream, number, session, events, kept, detached, resumes }. */
+    keptGetStreams: () => (resumable ? [...getStreams.values()] : []).map((gs) => ({
+      stream: gs.id,
+      number: gs.number,
+      session: gs.session,
+      events: gs.count,
+      kept: gs.kept.length,
+      detached: gs.conn === null,
+      resumes: gs.resumes,
+    })),
     /** Answer every message, GET included, with HTTP `status` (null: serve again). Open streams stay open. */
     setDown(status) {
       down = status;
     },
-    /** Forget every session: the next message of each gets 404; their GET streams end, their kept answer streams are forgotten. */
+    /** Forget every session: the next message of each gets 404; their GET streams end, their kept GET and answer streams are forgotten. */
     expireSessions() {
       sessions.clear();
       endStreams();
+      forgetGetStreams();
       forgetAnswerStreams();
     },
     sessionCount: () => sessions.size,
@@ -1886,6 +2319,7 @@ export async function startMockMcp(options = {}) {
     },
     reset() {
       endStreams();
+      forgetGetStreams();
       forgetAnswerStreams();
       pendingCut = null;
       log = [];
@@ -1895,6 +2329,7 @@ export async function startMockMcp(options = {}) {
       sessions.clear();
       down = null;
       oauth.clients.clear();
+      oauth.documents.clear();
       oauth.pending.clear();
       oauth.codes.clear();
       oauth.access.clear();
@@ -1904,6 +2339,8 @@ export async function startMockMcp(options = {}) {
       redirectIss = undefined;
       tokenDelayMs = 0;
       tokenRequests = 0;
+      clientMetadata = null;
+      clientMetadataFetchCount = 0;
       for (const controller of running.values()) controller.abort(new Error('reset'));
       running.clear();
       if (!options.tools) tools = demoTools(state);
@@ -1911,6 +2348,7 @@ export async function startMockMcp(options = {}) {
     async close() {
       closing.abort(new Error('closing'));
       endStreams(() => true, 'destroy');
+      forgetGetStreams(() => true, 'destroy');
       forgetAnswerStreams(() => true, 'destroy');
       for (const controller of running.values()) controller.abort(new Error('closing'));
       server.closeAllConnections?.();
