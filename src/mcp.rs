@@ -742,12 +742,17 @@ impl AnswerReader {
     /// The id of the last event received on the stream, if the server
     /// numbers its events: a stream that broke can be resumed after it.
     pub fn last_event_id(&self) -> Option<String> {
-        self.sse
-            .as_ref()
-            .and_then(|p| p.last_event_id())
-            .filter(|id| !id.is_empty())
-            .map(str::to_string)
-            .or_else(|| self.last_event_id.clone())
+        match self.stream_event_id() {
+            // An empty `id:` resets it: not the one resumed after either.
+            Some(id) => (!id.is_empty()).then(|| id.to_string()),
+            None => self.last_event_id.clone(),
+        }
+    }
+
+    /// The id this stream's events last set (not one it was resumed
+    /// after): None before any `id:`, "" after an empty one (a reset).
+    pub fn stream_event_id(&self) -> Option<&str> {
+        self.sse.as_ref().and_then(|p| p.last_event_id())
     }
 
     /// How long to wait before resuming, as the server asked (`retry:`).

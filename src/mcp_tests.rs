@@ -634,8 +634,16 @@ fn a_broken_answer_stream_is_resumed_after_the_last_event_the_server_numbered() 
     assert_eq!(plain.last_event_id(), None);
     // An empty id resets it (the SSE rule): nothing to resume after.
     let mut reset = AnswerReader::new("text/event-stream");
-    reset.push(b"id: a\ndata:\n\nid\ndata:\n\n").unwrap();
+    reset.push(b"id: a\ndata:\n\n").unwrap();
+    assert_eq!(reset.stream_event_id(), Some("a"));
+    reset.push(b"id\ndata:\n\n").unwrap();
     assert_eq!(reset.last_event_id(), None);
+    assert_eq!(reset.stream_event_id(), Some(""), "a reset, not no id");
+    // A resumed stream's reset drops the id it was resumed after too.
+    let mut resumed = reader.resumed("text/event-stream");
+    assert_eq!(resumed.stream_event_id(), None);
+    resumed.push(b"id:\ndata:\n\n").unwrap();
+    assert_eq!(resumed.last_event_id(), None);
 }
 
 #[test]

@@ -107,7 +107,7 @@ impl OAuthError {
                 redirect,
                 metadata_url_refused,
             } => format!(
-                "its sign-in server registers no new clients{}, so this extension has no client id for it (a client registered there for the redirect {redirect} can be given with the server: oauth.clientId)",
+                "its sign-in server registers no new clients{}, so this extension has no client id for it (a client registered there for the redirect {redirect} can be given with the server: Settings' Sign-in client id for a server you added, oauth.clientId in the extension's MCP_SERVERS)",
                 if *metadata_url_refused {
                     " and takes no client metadata document"
                 } else {
@@ -886,11 +886,18 @@ fn check_client_metadata_url(url: &str) -> Result<(), &'static str> {
     if path.len() <= 1 {
         return Err("must have a path (the document's address, not the site's)");
     }
+    // Dot segments, spelt out or percent-encoded (a URL parser reads
+    // `%2e` as `.`), and empty ones are no document's own address.
+    let dots = |segment: &str| {
+        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+        decoded == "." || decoded == ".."
+    };
     if path
         .split('/')
-        .any(|segment| segment == "." || segment == "..")
+        .skip(1)
+        .any(|segment| dots(segment) || segment.is_empty())
     {
-        return Err("must not have `.` or `..` segments");
+        return Err("must not have `.`, `..` or empty segments");
     }
     Ok(())
 }
@@ -912,10 +919,10 @@ impl ClientChoice<'_> {
     pub fn refused_note(&self) -> String {
         match self {
             ClientChoice::Given(id) => format!(
-                "the sign-in server does not know the client id {id:?} given with this server (oauth.clientId)"
+                "the sign-in server may not know the client id {id:?} given with this server"
             ),
             ClientChoice::MetadataDocument(url) => format!(
-                "the sign-in server did not accept this extension's client metadata document ({url})"
+                "the sign-in server may not have accepted this extension's client metadata document ({url})"
             ),
             ClientChoice::Register(_) => "the client this extension had registered there was forgotten: sign in again to register a new one".into(),
         }

@@ -478,8 +478,27 @@ fn a_server_entry_s_client_settings_are_checked() {
     url("ftp://ext.example.com/client.json", "https address");
     url("https://ext.example.com", "must have a path");
     url("https://ext.example.com/", "must have a path");
-    url("https://ext.example.com/a/../client.json", "`..` segments");
-    url("https://ext.example.com/./client.json", "`..` segments");
+    url(
+        "https://ext.example.com/a/../client.json",
+        "`..` or empty segments",
+    );
+    url(
+        "https://ext.example.com/./client.json",
+        "`..` or empty segments",
+    );
+    url(
+        "https://ext.example.com/a/%2E%2e/client.json",
+        "`..` or empty segments",
+    );
+    url(
+        "https://ext.example.com/%2e/client.json",
+        "`..` or empty segments",
+    );
+    url("https://ext.example.com//", "`..` or empty segments");
+    url(
+        "https://ext.example.com/a//client.json",
+        "`..` or empty segments",
+    );
     url("https://ext.example.com/client.json#x", "fragment");
     url("https://me@ext.example.com/client.json", "user name");
     url(
@@ -618,6 +637,6 @@ fn a_registered_client_is_kept_for_its_redirect_and_forgotten_when_the_server_di
         OAuthError::WindowClosed("Authorization page could not be loaded.".into())
             .with_note("sign in again")
             .describe("docs"),
-        "Signing in to the MCP server \"docs\" failed: the sign-in did not complete (Authorization page could not be loaded.; sign in again)."
+        "Signing in to the MCP server \"docs\" failed: the sign-in did not complete (Authorization page could not be loaded; sign in again)."
     );
 }

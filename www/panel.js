@@ -3413,7 +3413,8 @@ function onRunRetry(event) {
     detail: event.error && typeof event.error.message === "string" ? event.error.message : "",
     // The worker's time of the retry (the same clock as ours), so an event
     // read late counts down what is really left; else from its arrival.
-    until: Number.isFinite(event.retryAt) && event.retryAt > 0 ? event.retryAt : Date.now() + delayMs,
+    // Never later than the delay from now (a bogus time shows no long count).
+    until: Number.isFinite(event.retryAt) && event.retryAt > 0 ? Math.min(event.retryAt, Date.now() + delayMs) : Date.now() + delayMs,
   };
   renderRetry(true);
 }
@@ -4918,9 +4919,8 @@ function mcpEntryWellFormed(entry) {
 
 /**
  * Whether an entry's `oauth` is one the worker takes (src/oauth.rs
- * `ClientConfig::parse`; the metadata address's finer rules are the
- * worker's alone): none, or `{ clientId?, clientMetadataUrl? }`, and not
- * beside an Authorization header of the entry's own.
+ * `ClientConfig::parse`): none, or `{ clientId?, clientMetadataUrl? }`,
+ * and not beside an Authorization header of the entry's own.
  * @param {unknown} oauth @param {unknown} headers
  */
 function mcpOauthOk(oauth, headers) {
@@ -4931,12 +4931,35 @@ function mcpOauthOk(oauth, headers) {
   if (Object.keys(fields).some((key) => key !== "clientId" && key !== "clientMetadataUrl")) return false;
   const { clientId, clientMetadataUrl } = fields;
   if (clientId !== undefined && clientId !== null && !mcpClientIdOk(clientId)) return false;
-  if (clientMetadataUrl !== undefined && clientMetadataUrl !== null
-    && (typeof clientMetadataUrl !== "string" || !mcpUrlOk(clientMetadataUrl) || clientMetadataUrl.includes("#"))) return false;
+  if (clientMetadataUrl !== undefined && clientMetadataUrl !== null && !mcpClientMetadataUrlOk(clientMetadataUrl)) return false;
   const given = (clientId ?? null) !== null || (clientMetadataUrl ?? null) !== null;
   const ownAuthorization = headers !== null && typeof headers === "object"
     && Object.keys(headers).some((name) => name.toLowerCase() === "authorization");
   return !(given && ownAuthorization);
+}
+
+/**
+ * Whether the worker takes a client ID metadata document's address
+ * (src/oauth.rs `check_client_metadata_url`): at most 255 characters,
+ * https (http only to this machine), no user name, no fragment, a path
+ * with no `.`, `..` (spelt out or as %2e) or empty segment.
+ * @param {unknown} url
+ */
+function mcpClientMetadataUrlOk(url) {
+  if (typeof url !== "string" || url.length > 255 || /[\s\\\u0000-\u001f\u007f]/.test(url) || url.includes("#")) return false;
+  const authority = mcpUrlAuthority(url);
+  if (authority === null || authority === "" || authority.includes("@")) return false;
+  if (url.startsWith("http://")) {
+    const host = authority.startsWith("[") ? authority.slice(1, authority.indexOf("]")) : authority.split(":")[0];
+    if (!["127.0.0.1", "localhost", "::1"].includes(host)) return false;
+  }
+  const afterScheme = url.replace(/^https?:\/\//, "");
+  const path = afterScheme.slice(authority.length).split("?")[0];
+  if (path.length <= 1) return false;
+  return path.split("/").slice(1).every((segment) => {
+    const decoded = segment.toLowerCase().replaceAll("%2e", ".");
+    return segment !== "" && decoded !== "." && decoded !== "..";
+  });
 }
 
 /** A client id as RFC 6749 spells one (visible ASCII and spaces, none at either end), at most 255. @param {unknown} id */

@@ -64,13 +64,20 @@ enum StreamEnd {
     NotResumed,
 }
 
-/// One opening of a server's event stream: how it ended, and the id of
-/// the last event it carried (to resume after; kept from before when it
-/// carried none).
+/// One opening of a server's event stream: how it ended, the id of the
+/// last event it carried (to resume after; kept from before when it
+/// carried none), whether it opened, and how long the server asked to
+/// wait before the next (`retry:`).
 struct StreamRead {
     end: StreamEnd,
     last_event_id: Option<String>,
+    opened: bool,
+    retry_ms: Option<u64>,
 }
+
+/// Resumptions of the event stream that fail in a row before a new
+/// stream is opened instead (a server whose event store fails).
+const MAX_STREAM_RESUME_FAILURES: u32 = 2;
 
 /// A stream that ends sooner than this after opening counts as a failure
 /// (a server that closes every stream at once is not asked every second).
@@ -623,8 +630,10 @@ impl Server {
                     _ => Resumed::Refused,
                 }
             }
-            // The server's trouble: asked again after a while.
-            408 | 429 | 500..=599 => {
+            // The server's trouble, or the broken connection not yet seen
+            // as closed there (409: the stream still has one): asked
+            // again after a while.
+            408 | 409 | 429 | 500..=599 => {
                 response.cancel();
                 Resumed::Failed
             }
@@ -930,6 +939,7 @@ impl Server {
         // one, and the tools are listed again once it is open, since an
         // announcement may have been missed.
         let mut resume_from: Option<(Option<String>, String)> = None;
+        let mut resume_failures = 0u32;
         let mut opened_before = false;
         loop {
             let session = self.session.borrow().clone();
@@ -940,9 +950,11 @@ impl Server {
                 .take()
                 .filter(|(id, _)| *id == session.id)
                 .map(|(_, last)| last);
+            let resuming = from.is_some();
             let read = self
                 .read_stream(&session, from.as_deref(), opened_before, controller)
                 .await;
+            opened_before |= read.opened;
             resume_from = read.last_event_id.map(|last| (session.id.clone(), last));
             match read.end {
                 StreamEnd::Closed => failures = 0,
@@ -951,11 +963,21 @@ impl Server {
                 // A new stream at once; what it missed is listed.
                 StreamEnd::NotResumed => {
                     resume_from = None;
-                    opened_before = true;
+                    resume_failures = 0;
                     continue;
                 }
             }
-            opened_before = true;
+            // Resumptions that keep failing (the server's event store, say):
+            // a new stream instead.
+            resume_failures = if resuming && !read.opened {
+                resume_failures + 1
+            } else {
+                0
+            };
+            if resume_failures >= MAX_STREAM_RESUME_FAILURES {
+                resume_from = None;
+                resume_failures = 0;
+            }
             if controller.signal().aborted() {
                 return;
             }
@@ -966,7 +988,10 @@ impl Server {
                 ));
                 return;
             };
-            gloo_timers::future::TimeoutFuture::new(delay).await;
+            // At least as long as the server asked (`retry:`), at most a
+            // minute.
+            let asked = read.retry_ms.map_or(0, |ms| ms.min(60_000) as u32);
+            gloo_timers::future::TimeoutFuture::new(delay.max(asked)).await;
             if controller.signal().aborted() {
                 return;
             }
@@ -984,17 +1009,22 @@ impl Server {
         reopened: bool,
         controller: &AbortController,
     ) -> StreamRead {
-        let mut last_event_id = from.map(str::to_string);
-        let end = self
-            .read_stream_once(session, &mut last_event_id, reopened, controller)
+        let mut read = StreamRead {
+            end: StreamEnd::Failed,
+            last_event_id: from.map(str::to_string),
+            opened: false,
+            retry_ms: None,
+        };
+        read.end = self
+            .read_stream_once(session, &mut read, reopened, controller)
             .await;
-        StreamRead { end, last_event_id }
+        read
     }
 
     async fn read_stream_once(
         self: &Rc<Self>,
         session: &Session,
-        last_event_id: &mut Option<String>,
+        read: &mut StreamRead,
         reopened: bool,
         controller: &AbortController,
     ) -> StreamEnd {
@@ -1014,14 +1044,18 @@ impl Server {
                 StreamEnd::Failed
             }
         };
-        let resuming = last_event_id.is_some();
+        let resuming = read.last_event_id.is_some();
         let Ok(mut response) = self
-            .get_stream(Some(session), last_event_id.as_deref(), controller)
+            .get_stream(Some(session), read.last_event_id.as_deref(), controller)
             .await
         else {
             return failed();
         };
-        match response.status {
+        let status = response.status;
+        if !(200..=299).contains(&status) {
+            response.cancel();
+        }
+        match status {
             // A token refused: renewed, the stream is opened again soon;
             // else the next request finds out the sign-in is wanted.
             401 if sent.is_some() => {
@@ -1030,18 +1064,19 @@ impl Server {
                     _ => StreamEnd::Stop,
                 };
             }
-            // None offered; or the session forgotten, or a sign-in
-            // wanted: the next request finds that out itself (a new
-            // session opens the stream again).
-            401 | 403 | 404 | 405 => return StreamEnd::Stop,
-            // The server's trouble: asked again later, from the same event.
-            408 | 429 => return StreamEnd::Failed,
+            // A sign-in wanted: the next request finds that out itself.
+            401 | 403 => return StreamEnd::Stop,
+            // The server's trouble, or (409) the broken connection not yet
+            // seen as closed there: asked again later, from the same event.
+            408 | 409 | 429 => return StreamEnd::Failed,
             // It keeps no such stream (any other refusal of the
-            // Last-Event-ID): a new one.
-            400..=499 if resuming => {
-                response.cancel();
-                return StreamEnd::NotResumed;
-            }
+            // Last-Event-ID, a 404 or 405 included: some servers answer
+            // an unknown id so): a new one, which finds out whether the
+            // session is gone.
+            400..=499 if resuming => return StreamEnd::NotResumed,
+            // None offered, or the session forgotten: the next request
+            // finds that out itself (a new session opens the stream again).
+            404 | 405 => return StreamEnd::Stop,
             200..=299 => {}
             _ => return StreamEnd::Failed,
         }
@@ -1051,6 +1086,7 @@ impl Server {
             response.cancel();
             return StreamEnd::Failed;
         }
+        read.opened = true;
         // A new stream after one that ended: what was announced between
         // them is not replayed, so the tools are listed again.
         if reopened && !resuming {
@@ -1065,14 +1101,17 @@ impl Server {
                 Some(bytes) => reader.push(bytes),
                 None => reader.finish(),
             };
-            if let Some(last) = reader.last_event_id() {
-                *last_event_id = Some(last);
+            // The id the server last set; an empty `id:` resets it (no
+            // resuming from an older one).
+            if let Some(id) = reader.stream_event_id() {
+                read.last_event_id = (!id.is_empty()).then(|| id.to_string());
             }
+            read.retry_ms = reader.retry_ms();
             let Ok(messages) = messages else {
                 // Too big or not JSON-RPC: this stream is not read on (nor
                 // resumed: the same would come again).
                 response.cancel();
-                *last_event_id = None;
+                read.last_event_id = None;
                 return StreamEnd::Failed;
             };
             for message in messages {
@@ -1089,7 +1128,12 @@ impl Server {
                 }
             }
             if chunk.is_none() {
-                return if js_sys::Date::now() - opened < STREAM_MIN_OPEN_MS {
+                // Ended by the server. A short-lived stream is a failure
+                // (no server is asked every second), unless it numbered
+                // its events: a server may close a stream it can resume
+                // whenever it likes (MCP 2025-11-25, polling).
+                let short = js_sys::Date::now() - opened < STREAM_MIN_OPEN_MS;
+                return if short && read.last_event_id.is_none() {
                     StreamEnd::Failed
                 } else {
                     StreamEnd::Closed

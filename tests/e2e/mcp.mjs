@@ -1596,7 +1596,7 @@ mcpTest(
     // whose client it was.
     mcp.setClientMetadata({ client_id: documentUrl, client_name: 'SW Agent', redirect_uris: ['https://elsewhere.example/cb'], token_endpoint_auth_method: 'none' });
     await signIn('docs');
-    const refused = await serverShowing(panel, 'docs', /did not accept this extension's client metadata document/);
+    const refused = await serverShowing(panel, 'docs', /may not have accepted this extension's client metadata document/);
     assert.match(refused.text, /Signing in to the MCP server "docs" failed: the sign-in did not complete \(Authorization page could not be loaded/);
     assert.equal(refused.state, 'sign_in_needed');
     const fetched = mcp.authLog().filter((e) => e.kind === 'client-metadata');
@@ -1629,7 +1629,7 @@ mcpTest(
     const before = authorizations().length;
     await signIn('plain');
     const none = await serverShowing(panel, 'plain', /has no client id for it/);
-    assert.ok(none.text.includes(`registers no new clients, so this extension has no client id for it (a client registered there for the redirect ${redirect} can be given with the server: oauth.clientId)`), none.text);
+    assert.ok(none.text.includes(`registers no new clients, so this extension has no client id for it (a client registered there for the redirect ${redirect} can be given with the server: Settings' Sign-in client id for a server you added, oauth.clientId in the extension's MCP_SERVERS)`), none.text);
     assert.equal(authorizations().length, before, 'no window opened');
     await panel.getByRole('button', { name: 'Remove the MCP server plain', exact: true }).click();
     await serversListedAs(panel, [['docs', 'extension', 'sign_in_needed']]);
