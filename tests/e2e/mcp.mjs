@@ -1734,3 +1734,61 @@ mcpTest(
   },
   { resumable: true },
 );
+
+mcpTest(
+  'an_event_stream_the_server_closes_after_each_priming_event_is_polled_as_its_retry_says_and_failed_resumptions_are_asked_again_or_replaced',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mcp } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    const listings = () => mcp.log().filter((e) => e.method === 'tools/list' && !e.params?.cursor).length;
+    const resumed = () => mcp.log().filter((e) => e.kind === 'resume' && e.status === 200);
+    const tools = demoTools({ tickets: [], bookings: [] });
+    assert.equal(listings(), 1);
+
+    // The server closes every stream 0.3 s after its priming event and asks
+    // for 3 s between connections: the worker resumes each time, never
+    // giving up (eight short streams in a row once ended the following),
+    // and waits at least what retry: asks (so at most one resumption per
+    // 3 s, however the machine is loaded).
+    const started = Date.now();
+    const already = resumed().length;
+    const polls = await waitFor(() => (resumed().length >= 9 ? resumed() : null), { timeout: 120000, message: 'nine resumptions' });
+    const elapsed = Date.now() - started;
+    assert.ok(polls.length - already <= elapsed / 3000 + 1, `${polls.length - already} resumptions in ${elapsed} ms`);
+    assert.ok(mcp.log().filter((e) => e.kind === 'prime').every((e) => e.stream === 1), 'one stream, resumed');
+    assert.ok(polls.every((e, i) => i === 0 || e.lastEventId !== polls[i - 1].lastEventId), 'each after the latest priming');
+    assert.equal(mcp.streams().length, 1, 'no new stream');
+    assert.equal(listings(), 1, 'a resumption lists nothing');
+
+    // Announced while the stream is closed: kept, replayed at the next
+    // resumption, listed once.
+    mcp.setTools(tools.slice(0, 7));
+    await keptCatalog(panel, 'docs', 7);
+    assert.equal(listings(), 2);
+
+    // 409 (the server still holds the broken connection): asked again
+    // from the same event, not replaced.
+    const forced = () => mcp.log().filter((e) => e.kind === 'rejected' && e.forced);
+    const before = resumed().length;
+    mcp.failNextResumptions(409, 1);
+    await waitFor(() => (resumed().length > before + 1 ? true : null), { timeout: 60000, message: 'resumptions after a 409' });
+    assert.equal(forced().length, 1);
+    assert.equal(resumed()[before].lastEventId, forced()[0].lastEventId, 'the same event asked for again');
+    assert.equal(mcp.streams().length, 1, 'not replaced');
+    assert.equal(listings(), 2);
+
+    // Two failed resumptions in a row (the server's event store fails): a
+    // new stream in the same session, and the tools listed again.
+    mcp.setTools(tools, { notify: false });
+    mcp.failNextResumptions(500, 2);
+    await waitFor(() => (mcp.streams().length === 2 ? true : null), { timeout: 60000, message: 'a new stream' });
+    assert.equal(forced().length, 3);
+    assert.equal(forced()[1].lastEventId, forced()[2].lastEventId);
+    assert.equal(mcp.streams()[1].headers['last-event-id'], undefined);
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    assert.equal(listings(), 3);
+    assert.deepEqual(await consoleErrors(session), []);
+  },
+  { resumable: true, getStreamPolling: { closeAfterMs: 300, retryMs: 3000 } },
+);

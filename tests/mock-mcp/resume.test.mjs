@@ -1,9 +1,10 @@
 // Tests of the mock MCP server's resumability (`resumable`): numbered
 // answer-stream events, a stream cut on purpose (cutNextCallStream), GET
-// streams ended or broken on purpose (closeStreams, breakStreams) and kept
-// meanwhile, and a GET with Last-Event-ID that gets the rest of either, as
-// MCP's Streamable HTTP transport (2025-06-18, "Resumability and
-// Redelivery") describes. What the engine's MCP client resumes against
+// streams ended or broken on purpose (closeStreams, breakStreams) or polled
+// (getStreamPolling) and kept meanwhile, resumptions refused on purpose
+// (failNextResumptions), and a GET with Last-Event-ID that gets the rest
+// of either, as MCP's Streamable HTTP transport (2025-06-18,
+// "Resumability and Redelivery") describes. What the engine's MCP client resumes against
 // must itself behave like it.
 //
 // Run:  node --test tests/mock-mcp/
@@ -690,4 +691,189 @@ test('forget_kept_get_streams_ends_them_keeps_the_session_and_refuses_resuming_t
   assert.equal(refused.status, 400, 'the session lives: not 404');
   assert.match((await refusal(refused)).message, /Unknown Last-Event-ID: get-1:1 \(no such GET stream kept in this session\)/);
   assert.equal((await openGetStream(mock, s)).raw(), ': open\n\n', 'a new stream opens in the same session');
+});
+
+// --- Forced refusals of resumptions (failNextResumptions) ---
+
+test('fail_next_resumptions_refuses_the_next_resumptions_of_either_kind_then_they_succeed', async (t) => {
+  const staged = stagedTool();
+  const mock = await startMockMcp({ tools: [staged.tool], resumable: true });
+  t.after(() => mock.close());
+  const s = await session(mock);
+  const stream = await openGetStream(mock, s);
+  assert.equal(mock.notifyListChanged(), 1);
+  assert.equal((await stream.nextEvent()).id, 'get-1:1');
+  assert.equal(mock.closeStreams(), 1);
+  assert.equal(mock.notifyListChanged(), 0, 'get-1:2 kept');
+  assert.equal(mock.forcedResumptionsLeft(), 0);
+
+  // 409, as the official TypeScript SDK answers a stream already connected; then a normal resumption.
+  mock.failNextResumptions(409);
+  assert.equal(mock.forcedResumptionsLeft(), 1);
+  const conflict = await resume(mock, 'get-1:1', { session: s.id });
+  assert.equal(conflict.status, 409);
+  assert.deepEqual(await refusal(conflict), { code: -32000, message: 'Conflict: Stream already has an active connection' });
+  assert.equal(mock.forcedResumptionsLeft(), 0);
+  const forced = mock.log().at(-1);
+  assert.deepEqual([forced.kind, forced.method, forced.lastEventId, forced.forced, forced.status, forced.session], ['rejected', 'GET', 'get-1:1', true, 409, s.id]);
+  assert.deepEqual(mock.resumes(), [], 'not a resume entry');
+  assert.deepEqual(mock.keptGetStreams().map((e) => [e.events, e.detached, e.resumes]), [[2, true, 0]], 'the stream untouched');
+  const resumed = eventReader(await resume(mock, 'get-1:1', { session: s.id }));
+  assert.equal((await resumed.nextEvent()).id, 'get-1:2');
+  assert.deepEqual(mock.resumes().map((e) => [e.lastEventId, e.status, e.replayed]), [['get-1:1', 200, 1]]);
+  resumed.cancel();
+
+  // 500 twice (an answer stream's id, then a GET stream's in an unknown session: refused before the session checks), then the third succeeds.
+  mock.cutNextCallStream({ afterEvents: 2 });
+  await readToEnd(eventReader(await post(mock, call(31, 'staged'), { session: s.id })));
+  mock.failNextResumptions(500, 2);
+  assert.equal(mock.forcedResumptionsLeft(), 2);
+  const plain = await openGetStream(mock, s); // a plain GET is not a resumption
+  plain.cancel();
+  assert.equal(mock.forcedResumptionsLeft(), 2);
+  const first = await resume(mock, 'post-1:2', { session: s.id });
+  assert.equal(first.status, 500);
+  assert.deepEqual(await refusal(first), { code: -32000, message: 'Forced: HTTP 500.' });
+  assert.equal(mock.forcedResumptionsLeft(), 1);
+  const second = await resume(mock, 'get-1:2', { session: 'nope' });
+  assert.equal(second.status, 500, 'not 404: before anything else');
+  assert.equal((await refusal(second)).message, 'Forced: HTTP 500.');
+  assert.equal(mock.forcedResumptionsLeft(), 0);
+  assert.deepEqual(mock.log().filter((e) => e.forced).map((e) => [e.kind, e.lastEventId, e.status]), [['rejected', 'get-1:1', 409], ['rejected', 'post-1:2', 500], ['rejected', 'get-1:2', 500]]);
+  const third = await resume(mock, 'post-1:2', { session: s.id });
+  assert.equal(third.status, 200);
+  staged.release();
+  assert.equal((await readToEnd(eventReader(third))).events.at(-1).message.id, 31);
+
+  // null cancels; a new call replaces the pending one.
+  mock.failNextResumptions(503, 3);
+  mock.failNextResumptions(502);
+  assert.equal(mock.forcedResumptionsLeft(), 1);
+  mock.failNextResumptions(null);
+  assert.equal(mock.forcedResumptionsLeft(), 0);
+  const normal = await resume(mock, 'get-1:9', { session: s.id });
+  assert.equal(normal.status, 400);
+  assert.match((await refusal(normal)).message, /^Unknown Last-Event-ID: get-1:9/);
+
+  // Bad arguments throw, and leave nothing pending.
+  for (const status of [399, 600, 500.5, '500', undefined, 200]) {
+    assert.throws(() => mock.failNextResumptions(status), TypeError, String(status));
+  }
+  for (const count of [0, -1, 1.5, '2', null]) {
+    assert.throws(() => mock.failNextResumptions(500, count), TypeError, String(count));
+  }
+  assert.equal(mock.forcedResumptionsLeft(), 0);
+
+  // reset() cancels.
+  mock.failNextResumptions(502, 5);
+  mock.reset();
+  assert.equal(mock.forcedResumptionsLeft(), 0);
+  const fresh = await session(mock);
+  const afterReset = await resume(mock, 'get-1:0', { session: fresh.id });
+  assert.equal(afterReset.status, 400);
+  assert.deepEqual(mock.log().filter((e) => e.forced), []);
+});
+
+test('fail_next_resumptions_counts_a_last_event_id_without_resumable_too', async (t) => {
+  const mock = await startMockMcp();
+  t.after(() => mock.close());
+  const s = await session(mock);
+  mock.failNextResumptions(404);
+  const refused = await resume(mock, 'get-1:0', { session: s.id });
+  assert.equal(refused.status, 404);
+  assert.equal((await refusal(refused)).message, 'Forced: HTTP 404.');
+  assert.deepEqual(mock.log().at(-1).forced, true);
+  // Then, as ever without resumable, a plain GET.
+  const plain = eventReader(await resume(mock, 'get-1:0', { session: s.id }));
+  assert.equal(await plain.saw(': open\n\n'), true);
+  plain.cancel();
+});
+
+// --- Polled GET streams (getStreamPolling) ---
+
+/** getStreamPolling's priming event, as written. */
+const primeEvent = (id, retry) => `id: ${id}\nretry: ${retry}\ndata: \n\n`;
+/** Reads until the stream ends: true when it ended cleanly (a break rejects). */
+const endsCleanly = async (reader) => !(await reader.saw('\u0000never written'));
+
+test('get_stream_polling_primes_each_connection_ends_it_and_a_resumption_replays_then_primes_again', async (t) => {
+  const mock = await startMockMcp({ resumable: true, getStreamPolling: { closeAfterMs: 150, retryMs: 1000 } });
+  t.after(() => mock.close());
+  const s = await session(mock);
+
+  const stream = await openGetStream(mock, s);
+  assert.equal(await stream.saw('data: \n\n'), true);
+  const primedAt = Date.now();
+  assert.equal(stream.raw(), `: open\n\n${primeEvent('get-1:1', 1000)}`, 'the comment, then id, retry, empty data');
+  assert.equal(await endsCleanly(stream), true);
+  assert.ok(Date.now() - primedAt >= 100, `ended closeAfterMs after the priming, not at once (${Date.now() - primedAt} ms)`);
+  assert.equal(stream.raw(), `: open\n\n${primeEvent('get-1:1', 1000)}`, 'nothing else');
+  assert.deepEqual(mock.streams().map((e) => [e.stream, e.closed, e.closedBy]), [[1, true, 'server']]);
+  const [{ headers, ...prime }] = mock.log().filter((e) => e.kind === 'prime');
+  assert.deepEqual(prime, { kind: 'prime', stream: 1, eventId: 'get-1:1', session: s.id });
+  assert.equal(headers['mcp-session-id'], s.id, 'the GET\'s headers');
+  assert.deepEqual(mock.log().filter((e) => e.kind === 'stream' || e.kind === 'prime').map((e) => e.kind), ['stream', 'prime'], 'the stream entry first');
+  assert.deepEqual(mock.keptGetStreams(), [{ stream: 'get-1', number: 1, session: s.id, events: 1, kept: 1, detached: true, resumes: 0 }]);
+  assert.deepEqual(mock.sent(), [], 'a priming is no `sent` entry');
+
+  // Detached: a notification is kept.
+  assert.equal(mock.notifyListChanged(), 0);
+  assert.deepEqual(mock.sent().map((e) => [e.stream, e.eventId, e.kept]), [[1, 'get-1:2', true]]);
+
+  // Resumed after the priming id: the notification, then a new priming (the next number), then the end again.
+  const resumed = eventReader(await resume(mock, 'get-1:1', { session: s.id }));
+  assert.deepEqual(await resumed.nextEvent(), { message: { jsonrpc: '2.0', method: 'notifications/tools/list_changed' }, id: 'get-1:2', retry: null });
+  assert.equal(await endsCleanly(resumed), true);
+  assert.equal(resumed.raw(), changedEvent('get-1:2') + primeEvent('get-1:3', 1000));
+  assert.deepEqual(mock.resumes().map((e) => [e.lastEventId, e.stream, e.replayed, e.status, e.closed, e.closedBy]), [['get-1:1', 'get-1', 1, 200, true, 'server']]);
+  assert.deepEqual(mock.log().filter((e) => e.kind === 'prime').map((e) => [e.eventId, e.headers['last-event-id']]), [['get-1:1', undefined], ['get-1:3', 'get-1:1']]);
+  assert.deepEqual(mock.keptGetStreams().map((e) => [e.events, e.kept, e.detached, e.resumes]), [[3, 3, true, 1]]);
+
+  // Nothing missed: the priming alone. From before the first priming: it is kept and replayed as written.
+  const nothing = eventReader(await resume(mock, 'get-1:3', { session: s.id }));
+  assert.equal(await endsCleanly(nothing), true);
+  assert.equal(nothing.raw(), primeEvent('get-1:4', 1000));
+  const all = eventReader(await resume(mock, 'get-1:0', { session: s.id }));
+  assert.equal(await endsCleanly(all), true);
+  assert.equal(all.raw(), primeEvent('get-1:1', 1000) + changedEvent('get-1:2') + primeEvent('get-1:3', 1000) + primeEvent('get-1:4', 1000) + primeEvent('get-1:5', 1000));
+  assert.deepEqual(mock.resumes().map((e) => e.replayed), [1, 0, 4]);
+});
+
+test('get_stream_polling_writes_live_while_open_and_its_option_is_checked_at_start_up', async (t) => {
+  const mock = await startMockMcp({ resumable: true, getStreamPolling: { closeAfterMs: 60_000, retryMs: 0 } });
+  t.after(() => mock.close());
+  const s = await session(mock);
+  const stream = await openGetStream(mock, s);
+  assert.equal(await stream.saw(primeEvent('get-1:1', 0)), true);
+  assert.equal(mock.notifyListChanged(), 1, 'open: written live');
+  assert.equal(await stream.saw(changedEvent('get-1:2')), true);
+  assert.equal(mock.streamCount(), 1);
+  // Ended earlier (closeStreams): cleanly, as any; its 60 s timer goes with it (the test run does not wait on it).
+  assert.equal(mock.closeStreams(), 1);
+  assert.equal(await endsCleanly(stream), true);
+  assert.equal(stream.raw(), `: open\n\n${primeEvent('get-1:1', 0)}${changedEvent('get-1:2')}`);
+
+  await assert.rejects(startMockMcp({ getStreamPolling: { closeAfterMs: 10, retryMs: 10 } }), /getStreamPolling needs resumable/);
+  for (const bad of [
+    { closeAfterMs: -1, retryMs: 0 },
+    { closeAfterMs: Infinity, retryMs: 0 },
+    { closeAfterMs: '10', retryMs: 0 },
+    { closeAfterMs: 10, retryMs: 1.5 },
+    { closeAfterMs: 10, retryMs: -1 },
+    { closeAfterMs: 10 },
+    { retryMs: 10 },
+    { closeAfterMs: 10, retryMs: 10, every: 1 },
+    'yes',
+    [10, 10],
+  ]) {
+    await assert.rejects(startMockMcp({ resumable: true, getStreamPolling: bad }), /getStreamPolling/, JSON.stringify(bad));
+  }
+  const off = await startMockMcp({ resumable: true, getStreamPolling: null });
+  t.after(() => off.close());
+  const o = await session(off);
+  const plain = await openGetStream(off, o);
+  assert.equal(off.notifyListChanged(), 1);
+  assert.equal(await plain.saw(changedEvent('get-1:1')), true);
+  assert.equal(plain.raw(), `: open\n\n${changedEvent('get-1:1')}`, 'null: no priming');
+  plain.cancel();
 });

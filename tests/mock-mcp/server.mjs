@@ -38,12 +38,13 @@
 //       stdout line and serves the demo tools (demoTools) until killed;
 //       --auth: /mcp wants sign-in (auth: { autoApprove: false }).
 // In-process: `startMockMcp({ port, tools, pageSize, answer, versions,
-//   listChanged, resumable, resumeRetryMs, auth })` →
+//   listChanged, resumable, resumeRetryMs, getStreamPolling, auth })` →
 //   { url, origin, state, log, calls, cancellations, responses,
 //     elicitations, elicitationResponses, streams, sent, tickets, bookings,
 //     toolNames, setTools, notifyListChanged, closeStreams, breakStreams,
 //     streamCount, setDown, expireSessions, sessionCount, waitFor, reset,
 //     close, cutNextCallStream, cuts, resumes, keptStreams, keptGetStreams,
+//     forgetKeptGetStreams, failNextResumptions, forcedResumptionsLeft,
 //     auth, setAutoApprove, expireAccessTokens, revokeGrants, authLog,
 //     clients, tokens, setRedirectIss, setTokenDelay, tokenRequestsReceived,
 //     setClientMetadata, clientMetadataFetches }.
@@ -70,8 +71,9 @@
 //   below excepted).
 //   `resumable` (default false; 2025-06-18 "Resumability and Redelivery"):
 //     off, no event carries an id and a Last-Event-ID header is ignored (a
-//     GET with one is a plain GET). On: every event of a POST's answer
-//     stream (a tools/call answered as 'sse') carries `id: <stream>:<n>`,
+//     GET with one is a plain GET; failNextResumptions counts it all the
+//     same). On: every event of a POST's answer stream (a tools/call
+//     answered as 'sse') carries `id: <stream>:<n>`,
 //     <stream> `post-<k>` (k from 1, one per answer stream, never reused,
 //     reset() included), n = 1, 2, … within the stream; its first event also
 //     `retry: <resumeRetryMs>` (option, default 200; null: no retry field;
@@ -128,6 +130,27 @@
 //     (unknown, another session's, forgotten, not of the form get-<k>:<n>),
 //     "the stream has <count> events" (n beyond), "too old: the stream
 //     keeps its last 100 events, from get-<k>:<first kept>".
+//   `getStreamPolling` (default null; resumable only, else startMockMcp
+//     throws, as it does on anything but null or { closeAfterMs: a number
+//     >= 0, retryMs: an integer >= 0 }, no other field): GET streams are
+//     polled, as a server that does not hold them open (2025-11-25's SSE
+//     polling; the official TypeScript SDK's priming events). Every
+//     connection of a GET stream, a plain GET's (right after its `: open`
+//     comment) or a resumption's (right after the events it replays),
+//     first gets a priming event: `id: get-<k>:<n>` (the stream's next number, counted
+//     and kept like any of its events, so a later resumption from before it
+//     replays it as written), `retry: <retryMs>`, `data: ` (empty; no
+//     `event:` field; the fields in that order, as the SDK writes them). A
+//     client's SSE parser dispatches nothing for it (empty data) but takes
+//     its id as the last event id. closeAfterMs after the priming the
+//     server ends the connection (res.end(), as closeStreams does; its
+//     `stream`/`resume` entry closedBy 'server') unless it ended before;
+//     the stream is then detached and keeps the notifications sent
+//     meanwhile. A resumption from the priming id (`Last-Event-ID:
+//     get-<k>:<n>`) replays those notifications, primes again (the next
+//     number) and ends again closeAfterMs later: a client that resumes
+//     after each end polls. Notifications sent while a connection is open
+//     are written on it as ever. Primed regardless of the revision agreed.
 //   cutNextCallStream({ afterEvents = 1, close = false } = {}) (resumable
 //     or not; throws on an afterEvents not an integer >= 0 or a close not a
 //     boolean): the next tools/call answered as an event stream is cut
@@ -146,9 +169,9 @@
 //     detached (cut or taken over: off its POST) }. keptGetStreams() → the
 //     GET streams kept (resumable; else []), in order: { stream
 //     ('get-<k>'), number (k), session, events (numbered so far, kept ones
-//     included), kept (how many of them are still kept, at most 100),
-//     detached (on no connection now), resumes (resumptions answered 200)
-//     }. reset() forgets the
+//     and getStreamPolling's priming events included), kept (how many of
+//     them are still kept, at most 100), detached (on no connection now),
+//     resumes (resumptions answered 200) }. reset() forgets the
 //     kept streams (ending resuming GETs) and a pending cut; a DELETE or
 //     expireSessions() forgets the session's; close() destroys resuming
 //     GETs. A stream forgotten while its call still runs goes nowhere (one
@@ -164,6 +187,20 @@
 //     forgetKeptGetStreams() → how many kept GET streams it forgot (the
 //     open ones ended first, res.end()); sessions stay: a server that lost
 //     its event store, so resuming one is refused 400.
+//     failNextResumptions(status, count = 1): the next `count` GETs that
+//     carry a Last-Event-ID header (either kind, answer stream or GET
+//     stream; resumable or not) are answered HTTP `status` (an integer
+//     400-599; else, or a count not an integer >= 1, TypeError) after
+//     setDown's status and the Bearer check (auth), before anything else
+//     (the 405 of listChanged false, the Accept and session checks, the
+//     id): a JSON-RPC error body (-32000, "Forced: HTTP <status>.", for
+//     409 "Conflict: Stream already has an active connection", as the
+//     official TypeScript SDK answers a second connection to a stream),
+//     logged as a `rejected` entry (method 'GET', lastEventId, forced:
+//     true; no `resume` entry). The streams asked for are untouched (a
+//     later resumption of them succeeds). A new call replaces what was
+//     pending; failNextResumptions(null) cancels, and so does reset().
+//     forcedResumptionsLeft() → how many it will still refuse (0: none).
 //     streamCount(session?) → how many GET connections are open (of one
 //     session), a resuming GET's included. setDown(status) answers every
 //     message, GET included, with `status` (open streams stay open).
@@ -172,7 +209,7 @@
 //     forget the kept ones (close() destroys them: it never waits on an
 //     open stream).
 //   `log` entries: { kind: request|notification|response|rejected|
-//     elicitation|elicitation-response|stream|sent|delete|cut|resume,
+//     elicitation|elicitation-response|stream|sent|delete|cut|resume|prime,
 //     method?, id?, params?, headers, status, session }. `elicitation` is
 //     the server's `elicitation/create` as sent on a call's stream (with
 //     that call's headers, `callId` the call's JSON-RPC id, `answered` once
@@ -185,7 +222,8 @@
 //     describes the plain GET's connection only: a resumption of the stream
 //     is a `resume` entry, and streams() lists one entry per stream, closed
 //     once its first connection ended, resumed or not); a refused
-//     GET is a `rejected` entry with method 'GET'; a request to another
+//     GET is a `rejected` entry with method 'GET' (failNextResumptions':
+//     with lastEventId and `forced: true`); a request to another
 //     path than /mcp is a `rejected` entry (status 404) with its `path`. `sent` a notification the
 //     server sent: { kind: 'sent', method, params?, session, stream (its
 //     number), headers (the GET's whose connection it was written on:
@@ -210,8 +248,12 @@
 //     taken over by a later resumption, reset, the session's end) |
 //     'client'), session, headers }; a GET stream's: stream 'get-<k>', no
 //     callId, no delivered, closedBy 'server' (closeStreams, breakStreams,
-//     taken over by a later resumption, reset, close, the session's end) |
-//     'client'.
+//     taken over by a later resumption, reset, close, the session's end,
+//     getStreamPolling's close) | 'client'. `prime` (getStreamPolling) a
+//     priming event written: { kind: 'prime', stream (k, the GET stream's
+//     number), eventId ('get-<k>:<n>'), session, headers (the GET's whose
+//     connection it was written on: the plain GET's or a resumption's) },
+//     after that connection's `stream` or `resume` entry.
 //   `auth` (default off): true, or { autoApprove = false, accessTtlSeconds =
 //     3600, scopes = ['tools'], challengeScope = null, challengeMetadata =
 //     true, metadataAt = 'path', scopedTools = {}, issParameter = false,
@@ -478,6 +520,23 @@ function checkedResumeRetry(value) {
   if (value === null || (Number.isInteger(value) && value >= 0)) return value;
   throw new Error(`mock-mcp: resumeRetryMs must be an integer of milliseconds >= 0 or null, not ${JSON.stringify(value)}.`);
 }
+
+/** `getStreamPolling` as given (null: off), or an Error thrown at start-up (it needs `resumable`). */
+function checkedGetStreamPolling(value, resumable) {
+  if (value === null || value === undefined) return null;
+  const problem = (why) => new Error(`mock-mcp: getStreamPolling ${why}, not ${JSON.stringify(value)}.`);
+  if (typeof value !== 'object' || Array.isArray(value)) throw problem('must be { closeAfterMs, retryMs } or null');
+  const unknown = Object.keys(value).filter((key) => key !== 'closeAfterMs' && key !== 'retryMs');
+  if (unknown.length) throw problem(`takes closeAfterMs and retryMs only (${unknown.join(', ')} unknown)`);
+  const { closeAfterMs, retryMs } = value;
+  if (typeof closeAfterMs !== 'number' || !Number.isFinite(closeAfterMs) || closeAfterMs < 0) throw problem('wants closeAfterMs, a number of milliseconds >= 0');
+  if (!Number.isInteger(retryMs) || retryMs < 0) throw problem('wants retryMs, an integer of milliseconds >= 0');
+  if (!resumable) throw problem('needs resumable: true (a polled stream is resumed)');
+  return { closeAfterMs, retryMs };
+}
+
+/** What failNextResumptions' answers say: the official TypeScript SDK's words for a 409, else the status. */
+const forcedMessage = (status) => (status === 409 ? 'Conflict: Stream already has an active connection' : `Forced: HTTP ${status}.`);
 
 const escapeHtml = (value) => String(value).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
@@ -889,6 +948,9 @@ export async function startMockMcp(options = {}) {
   // Last-Event-ID.
   const resumable = Boolean(options.resumable ?? false);
   const resumeRetryMs = checkedResumeRetry(options.resumeRetryMs === undefined ? 200 : options.resumeRetryMs);
+  // getStreamPolling (resumable only): { closeAfterMs, retryMs } or null.
+  const getStreamPolling = checkedGetStreamPolling(options.getStreamPolling, resumable);
+  let forcedResumptions = null; // failNextResumptions: { status, left } for the next GETs with Last-Event-ID, or null
   const answerStreams = new Map(); // kept answer streams (resumable): stream id → openAnswerStream's record
   let answerStreamCounter = 0; // post-<n>: never reused, reset() included, so an old id never names a new stream
   let pendingCut = null; // cutNextCallStream's { afterEvents, close }, for the next tools/call answered as a stream
@@ -972,6 +1034,11 @@ export async function startMockMcp(options = {}) {
    * connection ended, its session alive) keeps it without a connection
    * (not counted; logged with kept: true).
    */
+  /** Keeps an event of a GET stream's (resumable): its last GET_STREAM_KEPT_EVENTS, older ones dropped. */
+  const keepEvent = (gs, event) => {
+    gs.kept.push(event);
+    if (gs.kept.length > GET_STREAM_KEPT_EVENTS) gs.kept.shift();
+  };
   const sendOnStreams = (payload) => {
     let written = 0;
     for (const gs of [...getStreams.values()]) {
@@ -981,10 +1048,7 @@ export async function startMockMcp(options = {}) {
       gs.count += 1;
       const eventId = resumable ? `${gs.id}:${gs.count}` : null;
       const event = sseEvent(payload, { id: eventId });
-      if (resumable) {
-        gs.kept.push(event);
-        if (gs.kept.length > GET_STREAM_KEPT_EVENTS) gs.kept.shift();
-      }
+      if (resumable) keepEvent(gs, event);
       if (live) live.res.write(event);
       record({
         kind: 'sent',
@@ -999,6 +1063,27 @@ export async function startMockMcp(options = {}) {
       if (live) written += 1;
     }
     return written;
+  };
+  /**
+   * getStreamPolling: a GET stream's connection just opened (a plain GET,
+   * after `: open`; a resumption, after its replay) gets a priming event
+   * (the stream's next id, retry, empty data; numbered and kept like the
+   * others), then is ended (res.end()) closeAfterMs later unless it ended
+   * before: the stream is detached, the client polls with Last-Event-ID.
+   */
+  const primeAndPoll = (conn) => {
+    if (!getStreamPolling) return;
+    const { gs, res, entry } = conn;
+    gs.count += 1;
+    const eventId = `${gs.id}:${gs.count}`;
+    const event = `id: ${eventId}\nretry: ${getStreamPolling.retryMs}\ndata: \n\n`;
+    keepEvent(gs, event);
+    res.write(event);
+    record({ kind: 'prime', stream: gs.number, eventId, session: gs.session, headers: entry.headers });
+    const timer = setTimeout(() => {
+      if (streams.has(conn)) endConnection(conn, 'end');
+    }, getStreamPolling.closeAfterMs);
+    res.on('close', () => clearTimeout(timer));
   };
   const notifyListChanged = () => sendOnStreams({ jsonrpc: '2.0', method: 'notifications/tools/list_changed' });
   const setTools = (next, { notify: tell = true } = {}) => {
@@ -1586,6 +1671,16 @@ export async function startMockMcp(options = {}) {
       const problem = bearerProblem(headers.authorization);
       if (problem) return unauthorized(req, res, entry, problem);
     }
+    if (req.method === 'GET' && forcedResumptions && headers['last-event-id'] !== undefined) {
+      // failNextResumptions: refused before anything else of it (resumable
+      // or not, any session, any id).
+      const { status } = forcedResumptions;
+      forcedResumptions.left -= 1;
+      if (forcedResumptions.left === 0) forcedResumptions = null;
+      entry.lastEventId = headers['last-event-id'];
+      entry.forced = true;
+      return reject(res, entry, status, forcedMessage(status), -32000);
+    }
     if (req.method === 'GET') {
       // Last-Event-ID asks for the rest of an answer stream or of a GET
       // stream (resumable only; else the header means nothing here and
@@ -1768,10 +1863,11 @@ export async function startMockMcp(options = {}) {
       resumes: 0, // resumptions answered 200
     };
     getStreams.set(gs.id, gs);
-    attachConnection(gs, res, entry);
+    const conn = attachConnection(gs, res, entry);
     res.writeHead(200, SSE_HEADERS);
     res.write(': open\n\n');
     record(entry);
+    primeAndPoll(conn);
   }
 
   /**
@@ -1801,11 +1897,12 @@ export async function startMockMcp(options = {}) {
     entry.replayed = replay.length;
     entry.status = 200;
     entry.closed = false;
-    attachConnection(gs, res, entry);
+    const conn = attachConnection(gs, res, entry);
     res.writeHead(200, SSE_HEADERS);
     if (replay.length) res.write(replay.join(''));
     else res.flushHeaders(); // the client's GET resolves now, not at the next event
     record(entry);
+    primeAndPoll(conn);
   }
 
   function answerJson(res, body) {
@@ -2276,6 +2373,24 @@ export async function startMockMcp(options = {}) {
       forgetGetStreams();
       return count;
     },
+    /**
+     * The next `count` GETs carrying a Last-Event-ID (either kind) are
+     * answered `status` (an integer 400-599) before anything else of the
+     * resumption; null cancels. Replaces what was pending.
+     */
+    failNextResumptions(status, count = 1) {
+      if (status === null) {
+        forcedResumptions = null;
+        return;
+      }
+      if (!Number.isInteger(status) || status < 400 || status > 599) {
+        throw new TypeError(`failNextResumptions wants an HTTP status, an integer 400-599, or null, not ${JSON.stringify(status)}.`);
+      }
+      if (!Number.isInteger(count) || count < 1) throw new TypeError(`failNextResumptions wants a count, an integer >= 1, not ${JSON.stringify(count)}.`);
+      forcedResumptions = { status, left: count };
+    },
+    /** How many GETs with Last-Event-ID failNextResumptions will still refuse. */
+    forcedResumptionsLeft: () => forcedResumptions?.left ?? 0,
     /** How many GET connections are open, resumed ones included (of `session`, if given). */
     streamCount: (session) => (session === undefined ? streams.size : [...streams].filter((conn) => conn.entry.session === session).length),
     /** The GET streams kept for a resumption (resumable; else []): { stream, number, session, events, kept, detached, resumes }. */
@@ -2322,6 +2437,7 @@ export async function startMockMcp(options = {}) {
       forgetGetStreams();
       forgetAnswerStreams();
       pendingCut = null;
+      forcedResumptions = null;
       log = [];
       state.tickets.length = 0;
       state.bookings.length = 0;
