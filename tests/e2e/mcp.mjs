@@ -1505,6 +1505,9 @@ mcpTest(
     await answerApprovalInPanel(panel, 'acceptOnce');
     await waitFor(() => mcp.log().some((e) => e.kind === 'resume'), { message: 'the first answer resumed' });
     mcp.cutNextCallStream({ afterEvents: 3, close: true });
+    // The second's first resumption finds the server still holding the
+    // cut connection (409): asked again after a while, from the same event.
+    mcp.failNextResumptions(409, 1);
     await answerApprovalInPanel(panel, 'acceptOnce');
     const final = await waitForSettledTurn(panel);
     assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
@@ -1526,6 +1529,10 @@ mcpTest(
       assert.equal(r.status, 200);
     });
     assert.equal(resumes[1].lastEventId, `${cuts[1].stream}:3`, 'a clean end loses nothing');
+    const conflict = mcp.log().filter((e) => e.kind === 'rejected' && e.forced);
+    assert.equal(conflict.length, 1);
+    assert.equal(conflict[0].status, 409);
+    assert.equal(conflict[0].lastEventId, resumes[1].lastEventId, 'asked again from the same event');
     assert.ok(resumes.every((r) => r.headers['mcp-session-id'] && r.headers['mcp-protocol-version']), 'in the session');
     assert.ok(resumes.every((r) => r.delivered), 'each response came on its resumed stream');
     assert.equal(mcp.calls().length, 2, 'each call ran once');
