@@ -331,17 +331,26 @@ impl Engine {
         if self.take_pending_finish(now, tid) {
             return;
         }
+        match decision {
+            ApprovalDecision::Decline => self.run_next_tool(now, tid),
+            _ => self.check_target_then_gate(now, tid, index),
+        }
+    }
+
+    /// Right before dispatch (approved, or a Retry the user chose): the
+    /// page the call at `index` acts on is checked again; a tool without a
+    /// page (an MCP server's, the embedder's own) goes to its gate as it
+    /// is.
+    pub(super) fn check_target_then_gate(&mut self, now: u64, tid: &str, index: usize) {
         let targets_tab = self.threads[tid]
             .exec
             .as_ref()
             .and_then(|e| self.config.registry.get(&e.calls[index].name))
             .is_none_or(|d| d.binding.targets_tab());
-        match decision {
-            ApprovalDecision::Decline => self.run_next_tool(now, tid),
-            // Re-check the target right before dispatch.
-            _ if targets_tab => self.resolve_target(tid, index),
-            // A tool without a page (the embedder's own) has none to check.
-            _ => self.gate(now, tid, index, None),
+        if targets_tab {
+            self.resolve_target(tid, index)
+        } else {
+            self.gate(now, tid, index, None)
         }
     }
 

@@ -725,6 +725,14 @@ impl Engine {
             let result = json!({ "turnId": Value::Null });
             return self.ack_with_receipt(now, thread_id, reply, result);
         };
+        // receipt_replay_or_reject: its id is taken from now on (the same
+        // interrupt again waits for this one's answer; another command
+        // under that id is refused), though its receipt is written with
+        // the run's last checkpoint.
+        self.inflight_receipts.insert(
+            receipt_key(&reply.submission),
+            (reply.fingerprint.clone(), Vec::new()),
+        );
         exec.interrupts.push(reply);
         self.stop_run(now, thread_id);
     }

@@ -2225,7 +2225,12 @@ impl Engine {
                 if let Some(t) = self.threads.get_mut(&tid) {
                     t.queue_inflight = t.queue_inflight.saturating_sub(1);
                 }
+                // A queued turn that waited for this save may start now.
+                self.maybe_start_queued(now, &tid);
             }
+            Then::Command {
+                follow: Follow::QueueUpdated,
+            } => self.maybe_start_queued(now, &tid),
             Then::Command {
                 follow: Follow::ThreadDeleted,
             } => {

@@ -876,6 +876,9 @@ pick a different element or tool, or explain the problem to the user.",
     pub(super) fn finish_run(&mut self, now: u64, tid: &str, finish: Finish) {
         let t = self.threads.get_mut(tid).expect("active thread");
         let exec = t.exec.as_mut().expect("active run");
+        // steer_exactly_once_in_order: a steer that arrives from here on is
+        // not part of this run's last checkpoint; it becomes a queued turn.
+        exec.admission_open = false;
         let phase = match exec.phase.clone() {
             Phase::Finishing { prior } => *prior,
             other => other,
@@ -1247,6 +1250,21 @@ pick a different element or tool, or explain the problem to the user.",
         if t.exec.is_some() || !t.loaded || t.stalled.is_some() {
             return;
         }
+        // A queue edit or removal still being saved: the turn starts when
+        // it is (`Follow::QueueUpdated`), so it runs what the user was told
+        // the queue holds.
+        let queue_saving = self.pending.values().any(|p| {
+            p.thread_id == tid
+                && (p
+                    .unit
+                    .puts
+                    .iter()
+                    .any(|r| matches!(r, Record::QueueItem(_)))
+                    || p.unit.deletes.iter().any(|d| d.store == stores::QUEUE))
+        });
+        if queue_saving {
+            return;
+        }
         if let Some(item) = t.queue.first().cloned() {
             self.start_turn(
                 now,
@@ -1280,7 +1298,10 @@ pick a different element or tool, or explain the problem to the user.",
         match then {
             Then::Command { follow } => match follow {
                 Follow::AckOnly => {}
-                Follow::QueueUpdated => self.emit_queue(&tid),
+                Follow::QueueUpdated => {
+                    self.emit_queue(&tid);
+                    self.maybe_start_queued(now, &tid);
+                }
                 Follow::StartQueued => {
                     if let Some(t) = self.threads.get_mut(&tid) {
                         t.queue_inflight = t.queue_inflight.saturating_sub(1);
@@ -1421,7 +1442,7 @@ pick a different element or tool, or explain the problem to the user.",
                 if self.take_pending_finish(now, &tid) {
                     return;
                 }
-                self.resolve_target(&tid, index);
+                self.check_target_then_gate(now, &tid, index);
             }
             Then::InteractionAsked {
                 index,

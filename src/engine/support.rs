@@ -225,8 +225,12 @@ impl Engine {
         result: &Value,
     ) {
         let key = receipt_key(&reply.submission);
-        self.inflight_receipts
-            .insert(key.clone(), (reply.fingerprint.clone(), Vec::new()));
+        // Registered already (an interrupt, from its arrival): its waiters
+        // stay.
+        if !self.inflight_receipts.contains_key(&key) {
+            self.inflight_receipts
+                .insert(key.clone(), (reply.fingerprint.clone(), Vec::new()));
+        }
         unit.put(Record::Receipt(Receipt {
             key,
             op_type: reply.op_type.to_string(),

@@ -9,7 +9,7 @@ use sw_agent::mcp::{parse_servers, remote_tools, ServerConfig};
 use sw_agent::model::{
     ApprovalStatus, McpServerOrigin, McpServerState, NodeBody, RunState, StopReason, ToolStatus,
 };
-use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event};
+use sw_agent::protocol::{ApprovalDecision, ErrorKind, Event, UncertainChoice};
 use sw_agent::provider::{ProviderRequest, RawToolCall};
 use sw_agent::sim::{Policy, Reply, Sim, ToolFn};
 use sw_agent::tools::{Binding, Effects, Level, Recovery, ToolDescriptor};
@@ -225,6 +225,49 @@ fn never_retry_at_most_once_an_mcp_write_running_at_a_crash_is_never_run_again()
         run.in_flight_tool.as_ref().map(|t| t.name.as_str()),
         Some("docs__page_create")
     );
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn never_retry_at_most_once_an_mcp_write_the_user_retries_is_run_once_more_without_a_page() {
+    let mut sim = Sim::new(504, policy(), server_world());
+    with_docs(&mut sim.config, "http://127.0.0.1:9000/mcp");
+    sim.reconfigure();
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Document the install"));
+    while ran(&sim, "docs__page_create") == 0 {
+        assert!(sim.step());
+    }
+    sim.crash();
+    let conn = {
+        let _ = conn;
+        reconnect(&mut sim)
+    };
+    sim.run(10_000);
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::PausedUncertain
+    );
+    // No page anywhere: a server's tool needs none, so the retry goes to
+    // the server as it was approved, not through a page lookup.
+    sim.target = Err("No tab is open.".into());
+    let asked = approval_requests(&sim).len();
+    sim.send(conn, resolve("u1", &thread, UncertainChoice::Retry));
+    sim.run(10_000);
+    assert_eq!(
+        ran(&sim, "docs__page_create"),
+        2,
+        "run once more, by the user's choice"
+    );
+    assert_eq!(approval_requests(&sim).len(), asked, "not asked again");
+    let (status, content) = result_of(&sim, "docs__page_create");
+    assert_eq!(status, ToolStatus::Ok, "{content}");
+    assert!(
+        content.contains("untrusted_tool_content origin=\"mcp:docs\""),
+        "{content}"
+    );
+    assert_eq!(last_stop(&sim), Some(StopReason::End));
     check_invariants(&sim, &[]).unwrap();
 }
 

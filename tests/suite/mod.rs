@@ -1,6 +1,7 @@
 mod approvals;
 mod attachments;
 pub mod bad_input;
+mod commit_races;
 mod compaction;
 mod details;
 mod elicitation;
