@@ -1,7 +1,7 @@
 //! Commands that arrive while a run's last checkpoint, or another command,
 //! is being saved: each is answered for what it really did.
 
-use sw_agent::model::{NodeBody, RunState};
+use sw_agent::model::RunState;
 use sw_agent::protocol::{ErrorKind, Event};
 use sw_agent::provider::ProviderError;
 use sw_agent::sim::{Reply, Sim};
@@ -31,21 +31,6 @@ fn finishes_run(unit: &UnitOfWork) -> bool {
     unit.puts
         .iter()
         .any(|r| matches!(r, Record::Run(run) if run.state.is_terminal()))
-}
-
-/// The texts of the user's messages on the thread's path that are not steers.
-fn user_texts(sim: &Sim) -> Vec<String> {
-    paths(sim)[0]
-        .iter()
-        .filter_map(|n| match &n.body {
-            NodeBody::UserMessage {
-                text,
-                steered: false,
-                ..
-            } => Some(text.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A model that fails for good on `fail_on`'s request and says "done" to
@@ -95,7 +80,7 @@ fn steer_exactly_once_in_order_a_steer_sent_while_a_failed_run_is_saved_becomes_
     assert!(acked.get("steerId").is_none(), "{acked}");
     assert!(sim.store.steers.is_empty(), "no steer left pending");
     // It ran as the next turn, right after the failed one.
-    assert_eq!(user_texts(&sim), ["Subscribe me", "also this"]);
+    assert_eq!(user_texts(&sim, false), ["Subscribe me", "also this"]);
     assert_eq!(sim.requests.len(), 2);
     check_invariants(&sim, &["also this".into()]).unwrap();
 }
@@ -131,7 +116,7 @@ fn a_queued_turn_edited_while_the_turn_before_it_is_saved_runs_as_edited() {
     sim.release_persists();
     sim.run(10_000);
     assert!(answer(&sim, conn, "u1").unwrap().is_ok());
-    assert_eq!(user_texts(&sim), ["first", "queued, edited"]);
+    assert_eq!(user_texts(&sim, false), ["first", "queued, edited"]);
     check_invariants(&sim, &[]).unwrap();
 }
 
@@ -143,7 +128,11 @@ fn a_queued_turn_removed_while_the_turn_before_it_is_saved_does_not_run() {
     sim.release_persists();
     sim.run(10_000);
     assert!(answer(&sim, conn, "r1").unwrap().is_ok());
-    assert_eq!(user_texts(&sim), ["first"], "the removed turn never ran");
+    assert_eq!(
+        user_texts(&sim, false),
+        ["first"],
+        "the removed turn never ran"
+    );
     assert!(sim.store.queue.is_empty());
     assert_eq!(
         sim.store

@@ -205,9 +205,10 @@ fn an_mcp_approval_cannot_become_a_site_rule() {
     );
 }
 
-#[test]
-fn never_retry_at_most_once_an_mcp_write_running_at_a_crash_is_never_run_again() {
-    let mut sim = Sim::new(503, policy(), server_world());
+/// The worker dies while the server's write (`docs__page_create`) runs:
+/// the server created the page; its answer never reached the store.
+fn crashed_during_the_write(seed: u64) -> Sim {
+    let mut sim = Sim::new(seed, policy(), server_world());
     with_docs(&mut sim.config, "http://127.0.0.1:9000/mcp");
     sim.reconfigure();
     let conn = sim.connect();
@@ -215,8 +216,13 @@ fn never_retry_at_most_once_an_mcp_write_running_at_a_crash_is_never_run_again()
     while ran(&sim, "docs__page_create") == 0 {
         assert!(sim.step());
     }
-    // The server created the page; its answer never reached the store.
     sim.crash();
+    sim
+}
+
+#[test]
+fn never_retry_at_most_once_an_mcp_write_running_at_a_crash_is_never_run_again() {
+    let mut sim = crashed_during_the_write(503);
     sim.run(10_000);
     assert_eq!(ran(&sim, "docs__page_create"), 1);
     let run = sim.store.runs.values().next().unwrap();
@@ -230,19 +236,8 @@ fn never_retry_at_most_once_an_mcp_write_running_at_a_crash_is_never_run_again()
 
 #[test]
 fn never_retry_at_most_once_an_mcp_write_the_user_retries_is_run_once_more_without_a_page() {
-    let mut sim = Sim::new(504, policy(), server_world());
-    with_docs(&mut sim.config, "http://127.0.0.1:9000/mcp");
-    sim.reconfigure();
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "Document the install"));
-    while ran(&sim, "docs__page_create") == 0 {
-        assert!(sim.step());
-    }
-    sim.crash();
-    let conn = {
-        let _ = conn;
-        reconnect(&mut sim)
-    };
+    let mut sim = crashed_during_the_write(504);
+    let conn = reconnect(&mut sim);
     sim.run(10_000);
     let thread = sim.store.threads.keys().next().unwrap().clone();
     assert_eq!(

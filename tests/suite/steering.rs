@@ -18,17 +18,7 @@ fn started(sim: &mut Sim, conn: u64) -> (String, String) {
 }
 
 fn steered_texts(sim: &Sim) -> Vec<String> {
-    paths(sim)[0]
-        .iter()
-        .filter_map(|n| match &n.body {
-            NodeBody::UserMessage {
-                text,
-                steered: true,
-                ..
-            } => Some(text.clone()),
-            _ => None,
-        })
-        .collect()
+    user_texts(sim, true)
 }
 
 #[test]

@@ -280,6 +280,20 @@ pub fn check_path_lengths(sim: &Sim, all_paths: &[Vec<Node>]) -> Result<(), Stri
     Ok(())
 }
 
+/// The texts of the user's messages on the first thread's path: the
+/// steers (`steered`) or the others.
+pub fn user_texts(sim: &Sim, steered: bool) -> Vec<String> {
+    paths(sim)[0]
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::UserMessage {
+                text, steered: s, ..
+            } if *s == steered => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn paths(sim: &Sim) -> Vec<Vec<Node>> {
     sim.store
         .threads
