@@ -1101,10 +1101,10 @@ impl Server {
                 Some(bytes) => reader.push(bytes),
                 None => reader.finish(),
             };
-            // The id the server last set; an empty `id:` resets it (no
-            // resuming from an older one).
-            if let Some(id) = reader.stream_event_id() {
-                read.last_event_id = (!id.is_empty()).then(|| id.to_string());
+            // The id the server last set (`last_event_id`: an empty `id:`
+            // resets it, so no resuming from an older one).
+            if reader.stream_event_id().is_some() {
+                read.last_event_id = reader.last_event_id();
             }
             read.retry_ms = reader.retry_ms();
             let Ok(messages) = messages else {

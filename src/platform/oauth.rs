@@ -180,10 +180,11 @@ async fn first_document<T>(
 /// endpoint is `token_endpoint` if it is `client_id` (that server refused
 /// a renewal for it; a client id given with a server is not one kept).
 pub async fn forget_client(token_endpoint: &str, client_id: &str) {
-    let kept = chrome::load_local(&oauth::client_key(token_endpoint)).await;
-    let is_it =
-        kept.is_ok_and(|value| value.get("clientId").and_then(Value::as_str) == Some(client_id));
-    if is_it {
+    let Ok(redirect) = chrome::redirect_url(REDIRECT_PATH) else {
+        return;
+    };
+    let kept = load_client(token_endpoint, &redirect).await;
+    if kept.is_some_and(|client| client.client_id == client_id) {
         keep_client(token_endpoint, None).await;
     }
 }
