@@ -227,18 +227,31 @@ pub enum NodeBody {
         text: String,
     },
     /// A compaction checkpoint: the model-written summary that replaces
-    /// everything before it in the outbound view (the history itself stays).
+    /// everything before it in the outbound view but the tail it keeps
+    /// (`kept_nodes`, sent after the summary); the history itself stays.
     Compaction {
         /// Written by the model.
         summary: String,
         /// How many path nodes the summary stands for.
         compacted_nodes: u64,
         /// Copied by the engine, not the model: the user's messages of the
-        /// task in progress and the queued messages, delimited and size-bounded
-        /// (empty in checkpoints written before it existed).
+        /// task in progress that the summary stands for, delimited and
+        /// size-bounded (empty in checkpoints written before it existed;
+        /// older checkpoints also copied the queued messages here).
         #[serde(default, skip_serializing_if = "String::is_empty")]
         verbatim: String,
+        /// How many path nodes right before this checkpoint it does not
+        /// summarize: the model's latest message with its tool calls, their
+        /// results and the messages after it, sent as they are after the
+        /// summary. 0 in checkpoints written before it existed (they
+        /// summarize everything before them).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        kept_nodes: u64,
     },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Node {
@@ -311,7 +324,9 @@ pub struct ProviderProfile {
     #[serde(default)]
     pub token_budget: Option<u64>,
     /// The model's context window in tokens; when the outbound request is
-    /// estimated above 80% of it, the conversation is compacted first.
+    /// estimated above 80% of it, or above what leaves room for the answer
+    /// (`engine::compaction::compaction_threshold`), the conversation is
+    /// compacted first.
     /// None: compaction happens only when the provider reports an overflow.
     #[serde(default)]
     pub context_window: Option<u64>,
@@ -1308,6 +1323,7 @@ mod node_de {
         Summary,
         CompactedNodes,
         Verbatim,
+        KeptNodes,
         Other,
     }
 
@@ -1343,6 +1359,7 @@ mod node_de {
                 "summary" => Field::Summary,
                 "compactedNodes" => Field::CompactedNodes,
                 "verbatim" => Field::Verbatim,
+                "keptNodes" => Field::KeptNodes,
                 _ => Field::Other,
             }
         }
@@ -1396,6 +1413,7 @@ mod node_de {
         summary: Option<String>,
         compacted_nodes: Option<u64>,
         verbatim: Option<String>,
+        kept_nodes: Option<u64>,
     }
 
     fn need<T, E: de::Error>(value: Option<T>, field: &'static str) -> Result<T, E> {
@@ -1448,6 +1466,7 @@ mod node_de {
                     summary: need(self.summary, "summary")?,
                     compacted_nodes: need(self.compacted_nodes, "compactedNodes")?,
                     verbatim: self.verbatim.unwrap_or_default(),
+                    kept_nodes: self.kept_nodes.unwrap_or(0),
                 },
                 other => return Err(E::unknown_variant(other, KINDS)),
             };
@@ -1508,6 +1527,7 @@ mod node_de {
                     Field::Summary => f.summary = Some(map.next_value()?),
                     Field::CompactedNodes => f.compacted_nodes = Some(map.next_value()?),
                     Field::Verbatim => f.verbatim = Some(map.next_value()?),
+                    Field::KeptNodes => f.kept_nodes = Some(map.next_value()?),
                     Field::Other => {
                         map.next_value::<IgnoredAny>()?;
                     }
@@ -1736,6 +1756,7 @@ mod tests {
                     summary: "so far".into(),
                     compacted_nodes: 42,
                     verbatim: "plan".into(),
+                    kept_nodes: 3,
                 },
             ),
             node(
@@ -1744,6 +1765,7 @@ mod tests {
                     summary: "so far".into(),
                     compacted_nodes: 0,
                     verbatim: String::new(),
+                    kept_nodes: 0,
                 },
             ),
         ]
@@ -1802,6 +1824,22 @@ mod tests {
                 NodeBody::ToolResult { approval: None, .. }
             ));
         }
+        // A checkpoint written before `keptNodes` existed summarizes
+        // everything before it (nothing kept).
+        let checkpoint: Node = serde_json::from_value(serde_json::json!({
+            "id": "n3", "threadId": "t1", "createdAt": 5, "kind": "compaction",
+            "summary": "so far", "compactedNodes": 7,
+        }))
+        .unwrap();
+        assert_eq!(
+            checkpoint.body,
+            NodeBody::Compaction {
+                summary: "so far".into(),
+                compacted_nodes: 7,
+                verbatim: String::new(),
+                kept_nodes: 0,
+            }
+        );
         let missing = serde_json::from_value::<Node>(serde_json::json!({
             "id": "n1", "threadId": "t1", "createdAt": 5, "kind": "tool_call",
             "callId": "c", "name": "click", "label": "Click", "arguments": {},

@@ -375,7 +375,9 @@ export interface ProviderProfile {
   tokenBudget?: number | null;
   /**
    * The model's context window in tokens; when the outbound request is
-   * estimated above 80% of it, the conversation is compacted first.
+   * estimated above 80% of it, or above what leaves room for the answer
+   * (`engine::compaction::compaction_threshold`), the conversation is
+   * compacted first.
    * None: compaction happens only when the provider reports an overflow.
    */
   contextWindow?: number | null;
@@ -662,7 +664,8 @@ export type NodeBody =
   }
   /**
    * A compaction checkpoint: the model-written summary that replaces
-   * everything before it in the outbound view (the history itself stays).
+   * everything before it in the outbound view but the tail it keeps
+   * (`kept_nodes`, sent after the summary); the history itself stays.
    */
   | {
     kind: "compaction";
@@ -672,10 +675,19 @@ export type NodeBody =
     compactedNodes: number;
     /**
      * Copied by the engine, not the model: the user's messages of the
-     * task in progress and the queued messages, delimited and size-bounded
-     * (empty in checkpoints written before it existed).
+     * task in progress that the summary stands for, delimited and
+     * size-bounded (empty in checkpoints written before it existed;
+     * older checkpoints also copied the queued messages here).
      */
     verbatim?: string;
+    /**
+     * How many path nodes right before this checkpoint it does not
+     * summarize: the model's latest message with its tool calls, their
+     * results and the messages after it, sent as they are after the
+     * summary. 0 in checkpoints written before it existed (they
+     * summarize everything before them).
+     */
+    keptNodes?: number;
   };
 
 /** Why the provider stopped one response, or why a turn ended. */
@@ -839,6 +851,8 @@ export type ErrorKind =
   | "context_overflow"
   /** The provider is rate limiting. */
   | "rate_limited"
+  /** The provider account has no credit or quota left (not retried). */
+  | "quota_exceeded"
   /** The provider is overloaded or failing (5xx, 529). */
   | "provider_unavailable"
   /** The provider sent something we cannot parse. */

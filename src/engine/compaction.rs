@@ -3,15 +3,27 @@
 //! Before a request, its size is estimated (`estimate_tokens`, a tokenizer-free
 //! heuristic measured against real tokenizers, scaled by what the provider
 //! reported for the previous request of the run). Above
-//! `COMPACT_AT_PERCENT` of the model's window, or when the provider reports a
-//! context overflow, the model first writes a summary; a compaction node with
-//! it, followed by what the engine copies verbatim (the user's messages of the
-//! task in progress and the queue), is appended to the path and the outbound
-//! view starts there. The stored
-//! history is never deleted. Each compaction must have something new to
-//! summarize, so a model that keeps overflowing ends in a clear error.
+//! [`compaction_threshold`] (80% of the model's window, less when the room
+//! for the answer needs more), or when the provider reports a context
+//! overflow, the model first writes a summary of what it has already
+//! answered: everything before its latest message. That message, its tool
+//! calls, their results and the user's messages after it (steers, a new
+//! turn's message) are not summarized: the model has not seen them answered
+//! yet. A compaction node is appended to the path with the summary, what the
+//! engine copies verbatim (the user's messages of the task in progress that
+//! the summary stands for) and how many nodes before it it keeps; the
+//! outbound view starts there: the summary (with the task's files sent
+//! again), then the kept nodes as they are. The stored history is never
+//! deleted.
+//!
+//! Progress: a compaction needs a model response after the previous
+//! checkpoint and at least [`MIN_SUMMARIZED_TOKENS`] (estimated) to
+//! summarize that the previous checkpoint did not already stand for;
+//! otherwise the request is sent as it is, and a provider that reports an
+//! overflow then ends the run with `ContextOverflow`: a tail too large
+//! alone stops the run, it never loops.
 
-use super::context::estimate_text_tokens;
+use super::context::{estimate_messages, estimate_text_tokens, kept_tail_start};
 use super::*;
 use crate::model::Attachment;
 use crate::provider::ChatMessage;
@@ -27,29 +39,88 @@ pub const VERBATIM_MAX_TOKENS: u64 = 2_000;
 pub const VERBATIM_HEADER: &str =
     "[Copied verbatim by the engine when this summary was written, not summarized]";
 
+/// A compaction summarizes at least this many estimated tokens that the
+/// previous checkpoint did not already stand for (the files of the user's
+/// messages not counted: they are sent again). A summary and the verbatim
+/// section take a few hundred tokens themselves: less would free no room.
+pub const MIN_SUMMARIZED_TOKENS: u64 = 1_000;
+
+/// The first line of a compaction request's transcript.
+const TRANSCRIPT_HEADER: &str = "The conversation to summarize, oldest first (tool calls and \
+their results written as text, long results cut):";
+
+/// The last line of a compaction request.
+const WRITE_NOW: &str = "Write the summary now, following the instructions.";
+
+/// The estimate above which a request is compacted before it is sent: 80%
+/// of the window, or less so that the answer keeps its room (the profile's
+/// `max_output_tokens`, Anthropic's default of 4,096 when unset, at most
+/// half the window: a window too small for the whole reserve still gets
+/// compacted at its half, not before every request).
+pub fn compaction_threshold(window: u64, max_output_tokens: Option<u32>) -> u64 {
+    let reserve =
+        u64::from(max_output_tokens.unwrap_or(crate::provider::anthropic::DEFAULT_MAX_TOKENS))
+            .min(window / 2);
+    (window.saturating_mul(COMPACT_AT_PERCENT) / 100).min(window - reserve)
+}
+
+/// Where a compaction cuts a request built from the thread's view.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// Index in the request's messages of the model's latest message: the
+    /// messages before it are summarized, it and the rest are kept.
+    message: usize,
+    /// Index in the path of that message's node: the checkpoint keeps the
+    /// nodes from here to its own place.
+    node: usize,
+}
+
+/// A compaction whose summary is being written (or waits for a retry).
+#[derive(Debug)]
+pub(super) struct PendingCompaction {
+    /// The summary request, sent again after a transient failure.
+    request: Rc<ProviderRequest>,
+    /// Index in the path of the first node the checkpoint keeps.
+    kept_from: usize,
+}
+
 impl Engine {
-    /// Whether the path has grown since the last checkpoint (progress guard)
-    /// and this step has not compacted twice already.
-    pub(super) fn can_compact(&self, tid: &str) -> bool {
+    /// Where a compaction of `request` would cut it, if one can make
+    /// progress: the model answered since the latest checkpoint (its
+    /// latest message is after it), this step has not compacted twice, and
+    /// what would be summarized that the latest checkpoint does not already
+    /// stand for is at least [`MIN_SUMMARIZED_TOKENS`].
+    fn compaction_cut(&self, tid: &str, request: &ProviderRequest) -> Option<Cut> {
         let t = &self.threads[tid];
-        let since = t
-            .path
+        if t.exec.as_ref().map_or(0, |e| e.compactions) >= 2 {
+            return None;
+        }
+        let cut = cut_point(&t.path, request)?;
+        let checkpoint = t.path[..cut.node]
             .iter()
-            .rev()
-            .take_while(|n| !matches!(n.body, NodeBody::Compaction { .. }))
-            .filter(|n| {
-                !matches!(
-                    n.body,
-                    NodeBody::Notice { .. } | NodeBody::TurnContext { .. }
-                )
-            })
-            .count();
-        let compactions = t.exec.as_ref().map_or(0, |e| e.compactions);
-        since > 2 && compactions < 2
+            .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }));
+        // The view leads with the latest checkpoint's message: summarized
+        // again, but nothing new.
+        let new = request
+            .messages
+            .get(usize::from(checkpoint.is_some())..cut.message)
+            .unwrap_or_default();
+        (estimate_messages(new, false) >= MIN_SUMMARIZED_TOKENS).then_some(cut)
+    }
+
+    /// Whether the step's request (the one just sent) can be compacted
+    /// (`compaction_cut`): the overflow repair asks this.
+    pub(super) fn can_compact(&self, tid: &str) -> bool {
+        let request = self.threads[tid]
+            .exec
+            .as_ref()
+            .and_then(|e| e.request.clone());
+        request.is_some_and(|r| self.compaction_cut(tid, &r).is_some())
     }
 
     /// Whether `request` (of `estimate` tokens before calibration) should be
-    /// compacted before it is sent.
+    /// compacted before it is sent: above [`compaction_threshold`], and a
+    /// compaction can make progress. Otherwise it is sent as it is.
     pub(super) fn needs_compaction(
         &self,
         tid: &str,
@@ -64,69 +135,59 @@ impl Engine {
             .as_ref()
             .map_or(1.0, |e| e.calibration);
         let estimate = (estimate as f64 * calibration) as u64;
-        estimate * 100 > window * COMPACT_AT_PERCENT && self.can_compact(tid)
+        estimate > compaction_threshold(window, request.profile.max_output_tokens)
+            && self.compaction_cut(tid, request).is_some()
     }
 
-    /// Ask the model for a summary of `base` (the request that is too large).
+    /// Ask the model for a summary of what `base` (the request that is too
+    /// large) holds before the model's latest message. The callers checked
+    /// that a compaction can make progress (`needs_compaction`,
+    /// `can_compact`).
     pub(super) fn start_compaction(&mut self, tid: &str, base: ProviderRequest) {
+        let t = &self.threads[tid];
+        // Unreachable after the callers' check; should it happen, the whole
+        // request is summarized (what checkpoints did before they kept a tail).
+        let cut = cut_point(&t.path, &base).unwrap_or(Cut {
+            message: base.messages.len(),
+            node: t.path.len(),
+        });
+        // An estimate the provider showed to be low shrinks the budget.
+        let calibration = t.exec.as_ref().map_or(1.0, |e| e.calibration);
+        let request = summary_request(&base, cut.message, calibration);
+        let exec = self
+            .threads
+            .get_mut(tid)
+            .and_then(|t| t.exec.as_mut())
+            .expect("active run");
+        exec.compaction = Some(PendingCompaction {
+            request: Rc::new(request),
+            kept_from: cut.node,
+        });
+        // Its own attempts (`schedule_retry`); no delta of it reaches a client.
+        exec.attempt = 0;
+        exec.delta_seen = false;
+        self.send_compaction(tid);
+    }
+
+    /// Send (or send again, after a backoff) the pending compaction's
+    /// summary request. Whether there was one.
+    pub(super) fn send_compaction(&mut self, tid: &str) -> bool {
         let request_id = self.next_handle();
         let idle_timeout_ms = self.config.stream_idle_timeout_ms;
-        let mut messages: Vec<ChatMessage> = std::rc::Rc::unwrap_or_clone(base.messages)
-            .into_iter()
-            .map(|m| match m {
-                ChatMessage::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                    images,
-                } => ChatMessage::ToolResult {
-                    call_id,
-                    content: content
-                        .chars()
-                        .take(SUMMARY_RESULT_CHARS)
-                        .collect::<String>()
-                        .into(),
-                    is_error,
-                    images: if images.is_empty() {
-                        images
-                    } else {
-                        Vec::new()
-                    },
-                },
-                // Files are not summarized from (the checkpoint names them).
-                ChatMessage::User {
-                    mut text,
-                    images,
-                    documents,
-                } if !images.is_empty() || !documents.is_empty() => {
-                    let names: Vec<&str> = documents.iter().map(|d| d.name.as_str()).collect();
-                    text.push_str(&format!(
-                        "\n[Attached here, not shown for the summary: {} image(s){}{}]",
-                        images.len(),
-                        if names.is_empty() { "" } else { ", PDF(s) " },
-                        names.join(", ")
-                    ));
-                    ChatMessage::user(text)
-                }
-                other => other,
-            })
-            .collect();
-        messages.push(ChatMessage::user(
-            "Write the summary now, following the instructions.",
-        ));
-        let request = ProviderRequest {
-            lineage: None,
-            profile: base.profile,
-            system: COMPACTION_PROMPT.into(),
-            messages: messages.into(),
-            tools: Default::default(),
+        let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) else {
+            return false;
         };
-        self.set_phase(tid, Phase::Compacting { request_id });
+        let Some(pending) = exec.compaction.as_ref() else {
+            return false;
+        };
+        let request = pending.request.clone();
+        exec.phase = Phase::Compacting { request_id };
         self.effects.push_back(Effect::CallProvider {
             request_id,
-            request: request.into(),
+            request,
             idle_timeout_ms,
         });
+        true
     }
 
     pub(super) fn thread_compacting(&self, request_id: u64) -> Option<String> {
@@ -140,7 +201,10 @@ impl Engine {
             .map(|(id, _)| id.clone())
     }
 
-    /// The summary arrived: write the checkpoint (its usage counts like any other).
+    /// The summary arrived: write the checkpoint (its usage counts like any
+    /// other). A transient failure is retried like a step's request (same
+    /// policy, `run.retry` events); a final one ends the run with its own
+    /// kind and message.
     pub(super) fn on_compaction_done(
         &mut self,
         now: u64,
@@ -153,25 +217,40 @@ impl Engine {
                 return self.fail_compaction(
                     now,
                     tid,
-                    "The model returned an empty summary.".into(),
+                    ErrorInfo::new(
+                        ErrorKind::ContextOverflow,
+                        "The conversation is too long and could not be compacted: \
+the model returned an empty summary.",
+                    ),
                 );
             }
-            Err(e) => return self.fail_compaction(now, tid, e.message),
+            Err(e) if self.schedule_retry(now, tid, &e) => return,
+            Err(e) => {
+                let error = ErrorInfo::new(
+                    e.kind,
+                    format!(
+                        "{} (while summarizing the conversation to fit the context window)",
+                        e.message
+                    ),
+                );
+                return self.fail_compaction(now, tid, error);
+            }
         };
         let t = &self.threads[tid];
-        let compacted = t
-            .path
-            .iter()
-            .rev()
-            .take_while(|n| !matches!(n.body, NodeBody::Compaction { .. }))
-            .count() as u64;
+        let kept_from = t
+            .exec
+            .as_ref()
+            .and_then(|e| e.compaction.as_ref())
+            .map_or(t.path.len(), |p| p.kept_from.min(t.path.len()));
+        let kept_nodes = (t.path.len() - kept_from) as u64;
+        let compacted = summarized_nodes(&t.path, kept_from) as u64;
         let usage = response.usage.unwrap_or_default();
         let budget = t
             .latest_run
             .as_ref()
             .and_then(|r| r.profile.context_window)
             .map_or(VERBATIM_MAX_TOKENS, |w| (w / 8).min(VERBATIM_MAX_TOKENS));
-        let verbatim = verbatim_section(&t.path, &t.queue, budget);
+        let verbatim = verbatim_section(&t.path, kept_nodes, budget);
         let node = Node {
             id: self.ids.next_id("n"),
             thread_id: tid.to_string(),
@@ -181,6 +260,7 @@ impl Engine {
                 summary: response.text,
                 compacted_nodes: compacted,
                 verbatim,
+                kept_nodes,
             },
         };
         let mut thread = t.thread.clone();
@@ -202,21 +282,22 @@ impl Engine {
             .get_mut(tid)
             .and_then(|t| t.exec.as_mut())
             .expect("active run");
+        exec.compaction = None;
         exec.compactions += 1;
         exec.phase = Phase::Persisting(token);
     }
 
-    fn fail_compaction(&mut self, now: u64, tid: &str, why: String) {
+    fn fail_compaction(&mut self, now: u64, tid: &str, error: ErrorInfo) {
+        if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
+            exec.compaction = None;
+        }
         self.finish_run(
             now,
             tid,
             Finish {
                 state: RunState::Failed,
                 stop: StopReason::Error,
-                error: Some(ErrorInfo::new(
-                    ErrorKind::ContextOverflow,
-                    format!("The conversation is too long and could not be compacted: {why}"),
-                )),
+                error: Some(error),
             },
         );
     }
@@ -232,31 +313,202 @@ impl Engine {
     }
 }
 
-/// The user's messages of the task in progress, oldest first, with whether
-/// each was a steer: those of the current turn, and of the turns before it
-/// as long as a turn was opened by a plain resume (`CONTINUE_TEXT`), so a
-/// task continued after a budget pause keeps its goal.
-fn task_messages(path: &[Node]) -> Vec<(&str, bool, &[Attachment])> {
+/// Where a compaction would cut `request` (built from `path`'s view): at the
+/// model's latest message, if it comes after the latest checkpoint (else
+/// the model has not answered since, and there is nothing new to summarize).
+fn cut_point(path: &[Node], request: &ProviderRequest) -> Option<Cut> {
+    let node = path
+        .iter()
+        .rposition(|n| matches!(n.body, NodeBody::AssistantMessage { .. }))?;
+    if path[node..]
+        .iter()
+        .any(|n| matches!(n.body, NodeBody::Compaction { .. }))
+    {
+        return None;
+    }
+    // The view folds the nodes in path order after the checkpoint's message
+    // and kept tail, so the node's message is the view's last assistant one.
+    let message = request
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, ChatMessage::Assistant { .. }))?;
+    Some(Cut { message, node })
+}
+
+/// How many path nodes a checkpoint keeping the nodes from `kept_from` on
+/// stands for: those of the latest checkpoint's view before `kept_from`
+/// (its kept tail, then the nodes after it), or all before `kept_from`.
+fn summarized_nodes(path: &[Node], kept_from: usize) -> usize {
+    let previous = path[..kept_from]
+        .iter()
+        .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }));
+    match previous.map(|at| (at, &path[at].body)) {
+        Some((at, NodeBody::Compaction { kept_nodes, .. })) => {
+            (at - kept_tail_start(path, at, *kept_nodes)) + (kept_from - at - 1)
+        }
+        _ => kept_from,
+    }
+}
+
+/// The request that asks for a summary of `base.messages[..cut]`: the
+/// compaction prompt and one user message holding them as a plain-text
+/// transcript, so it carries no tool blocks (Anthropic and gateways refuse
+/// tool_use or tool_result blocks in a request that defines no tools).
+/// Tool results are cut to `SUMMARY_RESULT_CHARS`; files are named, not
+/// sent. With a known window the transcript is bounded so the request stays
+/// under [`compaction_threshold`] (in estimated tokens, scaled by the run's
+/// `calibration` when the provider reported more than estimated): the
+/// oldest messages are left out first, and the text says how many.
+fn summary_request(base: &ProviderRequest, cut: usize, calibration: f64) -> ProviderRequest {
+    let entries: Vec<String> = base.messages[..cut].iter().map(transcript_entry).collect();
+    let budget = base.profile.context_window.map(|window| {
+        let threshold = compaction_threshold(window, base.profile.max_output_tokens);
+        ((threshold as f64 / calibration.max(1.0)) as u64).saturating_sub(
+            estimate_text_tokens(COMPACTION_PROMPT)
+                + estimate_text_tokens(TRANSCRIPT_HEADER)
+                + estimate_text_tokens(WRITE_NOW)
+                // Message framing, the note on what was left out, joins.
+                + 40,
+        )
+    });
+    // Newest first, while they fit; the newest alone keeps what fits of it.
+    let mut kept: Vec<&str> = Vec::new();
+    let mut left = budget.unwrap_or(u64::MAX);
+    for entry in entries.iter().rev() {
+        let cost = estimate_text_tokens(entry) + 1;
+        if cost <= left {
+            left -= cost;
+            kept.push(entry);
+        } else {
+            if kept.is_empty() {
+                kept.push(within(entry, left).0);
+            }
+            break;
+        }
+    }
+    let left_out = entries.len() - kept.len();
+    let mut text = String::from(TRANSCRIPT_HEADER);
+    if left_out > 0 {
+        text.push_str(&format!(
+            "\n[The oldest {left_out} message(s) are left out here to fit the context window.]"
+        ));
+    }
+    for entry in kept.iter().rev() {
+        text.push_str("\n\n");
+        text.push_str(entry);
+    }
+    text.push_str("\n\n");
+    text.push_str(WRITE_NOW);
+    ProviderRequest {
+        lineage: None,
+        profile: base.profile.clone(),
+        system: COMPACTION_PROMPT.into(),
+        messages: vec![ChatMessage::user(text)].into(),
+        tools: Default::default(),
+    }
+}
+
+/// One message of a compaction request's transcript, as plain text.
+fn transcript_entry(message: &ChatMessage) -> String {
+    match message {
+        ChatMessage::User {
+            text,
+            images,
+            documents,
+        } => {
+            let mut out = format!("[user]\n{text}");
+            // Files are not summarized from (the checkpoint sends them again).
+            if !images.is_empty() || !documents.is_empty() {
+                let names: Vec<&str> = documents.iter().map(|d| d.name.as_str()).collect();
+                out.push_str(&format!(
+                    "\n[Attached here, not shown for the summary: {} image(s){}{}]",
+                    images.len(),
+                    if names.is_empty() { "" } else { ", PDF(s) " },
+                    names.join(", ")
+                ));
+            }
+            out
+        }
+        ChatMessage::Assistant {
+            text, tool_calls, ..
+        } => {
+            let mut out = String::from("[assistant]");
+            if !text.is_empty() {
+                out.push('\n');
+                out.push_str(text);
+            }
+            for call in tool_calls {
+                out.push_str(&format!(
+                    "\n[tool call {} (id {})] {}",
+                    call.name, call.id, call.arguments
+                ));
+            }
+            out
+        }
+        ChatMessage::ToolResult {
+            call_id,
+            content,
+            is_error,
+            images,
+        } => {
+            let total = content.chars().count();
+            let mut out = format!(
+                "[tool result (id {call_id}){}]\n",
+                if *is_error { ", failed" } else { "" }
+            );
+            out.extend(content.chars().take(SUMMARY_RESULT_CHARS));
+            if total > SUMMARY_RESULT_CHARS {
+                out.push_str(&format!(
+                    "\n[… {} more characters not shown]",
+                    total - SUMMARY_RESULT_CHARS
+                ));
+            }
+            if !images.is_empty() {
+                out.push_str(&format!("\n[{} image(s) not shown]", images.len()));
+            }
+            out
+        }
+    }
+}
+
+/// One of the user's messages of the task in progress (`task_messages`).
+pub(super) struct TaskMessage<'a> {
+    /// Its index in the path.
+    pub index: usize,
+    pub text: &'a str,
+    pub steered: bool,
+    pub files: &'a [Attachment],
+}
+
+/// The user's messages of the task in progress, oldest first: those of the
+/// current turn, and of the turns before it as long as a turn was opened by
+/// a plain resume (`CONTINUE_TEXT`), so a task continued after a budget
+/// pause keeps its goal.
+pub(super) fn task_messages(path: &[Node]) -> Vec<TaskMessage<'_>> {
     let mut turns = Vec::new();
     let mut end = path.len();
     while let Some(start) = path[..end]
         .iter()
         .rposition(|n| matches!(n.body, NodeBody::TurnContext { .. }))
     {
-        let messages: Vec<(&str, bool, &[Attachment])> = path[start..end]
+        let messages: Vec<TaskMessage<'_>> = path[start..end]
             .iter()
-            .filter_map(|n| match &n.body {
+            .enumerate()
+            .filter_map(|(offset, n)| match &n.body {
                 NodeBody::UserMessage {
                     text,
                     steered,
                     attachments,
-                } => Some((text.as_str(), *steered, attachments.as_slice())),
+                } => Some(TaskMessage {
+                    index: start + offset,
+                    text,
+                    steered: *steered,
+                    files: attachments,
+                }),
                 _ => None,
             })
             .collect();
-        let resumed = messages
-            .first()
-            .is_some_and(|(text, _, _)| *text == CONTINUE_TEXT);
+        let resumed = messages.first().is_some_and(|m| m.text == CONTINUE_TEXT);
         turns.push(messages);
         if !resumed {
             break;
@@ -280,53 +532,50 @@ fn files_attribute(files: &[Attachment]) -> String {
 
 /// What a checkpoint copies verbatim after the model's summary, so the exact
 /// words do not depend on the summary: the user's messages of the task in
-/// progress (`task_messages`) and the messages queued for later turns.
-/// Each message is delimited by tags and copied byte for byte; past
-/// `budget_tokens` (estimated) the message in hand is cut with a note and the
-/// rest are only counted. Pending steers are not copied: they reach the model
-/// as their own messages right after the checkpoint (exactly once).
-/// Empty when there is nothing to copy.
-pub fn verbatim_section(path: &[Node], queue: &[QueueItem], budget_tokens: u64) -> String {
+/// progress (`task_messages`) that the summary stands for, i.e. not among
+/// the last `kept_nodes` nodes of `path` (the checkpoint sends those as they
+/// are). The queue is not copied: a queued message is not part of the
+/// task, and one edited, removed or started later would be shown to the
+/// model as it was when the summary was written.
+/// Each message is delimited by tags and copied byte for byte; its files
+/// are named (the view sends them again with the summary). Past
+/// `budget_tokens` (estimated) the message in hand is cut with a note and
+/// the rest are only counted. Pending steers are not copied: they reach
+/// the model as their own messages right after the checkpoint (exactly
+/// once). Empty when there is nothing to copy.
+pub fn verbatim_section(path: &[Node], kept_nodes: u64, budget_tokens: u64) -> String {
     const TASK: &str = "The user's messages of the task in progress, oldest first:";
-    const QUEUED: &str =
-        "Messages the user queued for after this task (not part of it; do not start them now):";
-    // (heading, tag, attributes, text) in the order they are copied. The
-    // files of a message are named, not copied (the summary covers them).
-    let entries: Vec<(&str, &str, String, &str)> = task_messages(path)
+    let tail = path
+        .len()
+        .saturating_sub(usize::try_from(kept_nodes).unwrap_or(usize::MAX));
+    let entries: Vec<(String, &str)> = task_messages(path)
         .into_iter()
-        .map(|(text, steered, files)| {
-            let mut attributes = files_attribute(files);
-            if steered {
+        .filter(|m| m.index < tail)
+        .map(|m| {
+            let mut attributes = files_attribute(m.files);
+            if m.steered {
                 attributes.push_str(" steered=\"true\"");
             }
-            (TASK, "user_message", attributes, text)
+            (attributes, m.text)
         })
-        .chain(queue.iter().map(|item| {
-            let attributes = files_attribute(&item.attachments);
-            (QUEUED, "queued_message", attributes, item.text.as_str())
-        }))
         .collect();
     if entries.is_empty() {
         return String::new();
     }
     let mut out = String::from(VERBATIM_HEADER);
-    let mut heading = "";
+    out.push('\n');
+    out.push_str(TASK);
     // The bound covers the framing too; room for the two notes is kept.
-    let mut left = budget_tokens.saturating_sub(estimate_text_tokens(VERBATIM_HEADER) + 50);
-    for (index, (section, tag, attributes, text)) in entries.iter().enumerate() {
-        if *section != heading {
-            heading = section;
-            out.push('\n');
-            out.push_str(section);
-            left = left.saturating_sub(estimate_text_tokens(section));
-        }
-        let open = format!("\n<{tag}{attributes}>\n");
-        let close = format!("\n</{tag}>");
-        left = left.saturating_sub(estimate_text_tokens(&open) + estimate_text_tokens(&close));
+    let mut left = budget_tokens
+        .saturating_sub(estimate_text_tokens(VERBATIM_HEADER) + estimate_text_tokens(TASK) + 50);
+    for (index, (attributes, text)) in entries.iter().enumerate() {
+        let open = format!("\n<user_message{attributes}>\n");
+        let close = "\n</user_message>";
+        left = left.saturating_sub(estimate_text_tokens(&open) + estimate_text_tokens(close));
         let (kept, cut) = within(text, left);
         out.push_str(&open);
         out.push_str(kept);
-        out.push_str(&close);
+        out.push_str(close);
         left = left.saturating_sub(estimate_text_tokens(kept));
         if cut > 0 {
             out.push_str(&format!(

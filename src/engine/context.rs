@@ -3,7 +3,10 @@
 //!
 //! Tool calls persist as separate nodes (possibly interleaved with results);
 //! here every call is attached back to the assistant message that requested
-//! it. Notices and turn contexts are display-only and never sent.
+//! it. Notices and turn contexts are display-only and never sent. The latest
+//! compaction checkpoint starts the view: its summary (with the files of the
+//! task in progress sent again, bounded), then the nodes it kept as they
+//! are, then the nodes after it.
 
 use crate::model::{Attachment, DocumentData, ImageData, Node, NodeBody, ToolStatus};
 use crate::provider::{ChatMessage, OutboundToolCall};
@@ -24,8 +27,26 @@ use crate::provider::{ChatMessage, OutboundToolCall};
 /// afterwards; the engine scales this estimate by the last reported/estimated
 /// ratio of the run.
 pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
-    let mut tenths = text_tenths(&request.system);
-    for message in request.messages.iter() {
+    let mut tenths = text_tenths(&request.system) + messages_tenths(&request.messages, true);
+    for tool in request.tools.iter() {
+        tenths += TOOL_TENTHS
+            + text_tenths(&tool.name)
+            + text_tenths(&tool.description)
+            + text_tenths(&tool.parameters.to_string());
+    }
+    with_margin(tenths)
+}
+
+/// The estimate of `messages` alone, with the same rules and margin as
+/// [`estimate_tokens`]; the files of the user's messages (images, PDFs)
+/// count only with `user_files`.
+pub(super) fn estimate_messages(messages: &[ChatMessage], user_files: bool) -> u64 {
+    with_margin(messages_tenths(messages, user_files))
+}
+
+fn messages_tenths(messages: &[ChatMessage], user_files: bool) -> u64 {
+    let mut tenths = 0;
+    for message in messages {
         tenths += MESSAGE_TENTHS
             + match message {
                 ChatMessage::User {
@@ -34,11 +55,12 @@ pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
                     documents,
                 } => {
                     text_tenths(text)
-                        + images.len() as u64 * IMAGE_TENTHS
-                        + documents
-                            .iter()
-                            .map(|d| d.data.len() as u64 * PDF_TENTHS_PER_KIB / 1024)
-                            .sum::<u64>()
+                        + if user_files {
+                            images.len() as u64 * IMAGE_TENTHS
+                                + documents.iter().map(|d| pdf_tenths(&d.data)).sum::<u64>()
+                        } else {
+                            0
+                        }
                 }
                 ChatMessage::Assistant {
                     text, tool_calls, ..
@@ -62,13 +84,12 @@ pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
                 } => id_tenths(call_id) + text_tenths(content) + images.len() as u64 * IMAGE_TENTHS,
             };
     }
-    for tool in request.tools.iter() {
-        tenths += TOOL_TENTHS
-            + text_tenths(&tool.name)
-            + text_tenths(&tool.description)
-            + text_tenths(&tool.parameters.to_string());
-    }
-    with_margin(tenths)
+    tenths
+}
+
+/// A PDF's estimate, in tenths, from its base64 (`PDF_TENTHS_PER_KIB`).
+fn pdf_tenths(base64: &str) -> u64 {
+    base64.len() as u64 * PDF_TENTHS_PER_KIB / 1024
 }
 
 /// The estimate of one text alone (no message framing), with the same rules
@@ -296,9 +317,88 @@ pub fn summary_message(summary: &str, verbatim: &str) -> String {
     text
 }
 
+/// The files of the task in progress that a checkpoint's message sends
+/// again (`checkpoint_message`) hold at most this many estimated tokens
+/// (four images at 1,681 each, or a PDF of about 300 KiB of base64): files
+/// are taken in the order they were attached, and from the first that does
+/// not fit on they are only named.
+pub const REATTACHED_FILES_MAX_TOKENS: u64 = 8_000;
+
+/// A file's estimate (the rules of [`estimate_tokens`]).
+fn file_tokens(file: &Attachment) -> u64 {
+    match file {
+        Attachment::Image { .. } => with_margin(IMAGE_TENTHS),
+        Attachment::Pdf { data, .. } => with_margin(pdf_tenths(data)),
+        Attachment::Text { text, .. } => estimate_text_tokens(text),
+        Attachment::Omitted { .. } => 0,
+    }
+}
+
+/// The first node of the tail a checkpoint at `at` keeps (`kept_nodes`
+/// nodes right before it, sent as they are after its summary). A tail never
+/// reaches back past an earlier checkpoint (a count that says otherwise, in
+/// a record written by hand, would send that summary again).
+pub(super) fn kept_tail_start(path: &[Node], at: usize, kept_nodes: u64) -> usize {
+    let from = at.saturating_sub(usize::try_from(kept_nodes).unwrap_or(usize::MAX));
+    path[from..at]
+        .iter()
+        .rposition(|n| matches!(n.body, NodeBody::Compaction { .. }))
+        .map_or(from, |i| from + i + 1)
+}
+
+/// The message a checkpoint becomes (the last node of `path`): its summary
+/// and verbatim section, with the files of the task in progress sent again
+/// (bounded, [`REATTACHED_FILES_MAX_TOKENS`]). The task's messages in the
+/// checkpoint's kept tail are sent whole, their files with them; the others
+/// went into the summary, which names their files but cannot show them.
+fn checkpoint_message(path: &[Node]) -> ChatMessage {
+    let at = path.len() - 1;
+    let NodeBody::Compaction {
+        summary,
+        verbatim,
+        kept_nodes,
+        ..
+    } = &path[at].body
+    else {
+        return ChatMessage::user("");
+    };
+    let mut text = summary_message(summary, verbatim);
+    let tail = kept_tail_start(path, at, *kept_nodes);
+    let mut left = REATTACHED_FILES_MAX_TOKENS;
+    let mut sent: Vec<Attachment> = Vec::new();
+    let mut named: Vec<&str> = Vec::new();
+    let task = super::compaction::task_messages(&path[..at]);
+    for message in task.iter().filter(|m| m.index < tail) {
+        for file in message.files {
+            let cost = file_tokens(file);
+            if named.is_empty() && cost <= left {
+                left -= cost;
+                sent.push(file.clone());
+            } else {
+                named.push(file.name());
+            }
+        }
+    }
+    if !sent.is_empty() {
+        let names: Vec<&str> = sent.iter().map(Attachment::name).collect();
+        text.push_str(&format!(
+            "\n\n[Sent again with this summary: the files attached to the task in progress ({})]",
+            names.join(", ")
+        ));
+    }
+    if !named.is_empty() {
+        text.push_str(&format!(
+            "\n\n[Not sent again (size limit; the summary covers them): {}]",
+            named.join(", ")
+        ));
+    }
+    user_message(&text, &sent)
+}
+
 /// Build the provider messages for a path (root first). The view starts at
-/// the latest compaction checkpoint (its summary leads), so the stored
-/// history is never rewritten but the model sees a bounded context.
+/// the latest compaction checkpoint (its summary leads, then the tail it
+/// kept), so the stored history is never rewritten but the model sees a
+/// bounded context.
 pub fn outbound_messages(path: &[Node]) -> Vec<ChatMessage> {
     let mut view = OutboundView::default();
     view.update(path, &mut 0);
@@ -366,6 +466,18 @@ impl OutboundView {
                     *last_id
                 },
             };
+        }
+        if !extends && path.get(start).is_some_and(compaction) {
+            // A checkpoint leads: its message, then the tail it kept (the
+            // nodes before it the model had not answered yet).
+            let message = checkpoint_message(&path[..=start]);
+            std::rc::Rc::make_mut(&mut self.messages).push(message);
+            if let NodeBody::Compaction { kept_nodes, .. } = &path[start].body {
+                for node in &path[kept_tail_start(path, start, *kept_nodes)..start] {
+                    self.fold(node);
+                }
+            }
+            self.covered = start + 1;
         }
         for node in &path[self.covered..] {
             self.fold(node);
@@ -443,10 +555,11 @@ impl OutboundView {
                 is_error: *status != ToolStatus::Ok,
                 images: images.clone(),
             }),
-            NodeBody::Compaction {
-                summary, verbatim, ..
-            } => messages.push(ChatMessage::user(summary_message(summary, verbatim))),
-            NodeBody::TurnContext { .. } | NodeBody::Notice { .. } => {}
+            // Folded where the view starts (`update`): a later checkpoint
+            // starts a new view.
+            NodeBody::Compaction { .. }
+            | NodeBody::TurnContext { .. }
+            | NodeBody::Notice { .. } => {}
         }
     }
 }
@@ -700,12 +813,35 @@ mod view_tests {
                 },
             ));
             if step == 2 {
+                // A checkpoint written before checkpoints kept a tail.
                 bodies.push((
                     "k".into(),
                     NodeBody::Compaction {
                         summary: "so far".into(),
                         compacted_nodes: 9,
                         verbatim: "<message>go</message>".into(),
+                        kept_nodes: 0,
+                    },
+                ));
+            }
+            if step == 3 {
+                // A steer, then a checkpoint that keeps the model's latest
+                // message, its call, the result and the steer.
+                bodies.push((
+                    "s3".into(),
+                    NodeBody::UserMessage {
+                        text: "steer".into(),
+                        steered: true,
+                        attachments: vec![],
+                    },
+                ));
+                bodies.push((
+                    "k2".into(),
+                    NodeBody::Compaction {
+                        summary: "later".into(),
+                        compacted_nodes: 4,
+                        verbatim: String::new(),
+                        kept_nodes: 4,
                     },
                 ));
             }
@@ -739,8 +875,24 @@ mod view_tests {
             }
             last = Some((lineage, messages.to_vec()));
         }
-        // Built once, rebuilt at the compaction: two ids (0 for the empty path).
-        assert_eq!(ids.iter().filter(|id| **id != 0).count(), 2, "{ids:?}");
+        // Built once, rebuilt at each compaction: three ids (0 for the empty path).
+        assert_eq!(ids.iter().filter(|id| **id != 0).count(), 3, "{ids:?}");
+        // After the second checkpoint: its summary, then the tail it kept
+        // as it was (the call with its result, the steer), then what follows.
+        let messages = outbound_messages(&path);
+        assert!(
+            matches!(&messages[0], ChatMessage::User { text, .. } if text.ends_with("]\nlater"))
+        );
+        assert!(
+            matches!(&messages[1], ChatMessage::Assistant { text, tool_calls, .. }
+                if text == "step 3" && tool_calls.len() == 1 && tool_calls[0].id == "call3")
+        );
+        assert!(
+            matches!(&messages[2], ChatMessage::ToolResult { call_id, .. } if call_id == "call3")
+        );
+        assert!(matches!(&messages[3], ChatMessage::User { text, .. } if text == "steer"));
+        assert!(matches!(&messages[4], ChatMessage::Assistant { text, .. } if text == "step 4"));
+        assert_eq!(messages.len(), 6);
         // Another branch of the same length, then a shorter path: rebuilt.
         let mut other = path.clone();
         other[3] = node("r0b", Some("c0"), user("changed"));

@@ -26,10 +26,13 @@ mod snapshot_cache;
 mod stall;
 mod support;
 
-pub use compaction::{verbatim_section, VERBATIM_HEADER, VERBATIM_MAX_TOKENS};
+pub use compaction::{
+    compaction_threshold, verbatim_section, MIN_SUMMARIZED_TOKENS, VERBATIM_HEADER,
+    VERBATIM_MAX_TOKENS,
+};
 pub use context::{
     estimate_text_tokens, estimate_tokens, outbound_messages, summary_message,
-    MAX_TOOL_RESULT_CHARS,
+    MAX_TOOL_RESULT_CHARS, REATTACHED_FILES_MAX_TOKENS,
 };
 pub use environment::{build_environment, environment_drift, schema_depth, EnvironmentLimits};
 pub use snapshot_cache::CACHE_WRITE_DELAY_MS;
@@ -83,8 +86,9 @@ pub const COMPACTION_PROMPT: &str = "You are compacting a long browser-automatio
 context window. Write a summary that lets you continue the task without the earlier messages: the user's goal \
 and constraints (verbatim where exact wording matters), key facts learned, tool results that still matter, open \
 tabs and element refs that are still valid, what has been done, and the next step. Copy any plan or list of \
-remaining items you made verbatim. The engine appends the user's messages of the task in progress and the queued \
-messages word for word after your summary, so do not repeat those. Plain text, no preamble.";
+remaining items you made verbatim. The engine appends the user's messages of the task in progress word for word \
+after your summary, so do not repeat those; your latest message, its tool results and anything newer are not part \
+of the transcript and stay as they are after it. Plain text, no preamble.";
 
 /// What "test connection" (`provider.test`) asks; any answer proves the settings work.
 pub const PROVIDER_TEST_PROMPT: &str = "This is a connection test. Reply with the single word: ok";
@@ -94,7 +98,8 @@ pub const TITLE_PROMPT: &str =
     "Write a short title (3 to 6 words) for a conversation that starts with the \
 user's message below. Answer with the title only, no quotes.";
 
-/// Share of the context window above which a request is compacted first.
+/// Share of the context window above which a request is compacted first
+/// (less when the answer needs more room: `compaction_threshold`).
 pub const COMPACT_AT_PERCENT: u64 = 80;
 
 /// Text used by `run.resume` when the client sends none.
@@ -681,6 +686,8 @@ struct Exec {
     delta_seen: bool,
     /// Compactions in the current step (bounded: each must make progress).
     compactions: u32,
+    /// The compaction whose summary is being written or waits for a retry.
+    compaction: Option<compaction::PendingCompaction>,
     /// Reported input tokens / estimated tokens of the last response.
     calibration: f64,
 }
@@ -704,6 +711,7 @@ impl Exec {
             attempt: 0,
             delta_seen: false,
             compactions: 0,
+            compaction: None,
             calibration: 1.0,
         }
     }
@@ -2481,7 +2489,10 @@ impl Engine {
             .map(|(id, _)| id.clone())
             .collect();
         for tid in retry_due {
-            self.send_request(&tid);
+            // A compaction's summary request is retried as itself.
+            if !self.send_compaction(&tid) {
+                self.send_request(&tid);
+            }
         }
         let due: Vec<String> = self
             .threads

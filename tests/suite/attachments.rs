@@ -597,7 +597,6 @@ fn a_malformed_attachment_is_an_invalid_op() {
 #[test]
 fn a_checkpoint_names_the_files_of_the_messages_it_copies() {
     use sw_agent::engine::verbatim_section;
-    use sw_agent::model::QueueItem;
     let node = |id: &str, parent: Option<&str>, body: NodeBody| Node {
         id: id.into(),
         thread_id: "t".into(),
@@ -624,29 +623,17 @@ fn a_checkpoint_names_the_files_of_the_messages_it_copies() {
             },
         ),
     ];
-    let queue = vec![QueueItem {
-        id: "q".into(),
-        thread_id: "t".into(),
-        position: 0,
-        text: "then pay".into(),
-        attachments: vec![image("card.png")],
-        created_at: 0,
-    }];
-    let section = verbatim_section(&path, &queue, 10_000);
+    let section = verbatim_section(&path, 0, 10_000);
     assert!(
         section
             .contains("<user_message files=\"cart.png, a'b.csv\">\nOrder these\n</user_message>"),
-        "{section}"
-    );
-    assert!(
-        section.contains("<queued_message files=\"card.png\">\nthen pay\n</queued_message>"),
         "{section}"
     );
     assert!(!section.contains(PNG), "names, not contents");
 }
 
 #[test]
-fn a_compaction_request_names_the_files_instead_of_sending_them() {
+fn compaction_keeps_the_task_s_attachments() {
     use sw_agent::engine::COMPACTION_PROMPT;
     // Reads a large page until the context window asks for a checkpoint.
     let mut reads = 0;
@@ -670,12 +657,17 @@ fn a_compaction_request_names_the_files_instead_of_sending_them() {
     sim.profile.context_window = Some(12_000);
     sim.crash();
     let conn = sim.connect();
-    let files = vec![pdf("invoice.pdf"), image("logo.png")];
+    let files = vec![
+        pdf("invoice.pdf"),
+        image("logo.png"),
+        text_file("rates.csv", "a,1"),
+    ];
     sim.send(
         conn,
         submit_with("s1", None, with_files("Read it all", files)),
     );
     sim.run(200_000);
+    // The summary is written from the files' names, not their content.
     let summary_request = sim
         .requests
         .iter()
@@ -707,10 +699,125 @@ fn a_compaction_request_names_the_files_instead_of_sending_them() {
         })
         .unwrap();
     assert!(
-        checkpoint.contains("<user_message files=\"invoice.pdf, logo.png\">\nRead it all\n"),
+        checkpoint
+            .contains("<user_message files=\"invoice.pdf, logo.png, rates.csv\">\nRead it all\n"),
         "{checkpoint}"
     );
+    // Every request after the checkpoint sends the task's files again with
+    // the summary: the model still sees the invoice, not just its name.
+    let after: Vec<&ProviderRequest> = sim
+        .requests
+        .iter()
+        .filter(|r| *r.system != *COMPACTION_PROMPT)
+        .map(|r| &**r)
+        .filter(|r| {
+            matches!(r.messages.first(), Some(ChatMessage::User { text, .. })
+                if text.starts_with("[Summary"))
+        })
+        .collect();
+    assert!(!after.is_empty());
+    for request in after {
+        let ChatMessage::User {
+            text,
+            images,
+            documents,
+        } = &request.messages[0]
+        else {
+            panic!("{:?}", request.messages[0]);
+        };
+        assert_eq!(images.len(), 1);
+        assert_eq!(documents.len(), 1);
+        assert_eq!(documents[0].name, "invoice.pdf");
+        assert!(
+            text.contains("[Sent again with this summary: the files attached to the task in progress (invoice.pdf, logo.png, rates.csv)]"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "<attached_file name=\"rates.csv\" type=\"text/csv\">\na,1\n</attached_file>"
+        ));
+        for body in wire_bodies(request) {
+            assert!(body.contains(PDF) && body.contains(PNG));
+        }
+    }
     check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
+fn compaction_keeps_the_task_s_attachments_within_a_bound() {
+    use sw_agent::engine::{outbound_messages, REATTACHED_FILES_MAX_TOKENS};
+    let node = |id: usize, body: NodeBody| Node {
+        id: format!("n{id}"),
+        thread_id: "t".into(),
+        parent_id: id.checked_sub(1).map(|p| format!("n{p}")),
+        created_at: 0,
+        body,
+    };
+    let answer = |text: &str| NodeBody::AssistantMessage {
+        text: text.into(),
+        reasoning: None,
+        stop_reason: sw_agent::model::StopReason::End,
+        usage: None,
+        interrupted: false,
+        model: "m".into(),
+        provider_private: None,
+    };
+    let names = ["a.png", "b.png", "c.png", "d.png", "e.png", "f.png"];
+    let path = vec![
+        node(
+            0,
+            NodeBody::TurnContext {
+                turn_id: "r".into(),
+                model: "m".into(),
+            },
+        ),
+        node(
+            1,
+            NodeBody::UserMessage {
+                text: "Compare these".into(),
+                steered: false,
+                attachments: names.iter().map(|n| image(n)).collect(),
+            },
+        ),
+        node(2, answer("Looking.")),
+        node(
+            3,
+            NodeBody::UserMessage {
+                text: "and this one".into(),
+                steered: true,
+                attachments: vec![image("g.png")],
+            },
+        ),
+        node(4, answer("Still looking.")),
+        node(
+            5,
+            NodeBody::Compaction {
+                summary: "so far".into(),
+                compacted_nodes: 2,
+                verbatim: String::new(),
+                kept_nodes: 3,
+            },
+        ),
+    ];
+    let messages = outbound_messages(&path);
+    // An image is priced at ~1,680 tokens: four fit the bound, the rest
+    // (and everything after the first that does not fit) are named.
+    const {
+        assert!(REATTACHED_FILES_MAX_TOKENS >= 4 * 1_681 && REATTACHED_FILES_MAX_TOKENS < 5 * 1_681)
+    };
+    let ChatMessage::User { text, images, .. } = &messages[0] else {
+        panic!("{:?}", messages[0]);
+    };
+    assert_eq!(images.len(), 4);
+    assert!(text.contains("(a.png, b.png, c.png, d.png)]"), "{text}");
+    assert!(
+        text.ends_with("[Not sent again (size limit; the summary covers them): e.png, f.png]"),
+        "{text}"
+    );
+    // The steer in the kept tail keeps its own file, sent once.
+    assert!(
+        matches!(&messages[2], ChatMessage::User { text, images, .. } if text == "and this one" && images.len() == 1)
+    );
+    assert_eq!(messages.len(), 4);
 }
 
 /// Files compared without printing megabytes of base64 when they differ.
