@@ -301,6 +301,8 @@ const PAGE_READ_TOOLS = new Set(["page_snapshot", "read_page"]);
  * (`value="…"`, `checked`, …), which may contain quotes of their own.
  */
 const ELEMENT_LINE = /^\s*\[([A-Za-z0-9_:-]+)\]\s+([A-Za-z][\w-]*)\s+("(?:[^"\\\n]|\\.)*")(.*)$/;
+/** The line after which read_page lists the page's elements (extension/content/content.js). */
+const READ_PAGE_ELEMENTS_HEADER = "Interactive elements:";
 /**
  * Every error kind of docs/protocol.md §1.3 in words a user can act on:
  * what happened, then what to do. `settings` names the field the fix is in
@@ -310,6 +312,7 @@ const ERROR_WORDS = {
   auth: { text: "The provider rejected the API key. Open Settings and check the key.", settings: "settings-api-key" },
   model_not_found: { text: "The provider does not know this model. Open Settings and check the model name.", settings: "settings-model" },
   rate_limited: { text: "The provider is rate limiting your requests. Wait a minute, then press Continue." },
+  quota_exceeded: { text: "The provider account has no credit or quota left. Add credit or raise the limit with your provider, then press Continue." },
   provider_unavailable: { text: "The provider is overloaded or having problems. Wait a moment, then press Continue." },
   network: { text: "Could not reach the provider. Check your internet connection and the base URL in Settings, then press Continue.", settings: "settings-base-url" },
   not_configured: { text: "No provider is set up yet. Open Settings and enter the base URL, the model and (if your provider needs one) the API key.", settings: "settings-base-url" },
@@ -1397,7 +1400,7 @@ function renderCompaction(node) {
   const body = document.createElement("pre");
   body.className = "compaction-summary";
   const written = typeof node.summary === "string" ? node.summary : "";
-  // The part the engine copied word for word (the task's messages, the queue).
+  // The part the engine copied word for word (the task's messages).
   const copied = typeof node.verbatim === "string" && node.verbatim ? `\n\n${node.verbatim}` : "";
   body.textContent = written + copied;
   element.append(summary, body);
@@ -2740,7 +2743,7 @@ function describeRef(ref) {
   for (const { result } of reads) {
     const page = untrustedPageContent(result.content);
     const text = page ? page.text : result.content;
-    for (const line of text.split("\n")) {
+    for (const line of elementListLines(result.name, text)) {
       const element = parseElementLine(line);
       if (element && element.ref === ref) {
         const stateWords = element.state ? ` ${clipText(element.state, 80)}` : "";
@@ -2749,6 +2752,22 @@ function describeRef(ref) {
     }
   }
   return "";
+}
+
+/**
+ * The lines of a page read that list its elements, where no page text can be:
+ * read_page's after its last `Interactive elements:` header (its page text
+ * comes before, unquoted), page_snapshot's after its header (up to the first
+ * blank line; its outline quotes every text).
+ */
+function elementListLines(toolName, text) {
+  const lines = text.split("\n");
+  if (toolName === "read_page") {
+    const header = lines.lastIndexOf(READ_PAGE_ELEMENTS_HEADER);
+    return header === -1 ? [] : lines.slice(header + 1);
+  }
+  const blank = lines.indexOf("");
+  return blank === -1 ? [] : lines.slice(blank + 1);
 }
 
 /** `[e12] textbox "Email" value="a@b.c" required` → { ref, role, name, state }, or null. */
@@ -4391,6 +4410,7 @@ const TEST_ERROR_WORDS = {
   auth: "The provider rejected the API key. Copy the key again from your provider's dashboard, paste it above, and test again.",
   model_not_found: "The provider does not know the model “{model}”. Check the model name (and that your key may use it), then test again.",
   rate_limited: "The provider is rate limiting requests right now. Wait a minute and test again; if it keeps happening, check your plan's limits with the provider.",
+  quota_exceeded: "The provider accepted the key, but the account has no credit or quota left. Add credit or raise the limit with your provider, then test again.",
   network: "Could not reach the provider at {baseUrl}. Check the base URL and your internet connection; for a local server, check that it is running and accepts requests from this extension.",
   provider_unavailable: "The provider is overloaded or having problems right now. Wait a moment and test again.",
   provider_protocol: "The provider answered, but not the way an {api} API does. Check the provider type and the base URL (it usually ends in /v1).",

@@ -25,6 +25,11 @@
 // Chrome frame an iframe element is). Every failure the model can fix (stale ref, hidden or
 // disabled element, wrong kind of element, timeout) is an `ok:false` result
 // whose text says what to do next.
+//
+// Whatever the page, a result stays small and arrives: page-supplied strings
+// are clipped, the walks stop MAX_DEPTH elements deep and say so, a result's
+// text is cut at MAX_RESULT_CHARS, and a result the Port refuses is replaced
+// by an `ok:false` one that says so.
 (() => {
   "use strict";
 
@@ -46,6 +51,27 @@
   const WAIT_DEFAULT_MS = 5000;
   const WAIT_MAX_MS = 30000;
   const WAIT_POLL_MS = 250;
+  // Page-supplied strings that are not names (the title, option labels and
+  // values, validation messages) are clipped to this; URLs to the next.
+  const MAX_LABEL_CHARS = 300;
+  const MAX_URL_CHARS = 2000;
+  // A role attribute counts only when its first token looks like a role.
+  const ROLE_TOKEN = /^[a-z][a-z-]{0,31}$/;
+  // Whatever the page, a result's text is cut here and its details are
+  // dropped above the next limit: far above any normal result (a snapshot is
+  // at most 12000 characters), far below what a Port carries (64 MiB).
+  const MAX_RESULT_CHARS = 60000;
+  const MAX_DETAILS_CHARS = 100000;
+  // The walks stop this many elements below their start: Blink's HTML parser
+  // never nests deeper, only scripts do (and a walk must not overflow the stack).
+  const MAX_DEPTH = 512;
+  // A name (subtreeText) reads at most this many nodes and characters, so a
+  // control wrapped around a huge subtree costs no more than a small one.
+  const MAX_NAME_NODES = 2000;
+  const MAX_NAME_TEXT = 1000;
+  // Other-origin frames whose position page_snapshot reports (the engine reads a few).
+  const MAX_FRAMES_REPORTED = 32;
+  const DEEP_CUT_NOTE = `… content nested more than ${MAX_DEPTH} elements deep is not shown.`;
 
   /** A failure the model can act on: reported as `ok:false` with this message. */
   class ToolError extends Error {}
@@ -104,6 +130,35 @@
   const collapse = (text) => (text || "").replace(/\s+/g, " ").trim();
   const clip = (text, max) => (text.length > max ? `${text.slice(0, max - 1)}…` : text);
   const quote = (text) => JSON.stringify(text);
+  /** A page-supplied string, whitespace collapsed, at most `max` characters (cut before collapsing, so a huge one costs little). */
+  const pageString = (text, max) => clip(collapse(String(text ?? "").slice(0, max * 4)), max);
+
+  // ------------------------------------------------------ DOM clobbering ---
+  // A form's named controls shadow its properties (`<input name="elements">`
+  // makes form.elements that input) and a document's named images and forms
+  // shadow the document's (`<img name="title">`), in every world. What this
+  // script needs of forms and documents is read through the prototypes.
+  const formProperty = (form, property) => Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, property).get.call(form);
+  /** The controls of a form, as an array. */
+  const formControls = (form) => Array.from(formProperty(form, "elements"));
+  const formCheckValidity = (form) => HTMLFormElement.prototype.checkValidity.call(form);
+  const formRequestSubmit = (form, button) => HTMLFormElement.prototype.requestSubmit.call(form, button || undefined);
+  const documentTitle = () => Object.getOwnPropertyDescriptor(Document.prototype, "title").get.call(document);
+  const onEvent = (target, type, listener) => EventTarget.prototype.addEventListener.call(target, type, listener, true);
+  const offEvent = (target, type, listener) => EventTarget.prototype.removeEventListener.call(target, type, listener, true);
+  // The tree links loops follow, likewise: a shadowed parent could send a loop in a circle.
+  const getterOf = (proto, property) => Object.getOwnPropertyDescriptor(proto, property).get;
+  const NODE_TYPE = getterOf(Node.prototype, "nodeType");
+  const PARENT_NODE = getterOf(Node.prototype, "parentNode");
+  const PARENT_ELEMENT = getterOf(Node.prototype, "parentElement");
+  const FIRST_CHILD = getterOf(Node.prototype, "firstChild");
+  const NEXT_SIBLING = getterOf(Node.prototype, "nextSibling");
+  const ELEMENT_ASSIGNED_SLOT = getterOf(Element.prototype, "assignedSlot");
+  const TEXT_ASSIGNED_SLOT = getterOf(Text.prototype, "assignedSlot");
+  const nodeTypeOf = (node) => NODE_TYPE.call(node);
+  /** The page's title and URL as results show them: clipped. */
+  const pageTitle = () => pageString(documentTitle(), MAX_LABEL_CHARS);
+  const pageUrl = () => clip(location.href, MAX_URL_CHARS);
 
   /** Children in the flat tree: open shadow roots and slot assignments included. */
   function flatChildren(node) {
@@ -129,9 +184,12 @@
 
   /** Parent in the flat tree: the shadow host for a shadow root's top elements. */
   function flatParent(node) {
-    if (node.assignedSlot) return node.assignedSlot;
-    if (node.parentElement) return node.parentElement;
-    const root = node.getRootNode ? node.getRootNode() : null;
+    const type = nodeTypeOf(node);
+    const slot = type === Node.ELEMENT_NODE ? ELEMENT_ASSIGNED_SLOT.call(node) : type === Node.TEXT_NODE ? TEXT_ASSIGNED_SLOT.call(node) : null;
+    if (slot) return slot;
+    const parent = PARENT_ELEMENT.call(node);
+    if (parent) return parent;
+    const root = Node.prototype.getRootNode.call(node);
     // nodeType 11 with a host: a shadow root (checked without instanceof, which fails across frames).
     return root && root.nodeType === 11 && root.host ? root.host : null;
   }
@@ -212,7 +270,8 @@
   /** The open modal <dialog> of a document (everything else is inert), or null. */
   function openModal(doc) {
     try {
-      return doc ? doc.querySelector("dialog:modal") : null;
+      // Through the prototype: an <img name="querySelector"> must not hide the dialog.
+      return doc ? Document.prototype.querySelector.call(doc, "dialog:modal") : null;
     } catch {
       return null; // no :modal support
     }
@@ -233,12 +292,14 @@
 
   /**
    * One pass over the rendered flat tree: visible text (until the budget is
-   * spent) and visible interactive elements (all of them).
+   * spent) and visible interactive elements (all of them) down to MAX_DEPTH
+   * elements below `root` (`deepCut` says whether anything lies deeper).
    */
   function scanPage({ wantText, root = document.body, maxText = MAX_TEXT_CHARS }) {
     const parts = [];
     let textLength = 0;
     let truncated = false;
+    let deepCut = false;
     const interactive = [];
 
     function pushText(text) {
@@ -253,15 +314,22 @@
       textLength += text.length;
     }
 
-    function walk(node, visibleText) {
+    function walk(node, visibleText, depth) {
       if (node.nodeType === Node.TEXT_NODE) {
-        if (visibleText) {
-          const text = node.data.replace(/\s+/g, " ");
+        if (visibleText && wantText && !truncated) {
+          // A huge text node is read only as far as the budget can use.
+          const limit = Math.min(node.data.length, (maxText - textLength) * 4 + 4096);
+          const text = node.data.slice(0, limit).replace(/\s+/g, " ");
           if (text !== "") pushText(text);
+          if (limit < node.data.length) truncated = true;
         }
         return;
       }
       if (node.nodeType !== Node.ELEMENT_NODE) return;
+      if (depth > MAX_DEPTH) {
+        deepCut = true;
+        return;
+      }
       const element = node;
       const tag = element.tagName.toUpperCase();
       if (SKIPPED_TAGS.has(tag) || isAriaHidden(element) || element.hasAttribute("inert")) return;
@@ -288,13 +356,13 @@
         if (alt) pushText(` [image: ${alt}] `);
       }
       if (style.contentVisibility !== "hidden" && !VALUE_TAGS.has(tag)) {
-        for (const child of flatChildren(element)) walk(child, ownVisible);
+        for (const child of flatChildren(element)) walk(child, ownVisible, depth + 1);
       }
       if (block) pushText("\n");
       if (spaced) pushText(" ");
     }
 
-    if (root) walk(root, true);
+    if (root) walk(root, true, 0);
 
     const text = parts
       .join("")
@@ -303,12 +371,23 @@
       .filter((line) => line !== "")
       .join("\n")
       .trim();
-    return { text, truncated, interactive };
+    return { text, truncated, interactive, deepCut };
   }
 
   // ------------------------------------------------- roles, names, state ---
+  /**
+   * The first token of the role attribute when it looks like a role (a short
+   * ASCII word, ROLE_TOKEN), else "" (the element's own role then applies).
+   */
+  function explicitRole(element) {
+    const attribute = element.getAttribute("role");
+    if (!attribute) return "";
+    const token = attribute.slice(0, 100).trim().split(/\s+/)[0].toLowerCase();
+    return ROLE_TOKEN.test(token) ? token : "";
+  }
+
   function roleOf(element) {
-    const explicit = (element.getAttribute("role") || "").trim().split(/\s+/)[0].toLowerCase();
+    const explicit = explicitRole(element);
     if (explicit) return explicit;
     const tag = element.tagName.toUpperCase();
     switch (tag) {
@@ -333,30 +412,68 @@
     }
   }
 
-  /** Text of a subtree as a screen reader would read it (used for names). */
+  /**
+   * Text of a subtree as a screen reader would read it (used for names).
+   * Iterative, and it reads at most MAX_NAME_NODES nodes and MAX_NAME_TEXT
+   * characters: a name is clipped far shorter anyway.
+   */
   function subtreeText(root) {
     const parts = [];
-    (function collect(node) {
-      if (node.nodeType === Node.TEXT_NODE) { parts.push(node.data); return; }
-      if (node.nodeType !== Node.ELEMENT_NODE) return;
-      if (isAriaHidden(node)) return;
+    let length = 0;
+    const add = (text) => {
+      const piece = text.slice(0, MAX_NAME_TEXT).replace(/\s+/g, " ");
+      parts.push(piece);
+      length += piece.length;
+    };
+    const stack = [root];
+    let taken = 1;
+    while (stack.length > 0 && length < MAX_NAME_TEXT) {
+      const node = stack.pop();
+      if (node.nodeType === Node.TEXT_NODE) { add(node.data); continue; }
+      if (node.nodeType !== Node.ELEMENT_NODE) continue;
+      if (isAriaHidden(node)) continue;
       if (node !== root) {
         const label = node.getAttribute("aria-label");
-        if (label && label.trim()) { parts.push(` ${label} `); return; }
+        if (label && label.trim()) { add(` ${label} `); continue; }
       }
       const tag = node.tagName.toUpperCase();
       if (tag === "SVG") {
         // An icon-only button is often named by its <svg><title>.
         const title = Array.from(node.children).find((child) => child.tagName.toLowerCase() === "title");
-        if (title) parts.push(` ${title.textContent} `);
-        return;
+        if (title) add(` ${title.textContent} `);
+        continue;
       }
-      if (SKIPPED_TAGS.has(tag)) return;
-      if (node.tagName === "IMG") { parts.push(` ${node.getAttribute("alt") || ""} `); return; }
-      if (node.tagName === "INPUT" || node.tagName === "TEXTAREA" || node.tagName === "SELECT") return;
-      for (const child of flatChildren(node)) collect(child);
-    })(root);
+      if (SKIPPED_TAGS.has(tag)) continue;
+      if (node.tagName === "IMG") { add(` ${node.getAttribute("alt") || ""} `); continue; }
+      if (node.tagName === "INPUT" || node.tagName === "TEXTAREA" || node.tagName === "SELECT") continue;
+      // Children in reverse onto the stack, so they come off in document
+      // order; only as many as the node budget has left.
+      const children = flatChildren(node);
+      const count = Math.min(children.length, MAX_NAME_NODES - taken);
+      taken += count;
+      for (let index = count - 1; index >= 0; index -= 1) stack.push(children[index]);
+    }
     return collapse(parts.join(""));
+  }
+
+  /** `node.textContent`, reading at most MAX_NAME_NODES nodes and MAX_NAME_TEXT characters. */
+  function boundedTextContent(root) {
+    let text = "";
+    let visited = 0;
+    let node = root;
+    while (node && visited < MAX_NAME_NODES && text.length < MAX_NAME_TEXT) {
+      visited += 1;
+      const type = nodeTypeOf(node);
+      if (type === Node.TEXT_NODE || type === Node.CDATA_SECTION_NODE) text += node.data.slice(0, MAX_NAME_TEXT);
+      const child = FIRST_CHILD.call(node);
+      if (child) {
+        node = child;
+        continue;
+      }
+      while (node && node !== root && !NEXT_SIBLING.call(node)) node = PARENT_NODE.call(node);
+      node = node && node !== root ? NEXT_SIBLING.call(node) : null;
+    }
+    return text;
   }
 
   function textOfIds(element, ids) {
@@ -364,7 +481,7 @@
     return collapse(ids.split(/\s+/)
       .map((id) => (root.getElementById ? root.getElementById(id) : document.getElementById(id)))
       .filter(Boolean)
-      .map((labelElement) => labelElement.textContent)
+      .map(boundedTextContent)
       .join(" "));
   }
 
@@ -421,7 +538,7 @@
     } else if (tag === "TEXTAREA") {
       if (element.value !== "") parts.push(`value=${quote(clip(collapse(element.value), MAX_VALUE_CHARS))}`);
     } else if (tag === "SELECT") {
-      const selected = Array.from(element.selectedOptions, (option) => collapse(option.label || option.text));
+      const selected = Array.from(element.selectedOptions).slice(0, MAX_OPTIONS_LISTED).map(optionLabelOf);
       if (selected.length) parts.push(`value=${quote(clip(selected.join(", "), MAX_VALUE_CHARS))}`);
     } else if (element.isContentEditable) {
       const value = collapse(element.innerText);
@@ -635,7 +752,7 @@
 
   /** The structural role of a container worth showing (landmark, list, group), or null. */
   function containerRole(element, tag) {
-    const explicit = (element.getAttribute("role") || "").trim().split(/\s+/)[0].toLowerCase();
+    const explicit = explicitRole(element);
     if (explicit) return LANDMARK_ROLES.has(explicit) ? explicit : null;
     switch (tag) {
       case "MAIN": return "main";
@@ -701,10 +818,10 @@
     } else if (tag === "INPUT" || tag === "TEXTAREA") {
       if (control.value !== "") parts.push(`value=${quote(clip(collapse(control.value), MAX_VALUE_CHARS))}`);
     } else if (tag === "SELECT") {
-      const selected = Array.from(control.selectedOptions, (option) => collapse(option.label || option.text));
+      const selected = Array.from(control.selectedOptions).slice(0, MAX_OPTIONS_LISTED).map(optionLabelOf);
       if (selected.length) parts.push(`value=${quote(clip(selected.join(", "), MAX_VALUE_CHARS))}`);
       const options = Array.from(control.options);
-      const listed = options.slice(0, MAX_OPTIONS_LISTED).map((option) => quote(clip(collapse(option.label || option.text), 40)));
+      const listed = options.slice(0, MAX_OPTIONS_LISTED).map((option) => quote(pageString(option.label || option.text, 40)));
       if (options.length > listed.length) listed.push(`… ${options.length - listed.length} more`);
       if (listed.length) parts.push(`options: ${listed.join(", ")}`);
     } else if (control.isContentEditable) {
@@ -731,13 +848,25 @@
 
   /**
    * The outline as a tree: containers `{ label, element, children }` and
-   * leaves `{ line, element, interactive }`, in document order.
+   * leaves `{ line, element, interactive }`, in document order, down to
+   * MAX_DEPTH elements below the start (the root's `deepCut`: something lies deeper).
    */
   function buildOutline() {
-    const root = { label: null, element: null, children: [] };
+    const root = { label: null, element: null, children: [], deepCut: false };
     // `plain`: the block has text of its own, not only the text of its links
     // (a block that is just a link is the link's line alone).
-    const newBlock = (container, element) => ({ container, element, buffer: [], pending: [], plain: false });
+    // `length` and `hasText`: of the buffer, which holds no more than its line can show.
+    const newBlock = (container, element) => ({ container, element, buffer: [], length: 0, hasText: false, pending: [], plain: false });
+
+    /** Adds text to the block, whitespace collapsed, until the block has more than its line shows. */
+    function append(block, text) {
+      if (block.length > MAX_BLOCK_CHARS * 2) return;
+      const piece = text.slice(0, MAX_BLOCK_CHARS * 8).replace(/\s+/g, " ");
+      if (piece === "" || (piece === " " && block.buffer.length > 0 && block.buffer[block.buffer.length - 1].endsWith(" "))) return;
+      block.buffer.push(piece);
+      block.length += piece.length;
+      if (/\S/.test(piece)) block.hasText = true;
+    }
 
     /** Emits the block's text (one line), then the elements found inside it. */
     function flush(block) {
@@ -745,34 +874,41 @@
       if (text && block.plain) block.container.children.push({ line: `text ${quote(clip(text, MAX_BLOCK_CHARS))}`, element: block.element });
       for (const item of block.pending) block.container.children.push(item);
       block.buffer = [];
+      block.length = 0;
+      block.hasText = false;
       block.pending = [];
       block.plain = false;
     }
 
     function add(block, item) {
       // Inside a sentence, the element follows the sentence it sits in.
-      if (/\S/.test(block.buffer.join(""))) block.pending.push(item);
+      if (block.hasText) block.pending.push(item);
       else block.container.children.push(item);
     }
 
-    function walkChildren(element, block, ctx) {
+    function walkChildren(element, block, ctx, depth) {
       if (VALUE_TAGS.has(element.tagName.toUpperCase())) return;
-      for (const child of flatChildren(element)) walk(child, block, ctx);
+      for (const child of flatChildren(element)) walk(child, block, ctx, depth + 1);
     }
 
-    function walk(node, block, ctx) {
+    function walk(node, block, ctx, depth) {
       if (node.nodeType === Node.TEXT_NODE) {
         if (ctx.visible && !ctx.suppress) {
-          block.buffer.push(node.data);
-          if (!ctx.inLink && /\S/.test(node.data)) block.plain = true;
+          const text = node.data.slice(0, MAX_BLOCK_CHARS * 8);
+          append(block, text);
+          if (!ctx.inLink && /\S/.test(text)) block.plain = true;
         }
         return;
       }
       if (node.nodeType !== Node.ELEMENT_NODE) return;
+      if (depth > MAX_DEPTH) {
+        root.deepCut = true;
+        return;
+      }
       const element = node;
       const tag = element.tagName.toUpperCase();
       if (tag === "IFRAME" || tag === "FRAME") {
-        walkFrame(element, block, ctx);
+        walkFrame(element, block, ctx, depth);
         return;
       }
       if (SKIPPED_TAGS.has(tag) || isAriaHidden(element) || element.hasAttribute("inert")) return;
@@ -795,7 +931,7 @@
           block.container.children.push({ line: `h${level} ${quote(clip(text, MAX_HEADING_CHARS))}`, element });
         }
         const headingBlock = newBlock(block.container, element);
-        if (!hidesChildren) walkChildren(element, headingBlock, { visible, suppress: true });
+        if (!hidesChildren) walkChildren(element, headingBlock, { visible, suppress: true }, depth);
         flush(headingBlock);
         return;
       }
@@ -806,7 +942,7 @@
         // Nested controls are listed too; the text is the element's name already,
         // except for a link inside a sentence, which stays part of the sentence.
         const inlineLink = role === "link" && display === "inline";
-        if (!hidesChildren && !element.isContentEditable) walkChildren(element, block, { visible, suppress: ctx.suppress || !inlineLink, inLink: true });
+        if (!hidesChildren && !element.isContentEditable) walkChildren(element, block, { visible, suppress: ctx.suppress || !inlineLink, inLink: true }, depth);
         return;
       }
 
@@ -817,7 +953,7 @@
         const node = { label: `${container}${name ? ` ${quote(name)}` : ""}`, element, children: [] };
         block.container.children.push(node);
         const innerBlock = newBlock(node, element);
-        if (!hidesChildren) walkChildren(element, innerBlock, inner);
+        if (!hidesChildren) walkChildren(element, innerBlock, inner, depth);
         flush(innerBlock);
         return;
       }
@@ -830,25 +966,25 @@
       if (isBlock) {
         flush(block);
         const innerBlock = newBlock(block.container, element);
-        if (!hidesChildren) walkChildren(element, innerBlock, inner);
+        if (!hidesChildren) walkChildren(element, innerBlock, inner, depth);
         flush(innerBlock);
         return;
       }
-      if (tag === "BR") block.buffer.push(" ");
-      if (cell && block.buffer.join("").trim() !== "") block.buffer.push(" | ");
+      if (tag === "BR") append(block, " ");
+      if (cell && block.hasText) append(block, " | ");
       if (tag === "IMG" && visible && !inner.suppress) {
         const alt = collapse(element.getAttribute("alt"));
         if (alt) {
-          block.buffer.push(` [image: ${alt}] `);
+          append(block, ` [image: ${alt}] `);
           if (!ctx.inLink) block.plain = true;
         }
       }
-      if (display === "inline-block" || display.startsWith("inline-")) block.buffer.push(" ");
-      if (!hidesChildren) walkChildren(element, block, inner);
-      if (display === "inline-block" || display.startsWith("inline-")) block.buffer.push(" ");
+      if (display === "inline-block" || display.startsWith("inline-")) append(block, " ");
+      if (!hidesChildren) walkChildren(element, block, inner, depth);
+      if (display === "inline-block" || display.startsWith("inline-")) append(block, " ");
     }
 
-    function walkFrame(frame, block, ctx) {
+    function walkFrame(frame, block, ctx, depth) {
       if (isAriaHidden(frame) || !isVisible(frame)) return;
       flush(block);
       const name = collapse(frame.getAttribute("title") || frame.getAttribute("name") || frame.getAttribute("aria-label") || "");
@@ -867,7 +1003,7 @@
       const node = { label, element: frame, children: [] };
       block.container.children.push(node);
       const innerBlock = newBlock(node, frame);
-      walk(doc.body, innerBlock, { visible: true, suppress: ctx.suppress });
+      walk(doc.body, innerBlock, { visible: true, suppress: ctx.suppress }, depth + 1);
       flush(innerBlock);
     }
 
@@ -875,7 +1011,7 @@
     const start = openModal(document) || document.body;
     if (start) {
       const block = newBlock(root, start);
-      walk(start, block, { visible: true, suppress: false });
+      walk(start, block, { visible: true, suppress: false }, 0);
       flush(block);
     }
     return root;
@@ -903,14 +1039,17 @@
   function pageSnapshot(params) {
     objectParams(params, "page_snapshot", "call it with {}.");
     forgetCollectedRefs();
-    const entries = flattenOutline(buildOutline());
+    const outline = buildOutline();
+    const entries = flattenOutline(outline);
     const scroller = document.scrollingElement || document.documentElement;
     const scrollY = Math.round(window.scrollY);
     const scrollHeight = Math.round(scroller ? scroller.scrollHeight : 0);
     const viewport = Math.round(window.innerHeight);
+    const title = pageTitle();
+    const url = pageUrl();
     const header = [
-      `Title: ${document.title || "(untitled)"}`,
-      `URL: ${location.href}`,
+      `Title: ${title || "(untitled)"}`,
+      `URL: ${url}`,
       `Scroll: ${scrollY} of ${scrollHeight} px (viewport ${viewport} px)`,
     ];
     if (openModal(document)) header.push("A modal dialog is open: only the dialog is shown, the rest of the page cannot be used until it is closed.");
@@ -919,7 +1058,9 @@
     const interactiveCount = entries.filter((entry) => entry.interactive).length;
     let included;
     const total = entries.reduce((sum, entry) => sum + lineOf(entry).length + 1, 0);
-    const budget = (ownFrameId > 0 ? MAX_FRAME_SNAPSHOT_CHARS : MAX_SNAPSHOT_CHARS) - header.join("\n").length - 400;
+    const limit = ownFrameId > 0 ? MAX_FRAME_SNAPSHOT_CHARS : MAX_SNAPSHOT_CHARS;
+    // A long (clipped) title and URL may take from the outline, never all of it.
+    const budget = Math.max(limit - header.join("\n").length - 400, Math.floor(limit / 2));
     if (total <= budget) {
       included = entries.map(() => true);
     } else {
@@ -955,7 +1096,7 @@
     const frames = [];
     entries.forEach((entry, index) => {
       if (included[index]) {
-        if (entry.frameSrc !== undefined) frames.push({ line: lines.length, src: entry.frameSrc });
+        if (entry.frameSrc !== undefined && frames.length < MAX_FRAMES_REPORTED) frames.push({ line: lines.length, src: clip(entry.frameSrc, MAX_URL_CHARS) });
         lines.push(lineOf(entry));
         return;
       }
@@ -972,34 +1113,50 @@
       for (const frame of frames) frame.line += 1;
     }
     if (omittedBelow.elements > 0) lines.push(note(omittedBelow, "below", "scroll down"));
+    if (outline.deepCut) lines.push(DEEP_CUT_NOTE);
     return {
       ok: true,
       content: lines.join("\n"),
       details: {
-        title: document.title,
-        url: location.href,
+        title,
+        url,
         scrollY,
         scrollHeight,
         viewportHeight: viewport,
         interactiveCount,
         omitted: omittedAbove.elements + omittedBelow.elements,
+        ...(outline.deepCut ? { deepContentCut: true } : {}),
         ...(frames.length ? { frames } : {}),
       },
     };
   }
 
   // ------------------------------------------------------------ read_page ---
+  const ELEMENTS_HEADER = "Interactive elements:";
+  // Page text never reads like the lines this tool writes itself: a line of
+  // text that starts like an element line (`[`, a token without spaces, `]`:
+  // "[e1] button …", but also a footnote "[1] …") or that is the header of
+  // the element list gets a backslash in front ("\[e1] button …"). Other
+  // lines are shown as they are.
+  const LOOKS_LIKE_ELEMENT_LINE = /^\[[^\]\s]*\]/;
+  const escapePageLine = (line) => (LOOKS_LIKE_ELEMENT_LINE.test(line) || line === ELEMENTS_HEADER ? `\\${line}` : line);
+
   function readPage(params) {
     if (params !== undefined && params !== null && (typeof params !== "object" || Array.isArray(params))) {
       throw new ToolError("read_page takes no parameters; call it with {}.");
     }
     forgetCollectedRefs();
-    const { text, truncated, interactive } = scanPage({ wantText: true });
-    const lines = [`Title: ${document.title || "(untitled)"}`, `URL: ${location.href}`, "", text || "(no visible text)"];
+    const { text, truncated, interactive, deepCut } = scanPage({ wantText: true });
+    const title = pageTitle();
+    const url = pageUrl();
+    const lines = [`Title: ${title || "(untitled)"}`, `URL: ${url}`, ""];
+    if (text) lines.push(...text.split("\n").map(escapePageLine));
+    else lines.push("(no visible text)");
     if (truncated) {
       lines.push(`[Text truncated at ${MAX_TEXT_CHARS} characters; the rest of the page is not shown.]`);
     }
-    lines.push("", "Interactive elements:");
+    if (deepCut) lines.push(`[Content nested more than ${MAX_DEPTH} elements deep is not shown.]`);
+    lines.push("", ELEMENTS_HEADER);
     const listed = interactive.slice(0, MAX_INTERACTIVE);
     for (const element of listed) {
       const { ref, role, name } = describe(element);
@@ -1013,36 +1170,67 @@
       ok: true,
       content: lines.join("\n"),
       details: {
-        title: document.title,
-        url: location.href,
+        title,
+        url,
         textTruncated: truncated,
         interactiveCount: interactive.length,
+        ...(deepCut ? { deepContentCut: true } : {}),
       },
     };
   }
 
   // ---------------------------------------------------------------- click ---
+  const MAX_CANDIDATES_LISTED = 10;
+
+  /**
+   * The element `click { text }` names. A click is a write, so the text must
+   * be the element's accessible name, or else its visible text, exactly (case
+   * and spacing aside), and the element must pass the checks a ref passes
+   * (visible, not covered by a modal dialog). A partial match is never
+   * clicked: the error lists the partial matches with their refs instead.
+   */
   function resolveByText(wanted) {
     const target = collapse(wanted).toLowerCase();
+    const shown = quote(clip(collapse(wanted), MAX_NAME_CHARS));
     const { interactive } = scanPage({ wantText: false });
-    const scored = [];
+    const byName = [];
+    const byText = [];
+    const partial = [];
     for (const element of interactive) {
-      const role = roleOf(element);
-      const name = accessibleName(element, role).toLowerCase();
+      const name = accessibleName(element, roleOf(element)).toLowerCase();
+      if (name === target) {
+        byName.push(element);
+        continue;
+      }
       const text = collapse(element.innerText || element.textContent).toLowerCase();
-      let score = 0;
-      if (name === target) score = 4;
-      else if (text === target) score = 3;
-      else if (name.includes(target)) score = 2;
-      else if (text.includes(target)) score = 1;
-      if (score > 0) scored.push({ element, score });
+      if (text === target) byText.push(element);
+      else if (name.includes(target) || text.includes(target)) partial.push(element);
     }
-    if (scored.length === 0) {
-      throw new ToolError(`No visible interactive element matches the text ${quote(wanted)}; call page_snapshot (or read_page) to see the elements you can click.`);
+    const usable = (elements) => elements.filter((element) => visibilityProblem(element) === null);
+    for (const exact of [usable(byName), usable(byText)]) {
+      if (exact.length > 0) return { element: exact[0], alternatives: exact.length - 1 };
     }
-    const best = Math.max(...scored.map((entry) => entry.score));
-    const matches = scored.filter((entry) => entry.score === best);
-    return { element: matches[0].element, alternatives: matches.length - 1 };
+    const blocked = byName[0] || byText[0];
+    if (blocked) {
+      const { ref, role, name } = describe(blocked);
+      throw new ToolError(
+        `${capitalize(role)} ${quote(name)} (${ref}) has the text ${shown} but cannot be clicked: it is ${visibilityProblem(blocked)}. ` +
+          "Call page_snapshot (or read_page) to see what can be clicked now.",
+      );
+    }
+    const near = usable(partial);
+    if (near.length > 0) {
+      const listed = near.slice(0, MAX_CANDIDATES_LISTED).map((element) => {
+        const { ref, role, name } = describe(element);
+        return `${role} ${quote(name)} (${ref})`;
+      });
+      if (near.length > listed.length) listed.push(`… ${near.length - listed.length} more`);
+      throw new ToolError(
+        `No element is named exactly ${shown}, so nothing was clicked. Elements whose name or text contains it: ${listed.join(", ")}. ` +
+          "Click one of them by its ref, or call page_snapshot (or read_page) to see the elements you can click.",
+      );
+    }
+    throw new ToolError(`No visible interactive element matches the text ${shown}; call page_snapshot (or read_page) to see the elements you can click.`);
   }
 
   function isFocusable(element) {
@@ -1117,7 +1305,7 @@
 
   /** The button implicit submission would use: the form's first submit button. */
   function defaultButton(form) {
-    for (const control of form.elements) {
+    for (const control of formControls(form)) {
       const tag = control.tagName;
       if ((tag === "BUTTON" && control.type === "submit") || (tag === "INPUT" && (control.type === "submit" || control.type === "image"))) {
         return control;
@@ -1129,7 +1317,8 @@
   /**
    * Enter on the target: keydown/keypress/keyup; for an input in a form, the
    * form's implicit submission (requestSubmit) unless the page handled Enter.
-   * Returns a sentence for the result.
+   * The form and the document are used through their prototypes (see DOM
+   * clobbering above). Returns a sentence for the result.
    */
   function pressEnter(target, kind) {
     const doc = target.ownerDocument;
@@ -1137,7 +1326,7 @@
     const onSubmit = () => {
       submitted = true;
     };
-    doc.addEventListener("submit", onSubmit, true);
+    onEvent(doc, "submit", onSubmit);
     try {
       const key = { key: "Enter", code: "Enter", keyCode: 13, which: 13, view: doc.defaultView };
       const down = fire(target, "keydown", key);
@@ -1154,19 +1343,55 @@
       if (button && isDisabled(button)) {
         return { text: `pressed Enter, but the form was not submitted: its submit button ${quote(accessibleName(button, "button"))} is disabled`, submitted: false };
       }
-      if (!form.noValidate && !form.checkValidity()) {
-        const invalid = Array.from(form.elements).find((control) => control.willValidate && !control.validity.valid);
+      if (!formProperty(form, "noValidate") && !formCheckValidity(form)) {
+        const invalid = formControls(form).find((control) => control.willValidate && !control.validity.valid);
         const label = invalid ? `${describe(invalid).ref} ${quote(accessibleName(invalid, roleOf(invalid)))}` : "a field";
-        const why = invalid ? `: ${invalid.validationMessage}` : "";
+        const why = invalid ? `: ${pageString(invalid.validationMessage, MAX_LABEL_CHARS)}` : "";
         // Lets the page show its own validation messages, as a real Enter would.
-        form.requestSubmit(button || undefined);
+        formRequestSubmit(form, button);
         return { text: `pressed Enter, but the form was not submitted: ${label} is invalid${why}`, submitted: false };
       }
-      form.requestSubmit(button || undefined);
+      formRequestSubmit(form, button);
       return { text: submitted ? "pressed Enter: the form was submitted" : "pressed Enter (the form's submission was cancelled by the page)", submitted };
     } finally {
-      doc.removeEventListener("submit", onSubmit, true);
+      offEvent(doc, "submit", onSubmit);
     }
+  }
+
+  // Input types whose value the browser sanitizes: a value such a field
+  // rejects is replaced (by "", or for color and range by a default or a
+  // clamped value), and the old value is gone.
+  const SANITIZED_INPUT_TYPES = new Set(["number", "range", "date", "datetime-local", "month", "week", "time", "color"]);
+  const VALUE_EXAMPLES = {
+    number: "such as 42",
+    date: "such as 2024-05-31",
+    time: "such as 13:45",
+    month: "such as 2024-05",
+    week: "such as 2024-W22",
+    "datetime-local": "such as 2024-05-31T13:45",
+    color: "such as #ff8800",
+  };
+
+  /**
+   * What `field` (an input of a SANITIZED_INPUT_TYPES type) would hold if
+   * `text` were typed, or null when it takes `text`. Tried on a detached
+   * <input> of the same type, min, max and step, so a value the field rejects
+   * never touches the page's field. A color's letter case and the normal form
+   * of a date and time ("2024-05-31 13:45" → "2024-05-31T13:45") count as taken.
+   */
+  function rejectedValue(field, text) {
+    const probe = Document.prototype.createElement.call(document, "input");
+    probe.type = field.type;
+    for (const attribute of ["min", "max", "step"]) {
+      const value = field.getAttribute(attribute);
+      if (value !== null) probe.setAttribute(attribute, value);
+    }
+    probe.value = text;
+    const kept = probe.value;
+    if (kept === text) return null;
+    if (field.type === "color" && kept === text.toLowerCase()) return null;
+    if (field.type === "datetime-local" && kept !== "") return null;
+    return kept;
   }
 
   function typeText(params) {
@@ -1187,6 +1412,18 @@
       throw new ToolError(`Element ${elementRef} (${role} ${quote(name)}) is read-only; its text cannot be changed. Call page_snapshot to find an editable field.`);
     }
     const secret = kind === "value" && target.tagName === "INPUT" && target.type === "password";
+    const sanitizing = kind === "value" && target.tagName === "INPUT" && SANITIZED_INPUT_TYPES.has(target.type);
+    if (sanitizing && rejectedValue(target, text) !== null) {
+      const type = target.type;
+      const hint = type === "range"
+        ? `between ${pageString(target.min, 40) || "0"} and ${pageString(target.max, 40) || "100"}`
+        : VALUE_EXAMPLES[type];
+      const old = target.value;
+      throw new ToolError(
+        `Element ${elementRef} (${role} ${quote(name)}) is a ${type} field and did not accept ${quote(clip(text, 200))}; ` +
+          `type a valid ${type} value ${hint}. Nothing was typed: the field still ${old ? `holds ${quote(clip(old, MAX_VALUE_CHARS))}` : "is empty"}.`,
+      );
+    }
 
     scrollIntoViewInstant(target);
     if (typeof target.focus === "function") target.focus({ preventScroll: true });
@@ -1215,18 +1452,11 @@
     }
     const rect = rectOf(target);
     const actual = kind === "value" ? target.value : target.textContent;
-    const sanitizing = kind === "value" && target.tagName === "INPUT" && !["text", "search", "email", "tel", "url", "password"].includes(target.type);
-    if (sanitizing && actual !== text) {
-      throw new ToolError(
-        `Element ${elementRef} (${role} ${quote(name)}) is a ${target.type} field and did not accept ${quote(text)}` +
-          `${actual ? ` (it now holds ${quote(actual)})` : ""}; type a valid ${target.type} value` +
-          `${target.type === "date" ? " such as 2024-05-31" : target.type === "time" ? " such as 13:45" : target.type === "number" ? " such as 42" : ""}.`,
-      );
-    }
     const shown = secret ? `${plural(text.length, "character")}` : quote(clip(text, 200));
     let content = `Typed ${shown} into ${role} ${quote(name)} (${elementRef})`;
     if (!secret && actual !== text) {
-      content += `; the field now shows ${quote(clip(actual, 200))} (the page changed or limited the text)`;
+      const why = sanitizing ? "the field keeps the value in this form, or the page changed it" : "the page changed or limited the text";
+      content += `; the field now shows ${quote(clip(actual, 200))} (${why})`;
     } else if (secret && actual.length !== text.length) {
       content += `; the field now holds ${plural(actual.length, "character")} (the page limited the text)`;
     }
@@ -1241,7 +1471,9 @@
   }
 
   // --------------------------------------------------------------- select ---
-  const optionLabelOf = (option) => collapse(option.label || option.text);
+  /** An option's label as results show it (clipped: the page chooses its length). */
+  const optionLabelOf = (option) => pageString(option.label || option.text, MAX_LABEL_CHARS);
+  const optionValueOf = (candidate) => clip(candidate.value, MAX_LABEL_CHARS);
 
   /** Exact, then case-insensitive, then contains (label or value). */
   function matchOption(candidates, wanted) {
@@ -1263,7 +1495,7 @@
   }
 
   function optionList(candidates) {
-    const listed = candidates.slice(0, MAX_OPTIONS_IN_ERROR).map((c) => `${quote(c.label || c.value)}${c.disabled ? " (disabled)" : ""}`);
+    const listed = candidates.slice(0, MAX_OPTIONS_IN_ERROR).map((c) => `${quote(c.label || optionValueOf(c))}${c.disabled ? " (disabled)" : ""}`);
     if (candidates.length > listed.length) listed.push(`… ${candidates.length - listed.length} more`);
     return listed.length ? listed.join(", ") : "(none)";
   }
@@ -1315,7 +1547,7 @@
     const nodes = [...elementsOfIds(listbox, "aria-owns"), ...listbox.querySelectorAll("[role=option]")];
     const candidates = nodes.map((option) => ({
       element: option,
-      label: accessibleName(option, "option") || collapse(option.textContent),
+      label: accessibleName(option, "option") || pageString(boundedTextContent(option), MAX_LABEL_CHARS),
       value: option.getAttribute("data-value") || option.getAttribute("value") || "",
       disabled: option.getAttribute("aria-disabled") === "true",
     }));
@@ -1330,7 +1562,7 @@
     return {
       ok: true,
       content,
-      details: { ref: elementRef, name, role, rect: rectOf(element), option: { label: result.match.label, value: result.match.value } },
+      details: { ref: elementRef, name, role, rect: rectOf(element), option: { label: result.match.label, value: optionValueOf(result.match) } },
     };
   }
 
@@ -1371,17 +1603,21 @@
       fire(select, "input", { cancelable: false });
       fire(select, "change", { cancelable: false });
     }
-    const selectedNow = Array.from(select.selectedOptions, optionLabelOf);
+    // At most MAX_OPTIONS_IN_ERROR of the chosen options are named.
+    const selectedOptions = Array.from(select.selectedOptions);
+    const selectedNow = selectedOptions.slice(0, MAX_OPTIONS_IN_ERROR).map(optionLabelOf);
+    const selectedNames = selectedNow.map(quote);
+    if (selectedOptions.length > selectedNow.length) selectedNames.push(`… ${selectedOptions.length - selectedNow.length} more`);
     let content = already
       ? `${quote(result.match.label)} was already chosen in ${role} ${quote(name)} (${elementRef}); nothing changed.`
       : `Chose ${quote(result.match.label)} in ${role} ${quote(name)} (${elementRef}).`;
     if (result.others > 0) content += ` ${plural(result.others, "other option")} also matched ${quote(wanted)}; the first was chosen.`;
-    if (select.multiple) content += ` Selected now: ${selectedNow.map(quote).join(", ") || "(none)"}.`;
+    if (select.multiple) content += ` Selected now: ${selectedNames.join(", ") || "(none)"}.`;
     if (!already && !option.selected) content += " Note: the page changed the selection back right away; call page_snapshot to check.";
     return {
       ok: true,
       content,
-      details: { ref: elementRef, name, role, rect: rectOf(select), option: { label: result.match.label, value: result.match.value }, selected: selectedNow },
+      details: { ref: elementRef, name, role, rect: rectOf(select), option: { label: result.match.label, value: optionValueOf(result.match) }, selected: selectedNow },
     };
   }
 
@@ -1667,12 +1903,38 @@
   };
 
   // ------------------------------------------------------------ protocol ---
+  /** Posts on the port: `posted` false, with `why`, when it throws (a closed port, or a message it cannot carry). */
   function safePost(port, message) {
     try {
       port.postMessage(message);
-    } catch {
-      // The port closed (engine restarted or page navigating): nobody to tell.
+      return { posted: true, why: "" };
+    } catch (err) {
+      return { posted: false, why: err && err.message ? String(err.message) : String(err) };
     }
+  }
+
+  /**
+   * The `tool.result` of a tool's `{ ok, content, details? }`, bounded
+   * whatever the page: the content cut at MAX_RESULT_CHARS (with a note), the
+   * details dropped when their JSON is longer than MAX_DETAILS_CHARS or is
+   * not JSON at all.
+   */
+  function resultMessage(callId, result) {
+    let content = String(result.content ?? "");
+    if (content.length > MAX_RESULT_CHARS) {
+      content = `${content.slice(0, MAX_RESULT_CHARS)}\n[Result cut at ${MAX_RESULT_CHARS} characters.]`;
+    }
+    const reply = { type: "tool.result", callId, ok: result.ok === true, content };
+    if (result.details && typeof result.details === "object") {
+      let json = null;
+      try {
+        json = JSON.stringify(result.details);
+      } catch {
+        json = null;
+      }
+      if (typeof json === "string" && json.length <= MAX_DETAILS_CHARS) reply.details = result.details;
+    }
+    return reply;
   }
 
   async function execute(port, message) {
@@ -1681,15 +1943,22 @@
     // A content script lives in one frame, so its id never changes once known.
     if (Number.isInteger(message.frameId) && message.frameId >= 0) ownFrameId = message.frameId;
     const finish = (result) => {
-      const reply = { type: "tool.result", callId, ok: result.ok === true, content: String(result.content ?? "") };
-      if (result.details && typeof result.details === "object") reply.details = result.details;
-      safePost(port, reply);
+      const sent = safePost(port, resultMessage(callId, result));
+      if (sent.posted) return;
+      // Say so rather than leave the engine waiting for its timeout. On a
+      // closed port this fails too, and there is nobody to tell.
+      safePost(port, {
+        type: "tool.result",
+        callId,
+        ok: false,
+        content: `${clip(String(name), 100)}: the result could not be sent to the extension (${clip(sent.why, 200)}). If it was an action, it may have happened: look at the page (page_snapshot) before doing it again.`,
+      });
     };
     if (typeof name !== "string" || !Object.prototype.hasOwnProperty.call(TOOLS, name)) {
-      finish({ ok: false, content: `Unknown page tool: ${String(name)}. Page tools: ${Object.keys(TOOLS).join(", ")}.` });
+      finish({ ok: false, content: `Unknown page tool: ${clip(String(name), 100)}. Page tools: ${Object.keys(TOOLS).join(", ")}.` });
       return;
     }
-    const context = { progress: (text) => safePost(port, { type: "tool.progress", callId, text: String(text) }) };
+    const context = { progress: (text) => safePost(port, { type: "tool.progress", callId, text: clip(String(text), 1000) }) };
     try {
       const params = message.params === undefined ? {} : message.params;
       finish(await TOOLS[name](params, context));
