@@ -711,6 +711,8 @@ pub enum ErrorKind {
     ContextOverflow,
     /// The provider is rate limiting.
     RateLimited,
+    /// The provider account has no credit or quota left (not retried).
+    QuotaExceeded,
     /// The provider is overloaded or failing (5xx, 529).
     ProviderUnavailable,
     /// The provider sent something we cannot parse.

@@ -340,12 +340,10 @@ impl Engine {
             return;
         }
         let refused = t.thread.title.clone();
-        let carried = self.pending.values().any(|p| {
-            p.thread_id == thread_id
-                && p.unit
-                    .puts
-                    .iter()
-                    .any(|r| matches!(r, Record::Thread(thread) if thread.title == refused))
+        let carried = self.thread_saving_where(thread_id, |unit| {
+            unit.puts
+                .iter()
+                .any(|r| matches!(r, Record::Thread(thread) if thread.title == refused))
         });
         let t = self.threads.get_mut(thread_id).expect("exists");
         t.thread.title = previous.clone();
@@ -698,9 +696,8 @@ impl Engine {
         if !t.queue.iter().any(|q| q.id == item_id) {
             return Err((ErrorKind::NotFound, "That queued turn no longer exists."));
         }
-        let starting = self.pending.values().any(|p| {
-            p.unit
-                .deletes
+        let starting = self.thread_saving_where(thread_id, |unit| {
+            unit.deletes
                 .iter()
                 .any(|d| d.store == stores::QUEUE && d.key == item_id)
         });

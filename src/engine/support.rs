@@ -196,7 +196,15 @@ impl Engine {
 
     /// Whether a save of the thread is in flight (not committed yet).
     pub(super) fn thread_saving(&self, tid: &str) -> bool {
-        self.pending.values().any(|p| p.thread_id == tid)
+        self.thread_saving_where(tid, |_| true)
+    }
+
+    /// Whether a save of the thread in flight (not committed yet) is one
+    /// `f` picks out by what its unit writes.
+    pub(super) fn thread_saving_where(&self, tid: &str, f: impl Fn(&UnitOfWork) -> bool) -> bool {
+        self.pending
+            .values()
+            .any(|p| p.thread_id == tid && f(&p.unit))
     }
 
     pub(super) fn command(

@@ -708,6 +708,11 @@ impl Driver {
             ),
             _ => ("The page did not answer", TOOL_TIME_LIMIT_MS),
         };
+        // A page write that times out was sent: the page may be blocked in
+        // a dialog its click opened (confirm, alert) and act once the user
+        // answers it. The model must not take the silence for a failure
+        // and repeat the action.
+        let page_write = matches!(binding, Binding::Page) && !retry_safe;
         let work = async {
             match (binding, &target) {
                 (Binding::Page, _) => {
@@ -745,7 +750,16 @@ impl Driver {
         futures::pin_mut!(work, timeout);
         let result = futures::select! {
             r = work => r,
-            _ = timeout => Err(format!("{waited_for} within {}.", time_limit_text(limit_ms))),
+            _ = timeout => Err(if page_write {
+                format!(
+                    "The page did not answer within {} after the action was sent. It may be waiting on a dialog \
+        (confirm, alert) or still working, so whether the action happened is unknown. Look at the page \
+        (page_snapshot) before doing it again; do not repeat it blindly.",
+                    time_limit_text(limit_ms)
+                )
+            } else {
+                format!("{waited_for} within {}.", time_limit_text(limit_ms))
+            }),
         };
         self.clocks.borrow_mut().remove(&dispatch_id);
         // A request for input still waiting ends with its call (the engine

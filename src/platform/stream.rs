@@ -9,8 +9,8 @@ use super::error::JsError;
 use super::fetch;
 use crate::protocol::ErrorKind;
 use crate::provider::{
-    error_from_http, parse_retry_after, Decoder, ProviderError, ProviderResponse, StreamEvent,
-    Transport,
+    error_from_http, json_instead_of_stream, parse_retry_after, Decoder, ProviderError,
+    ProviderResponse, StreamEvent, Transport,
 };
 
 /// Send `body` (`fetch::request_body` of a text, or a composed `Blob`) to
@@ -79,7 +79,13 @@ pub async fn stream_response(
         r = response => r.map_err(unreachable)?,
         _ = idle() => return Err(stalled()),
     };
-    if !(200..300).contains(&response.status) {
+    let succeeded = (200..300).contains(&response.status);
+    let json = response.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .get(..16)
+            .is_some_and(|t| t.eq_ignore_ascii_case("application/json"))
+    });
+    if !succeeded || json {
         let status = response.status;
         let retry_after = parse_retry_after(
             response.header("retry-after").as_deref(),
@@ -98,6 +104,9 @@ pub async fn stream_response(
                 }
             }
         };
+        if succeeded {
+            return Err(json_instead_of_stream(transport, &text));
+        }
         return Err(error_from_http(transport, status, &text, retry_after));
     }
     let mut decoder = Decoder::new(transport);

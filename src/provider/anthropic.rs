@@ -122,7 +122,9 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 {
                     blocks.extend(thinking.iter().cloned());
                 }
-                if !text.is_empty() {
+                // Anthropic refuses a blank text block (an interrupted
+                // reply may have streamed only line breaks).
+                if !text.trim().is_empty() {
                     blocks.push(json!({ "type": "text", "text": text }));
                 }
                 for call in tool_calls {
@@ -148,7 +150,13 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 let content = if images.is_empty() {
                     json!(content)
                 } else if request.profile.vision {
-                    let mut parts = vec![json!({ "type": "text", "text": content })];
+                    // A tool that returned only an image has no (blank)
+                    // text block: Anthropic refuses one, and the refusal
+                    // would stay in the thread's every later request.
+                    let mut parts = Vec::with_capacity(images.len() + 1);
+                    if !content.trim().is_empty() {
+                        parts.push(json!({ "type": "text", "text": content }));
+                    }
                     parts.extend(images.iter().map(image_block));
                     Value::Array(parts)
                 } else {
@@ -439,18 +447,8 @@ impl AnthropicStream {
 
 /// Map an Anthropic error type (and HTTP status when known) to a typed error.
 pub fn error_from_type(kind: &str, message: &str, retry_after_ms: Option<u64>) -> ProviderError {
-    let status = match kind {
-        "authentication_error" => 401,
-        "permission_error" => 403,
-        "not_found_error" => 404,
-        "request_too_large" => 413,
-        "rate_limit_error" => 429,
-        "overloaded_error" => 529,
-        "api_error" => 500,
-        "timeout_error" => 504,
-        _ => 400,
-    };
-    error_from_status(status, message, retry_after_ms)
+    let status = super::status_of_error_words(&[kind]).unwrap_or(400);
+    error_from_status(status, message, &[kind], retry_after_ms)
 }
 
 /// Parse an HTTP error body (`{"type":"error","error":{"type":…,"message":…}}`).
@@ -461,7 +459,12 @@ pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> 
         .and_then(|v| v.pointer("/error/message").and_then(Value::as_str))
         .map(str::to_string)
         .unwrap_or_else(|| body.chars().take(300).collect());
-    error_from_status(status, &message, retry_after_ms)
+    let words: Vec<&str> = parsed
+        .as_ref()
+        .and_then(|v| v.pointer("/error/type").and_then(Value::as_str))
+        .into_iter()
+        .collect();
+    error_from_status(status, &message, &words, retry_after_ms)
 }
 
 /// SSE parsing plus event assembly.

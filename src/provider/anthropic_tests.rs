@@ -384,3 +384,87 @@ fn a_delta_for_a_block_that_never_started_is_a_protocol_error() {
         err.message
     );
 }
+
+/// Every text block of a body, wherever it sits (messages, tool results).
+fn text_blocks(body: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if map.get("type") == Some(&json!("text")) {
+                    out.push(
+                        map.get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(&body["messages"], &mut out);
+    out
+}
+
+#[test]
+fn no_text_block_is_blank_an_image_only_result_or_a_whitespace_reply() {
+    // An MCP tool that returned only an image, and a reply interrupted
+    // after two line breaks: Anthropic refuses a blank text block, and the
+    // refusal would stay in every later request of the thread.
+    let mut r = screenshot_request(true);
+    let mut messages = (*r.messages).clone();
+    if let ChatMessage::ToolResult { content, .. } = &mut messages[2] {
+        *content = "".into();
+    }
+    if let ChatMessage::Assistant { text, .. } = &mut messages[1] {
+        *text = "\n\n ".into();
+    }
+    r.messages = messages.into();
+    let body = build_body(&r);
+    let blank: Vec<String> = text_blocks(&body)
+        .into_iter()
+        .filter(|t| t.trim().is_empty())
+        .collect();
+    assert!(blank.is_empty(), "blank text blocks in {body}");
+    let result = &body["messages"][2]["content"][0];
+    assert_eq!(result["content"][0]["type"], json!("image"), "{body}");
+}
+
+#[test]
+fn error_types_say_what_the_status_does_not() {
+    let e = error_from_http(
+        402,
+        r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low"}}"#,
+        None,
+    );
+    assert_eq!((e.kind, e.retryable), (ErrorKind::QuotaExceeded, false));
+    let e = error_from_http(
+        400,
+        r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-x"}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::InvalidCommand, "{}", e.message);
+    let e = error_from_http(
+        413,
+        r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::ContextOverflow);
+    for (kind, expected, retryable) in [
+        ("rate_limit_error", ErrorKind::RateLimited, true),
+        ("timeout_error", ErrorKind::ProviderUnavailable, true),
+        ("billing_error", ErrorKind::QuotaExceeded, false),
+        ("permission_error", ErrorKind::Auth, false),
+    ] {
+        let s = event(
+            "error",
+            &format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"m"}}}}"#),
+        );
+        let (_, r) = run(&[s.as_bytes()]);
+        let e = r.unwrap_err();
+        assert_eq!((e.kind, e.retryable), (expected, retryable), "{kind}");
+    }
+}

@@ -59,6 +59,64 @@ impl ChatMessage {
     }
 }
 
+/// The conversation with its tool calls and results written as text, for a
+/// request that offers the model no tools (tools disabled by the failure
+/// breaker, a profile without tool use): Anthropic, and gateways in front
+/// of Bedrock, refuse a request whose history holds tool blocks but that
+/// defines no tools. What the model did stays readable; nothing it
+/// could mistake for a callable tool is left. A result's images stay with
+/// it (as a user message's).
+pub fn tool_history_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        match message {
+            ChatMessage::Assistant {
+                text,
+                tool_calls,
+                private,
+            } if !tool_calls.is_empty() => {
+                let mut text = text.clone();
+                for call in tool_calls {
+                    names.push((&call.id, &call.name));
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(&format!(
+                        "[Called the tool {} with {}]",
+                        call.name, call.arguments
+                    ));
+                }
+                out.push(ChatMessage::Assistant {
+                    text,
+                    tool_calls: Vec::new(),
+                    private: private.clone(),
+                });
+            }
+            ChatMessage::ToolResult {
+                call_id,
+                content,
+                is_error,
+                images,
+            } => {
+                let name = names
+                    .iter()
+                    .rev()
+                    .find(|(id, _)| id == call_id)
+                    .map_or("a tool", |(_, name)| name);
+                let what = if *is_error { "failed" } else { "returned" };
+                out.push(ChatMessage::User {
+                    text: format!("[The call of {name} {what}:]\n{content}"),
+                    images: images.clone(),
+                    documents: Vec::new(),
+                });
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    out
+}
+
 /// A tool call as replayed to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboundToolCall {
@@ -172,10 +230,57 @@ impl std::fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
-/// Map an HTTP status and error message to a typed error, in user words.
+/// The error words (an error object's `type` or string `code`, both
+/// providers) that say the account has no credit or quota left: asking
+/// again does not help, whatever the status.
+const QUOTA_WORDS: [&str; 3] = [
+    "insufficient_quota",
+    "billing_error",
+    "billing_hard_limit_reached",
+];
+
+/// The status an error sent inside a stream stands for, from its words
+/// (a stream's errors carry no status of their own).
+pub fn status_of_error_words(words: &[&str]) -> Option<u16> {
+    words.iter().find_map(|w| {
+        Some(match *w {
+            "invalid_request_error" | "context_length_exceeded" => 400,
+            "authentication_error" | "invalid_api_key" => 401,
+            "billing_error" => 402,
+            "permission_error" => 403,
+            "not_found_error" | "model_not_found" => 404,
+            "request_too_large" => 413,
+            "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => 429,
+            "api_error" | "server_error" => 500,
+            "timeout_error" => 504,
+            "overloaded_error" => 529,
+            _ => return None,
+        })
+    })
+}
+
+/// Whether a refusal's message says the request is longer than the
+/// model's context window. Not a refusal of the output limit itself
+/// (Anthropic: "max_tokens: 100000 > 64000, which is the maximum allowed
+/// number of output tokens"): compacting cannot help that one.
+fn says_context_overflow(lower: &str, words: &[&str]) -> bool {
+    words.contains(&"context_length_exceeded")
+        || lower.contains("context")
+        || lower.contains("too long")
+        || (lower.contains("maximum")
+            && lower.contains("token")
+            && !lower.contains("max_tokens")
+            && !lower.contains("output token"))
+}
+
+/// Map an HTTP status, the error's message and its words (an error
+/// object's `type` and string `code`, which tell apart what one status
+/// covers: a 429 for an empty account, `insufficient_quota`, from one for
+/// too many requests) to a typed error, in user words.
 pub fn error_from_status(
     status: u16,
     provider_message: &str,
+    words: &[&str],
     retry_after_ms: Option<u64>,
 ) -> ProviderError {
     let detail = if provider_message.is_empty() {
@@ -184,7 +289,13 @@ pub fn error_from_status(
         format!(" (provider said: {provider_message})")
     };
     let lower = provider_message.to_ascii_lowercase();
+    let quota = words.iter().any(|w| QUOTA_WORDS.contains(w));
     let (kind, message, retryable) = match status {
+        402 | 429 if status == 402 || quota => (
+            ErrorKind::QuotaExceeded,
+            format!("The provider account has no credit or quota left (HTTP {status}). Check your plan and billing with the provider.{detail}"),
+            false,
+        ),
         401 | 403 => (
             ErrorKind::Auth,
             format!("The provider rejected the API key (HTTP {status}). Check the key in Settings.{detail}"),
@@ -195,9 +306,16 @@ pub fn error_from_status(
             format!("The model or endpoint was not found (HTTP 404). Check the base URL and model name in Settings.{detail}"),
             false,
         ),
-        400 | 413 if lower.contains("context") || lower.contains("too long") || lower.contains("maximum") && lower.contains("token") => (
+        400 | 413 if says_context_overflow(&lower, words) => (
             ErrorKind::ContextOverflow,
             format!("The conversation is too long for the model's context window.{detail}"),
+            false,
+        ),
+        // Larger than the provider takes (bytes, not tokens: Anthropic's
+        // request_too_large): the same cure, a shorter conversation.
+        413 => (
+            ErrorKind::ContextOverflow,
+            format!("The request is larger than the provider accepts (HTTP 413).{detail}"),
             false,
         ),
         429 => (
@@ -377,6 +495,36 @@ pub fn error_from_http(
         Transport::OpenAi => openai::error_from_http(status, body, retry_after_ms),
         Transport::Anthropic => anthropic::error_from_http(status, body, retry_after_ms),
     }
+}
+
+/// A success status whose body is one JSON document, not an event stream:
+/// a server or proxy that ignores `stream: true`, or one that reports an
+/// error with status 200. An error object is typed as its words say; any
+/// other document is a protocol error (not retried: asking again gets the
+/// same), never "the stream ended early", which would be retried for nothing.
+pub fn json_instead_of_stream(transport: Transport, body: &str) -> ProviderError {
+    let parsed = serde_json::from_str::<serde_json::Value>(body).ok();
+    if let Some(err) = parsed
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .filter(|e| e.is_object())
+    {
+        let words: Vec<&str> = ["code", "type"]
+            .iter()
+            .filter_map(|key| err.get(*key).and_then(serde_json::Value::as_str))
+            .collect();
+        let status = match err.get("code").and_then(serde_json::Value::as_u64) {
+            Some(code) if (400..600).contains(&code) => code as u16,
+            _ => status_of_error_words(&words).unwrap_or(500),
+        };
+        return error_from_http(transport, status, body, None);
+    }
+    ProviderError::new(
+        ErrorKind::ProviderProtocol,
+        "The provider answered with one JSON document instead of a stream of events: it may not \
+support streaming replies. Check the base URL and the provider type in Settings.",
+        false,
+    )
 }
 
 /// Turns response bytes into deltas and, at the end, a response.

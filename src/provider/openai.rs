@@ -156,9 +156,22 @@ pub fn build_body(request: &ProviderRequest) -> Value {
 
 #[derive(Debug, Default)]
 struct PartialCall {
+    /// The call's `index` on the wire (its place among the response's
+    /// calls); for a server that sends none, its arrival number.
+    order: u64,
     id: String,
     name: String,
     arguments: String,
+}
+
+impl PartialCall {
+    /// Whether the call reads as whole: a name, and arguments that are
+    /// empty or one JSON object.
+    fn is_whole(&self) -> bool {
+        !self.name.is_empty()
+            && (self.arguments.trim().is_empty()
+                || serde_json::from_str::<Value>(&self.arguments).is_ok_and(|v| v.is_object()))
+    }
 }
 
 /// Assembles one streamed response.
@@ -166,8 +179,16 @@ struct PartialCall {
 pub struct OpenAiStream {
     text: String,
     reasoning: String,
-    /// Tool calls by index, in arrival order (sorted by index at the end).
-    calls: VecMap<u64, PartialCall>,
+    /// Tool calls in arrival order of their first fragment (sorted by
+    /// `order` at the end).
+    calls: Vec<PartialCall>,
+    /// The call a wire `index` currently continues (position in `calls`).
+    by_index: VecMap<u64, usize>,
+    /// The call the last fragment went to: a fragment without `index`
+    /// continues it unless it names another id.
+    last_call: Option<usize>,
+    /// The model refused (`delta.refusal`): its words are the text.
+    refused: bool,
     finish: Option<String>,
     usage: Option<Usage>,
     model: String,
@@ -223,34 +244,27 @@ impl OpenAiStream {
                         out.push(StreamEvent::TextDelta(text.to_string()));
                     }
                 }
-                for key in ["reasoning_content", "reasoning"] {
-                    if let Some(text) = delta.get(key).and_then(Value::as_str) {
-                        if !text.is_empty() {
-                            self.reasoning.push_str(text);
-                            out.push(StreamEvent::ReasoningDelta(text.to_string()));
-                        }
+                // A refusal (OpenAI's structured refusals) is what the
+                // user reads: shown as text, and the turn ends as filtered.
+                if let Some(text) = delta.get("refusal").and_then(Value::as_str) {
+                    if !text.is_empty() {
+                        self.refused = true;
+                        self.text.push_str(text);
+                        out.push(StreamEvent::TextDelta(text.to_string()));
                     }
                 }
+                // Servers name reasoning one way or the other; one that sent
+                // both would otherwise show it twice.
+                let reasoning = ["reasoning_content", "reasoning"]
+                    .iter()
+                    .find_map(|key| delta.get(*key).and_then(Value::as_str));
+                if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+                    self.reasoning.push_str(text);
+                    out.push(StreamEvent::ReasoningDelta(text.to_string()));
+                }
                 if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                    for (position, call) in calls.iter().enumerate() {
-                        let index = call
-                            .get("index")
-                            .and_then(Value::as_u64)
-                            .unwrap_or(position as u64);
-                        let entry = self.calls.get_or_insert_with(index, Default::default);
-                        if let Some(id) = call.get("id").and_then(Value::as_str) {
-                            if entry.id.is_empty() {
-                                entry.id = id.to_string();
-                            }
-                        }
-                        if let Some(function) = call.get("function") {
-                            if let Some(name) = function.get("name").and_then(Value::as_str) {
-                                entry.name.push_str(name);
-                            }
-                            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
-                                entry.arguments.push_str(args);
-                            }
-                        }
+                    for call in calls {
+                        self.on_call_fragment(call);
                     }
                 }
             }
@@ -259,6 +273,63 @@ impl OpenAiStream {
             }
         }
         Ok(out)
+    }
+
+    /// One `tool_calls[]` fragment. OpenAI sends a call's `id` and name in
+    /// its first fragment and only argument text after, each with the
+    /// call's `index`. Compatible servers differ, and each difference
+    /// otherwise merges calls into one that does not exist:
+    /// - the whole name again in every fragment (NIM, Fireworks): a name
+    ///   equal to the one held is not appended again;
+    /// - no `index`, or index 0 for every call, one call per chunk (Gemini's
+    ///   compatible API): a fragment naming an id other than the one its
+    ///   index (or, without one, the last fragment) went to starts a new call.
+    fn on_call_fragment(&mut self, call: &Value) {
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty());
+        let index = call.get("index").and_then(Value::as_u64);
+        let current = match index {
+            Some(index) => self.by_index.get(&index).copied(),
+            None => self.last_call,
+        };
+        let position = match current {
+            Some(p)
+                if id.is_none_or(|id| self.calls[p].id.is_empty() || self.calls[p].id == id) =>
+            {
+                p
+            }
+            _ => {
+                let order = index.unwrap_or(self.calls.len() as u64);
+                self.calls.push(PartialCall {
+                    order,
+                    ..Default::default()
+                });
+                let p = self.calls.len() - 1;
+                if let Some(index) = index {
+                    self.by_index.insert(index, p);
+                }
+                p
+            }
+        };
+        self.last_call = Some(position);
+        let entry = &mut self.calls[position];
+        if let Some(id) = id {
+            if entry.id.is_empty() {
+                entry.id = id.to_string();
+            }
+        }
+        if let Some(function) = call.get("function") {
+            if let Some(name) = function.get("name").and_then(Value::as_str) {
+                if entry.name != name {
+                    entry.name.push_str(name);
+                }
+            }
+            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
+                entry.arguments.push_str(args);
+            }
+        }
     }
 
     /// The stream ended: assemble the response or report a truncated stream.
@@ -270,7 +341,18 @@ impl OpenAiStream {
                 true,
             ));
         };
+        let mut calls = self.calls;
+        calls.retain(|c| !c.name.is_empty() || !c.arguments.is_empty() || !c.id.is_empty());
         let stop_reason = match finish.as_str() {
+            // Some compatible servers (Gemini's, older Ollama) end a reply
+            // of tool calls with "stop". Calls that are all whole (a name,
+            // arguments that parse) were not cut off, so they are what the
+            // model meant to call; anything else stays End and fails closed
+            // in the engine (tool_call_ids_normalized).
+            "stop" | "end_turn" if !calls.is_empty() && calls.iter().all(PartialCall::is_whole) => {
+                StopReason::ToolUse
+            }
+            "stop" | "end_turn" if self.refused => StopReason::ContentFilter,
             "stop" | "end_turn" => StopReason::End,
             "tool_calls" | "function_call" => StopReason::ToolUse,
             "length" => StopReason::MaxTokens,
@@ -283,15 +365,12 @@ impl OpenAiStream {
                 ))
             }
         };
-        let mut calls: Vec<(u64, PartialCall)> = self.calls.into_iter().collect();
-        crate::sorting::sort_by_key(&mut calls, |(index, _)| *index);
+        crate::sorting::sort_by_key(&mut calls, |c| c.order);
         Ok(ProviderResponse {
             text: self.text,
             reasoning: self.reasoning,
             tool_calls: calls
                 .into_iter()
-                .map(|(_, c)| c)
-                .filter(|c| !c.name.is_empty() || !c.arguments.is_empty() || !c.id.is_empty())
                 .map(|c| RawToolCall {
                     id: c.id,
                     name: c.name,
@@ -317,19 +396,36 @@ fn parse_usage(usage: &Value) -> Usage {
     }
 }
 
+/// An error object sent in the stream (`{"error":{"message","type","code"}}`):
+/// its `code` is an HTTP status (OpenRouter) or a word (OpenAI), its `type`
+/// a word; the words say what the status would have.
 fn stream_error(err: &Value) -> ProviderError {
     let message = err
         .get("message")
         .and_then(Value::as_str)
         .unwrap_or("unknown error");
-    let code = err.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
-    error_from_status(if code >= 400 { code } else { 500 }, message, None)
+    let words = error_words(err);
+    let status = match err.get("code").and_then(Value::as_u64) {
+        Some(code) if code >= 400 => code as u16,
+        _ => super::status_of_error_words(&words).unwrap_or(500),
+    };
+    error_from_status(status, message, &words, None)
+}
+
+/// An error object's string `code` and its `type` (the code, more
+/// specific, first: `invalid_api_key` before `invalid_request_error`).
+fn error_words(err: &Value) -> Vec<&str> {
+    ["code", "type"]
+        .iter()
+        .filter_map(|key| err.get(*key).and_then(Value::as_str))
+        .collect()
 }
 
 /// Parse an HTTP error body (`{"error":{"message":…}}`) into a typed error.
 pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> ProviderError {
-    let message = serde_json::from_str::<Value>(body)
-        .ok()
+    let parsed = serde_json::from_str::<Value>(body).ok();
+    let message = parsed
+        .as_ref()
         .and_then(|v| {
             v.pointer("/error/message")
                 .or_else(|| v.get("message"))
@@ -338,7 +434,12 @@ pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> 
                 .map(str::to_string)
         })
         .unwrap_or_else(|| body.chars().take(300).collect());
-    error_from_status(status, &message, retry_after_ms)
+    let words = parsed
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .map(error_words)
+        .unwrap_or_default();
+    error_from_status(status, &message, &words, retry_after_ms)
 }
 
 /// SSE parsing plus chunk assembly: what the driver feeds response bytes to.

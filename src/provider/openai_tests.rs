@@ -232,3 +232,216 @@ fn tool_calls_come_out_in_index_order_whatever_order_their_deltas_arrive_in() {
         ]
     );
 }
+
+/// One chunk carrying one `tool_calls[]` fragment (given as JSON).
+fn call_chunk(fragment: &str) -> String {
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{fragment}]}}}}]}}\n\n")
+}
+
+fn finished(chunks: &[String], finish_reason: &str) -> ProviderResponse {
+    let mut all: Vec<&[u8]> = chunks.iter().map(|c| c.as_bytes()).collect();
+    let end = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{finish_reason}\"}}]}}\n\ndata: [DONE]\n\n"
+    );
+    all.push(end.as_bytes());
+    run(&all).1.expect("a whole response")
+}
+
+fn names_and_arguments(response: &ProviderResponse) -> Vec<(&str, &str, &str)> {
+    response
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+        .collect()
+}
+
+#[test]
+fn tool_call_ids_normalized_a_name_sent_again_with_every_fragment_is_not_doubled() {
+    // NVIDIA NIM, Fireworks: the whole name in every fragment of a call.
+    let r = finished(
+        &[
+            call_chunk(r#"{"index":0,"id":"c1","function":{"name":"click","arguments":""}}"#),
+            call_chunk(r#"{"index":0,"function":{"name":"click","arguments":"{\"ref\":"}}"#),
+            call_chunk(r#"{"index":0,"function":{"name":"click","arguments":"\"e1\"}"}}"#),
+        ],
+        "tool_calls",
+    );
+    assert_eq!(
+        names_and_arguments(&r),
+        vec![("c1", "click", "{\"ref\":\"e1\"}")]
+    );
+}
+
+#[test]
+fn tool_call_ids_normalized_calls_without_index_or_all_at_index_0_stay_apart() {
+    // Gemini's compatible API: one whole call per chunk, no index (or 0).
+    for index in ["", "\"index\":0,"] {
+        let r = finished(
+            &[
+                call_chunk(&format!(
+                    r#"{{{index}"id":"a","function":{{"name":"read_page","arguments":"{{}}"}}}}"#
+                )),
+                call_chunk(&format!(
+                    r#"{{{index}"id":"b","function":{{"name":"click","arguments":"{{\"ref\":\"e1\"}}"}}}}"#
+                )),
+            ],
+            "tool_calls",
+        );
+        assert_eq!(
+            names_and_arguments(&r),
+            vec![("a", "read_page", "{}"), ("b", "click", "{\"ref\":\"e1\"}")],
+            "index part {index:?}"
+        );
+    }
+    // Without an index, a fragment without an id continues the last call.
+    let r = finished(
+        &[
+            call_chunk(r#"{"id":"a","function":{"name":"type","arguments":"{\"text\":"}}"#),
+            call_chunk(r#"{"function":{"arguments":"\"hi\"}"}}"#),
+        ],
+        "tool_calls",
+    );
+    assert_eq!(
+        names_and_arguments(&r),
+        vec![("a", "type", "{\"text\":\"hi\"}")]
+    );
+}
+
+#[test]
+fn tool_call_ids_normalized_whole_calls_ended_with_stop_are_tool_use_cut_ones_are_not() {
+    // Gemini's compatible API and older Ollama end tool calls with "stop".
+    let whole = [call_chunk(
+        r#"{"index":0,"id":"a","function":{"name":"click","arguments":"{\"ref\":\"e1\"}"}}"#,
+    )];
+    assert_eq!(finished(&whole, "stop").stop_reason, StopReason::ToolUse);
+    // Arguments that do not parse, or no name: not what the model meant to
+    // call whole; the engine fails them closed.
+    for cut in [
+        r#"{"index":0,"id":"a","function":{"name":"click","arguments":"{\"ref\":"}}"#,
+        r#"{"index":0,"id":"a","function":{"arguments":"{}"}}"#,
+        r#"{"index":0,"id":"a","function":{"name":"click","arguments":"[1]"}}"#,
+    ] {
+        let r = finished(&[call_chunk(cut)], "stop");
+        assert_eq!(r.stop_reason, StopReason::End, "{cut}");
+    }
+    // Still: "length" with whole calls is MaxTokens (fail closed).
+    assert_eq!(
+        finished(&whole, "length").stop_reason,
+        StopReason::MaxTokens
+    );
+}
+
+#[test]
+fn a_refusal_is_shown_as_text_and_ends_as_filtered() {
+    let chunks = [
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I can't help \"}}]}\n\n"
+            .to_string(),
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"with that.\"}}]}\n\n"
+            .to_string(),
+    ];
+    let mut all: Vec<&[u8]> = chunks.iter().map(|c| c.as_bytes()).collect();
+    all.push(b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+    let (deltas, r) = run(&all);
+    let r = r.unwrap();
+    assert_eq!(r.text, "I can't help with that.");
+    assert_eq!(r.stop_reason, StopReason::ContentFilter);
+    assert_eq!(deltas.len(), 2);
+}
+
+#[test]
+fn reasoning_sent_under_both_names_is_shown_once() {
+    let a = "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\",\"reasoning\":\"hm\"}}]}\n\n";
+    let b = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    let (deltas, r) = run(&[a.as_bytes(), b.as_bytes()]);
+    assert_eq!(r.unwrap().reasoning, "hm");
+    assert_eq!(deltas.len(), 1);
+}
+
+#[test]
+fn error_words_tell_apart_what_one_status_covers() {
+    // An empty account is not retried, whatever the status says.
+    let e = error_from_http(
+        429,
+        r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+        None,
+    );
+    assert_eq!((e.kind, e.retryable), (ErrorKind::QuotaExceeded, false));
+    let e = error_from_http(
+        429,
+        r#"{"error":{"message":"slow down","type":"requests"}}"#,
+        None,
+    );
+    assert_eq!((e.kind, e.retryable), (ErrorKind::RateLimited, true));
+    // A refusal of the output limit is not a context overflow.
+    let e = error_from_http(
+        400,
+        r#"{"error":{"message":"max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens"}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::InvalidCommand);
+    let e = error_from_http(
+        400,
+        r#"{"error":{"message":"Too many tokens in the input","code":"context_length_exceeded"}}"#,
+        None,
+    );
+    assert_eq!(e.kind, ErrorKind::ContextOverflow);
+    let e = error_from_http(413, "Request Entity Too Large", None);
+    assert_eq!((e.kind, e.retryable), (ErrorKind::ContextOverflow, false));
+    // Mid-stream: a string code and a type say what no status does.
+    for (error, kind, retryable) in [
+        (
+            r#"{"message":"slow","type":"rate_limit_error"}"#,
+            ErrorKind::RateLimited,
+            true,
+        ),
+        (
+            r#"{"message":"no quota","code":"insufficient_quota"}"#,
+            ErrorKind::QuotaExceeded,
+            false,
+        ),
+        (
+            r#"{"message":"too long","code":"context_length_exceeded"}"#,
+            ErrorKind::ContextOverflow,
+            false,
+        ),
+        (
+            r#"{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}"#,
+            ErrorKind::Auth,
+            false,
+        ),
+        (
+            r#"{"message":"oops","code":"something_else"}"#,
+            ErrorKind::ProviderUnavailable,
+            true,
+        ),
+    ] {
+        let s = format!("data: {{\"error\":{error}}}\n\n");
+        let (_, r) = run(&[s.as_bytes()]);
+        let e = r.unwrap_err();
+        assert_eq!((e.kind, e.retryable), (kind, retryable), "{error}");
+    }
+}
+
+#[test]
+fn a_json_document_instead_of_a_stream_is_typed_not_retried_as_cut() {
+    use crate::provider::{json_instead_of_stream, Transport};
+    let e = json_instead_of_stream(
+        Transport::OpenAi,
+        r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}]}"#,
+    );
+    assert_eq!((e.kind, e.retryable), (ErrorKind::ProviderProtocol, false));
+    assert!(e.message.contains("streaming"), "{}", e.message);
+    let e = json_instead_of_stream(
+        Transport::OpenAi,
+        r#"{"error":{"message":"Incorrect API key provided","code":"invalid_api_key"}}"#,
+    );
+    assert_eq!(e.kind, ErrorKind::Auth);
+    let e = json_instead_of_stream(
+        Transport::Anthropic,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    );
+    assert_eq!(
+        (e.kind, e.retryable),
+        (ErrorKind::ProviderUnavailable, true)
+    );
+}

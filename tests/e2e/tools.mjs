@@ -377,6 +377,39 @@ isolatedTest('wait_for_interrupted_by_navigation_is_a_clear_tool_error', { page:
   assertNoOrphans(session);
 });
 
+isolatedTest('never_retry_at_most_once_a_click_blocked_in_a_page_dialog_past_the_time_limit_is_reported_as_unknown', { page: 'confirm.html' }, async (session) => {
+  // The click opens confirm(), which blocks the page until the user answers:
+  // past the tool's time limit (60 s) the action may still happen. The model
+  // must be told its outcome is unknown, not that it failed (which invites
+  // clicking again).
+  const { panel, shop: page, mock, pages } = session;
+  const answered = new Promise((resolve) => {
+    page.once('dialog', (dialog) => {
+      setTimeout(() => dialog.accept().then(resolve, resolve), 63000);
+    });
+  });
+  await scriptModel(mock, [
+    call('click', { text: 'Delete draft' }, 'Deleting the draft.'),
+    { text: 'I could not tell whether the draft was deleted; please check.' },
+  ]);
+  const { final } = await runTurn(session, 'Delete the draft', { approvals: ['click'] });
+  const exchange = toolExchanges(mock.requests()[1]).find((e) => e.name === 'click');
+  assert.match(
+    unwrap(exchange.content),
+    /The page did not answer within 60 seconds after the action was sent\..*whether the action happened is unknown\. Look at the page \(page_snapshot\) before doing it again/s,
+    exchange.content,
+  );
+  assert.equal(mock.requests().length, 2, 'the click, then the answer: nothing was clicked again');
+  await answered;
+  await waitFor(async () => (await page.evaluate(() => document.body.dataset.deleted)) === '1', {
+    message: 'the user accepted the dialog: the draft was deleted once',
+  });
+  assert.equal(page.url(), pages.url('confirm.html'));
+  const card = toolCards(final).find((c) => c.toolName === 'click');
+  assert.equal(card.status, 'error', describeState(final));
+  assertNoOrphans(session);
+});
+
 isolatedTest('browser_page_cannot_be_automated', { page: FORM_PAGE }, async (session) => {
   const { panel, shop: tab, mock } = session;
   await tab.goto('chrome://version');

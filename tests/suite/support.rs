@@ -717,8 +717,19 @@ pub fn check_wire_bodies(request: &ProviderRequest) -> Result<(), String> {
         .as_array()
         .ok_or("anthropic: no messages")?;
     let mut previous_uses: Vec<String> = Vec::new();
+    let defines_tools = anthropic.get("tools").is_some();
     for (i, m) in messages.iter().enumerate() {
         let role = m["role"].as_str().unwrap_or_default();
+        let tool_block = m["content"].as_array().is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b["type"] == "tool_use" || b["type"] == "tool_result")
+        });
+        if tool_block && !defines_tools {
+            return Err(format!(
+                "anthropic: message {i} holds tool blocks, but the request defines no tools"
+            ));
+        }
         let expected = if i % 2 == 0 { "user" } else { "assistant" };
         if role != expected {
             return Err(format!(
@@ -740,6 +751,17 @@ pub fn check_wire_bodies(request: &ProviderRequest) -> Result<(), String> {
                     return Err(format!("anthropic: a blank text block in message {i}"));
                 }
                 "tool_result" => {
+                    let blank = block["content"].as_array().is_some_and(|parts| {
+                        parts.iter().any(|p| {
+                            p["type"] == "text"
+                                && p["text"].as_str().unwrap_or_default().trim().is_empty()
+                        })
+                    });
+                    if blank {
+                        return Err(format!(
+                            "anthropic: a blank text block in a tool_result of message {i}"
+                        ));
+                    }
                     if results_done {
                         return Err(format!(
                             "anthropic: a tool_result after text in message {i}"

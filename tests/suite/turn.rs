@@ -231,6 +231,35 @@ fn tool_call_ids_normalized_tool_calls_with_end_stop_fail_closed() {
 }
 
 #[test]
+fn tool_call_ids_normalized_a_call_cut_by_the_output_limit_fails_closed_saying_what_to_raise() {
+    let policy = Box::new(|_: &sw_agent::provider::ProviderRequest| Reply::ToolCalls {
+        text: "I will type the letter".into(),
+        calls: vec![RawToolCall {
+            id: "c1".into(),
+            name: "type".into(),
+            arguments: r#"{"ref":"e1","text":"Dear"#.into(),
+        }],
+        stop: StopReason::MaxTokens,
+    });
+    let mut sim = Sim::new(3, policy, page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    assert!(sim.dispatches.is_empty(), "no side effect may happen");
+    assert_eq!(last_stop(&sim), Some(StopReason::Error));
+    let path = &paths(&sim)[0];
+    assert!(!kinds(path).contains(&"tool_call"));
+    match &path.last().unwrap().body {
+        NodeBody::Notice { text, .. } => assert!(
+            text.contains("ran out of output tokens") && text.contains("Raise Max output tokens"),
+            "{text}"
+        ),
+        other => panic!("a notice expected, got {other:?}"),
+    }
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
 fn invalid_arguments_become_an_error_result_the_model_sees() {
     let mut step = 0;
     let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
@@ -297,6 +326,27 @@ fn failure_breaker_reminds_after_three_and_disables_tools_after_five() {
         sim.requests[5].tools.is_empty(),
         "tools disabled after 5 failures"
     );
+    // With no tools defined, the history holds no tool blocks (Anthropic
+    // refuses those without tool definitions): the calls and their
+    // results are text.
+    use sw_agent::provider::ChatMessage;
+    let last = &sim.requests[5].messages;
+    assert!(
+        last.iter().all(|m| !matches!(m, ChatMessage::ToolResult { .. })
+            && !matches!(m, ChatMessage::Assistant { tool_calls, .. } if !tool_calls.is_empty())),
+        "no tool blocks without tools: {last:?}"
+    );
+    let failures = last
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::User { text, .. } if text.starts_with("[The call of click failed:]\n<untrusted_page_content") && text.contains("Element e9 is no longer on the page.")))
+        .count();
+    assert_eq!(
+        failures, 5,
+        "every result is still there, as text: {last:?}"
+    );
+    assert!(last.iter().any(
+        |m| matches!(m, ChatMessage::Assistant { text, .. } if text.contains(r#"[Called the tool click with {"ref":"e9"}]"#))
+    ));
     assert_eq!(last_stop(&sim), Some(StopReason::ToolsDisabled));
     check_invariants(&sim, &[]).unwrap();
 }
