@@ -72,6 +72,26 @@ fn push_blocks(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
     messages.push(json!({ "role": role, "content": blocks }));
 }
 
+/// A tool call's id as Anthropic takes it (`^[a-zA-Z0-9_-]+$`, at most 64
+/// characters here). Ids another provider
+/// chose earlier in the thread (Kimi's `functions.click:0`, a server's
+/// dotted ids) would make every later request a 400 after a switch to
+/// Anthropic: such an id is sent as `id_` and a digest of it, the same for
+/// the call and its result, different for different ids.
+fn wire_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let fits = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if fits {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(id.as_bytes());
+    std::borrow::Cow::Owned(format!("id_{}", crate::tools::hex(&digest[..12])))
+}
+
 /// An image as a content block.
 fn image_block(image: &crate::model::ImageData) -> Value {
     json!({ "type": "image", "source": { "type": "base64", "media_type": image.media_type, "data": image.data } })
@@ -133,7 +153,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                     } else {
                         json!({})
                     };
-                    blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": input }));
+                    blocks.push(json!({ "type": "tool_use", "id": wire_id(&call.id), "name": call.name, "input": input }));
                 }
                 if blocks.is_empty() {
                     // An empty assistant turn is invalid; keep the alternation explicit.
@@ -169,7 +189,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                     &mut messages,
                     "user",
                     vec![
-                        json!({ "type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error }),
+                        json!({ "type": "tool_result", "tool_use_id": wire_id(call_id), "content": content, "is_error": is_error }),
                     ],
                 )
             }

@@ -468,3 +468,59 @@ fn error_types_say_what_the_status_does_not() {
         assert_eq!((e.kind, e.retryable), (expected, retryable), "{kind}");
     }
 }
+
+#[test]
+fn tool_call_ids_another_provider_chose_are_sent_in_anthropic_s_alphabet() {
+    // Kimi's ids, then a switch to Anthropic: the call and its result must
+    // still pair, and every id must match ^[a-zA-Z0-9_-]+$.
+    let call = |id: &str| ChatMessage::Assistant {
+        text: String::new(),
+        tool_calls: vec![OutboundToolCall {
+            id: id.into(),
+            name: "read_page".into(),
+            arguments: json!({}),
+        }],
+        private: None,
+    };
+    let result = |id: &str| ChatMessage::ToolResult {
+        call_id: id.into(),
+        content: "ok".into(),
+        is_error: false,
+        images: vec![],
+    };
+    let body = build_body(&request(vec![
+        ChatMessage::user("go"),
+        call("functions.read_page:0"),
+        result("functions.read_page:0"),
+        call("functions.read_page:1"),
+        result("functions.read_page:1"),
+        call("toolu_01A-b_c"),
+        result("toolu_01A-b_c"),
+    ]));
+    let messages = body["messages"].as_array().unwrap();
+    let uses: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    let results: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(uses, results, "each result names its call");
+    assert_eq!(uses[2], "toolu_01A-b_c", "an id that fits is sent as it is");
+    assert_ne!(uses[0], uses[1], "different ids stay different");
+    for id in &uses {
+        assert!(
+            !id.is_empty()
+                && id.len() <= 64
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+            "{id}"
+        );
+    }
+}

@@ -207,17 +207,20 @@ fn tool_call_ids_normalized_empty_and_duplicate_ids_are_replaced() {
     check_invariants(&sim, &[]).unwrap();
 }
 
-#[test]
-fn tool_call_ids_normalized_tool_calls_with_end_stop_fail_closed() {
-    let policy = Box::new(|_: &sw_agent::provider::ProviderRequest| Reply::ToolCalls {
-        text: "I will click".into(),
+/// A turn whose model answers one call of `name` with `arguments` and
+/// `stop`, which must fail closed: nothing dispatched, no tool_call node, the
+/// run failed with a notice. Returns the notice's text.
+fn fails_closed(name: &str, arguments: &str, stop: StopReason) -> String {
+    let reply = Reply::ToolCalls {
+        text: "I will act".into(),
         calls: vec![RawToolCall {
             id: "c1".into(),
-            name: "click".into(),
-            arguments: r#"{"ref":"e1"}"#.into(),
+            name: name.into(),
+            arguments: arguments.into(),
         }],
-        stop: StopReason::End,
-    });
+        stop,
+    };
+    let policy = Box::new(move |_: &sw_agent::provider::ProviderRequest| reply.clone());
     let mut sim = Sim::new(3, policy, page_tools());
     let conn = sim.connect();
     sim.send(conn, submit("s1", None, "go"));
@@ -226,37 +229,26 @@ fn tool_call_ids_normalized_tool_calls_with_end_stop_fail_closed() {
     assert_eq!(last_stop(&sim), Some(StopReason::Error));
     let path = &paths(&sim)[0];
     assert!(!kinds(path).contains(&"tool_call"));
-    assert_eq!(kinds(path).last(), Some(&"notice"));
     check_invariants(&sim, &[]).unwrap();
+    match &path.last().unwrap().body {
+        NodeBody::Notice { text, .. } => text.clone(),
+        other => panic!("a notice expected, got {other:?}"),
+    }
+}
+
+#[test]
+fn tool_call_ids_normalized_tool_calls_with_end_stop_fail_closed() {
+    let notice = fails_closed("click", r#"{"ref":"e1"}"#, StopReason::End);
+    assert!(notice.contains("stop reason End"), "{notice}");
 }
 
 #[test]
 fn tool_call_ids_normalized_a_call_cut_by_the_output_limit_fails_closed_saying_what_to_raise() {
-    let policy = Box::new(|_: &sw_agent::provider::ProviderRequest| Reply::ToolCalls {
-        text: "I will type the letter".into(),
-        calls: vec![RawToolCall {
-            id: "c1".into(),
-            name: "type".into(),
-            arguments: r#"{"ref":"e1","text":"Dear"#.into(),
-        }],
-        stop: StopReason::MaxTokens,
-    });
-    let mut sim = Sim::new(3, policy, page_tools());
-    let conn = sim.connect();
-    sim.send(conn, submit("s1", None, "go"));
-    sim.run(10_000);
-    assert!(sim.dispatches.is_empty(), "no side effect may happen");
-    assert_eq!(last_stop(&sim), Some(StopReason::Error));
-    let path = &paths(&sim)[0];
-    assert!(!kinds(path).contains(&"tool_call"));
-    match &path.last().unwrap().body {
-        NodeBody::Notice { text, .. } => assert!(
-            text.contains("ran out of output tokens") && text.contains("Raise Max output tokens"),
-            "{text}"
-        ),
-        other => panic!("a notice expected, got {other:?}"),
-    }
-    check_invariants(&sim, &[]).unwrap();
+    let notice = fails_closed("type", r#"{"ref":"e1","text":"Dear"#, StopReason::MaxTokens);
+    assert!(
+        notice.contains("ran out of output tokens") && notice.contains("Raise Max output tokens"),
+        "{notice}"
+    );
 }
 
 #[test]
