@@ -411,10 +411,13 @@ pick a different element or tool, or explain the problem to the user.",
             // Fail closed before any side effect: keep the text, drop the calls.
             let message = match response.stop_reason {
                 // The common cause: a long argument (text to type) hit the
-                // output limit, so the call is cut off. Say what to change.
+                // output limit, so the call is cut off; rarer, the context
+                // window filled up (Anthropic's model_context_window_exceeded,
+                // a server's "length"). Say what to change for either.
                 StopReason::MaxTokens => format!(
-                    "The model ran out of output tokens while writing a tool call (its limit is {}), so no tool was run. \
-Raise Max output tokens in Settings, then press Continue.",
+                    "The model's reply was cut off while it was writing a tool call (at its output limit of {}, \
+or at the end of its context window), so no tool was run. Raise Max output tokens in Settings (or, \
+in a long conversation, start a new thread), then press Continue.",
                     match (
                         run.profile.max_output_tokens,
                         crate::provider::Transport::from_kind(&run.profile.kind),

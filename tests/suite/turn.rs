@@ -246,7 +246,9 @@ fn tool_call_ids_normalized_tool_calls_with_end_stop_fail_closed() {
 fn tool_call_ids_normalized_a_call_cut_by_the_output_limit_fails_closed_saying_what_to_raise() {
     let notice = fails_closed("type", r#"{"ref":"e1","text":"Dear"#, StopReason::MaxTokens);
     assert!(
-        notice.contains("ran out of output tokens") && notice.contains("Raise Max output tokens"),
+        notice.contains("cut off while it was writing a tool call")
+            && notice.contains("Raise Max output tokens")
+            && notice.contains("context window"),
         "{notice}"
     );
 }
