@@ -259,6 +259,25 @@ pub fn status_of_error_words(words: &[&str]) -> Option<u16> {
     })
 }
 
+/// An error object's string `code` and its `type` (the code, more
+/// specific, first: `invalid_api_key` before `invalid_request_error`).
+pub fn error_words(err: &serde_json::Value) -> Vec<&str> {
+    ["code", "type"]
+        .iter()
+        .filter_map(|key| err.get(*key).and_then(serde_json::Value::as_str))
+        .collect()
+}
+
+/// The status an error object that came without one stands for (inside a
+/// stream, or in a 2xx body): its numeric `code` when that is an HTTP
+/// error status (OpenRouter), else what its words say, else 500.
+pub fn status_of_error_object(err: &serde_json::Value) -> u16 {
+    match err.get("code").and_then(serde_json::Value::as_u64) {
+        Some(code) if (400..600).contains(&code) => code as u16,
+        _ => status_of_error_words(&error_words(err)).unwrap_or(500),
+    }
+}
+
 /// Whether a refusal's message says the request is longer than the
 /// model's context window. Not a refusal of the output limit itself
 /// (Anthropic: "max_tokens: 100000 > 64000, which is the maximum allowed
@@ -509,15 +528,7 @@ pub fn json_instead_of_stream(transport: Transport, body: &str) -> ProviderError
         .and_then(|v| v.get("error"))
         .filter(|e| e.is_object())
     {
-        let words: Vec<&str> = ["code", "type"]
-            .iter()
-            .filter_map(|key| err.get(*key).and_then(serde_json::Value::as_str))
-            .collect();
-        let status = match err.get("code").and_then(serde_json::Value::as_u64) {
-            Some(code) if (400..600).contains(&code) => code as u16,
-            _ => status_of_error_words(&words).unwrap_or(500),
-        };
-        return error_from_http(transport, status, body, None);
+        return error_from_http(transport, status_of_error_object(err), body, None);
     }
     ProviderError::new(
         ErrorKind::ProviderProtocol,

@@ -404,21 +404,8 @@ fn stream_error(err: &Value) -> ProviderError {
         .get("message")
         .and_then(Value::as_str)
         .unwrap_or("unknown error");
-    let words = error_words(err);
-    let status = match err.get("code").and_then(Value::as_u64) {
-        Some(code) if code >= 400 => code as u16,
-        _ => super::status_of_error_words(&words).unwrap_or(500),
-    };
-    error_from_status(status, message, &words, None)
-}
-
-/// An error object's string `code` and its `type` (the code, more
-/// specific, first: `invalid_api_key` before `invalid_request_error`).
-fn error_words(err: &Value) -> Vec<&str> {
-    ["code", "type"]
-        .iter()
-        .filter_map(|key| err.get(*key).and_then(Value::as_str))
-        .collect()
+    let status = super::status_of_error_object(err);
+    error_from_status(status, message, &super::error_words(err), None)
 }
 
 /// Parse an HTTP error body (`{"error":{"message":…}}`) into a typed error.
@@ -437,7 +424,7 @@ pub fn error_from_http(status: u16, body: &str, retry_after_ms: Option<u64>) -> 
     let words = parsed
         .as_ref()
         .and_then(|v| v.get("error"))
-        .map(error_words)
+        .map(super::error_words)
         .unwrap_or_default();
     error_from_status(status, &message, &words, retry_after_ms)
 }
