@@ -2446,6 +2446,8 @@ isolatedTest(
     await pressOn(panel.getByRole('button', { name: 'Edit queued message: Then read my notes' }));
     await panel.keyboard.press('Control+A');
     await typeAndPress(panel, 'Then read my notes, twice', 'Enter');
+    // The panel sends the edit after the key press returns: wait for it.
+    await waitFor(async () => (await sentOps(panel, 'queue.update')).length === 1, { timeout: 15000, message: 'the queue.update sent' });
     const [edit] = await sentOps(panel, 'queue.update');
     assert.deepEqual(edit.input.attachments.map((a) => [a.kind, a.name, a.text]), [['text', 'notes.txt', 'milk, eggs']]);
     assert.equal((await answerTo(panel, edit.submissionId, 'queue.update')).type, 'command.ack');
