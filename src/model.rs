@@ -70,6 +70,10 @@ pub struct ThreadSummary {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
+    /// Every prompt token, cached ones included (`cache_read` and
+    /// `cache_write` are parts of it): OpenAI's `prompt_tokens`, Anthropic's
+    /// `input_tokens` plus its two cache counts (replies recorded before
+    /// 2026-12-06 kept Anthropic's uncached count alone).
     pub input: u64,
     pub output: u64,
     #[serde(default)]

@@ -706,6 +706,12 @@ export type StopReason =
 
 /** Token usage as reported by a provider. */
 export interface Usage {
+  /**
+   * Every prompt token, cached ones included (`cache_read` and
+   * `cache_write` are parts of it): OpenAI's `prompt_tokens`, Anthropic's
+   * `input_tokens` plus its two cache counts (replies recorded before
+   * 2026-12-06 kept Anthropic's uncached count alone).
+   */
   input: number;
   output: number;
   cacheRead?: number;

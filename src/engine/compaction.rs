@@ -105,7 +105,7 @@ impl Engine {
             .messages
             .get(usize::from(checkpoint.is_some())..cut.message)
             .unwrap_or_default();
-        (estimate_messages(new, false) >= MIN_SUMMARIZED_TOKENS).then_some(cut)
+        (estimate_messages(new) >= MIN_SUMMARIZED_TOKENS).then_some(cut)
     }
 
     /// Whether the step's request (the one just sent) can be compacted

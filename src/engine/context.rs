@@ -27,7 +27,8 @@ use crate::provider::{ChatMessage, OutboundToolCall};
 /// afterwards; the engine scales this estimate by the last reported/estimated
 /// ratio of the run.
 pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
-    let mut tenths = text_tenths(&request.system) + messages_tenths(&request.messages, true);
+    let mut tenths = text_tenths(&request.system)
+        + messages_tenths(&request.messages, Files::Sent(request.profile.vision));
     for tool in request.tools.iter() {
         tenths += TOOL_TENTHS
             + text_tenths(&tool.name)
@@ -38,13 +39,25 @@ pub fn estimate_tokens(request: &crate::provider::ProviderRequest) -> u64 {
 }
 
 /// The estimate of `messages` alone, with the same rules and margin as
-/// [`estimate_tokens`]; the files of the user's messages (images, PDFs)
-/// count only with `user_files`.
-pub(super) fn estimate_messages(messages: &[ChatMessage], user_files: bool) -> u64 {
-    with_margin(messages_tenths(messages, user_files))
+/// [`estimate_tokens`], leaving out the files of the user's messages
+/// (images, PDFs: the summary's transcript names them) and counting tool
+/// results' images as a model with vision sees them.
+pub(super) fn estimate_messages(messages: &[ChatMessage]) -> u64 {
+    with_margin(messages_tenths(messages, Files::UserFilesLeftOut))
 }
 
-fn messages_tenths(messages: &[ChatMessage], user_files: bool) -> u64 {
+/// How a message's files count.
+#[derive(Clone, Copy)]
+enum Files {
+    /// As the request sends them: the files themselves to a model with
+    /// vision (`true`), the line that stands in for them otherwise.
+    Sent(bool),
+    /// The user's files not at all; tool results' images as sent with vision.
+    UserFilesLeftOut,
+}
+
+fn messages_tenths(messages: &[ChatMessage], files: Files) -> u64 {
+    let vision = !matches!(files, Files::Sent(false));
     let mut tenths = 0;
     for message in messages {
         tenths += MESSAGE_TENTHS
@@ -55,11 +68,15 @@ fn messages_tenths(messages: &[ChatMessage], user_files: bool) -> u64 {
                     documents,
                 } => {
                     text_tenths(text)
-                        + if user_files {
-                            images.len() as u64 * IMAGE_TENTHS
-                                + documents.iter().map(|d| pdf_tenths(&d.data)).sum::<u64>()
-                        } else {
-                            0
+                        + match files {
+                            Files::Sent(true) => {
+                                images.len() as u64 * IMAGE_TENTHS
+                                    + documents.iter().map(|d| pdf_tenths(&d.data)).sum::<u64>()
+                            }
+                            Files::Sent(false) => text_tenths(
+                                &crate::provider::attachment_placeholder(images.len(), documents),
+                            ),
+                            Files::UserFilesLeftOut => 0,
                         }
                 }
                 ChatMessage::Assistant {
@@ -81,7 +98,15 @@ fn messages_tenths(messages: &[ChatMessage], user_files: bool) -> u64 {
                     content,
                     images,
                     ..
-                } => id_tenths(call_id) + text_tenths(content) + images.len() as u64 * IMAGE_TENTHS,
+                } => {
+                    id_tenths(call_id)
+                        + text_tenths(content)
+                        + match (images.len(), vision) {
+                            (0, _) => 0,
+                            (n, true) => n as u64 * IMAGE_TENTHS,
+                            (n, false) => text_tenths(&crate::provider::image_placeholder(n)),
+                        }
+                }
             };
     }
     tenths
@@ -670,6 +695,43 @@ mod tests {
             tools: Default::default(),
         };
         assert!(estimate_tokens(&request) >= 20);
+    }
+
+    #[test]
+    fn token_estimate_counts_files_as_the_model_gets_them() {
+        let image = || crate::model::ImageData {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo".into(),
+        };
+        let request = |vision: bool| crate::provider::ProviderRequest {
+            lineage: None,
+            profile: crate::model::ProviderProfile {
+                vision,
+                ..Default::default()
+            },
+            system: Default::default(),
+            messages: vec![
+                ChatMessage::User {
+                    text: "compare these".into(),
+                    images: vec![image(), image()],
+                    documents: vec![],
+                },
+                ChatMessage::ToolResult {
+                    call_id: "c1".into(),
+                    content: "Screenshot taken.".into(),
+                    is_error: false,
+                    images: vec![image()],
+                },
+            ]
+            .into(),
+            tools: Default::default(),
+        };
+        // With vision, three images at full price.
+        let seen = estimate_tokens(&request(true));
+        assert!(seen >= 3 * IMAGE_TENTHS / 10, "{seen}");
+        // Without, the model gets two lines of text in their place.
+        let blind = estimate_tokens(&request(false));
+        assert!((30..300).contains(&blind), "{blind}");
     }
 
     #[test]

@@ -690,6 +690,9 @@ struct Exec {
     compaction: Option<compaction::PendingCompaction>,
     /// Reported input tokens / estimated tokens of the last response.
     calibration: f64,
+    /// The usage of a reply the run ends on without keeping it as a step
+    /// (one that fails closed): `finish_run` counts it with the kept text.
+    unkept_usage: Option<crate::model::Usage>,
 }
 
 impl Exec {
@@ -713,6 +716,7 @@ impl Exec {
             compactions: 0,
             compaction: None,
             calibration: 1.0,
+            unkept_usage: None,
         }
     }
 

@@ -432,6 +432,10 @@ in a long conversation, start a new thread), then press Continue.",
                 other => format!("The model returned tool calls with stop reason {other:?}; no tool was run."),
             };
             let error = ErrorInfo::new(ErrorKind::ProviderProtocol, message);
+            // The reply was paid for: its usage counts with the kept text.
+            if let Some(exec) = self.threads.get_mut(tid).and_then(|t| t.exec.as_mut()) {
+                exec.unkept_usage = response.usage;
+            }
             return self.finish_run(
                 now,
                 tid,
@@ -921,6 +925,7 @@ in a long conversation, start a new thread), then press Continue.",
         }
         let prefix = std::mem::take(&mut exec.text);
         let reasoning = std::mem::take(&mut exec.reasoning);
+        let unkept_usage = exec.unkept_usage.take();
         let item_id = exec.item_id.clone();
         let open_calls: Vec<(usize, PreparedCall)> = exec
             .calls
@@ -954,7 +959,7 @@ in a long conversation, start a new thread), then press Continue.",
                     text: prefix,
                     reasoning: (!reasoning.is_empty()).then_some(reasoning),
                     stop_reason: finish.stop,
-                    usage: None,
+                    usage: unkept_usage,
                     interrupted: true,
                     model,
                     provider_private: None,
@@ -1041,6 +1046,10 @@ in a long conversation, start a new thread), then press Continue.",
         let t = &self.threads[tid];
         let mut thread = t.thread.clone();
         thread.leaf_id = parent;
+        if let Some(usage) = &unkept_usage {
+            thread.usage.add(usage);
+            run.usage.add(usage);
+        }
         put_thread(&mut unit, thread);
         if !steers.is_empty() {
             self.steer_nodes(now, tid, &steers, &mut unit);
@@ -1522,6 +1531,8 @@ in a long conversation, start a new thread), then press Continue.",
                     .unwrap_or_default();
                 let turn_id = self.latest_run_id(&tid);
                 self.announce(&tid, &unit);
+                // A reply that failed closed was still paid for.
+                self.emit_usage(&tid, &unit);
                 // A withdrawn question is news for the client that shows it.
                 for record in &unit.puts {
                     let event = match record {

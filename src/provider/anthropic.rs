@@ -458,7 +458,13 @@ impl AnthropicStream {
             reasoning: self.reasoning,
             tool_calls,
             stop_reason,
-            usage: self.saw_usage.then_some(self.usage),
+            // Anthropic's input_tokens leaves out the cached part of the
+            // prompt; the engine's `input` is the whole prompt (OpenAI's
+            // prompt_tokens), what its context-size calibration compares.
+            usage: self.saw_usage.then(|| Usage {
+                input: self.usage.input + self.usage.cache_read + self.usage.cache_write,
+                ..self.usage
+            }),
             model: self.model,
             private,
         })

@@ -74,7 +74,9 @@ fn expected() -> ProviderResponse {
         ],
         stop_reason: StopReason::ToolUse,
         usage: Some(Usage {
-            input: 321,
+            // The whole prompt: 321 uncached input tokens and 100 read
+            // from the cache (Anthropic counts them apart).
+            input: 421,
             output: 57,
             cache_read: 100,
             cache_write: 0,

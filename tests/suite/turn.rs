@@ -230,6 +230,23 @@ fn fails_closed(name: &str, arguments: &str, stop: StopReason) -> String {
     let path = &paths(&sim)[0];
     assert!(!kinds(path).contains(&"tool_call"));
     check_invariants(&sim, &[]).unwrap();
+    // The reply was paid for: its usage is kept with its text, counted in
+    // the thread's and the turn's totals, and reported.
+    let kept = path.iter().find_map(|n| match &n.body {
+        NodeBody::AssistantMessage { text, usage, .. } => Some((text.clone(), *usage)),
+        _ => None,
+    });
+    let (text, usage) = kept.expect("the reply's text is kept");
+    assert_eq!(text, "I will act");
+    assert_eq!(usage.map(|u| (u.input, u.output)), Some((10, 5)));
+    let thread = sim.store.threads.values().next().unwrap();
+    assert_eq!((thread.usage.input, thread.usage.output), (10, 5));
+    let run = sim.store.runs.values().next().unwrap();
+    assert_eq!((run.usage.input, run.usage.output), (10, 5));
+    assert!(sim.events.iter().any(|(_, e)| matches!(
+        &e.event,
+        Event::TokenUsage { turn_total, .. } if turn_total.output == 5
+    )));
     match &path.last().unwrap().body {
         NodeBody::Notice { text, .. } => text.clone(),
         other => panic!("a notice expected, got {other:?}"),
