@@ -485,7 +485,13 @@
       .join(" "));
   }
 
+  /** The element's accessible name as results show it: clipped to MAX_NAME_CHARS. */
   function accessibleName(element, role) {
+    return clip(fullAccessibleName(element, role), MAX_NAME_CHARS);
+  }
+
+  /** The element's accessible name, whitespace collapsed, at most MAX_NAME_TEXT characters (not clipped for display). */
+  function fullAccessibleName(element, role) {
     const tag = element.tagName.toUpperCase();
     const candidates = [
       () => (element.getAttribute("aria-labelledby") ? textOfIds(element, element.getAttribute("aria-labelledby")) : ""),
@@ -502,7 +508,7 @@
     ];
     for (const candidate of candidates) {
       const name = collapse(candidate());
-      if (name) return clip(name, MAX_NAME_CHARS);
+      if (name) return name.slice(0, MAX_NAME_TEXT);
     }
     return "";
   }
@@ -601,9 +607,58 @@
     return element;
   }
 
-  /** The visible element a ref names; throws a model-readable error otherwise. */
-  function resolveByRef(ref) {
+  // ------------------------------------------- what a page read showed ---
+  // Between the page read the model (and the user, on the approval card:
+  // www/panel.js describeRef) saw and the write that acts on one of its refs,
+  // the page can relabel the element behind the ref ("Delete draft" becomes
+  // "Delete account"). So page_snapshot and read_page remember the role and
+  // name each listed ref's line showed, and every write through a ref (click,
+  // type, select) recomputes them and refuses when they changed. Decisions:
+  // - The role must be the same, and the name the same with whitespace
+  //   collapsed (names always are) and letter case ignored: "Sign In" for
+  //   "Sign in" is the same control re-rendered, not another one.
+  // - The name is compared in full (up to MAX_NAME_TEXT characters), not as
+  //   the line showed it (clipped to MAX_NAME_CHARS): a change past the cut
+  //   still makes it another element, and the refusal says the two differ
+  //   only after the shown part.
+  // - The newest read that lists a ref sets what is expected of it, as the
+  //   approval card describes a ref from the newest read that lists it. A
+  //   ref no read listed (named only in an error or another tool's result)
+  //   has nothing to compare with and is not checked.
+  // - A refusal keeps what the read showed: acting again through the ref
+  //   keeps failing until a new read shows the element as it is now.
+  // - Read-only tools (scroll, wait_for) do not check.
+  /** element → { role, name } as the newest page read listing it showed it (name unclipped). */
+  const shownByElement = new WeakMap();
+
+  function rememberShown(element, role, fullName) {
+    shownByElement.set(element, { role, name: fullName });
+  }
+
+  /** Throws when the element's role or name differs from what the newest read listing `ref` showed. */
+  function refuseChanged(element, ref, what) {
+    const shown = shownByElement.get(element);
+    if (!shown) return;
+    const role = roleOf(element);
+    const name = fullAccessibleName(element, role);
+    if (role === shown.role && name.toLowerCase() === shown.name.toLowerCase()) return;
+    const before = `${shown.role} ${quote(clip(shown.name, MAX_NAME_CHARS))}`;
+    const now = `${role} ${quote(clip(name, MAX_NAME_CHARS))}`;
+    const past = before.toLowerCase() === now.toLowerCase() ? ` (the names differ after their first ${MAX_NAME_CHARS - 1} characters)` : "";
+    throw new ToolError(
+      `Element ${ref} changed since the page was read: it was ${before} and is now ${now}${past}, so nothing was ${what}. ` +
+        "Call read_page (or page_snapshot) to see the page as it is now, and act on what it shows.",
+    );
+  }
+
+  /**
+   * The visible element a ref names; throws a model-readable error
+   * otherwise. For a write (`what`: "clicked", "typed into", …) also when
+   * the element is no longer what the newest page read showed (refuseChanged).
+   */
+  function resolveByRef(ref, what = null) {
     const element = lookupRef(ref);
+    if (what) refuseChanged(element, ref.trim(), what);
     const problem = visibilityProblem(element);
     if (problem) {
       const { role, name } = describe(element);
@@ -937,8 +992,11 @@
       }
 
       if (visible && isInteractive(element, role) && hasBox(element)) {
-        const { ref, name } = describe(element);
-        add(block, { line: `[${ref}] ${role} ${quote(name)}${snapshotState(element, role)}`, element, interactive: true });
+        const ref = refFor(element);
+        const fullName = fullAccessibleName(element, role);
+        const name = clip(fullName, MAX_NAME_CHARS);
+        const shown = { role, fullName };
+        add(block, { line: `[${ref}] ${role} ${quote(name)}${snapshotState(element, role)}`, element, interactive: true, shown });
         // Nested controls are listed too; the text is the element's name already,
         // except for a link inside a sentence, which stays part of the sentence.
         const inlineLink = role === "link" && display === "inline";
@@ -1017,7 +1075,7 @@
     return root;
   }
 
-  /** Flat list of outline entries `{ depth, text, element, interactive, container, parent, frameSrc? }`, empty containers dropped. */
+  /** Flat list of outline entries `{ depth, text, element, interactive, container, parent, frameSrc?, shown? }`, empty containers dropped. */
   function flattenOutline(root) {
     const entries = [];
     const hasContent = (node) => (node.children ? node.children.some(hasContent) : true);
@@ -1029,7 +1087,7 @@
           entries.push({ depth, text: child.label, element: child.element, interactive: false, container: true, parent });
           visit(child, depth + 1, index);
         } else {
-          entries.push({ depth, text: child.line, element: child.element, interactive: child.interactive === true, container: false, parent, frameSrc: child.frameSrc });
+          entries.push({ depth, text: child.line, element: child.element, interactive: child.interactive === true, container: false, parent, frameSrc: child.frameSrc, shown: child.shown });
         }
       }
     })(root, 0, -1);
@@ -1096,6 +1154,8 @@
     const frames = [];
     entries.forEach((entry, index) => {
       if (included[index]) {
+        // Only lines the model sees set what a ref's element is expected to be.
+        if (entry.shown) rememberShown(entry.element, entry.shown.role, entry.shown.fullName);
         if (entry.frameSrc !== undefined && frames.length < MAX_FRAMES_REPORTED) frames.push({ line: lines.length, src: clip(entry.frameSrc, MAX_URL_CHARS) });
         lines.push(lineOf(entry));
         return;
@@ -1159,7 +1219,11 @@
     lines.push("", ELEMENTS_HEADER);
     const listed = interactive.slice(0, MAX_INTERACTIVE);
     for (const element of listed) {
-      const { ref, role, name } = describe(element);
+      const role = roleOf(element);
+      const fullName = fullAccessibleName(element, role);
+      rememberShown(element, role, fullName);
+      const ref = refFor(element);
+      const name = clip(fullName, MAX_NAME_CHARS);
       lines.push(`[${ref}] ${role} ${quote(name)}${stateOf(element, role)}`);
     }
     if (listed.length === 0) lines.push("(none)");
@@ -1250,7 +1314,7 @@
     let element;
     let alternatives = 0;
     if (hasRef) {
-      element = resolveByRef(ref.trim());
+      element = resolveByRef(ref.trim(), "clicked");
     } else {
       ({ element, alternatives } = resolveByText(text));
     }
@@ -1403,7 +1467,7 @@
       throw new ToolError('type: "submit" must be true or false.');
     }
     const text = params.text;
-    const element = resolveByRef(ref.trim());
+    const element = resolveByRef(ref.trim(), "typed");
     const { target, kind } = editableTarget(element, ref.trim());
     refuseDisabled(target, ref.trim(), "typed into");
     const { ref: elementRef, role, name } = describe(element);
@@ -1573,7 +1637,7 @@
     let wanted = params.option;
     if (typeof wanted === "number") wanted = String(wanted);
     if (typeof wanted !== "string") throw new ToolError('select needs "option": the visible label or the value of the option, as a string.');
-    const element = resolveByRef(ref.trim());
+    const element = resolveByRef(ref.trim(), "chosen");
     const select = element.tagName === "LABEL" && element.control ? element.control : element;
     refuseDisabled(select, ref.trim(), "changed");
     const { ref: elementRef, role, name } = describe(element);

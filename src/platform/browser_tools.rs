@@ -3,6 +3,7 @@
 
 use gloo_timers::future::TimeoutFuture;
 use serde_json::{json, Value};
+use wasm_bindgen::prelude::*;
 
 use super::chrome::{self, TabInfo};
 use super::image::Bitmap;
@@ -14,6 +15,120 @@ use crate::model::{
 
 /// How long navigation may take before the tool reports what it has.
 const LOAD_TIMEOUT_MS: u32 = 20_000;
+/// How long a navigation that seems not to have left the old page gets to
+/// start after all (before it counts as having stayed).
+const STAYED_RECHECK_MS: u32 = 500;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The URL parser (`new URL(text)`), to compare URLs as Chrome writes them.
+    #[wasm_bindgen(js_name = URL)]
+    type ParsedUrl;
+
+    #[wasm_bindgen(constructor, catch, js_class = "URL")]
+    fn parse(url: &str) -> Result<ParsedUrl, JsValue>;
+
+    #[wasm_bindgen(method, getter)]
+    fn href(this: &ParsedUrl) -> String;
+}
+
+/// Chrome's id of the document the tab's top frame shows, or None when
+/// Chrome does not say.
+async fn top_document_id(tab_id: i32) -> Option<String> {
+    chrome::get_frame(tab_id, 0).await.ok()??.document_id
+}
+
+/// `url` as the URL parser writes it (`https://a.example` →
+/// `https://a.example/`); unchanged when it does not parse.
+fn normalized(url: &str) -> String {
+    ParsedUrl::parse(url).map_or_else(|_| url.to_string(), |u| u.href())
+}
+
+/// The tab before a navigation: its URL, title and top document.
+struct Departure {
+    url: String,
+    title: String,
+    document: Option<String>,
+}
+
+impl Departure {
+    async fn of(tab_id: i32) -> Departure {
+        let tab = chrome::get_tab(tab_id).await.ok();
+        Departure {
+            url: tab.as_ref().map(|t| t.url.clone()).unwrap_or_default(),
+            title: tab.map(|t| t.title).unwrap_or_default(),
+            document: top_document_id(tab_id).await,
+        }
+    }
+
+    /// Whether the tab still shows the page it showed before: the same
+    /// document at the same URL (a same-document navigation, to a
+    /// `#fragment` or by the History API, changes the URL). Without
+    /// document ids, the same URL when another one was requested.
+    fn stayed(&self, requested: &str, tab: &TabInfo, document: Option<&str>) -> bool {
+        if tab.url != self.url {
+            return false;
+        }
+        match (self.document.as_deref(), document) {
+            // Asking for the URL it is on, with a #fragment, only scrolls.
+            (Some(before), Some(after)) => {
+                before == after && !(requested.contains('#') && normalized(requested) == tab.url)
+            }
+            _ => normalized(requested) != normalized(&self.url),
+        }
+    }
+}
+
+/// `navigate`: load `url` in the tab and say where the tab really is then.
+/// A response without a page (204 No Content), a download, or a navigation
+/// the page's "Leave site?" prompt cancelled leaves the tab on the old page:
+/// that is an error, so the model does not act on the old page as if it
+/// were the new one. A redirect is fine and says where it ended.
+async fn navigate(tab_id: i32, url: &str) -> Result<ToolOutcome, String> {
+    let before = Departure::of(tab_id).await;
+    chrome::navigate_tab(tab_id, url)
+        .await
+        .map_err(|e| format!("Could not open {url}: {e}"))?;
+    let (mut tab, mut complete) = wait_loaded(tab_id).await?;
+    let mut document = top_document_id(tab_id).await;
+    if complete && before.stayed(url, &tab, document.as_deref()) {
+        // Maybe the navigation had not started yet: give it a moment.
+        TimeoutFuture::new(STAYED_RECHECK_MS).await;
+        (tab, complete) = wait_loaded(tab_id).await?;
+        document = top_document_id(tab_id).await;
+    }
+    if before.stayed(url, &tab, document.as_deref()) {
+        let old = format!("\"{}\" {}", before.title, before.url);
+        return Err(if complete {
+            format!(
+                "The tab stayed on {old}: opening {url} did not show a new page (the server may have \
+                 answered without one, e.g. 204 No Content, the URL may have started a download, or the \
+                 page cancelled leaving). The page you read before is still the one open."
+            )
+        } else {
+            format!(
+                "The tab still shows {old} after {} s: {url} has not loaded (the server may be slow, or a \
+                 \"Leave site?\" prompt may be waiting for the user). Call page_snapshot before acting on the page.",
+                LOAD_TIMEOUT_MS / 1000
+            )
+        });
+    }
+    if normalized(url) == normalized(&tab.url) {
+        return loaded(tab, complete, "Loaded");
+    }
+    let note = if complete {
+        ""
+    } else {
+        " (still loading after 20 s)"
+    };
+    ok(
+        format!(
+            "Loaded: \"{}\" {} (redirected from {url}){note}. Call page_snapshot to see it.",
+            tab.title, tab.url
+        ),
+        json!({ "url": tab.url, "title": tab.title, "requested": url }),
+    )
+}
 
 fn ok(content: String, details: Value) -> Result<ToolOutcome, String> {
     Ok(ToolOutcome {
@@ -75,11 +190,7 @@ pub async fn tab_tool(
                     "navigate needs an absolute http(s) URL; got {url:?}."
                 ));
             }
-            chrome::navigate_tab(tab_id, url)
-                .await
-                .map_err(|e| format!("Could not open {url}: {e}"))?;
-            let (tab, complete) = wait_loaded(tab_id).await?;
-            loaded(tab, complete, "Loaded")
+            navigate(tab_id, url).await
         }
         "go_back" => {
             chrome::go_back(tab_id)

@@ -249,6 +249,10 @@ pub struct FrameInfo {
     pub url: String,
     /// -1 for the top document.
     pub parent_frame_id: i64,
+    /// Chrome's id of the document the frame shows (a new one for every
+    /// page load, the same across same-document navigations); None when
+    /// Chrome does not say.
+    pub document_id: Option<String>,
 }
 
 /// A frame of a tab by Chrome's frame id; None when it does not exist (any more).
@@ -264,6 +268,9 @@ pub async fn get_frame(tab_id: i32, frame_id: u32) -> Result<Option<FrameInfo>, 
     Ok(Some(FrameInfo {
         url: get(&frame, "url").as_string().unwrap_or_default(),
         parent_frame_id: get(&frame, "parentFrameId").as_f64().unwrap_or(-1.0) as i64,
+        document_id: get(&frame, "documentId")
+            .as_string()
+            .filter(|id| !id.is_empty()),
     }))
 }
 

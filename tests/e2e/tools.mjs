@@ -262,6 +262,37 @@ isolatedTest('page_tools_snapshot_type_select_scroll_wait_for_and_tab_tools', { 
   assertNoOrphans(session);
 });
 
+// A 204 or a download leaves the tab on the page it showed: the model must
+// not be told the new page loaded. A redirect loads, and says where it ended.
+isolatedTest('navigate_says_when_the_tab_stayed_on_the_old_page_and_where_a_redirect_ended', { page: FORM_PAGE }, async (session) => {
+  const { shop: form, mock, pages } = session;
+  const noContent = `${pages.origin}/__no-content`;
+  const download = `${pages.origin}/__download/report.txt`;
+  const redirect = `${pages.origin}/__redirect/archive.html`;
+  await scriptModel(mock, [
+    call('navigate', { url: noContent }, 'Opening it.'),
+    call('navigate', { url: download }, 'Opening the report.'),
+    call('navigate', { url: redirect }, 'Opening the archive.'),
+    { text: 'Done.' },
+  ]);
+  const { final } = await runTurn(session, 'Open those pages', { approvals: ['navigate', 'navigate', 'navigate'] });
+  const results = toolExchanges(mock.requests().at(-1)).map((e) => unwrap(e.content));
+  assert.equal(results.length, 3, JSON.stringify(results));
+  const escape = (text) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  const formUrl = escape(pages.url('form.html'));
+  for (const [result, url] of [[results[0], noContent], [results[1], download]]) {
+    assert.match(
+      result,
+      new RegExp(`^(Error: )?The tab stayed on "Acme contact form" ${formUrl}: opening ${escape(url)} did not show a new page \\(.*204 No Content.*download.*\\)\\. The page you read before is still the one open\\.`),
+      result,
+    );
+  }
+  assert.match(results[2], new RegExp(`^Loaded: "Newsletter archive" ${escape(pages.url('archive.html'))} \\(redirected from ${escape(redirect)}\\)\\. Call page_snapshot to see it\\.`), results[2]);
+  assert.deepEqual(toolCards(final).map((c) => [c.toolName, c.status]), [['navigate', 'error'], ['navigate', 'error'], ['navigate', 'ok']], describeState(final));
+  assert.equal(form.url(), pages.url('archive.html'));
+  assertNoOrphans(session);
+});
+
 isolatedTest('page_reads_reuse_the_content_script_and_inject_it_again_into_a_new_document', { page: FORM_PAGE }, async (session) => {
   const { panel, shop: form, mock, pages, context, extensionId } = session;
   const worker = await waitForExtensionServiceWorker(context, { extensionId });

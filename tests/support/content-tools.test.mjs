@@ -546,6 +546,75 @@ test('stale, unknown, hidden and disabled refs fail with what to do next', { ski
   assert.equal(await page.evaluate(() => window.submits), 0);
 });
 
+test('a write through a ref refuses when the element was relabelled or re-roled since the page read that listed it', { skip }, async () => {
+  await page.evaluate(() => {
+    window.clicks = 0;
+    document.getElementById('reveal').addEventListener('click', () => { window.clicks += 1; });
+  });
+  // read_page: the line the model (and the approval card) saw.
+  const read = (await ok('read_page', {})).content;
+  const reveal = refOf(read, /button "Reveal code"/);
+  const name = refOf(read, /textbox "Full name"/);
+  const country = refOf(read, /combobox "Country"/);
+  await page.evaluate(() => {
+    document.getElementById('reveal').textContent = 'Delete account';
+    document.querySelector('label[for=name]').textContent = 'Card number';
+    document.querySelector('label[for=country]').textContent = 'Payment plan';
+  });
+  assert.equal(
+    await fails('click', { ref: reveal }),
+    `Element ${reveal} changed since the page was read: it was button "Reveal code" and is now button "Delete account", so nothing was clicked. ` +
+      'Call read_page (or page_snapshot) to see the page as it is now, and act on what it shows.',
+  );
+  assert.match(await fails('type', { ref: name, text: 'Ada' }), /^Element e\d+ changed since the page was read: it was textbox "Full name" and is now textbox "Card number", so nothing was typed\. Call read_page/);
+  assert.match(await fails('select', { ref: country, option: 'France' }), /it was combobox "Country" and is now combobox "Payment plan", so nothing was chosen\./);
+  // It keeps refusing until the page is read again; read-only tools still work.
+  assert.match(await fails('click', { ref: reveal }), /changed since the page was read/);
+  assert.match((await ok('scroll', { ref: reveal })).content, /button "Delete account"/);
+  assert.deepEqual(await page.evaluate(() => [window.clicks, document.getElementById('name').value, document.getElementById('country').value]), [0, '', '']);
+
+  // page_snapshot sets the expectation the same way: a new read shows the new name, and then the write goes through.
+  const text = await snapshot();
+  assert.equal(refOf(text, /button "Delete account"/), reveal);
+  assert.match((await ok('click', { ref: reveal })).content, /^Clicked button "Delete account"/);
+  assert.equal(await page.evaluate(() => window.clicks), 1);
+  // A change of role with the same name is refused too.
+  await page.evaluate(() => document.getElementById('reveal').setAttribute('role', 'link'));
+  assert.match(await fails('click', { ref: reveal }), /it was button "Delete account" and is now link "Delete account", so nothing was clicked/);
+  assert.equal(await page.evaluate(() => window.clicks), 1);
+});
+
+test('the relabel check ignores case and spacing, catches a change past the shown part of a long name, and skips refs no read listed', { skip }, async () => {
+  await page.evaluate(() => {
+    window.clicks = 0;
+    for (const id of ['reveal', 'remove-me']) document.getElementById(id).addEventListener('click', () => { window.clicks += 1; });
+    document.getElementById('remove-me').textContent = `Remove ${'very '.repeat(30)}old draft`;
+  });
+  const text = await snapshot();
+  const reveal = refOf(text, /button "Reveal code"/);
+  const long = refOf(text, /button "Remove very/);
+  assert.match(text, new RegExp(`\\[${long}\\] button "Remove (very ){14}ve…"`), 'the shown name is clipped');
+  // Only case and spacing changed: the same control.
+  await page.evaluate(() => { document.getElementById('reveal').innerHTML = '  REVEAL\n   <b>code</b> '; });
+  await ok('click', { ref: reveal });
+  // The change lies past the part the line showed: still another element.
+  await page.evaluate(() => { document.getElementById('remove-me').textContent = `Remove ${'very '.repeat(30)}new account`; });
+  assert.match(await fails('click', { ref: long }), /^Element e\d+ changed since the page was read: .* \(the names differ after their first 79 characters\), so nothing was clicked\./);
+  assert.equal(await page.evaluate(() => window.clicks), 1);
+  // A ref no read listed (one a click {text} error named) has nothing to compare with.
+  await page.evaluate(() => {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.textContent = 'Archive old drafts';
+    button.addEventListener('click', () => { window.clicks += 1; });
+    document.body.prepend(button);
+  });
+  const partial = await fails('click', { text: 'old drafts' });
+  const unread = /button "Archive old drafts" \((e\d+)\)/.exec(partial)[1];
+  await ok('click', { ref: unread });
+  assert.equal(await page.evaluate(() => window.clicks), 2);
+});
+
 test('an iframe of another origin is one line whose position and src the snapshot reports', { skip }, async () => {
   await page.goto(pages.url('checkout.html'));
   await injectContentScript();

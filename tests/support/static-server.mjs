@@ -12,6 +12,11 @@
 // `server.gate(name)` closes the gate and returns { arrivals(),
 // waitForArrivals(n, { timeout }), open() }. A gate the test never closed
 // (or already opened) answers at once, so the pages also work on their own.
+//
+// Answers that leave a browser tab where it was, for navigation tests:
+// `GET /__no-content` is 204 No Content, `GET /__download/<name>` is a small
+// text file sent as an attachment (a download). `GET /__redirect/<path>`
+// redirects (302) to /<path>.
 // CLI: node tests/support/static-server.mjs [--port N] [--root DIR]
 //      prints `STATIC_URL=http://127.0.0.1:<port>/` as its first stdout line.
 
@@ -78,6 +83,27 @@ export async function startStaticServer(options = {}) {
       const respond = () => send(200, 'open');
       if (entry.open) respond();
       else entry.held.push(respond);
+      return;
+    }
+    if (pathname === '/__no-content') {
+      res.writeHead(204, { 'Cache-Control': 'no-store' });
+      res.end();
+      return;
+    }
+    const downloadMatch = /^\/__download\/([\w.-]+)$/.exec(pathname);
+    if (downloadMatch) {
+      res.writeHead(200, {
+        'Content-Type': 'application/octet-stream',
+        'Content-Disposition': `attachment; filename="${downloadMatch[1]}"`,
+        'Cache-Control': 'no-store',
+      });
+      res.end('downloaded\n');
+      return;
+    }
+    const redirectMatch = /^\/__redirect\/([\w./-]+)$/.exec(pathname);
+    if (redirectMatch) {
+      res.writeHead(302, { Location: `/${redirectMatch[1].replace(/^\/+/, '')}`, 'Cache-Control': 'no-store' });
+      res.end();
       return;
     }
     if (pathname.endsWith('/')) pathname += 'index.html';

@@ -34,6 +34,21 @@ test('missing files are 404 and nothing outside the root is served', async () =>
   assert.equal((await fetch(server.url('shop.html'), { method: 'POST' })).status, 405);
 });
 
+test('no-content, download and redirect answers for navigation tests', async () => {
+  const empty = await fetch(`${server.origin}/__no-content`);
+  assert.equal(empty.status, 204);
+  assert.equal(await empty.text(), '');
+  const file = await fetch(`${server.origin}/__download/report.txt`);
+  assert.equal(file.status, 200);
+  assert.equal(file.headers.get('content-disposition'), 'attachment; filename="report.txt"');
+  assert.equal(await file.text(), 'downloaded\n');
+  const moved = await fetch(`${server.origin}/__redirect/archive.html`, { redirect: 'manual' });
+  assert.equal(moved.status, 302);
+  assert.equal(moved.headers.get('location'), '/archive.html');
+  const followed = await fetch(`${server.origin}/__redirect/archive.html`);
+  assert.equal(followed.url, server.url('archive.html'));
+});
+
 test('a closed gate holds its requests until the test opens it; unknown gates answer at once', async () => {
   const unknown = await fetch(`${server.origin}/__gate/never-closed`);
   assert.equal(unknown.status, 200);
