@@ -109,7 +109,8 @@ pub async fn stream_response(
         }
         return Err(error_from_http(transport, status, &text, retry_after));
     }
-    let mut decoder = Decoder::new(transport);
+    // What the response keeps for replay is bound to the host it came from.
+    let mut decoder = Decoder::for_url(transport, url);
     loop {
         let chunk = {
             let next = response.next_chunk().fuse();

@@ -214,7 +214,28 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     if let Some(t) = request.profile.temperature_centi {
         body["temperature"] = json!((f64::from(t) / 100.0).min(1.0));
     }
+    if caches_prompt(request) {
+        body["cache_control"] = json!({ "type": "ephemeral" });
+    }
     body
+}
+
+/// Whether a request asks for Anthropic's automatic prompt caching (one
+/// `cache_control` at the top: the cache breakpoint goes on the last
+/// block and moves forward as the conversation grows), so each step of a
+/// run reads the steps before it from the cache (a tenth of the price)
+/// instead of paying for the whole conversation again. Decisions:
+/// - Anthropic's own API only (`api.anthropic.com`): a server that merely
+///   speaks the format may refuse the unknown field.
+/// - Requests that offer tools only: a run's steps, whose next step
+///   extends this one. A request without tools (a title, a compaction's
+///   summary, the failure breaker's last step) is not extended by another,
+///   and writing it to the cache costs a quarter more than reading it.
+/// - A prompt shorter than the model's minimum (1,024 tokens or more) is
+///   simply not cached.
+pub fn caches_prompt(request: &ProviderRequest) -> bool {
+    !request.tools.is_empty()
+        && super::endpoint_hostname(&request.profile.base_url) == "api.anthropic.com"
 }
 
 #[derive(Debug)]

@@ -526,3 +526,32 @@ fn tool_call_ids_another_provider_chose_are_sent_in_anthropic_s_alphabet() {
         );
     }
 }
+
+#[test]
+fn a_run_s_steps_ask_anthropic_to_cache_their_prompt_others_do_not() {
+    let step = request(vec![ChatMessage::user("go")]);
+    let body = build_body(&step);
+    assert_eq!(body["cache_control"], json!({ "type": "ephemeral" }));
+    // A request without tools (a title, a compaction's summary) is not
+    // extended by a next step: no cache write to pay for.
+    let mut summary = step.clone();
+    summary.tools = Default::default();
+    assert!(build_body(&summary).get("cache_control").is_none());
+    // A server that only speaks the format never gets the field.
+    for base_url in [
+        "http://127.0.0.1:8080/v1",
+        "https://api.deepseek.com/anthropic",
+        "https://api.anthropic.com.evil.example/v1",
+    ] {
+        let mut other = step.clone();
+        other.profile.base_url = base_url.into();
+        assert!(
+            build_body(&other).get("cache_control").is_none(),
+            "{base_url}"
+        );
+    }
+    // Anthropic's own host, however written.
+    let mut own = step;
+    own.profile.base_url = "https://API.anthropic.com:443/v1/".into();
+    assert!(build_body(&own).get("cache_control").is_some());
+}

@@ -31,8 +31,10 @@ const PLACEHOLDER_JSON: &str = "\"messages\":\"sw-agent\\u0000messages\"";
 /// The JSON text of the message groups of the last request.
 #[derive(Debug, Default, Clone)]
 pub struct BodyCache {
-    /// What the cached texts depend on besides the messages themselves.
-    key: Option<(Transport, bool)>,
+    /// What the cached texts depend on besides the messages themselves:
+    /// the wire format, vision, and the endpoint's host (an OpenAI
+    /// message replays private data only to the host that made it).
+    key: Option<(Transport, bool, String)>,
     groups: Vec<(Vec<ChatMessage>, String)>,
     /// Where each group ends in the last request's messages (exclusive).
     ends: Vec<usize>,
@@ -41,6 +43,15 @@ pub struct BodyCache {
     same: Vec<bool>,
     /// The group that carries the send-time note in the last request.
     noted: Option<usize>,
+    /// The last request's send-time note and the message it went on. A
+    /// user message keeps the note it was first sent with (its time and
+    /// tab) for as long as it is the last one in the requests of one
+    /// outbound view: the context is per user message, as the design's
+    /// per-turn context, not per step, so a turn's steps share their
+    /// prefix and the provider's prompt cache keeps it (a note rewritten
+    /// each minute or navigation made every step pay for the whole turn
+    /// again). A new user message (a turn, a steer) gets a fresh one.
+    note: Option<(usize, String)>,
     /// The last request's lineage.
     lineage: Option<crate::provider::Lineage>,
     /// What the caller of [`BodyCache::plan_with`] holds (see [`BodyPlan`]),
@@ -356,16 +367,30 @@ impl BodyCache {
     /// Bring the cached groups up to date with `request`'s messages and
     /// encode everything around them.
     fn prepare(&mut self, request: &ProviderRequest, context: Option<&DynamicContext>) {
+        // The same message of the same view (a view only appends) keeps
+        // its note; the lineage is compared before it is updated below.
+        let same_view = matches!((self.lineage, request.lineage),
+            (Some(last), Some(now)) if last.view == now.view);
+        let kept_note = self.note.take().filter(|_| same_view);
         let noted = context.and_then(|c| {
             let at = request
                 .messages
                 .iter()
                 .rposition(|m| matches!(m, ChatMessage::User { .. }))?;
-            Some((at, dynamic_note(c)))
+            let note = match kept_note {
+                Some((was, note)) if was == at => note,
+                _ => dynamic_note(c),
+            };
+            Some((at, note))
         });
+        self.note = noted.clone();
         let transport = Transport::from_kind(&request.profile.kind);
-        let key = (transport, request.profile.vision);
-        if self.key != Some(key) {
+        let key = (
+            transport,
+            request.profile.vision,
+            super::endpoint_host(&request.profile.base_url),
+        );
+        if self.key.as_ref() != Some(&key) {
             self.groups.clear();
             self.ends.clear();
             self.key = Some(key);
@@ -566,9 +591,16 @@ mod tests {
             messages.push(ChatMessage::Assistant {
                 text: if step % 2 == 0 { String::new() } else { format!("Step {step}.") },
                 tool_calls: vec![call(&a, "page_snapshot"), call(&b, "screenshot")],
-                private: (step == 3).then(|| {
-                    json!({ "anthropic": { "thinking": [{ "type": "thinking", "thinking": "hm", "signature": "s" }] } })
-                }),
+                private: match step {
+                    3 => Some(json!({ "anthropic": { "thinking": [{ "type": "thinking", "thinking": "hm", "signature": "s" }] } })),
+                    // Replayed to the endpoint of `profile` (OpenAI only).
+                    1 => Some(json!({ "openai": {
+                        "endpoint": "127.0.0.1:9",
+                        "reasoning_content": "first the snapshot",
+                        "tool_calls": [{ "name": "page_snapshot", "extra_content": { "google": { "thought_signature": "c2ln" } } }, { "name": "screenshot" }],
+                    } })),
+                    _ => None,
+                },
             });
             messages.push(result(&a, Vec::new()));
             messages.push(result(
@@ -647,6 +679,61 @@ mod tests {
         add_dynamic_context(&mut noted, &context);
         let full = build(Transport::from_kind(kind), &noted).to_string();
         (plain, context, full)
+    }
+
+    /// The body a view's cache gives at a step of `messages` when each step
+    /// came with `noted_step`'s context: the last user message keeps the
+    /// note of the first step it was last in (steps go one message at a
+    /// time, so the step that ended with it).
+    fn kept_note_body(kind: &str, vision: bool, messages: &[ChatMessage]) -> String {
+        let first = messages
+            .iter()
+            .rposition(|m| matches!(m, ChatMessage::User { .. }))
+            .map_or(messages.len(), |at| at + 1);
+        let (plain, _, _) = noted_step(kind, vision, messages.to_vec(), messages.len());
+        let (_, context, _) = noted_step(kind, vision, messages.to_vec(), first);
+        let mut noted = plain;
+        add_dynamic_context(&mut noted, &context);
+        build(Transport::from_kind(kind), &noted).to_string()
+    }
+
+    #[test]
+    fn a_user_message_keeps_its_send_time_note_through_a_view_s_steps() {
+        for kind in ["openai", "anthropic"] {
+            let all = conversation();
+            let steer = all
+                .iter()
+                .rposition(|m| matches!(m, ChatMessage::User { .. }))
+                .unwrap();
+            let mut cache = BodyCache::new();
+            let mut notes = Vec::new();
+            for end in 1..=all.len() {
+                let (mut r, mut context, _) = noted_step(kind, false, all[..end].to_vec(), end);
+                // Later steps: another minute, the tab navigated.
+                context.now_ms += end as u64 * 60_000;
+                context.tab = Some((format!("Page {end}"), format!("https://example.com/{end}")));
+                r.lineage = Some(crate::provider::Lineage { view: 9, len: end });
+                let body = cache.body_with(&r, Some(&context));
+                notes.push(body.matches("https://example.com/").count());
+                // The first message's note, while it is the last user
+                // message: the tab of the first step, every step.
+                if (1..=steer).contains(&end) {
+                    assert!(body.contains("https://example.com/1 "), "{kind} end={end}");
+                } else {
+                    // The steer's note: the step that sent it.
+                    let first = format!("https://example.com/{} ", steer + 1);
+                    assert!(body.contains(&first), "{kind} end={end}");
+                }
+                assert_eq!(notes[end - 1], 1, "{kind} end={end}: one note");
+            }
+            // Another view (a rebuild, another run): a fresh note.
+            let (mut r, context, full) = noted_step(kind, false, all.clone(), all.len());
+            r.lineage = Some(crate::provider::Lineage {
+                view: 10,
+                len: all.len(),
+            });
+            assert_eq!(cache.body_with(&r, Some(&context)), full, "{kind}");
+        }
     }
 
     /// What a caller of `plan_with` does with a plan (`String`s for its
@@ -765,7 +852,8 @@ mod tests {
                 let (mut r, context, full) = noted_step(kind, false, all[..end].to_vec(), end);
                 assert_eq!(without.body_with(&r, Some(&context)), full);
                 r.lineage = Some(crate::provider::Lineage { view: 7, len: end });
-                assert_eq!(with.body_with(&r, Some(&context)), full, "{kind} end={end}");
+                let kept = kept_note_body(kind, false, &all[..end]);
+                assert_eq!(with.body_with(&r, Some(&context)), kept, "{kind} end={end}");
             }
             assert_eq!(
                 with.encoded, without.encoded,
@@ -818,11 +906,12 @@ mod tests {
             let mut cache = BodyCache::new();
             let mut slots = Vec::new();
             for end in turn_start + 1..=all.len() {
-                let (mut r, context, full) = noted_step(kind, false, all[..end].to_vec(), end);
+                let (mut r, context, _) = noted_step(kind, false, all[..end].to_vec(), end);
                 r.lineage = Some(crate::provider::Lineage { view: 3, len: end });
                 let before = cache.walked;
                 let plan = cache.plan_with(&r, Some(&context));
-                assert_eq!(apply(&mut slots, &plan).0, full, "{kind} end={end}");
+                let kept = kept_note_body(kind, false, &all[..end]);
+                assert_eq!(apply(&mut slots, &plan).0, kept, "{kind} end={end}");
                 if end > turn_start + 1 {
                     // The noted group and the turn's steps after it: never
                     // the hundreds of groups before.
@@ -935,6 +1024,26 @@ mod tests {
             };
             check(&request(other, true, branch));
             check(&request(kind, false, Vec::new()));
+        }
+    }
+
+    #[test]
+    fn cached_groups_follow_a_switch_of_endpoint() {
+        // The conversation's private data was made by 127.0.0.1:9: its
+        // groups as cached for that host must not go to another.
+        let all = conversation();
+        let mut cache = BodyCache::new();
+        for (base_url, replayed) in [
+            ("http://127.0.0.1:9/v1", true),
+            ("https://api.openai.com/v1", false),
+            ("http://127.0.0.1:9/v1/", true),
+        ] {
+            let mut r = request("openai", false, all.clone());
+            r.profile.base_url = base_url.into();
+            let body = cache.body(&r);
+            assert_eq!(body, build(Transport::OpenAi, &r).to_string(), "{base_url}");
+            assert_eq!(body.contains("thought_signature"), replayed, "{base_url}");
+            assert_eq!(body.contains("first the snapshot"), replayed, "{base_url}");
         }
     }
 

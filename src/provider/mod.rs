@@ -405,6 +405,14 @@ impl<A: Assembler> SseDecoder<A> {
         Self::default()
     }
 
+    /// A decoder that assembles with `stream` (one told where the request went).
+    pub fn with(stream: A) -> Self {
+        Self {
+            parser: sse::SseParser::default(),
+            stream,
+        }
+    }
+
     /// Feed response bytes; returns deltas to show. On an error, deltas
     /// decoded from the same bytes before it are dropped: drivers use
     /// [`Self::push_with`].
@@ -546,9 +554,24 @@ pub enum Decoder {
 }
 
 impl Decoder {
+    /// A decoder that does not know where the request went: an OpenAI
+    /// response keeps nothing for replay (see [`Decoder::for_url`]).
     pub fn new(transport: Transport) -> Self {
         match transport {
             Transport::OpenAi => Decoder::OpenAi(openai::OpenAiDecoder::new()),
+            Transport::Anthropic => Decoder::Anthropic(anthropic::AnthropicDecoder::new()),
+        }
+    }
+
+    /// A decoder for the response to a request sent to `url`: what an
+    /// OpenAI-compatible response keeps for replay (Gemini's thought
+    /// signatures, DeepSeek's and Kimi's `reasoning_content`) is bound to
+    /// the URL's host and replayed to that host only.
+    pub fn for_url(transport: Transport, url: &str) -> Self {
+        match transport {
+            Transport::OpenAi => Decoder::OpenAi(openai::OpenAiDecoder::with(
+                openai::OpenAiStream::for_endpoint(url),
+            )),
             Transport::Anthropic => Decoder::Anthropic(anthropic::AnthropicDecoder::new()),
         }
     }
@@ -581,6 +604,28 @@ impl Decoder {
             Decoder::OpenAi(d) => d.finish(),
             Decoder::Anthropic(d) => d.finish(),
         }
+    }
+}
+
+/// The host (and port) of an endpoint or base URL, lowercased: what an
+/// adapter's private data is bound to, and how a provider's own API is
+/// told from a compatible server. Empty for a URL without one.
+pub fn endpoint_host(url: &str) -> String {
+    let url = url.trim();
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    host.to_ascii_lowercase()
+}
+
+/// [`endpoint_host`] without the port.
+pub fn endpoint_hostname(url: &str) -> String {
+    let host = endpoint_host(url);
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name.to_string(),
+        _ => host,
     }
 }
 

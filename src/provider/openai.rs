@@ -5,9 +5,17 @@
 //! from `chat.completion.chunk` events (text, reasoning, tool-call fragments
 //! keyed by `index`, `finish_reason`, the usage chunk), and error bodies.
 //!
+//! Per-response data some servers need back is provider-private
+//! (`ProviderResponse::private`, under the `"openai"` key, bound to the
+//! endpoint's host): a tool call's `extra_content` (Gemini's thought
+//! signature), and the `reasoning_content` of a reply with tool calls
+//! (DeepSeek's and Kimi's thinking modes refuse a later request without
+//! it). It is replayed only to the host that sent it, never to another
+//! provider (see [`build_body`]).
+//!
 //! Must not: do IO.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::sse::SseEvent;
 use super::{
@@ -17,6 +25,29 @@ use super::{
 use crate::model::{StopReason, Usage};
 use crate::protocol::ErrorKind;
 use crate::vecmap::VecMap;
+
+/// The key under which this adapter keeps provider-private data.
+pub const PRIVATE_KEY: &str = "openai";
+
+/// The reasoning field replayed on an assistant message with tool calls,
+/// to the host that streamed it. DeepSeek (thinking mode) and Kimi refuse
+/// a request whose earlier tool-calling messages lack it; llama.cpp and
+/// vLLM read it. Reasoning streamed as `reasoning` (OpenRouter, Ollama,
+/// Groq) is not replayed: no server needs it back, and Groq refuses it
+/// for a model without reasoning.
+const REPLAYED_REASONING: &str = "reasoning_content";
+
+/// Whether the endpoint is OpenAI's own API, which gets the output limit
+/// as `max_completion_tokens`. Decision: its o-series and gpt-5 models
+/// refuse `max_tokens` ("Unsupported parameter … Use
+/// 'max_completion_tokens' instead") and every current model there takes
+/// `max_completion_tokens`; compatible servers (Ollama, vLLM, llama.cpp,
+/// gateways) often know only `max_tokens`, so they keep it. Decided by
+/// host: `api.openai.com` and its regional hosts (`eu.api.openai.com`).
+pub fn takes_max_completion_tokens(base_url: &str) -> bool {
+    let host = super::endpoint_hostname(base_url);
+    host == "api.openai.com" || host.ends_with(".api.openai.com")
+}
 
 /// `…/chat/completions` under the configured base URL (which usually ends in `/v1`).
 pub fn endpoint(base_url: &str) -> String {
@@ -40,6 +71,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
         messages.push(json!({ "role": "system", "content": request.system }));
     }
     let mut pending_images: Vec<(String, crate::model::ImageData)> = Vec::new();
+    let host = super::endpoint_host(&request.profile.base_url);
     for (position, message) in request.messages.iter().enumerate() {
         messages.push(match message {
             ChatMessage::User {
@@ -73,19 +105,42 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 let note = super::attachment_placeholder(images.len(), documents);
                 json!({ "role": "user", "content": format!("{text}{note}") })
             }
-            ChatMessage::Assistant { text, tool_calls, .. } => {
+            ChatMessage::Assistant {
+                text,
+                tool_calls,
+                private,
+            } => {
                 let mut m = json!({ "role": "assistant", "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { Value::String(text.clone()) } });
                 if !tool_calls.is_empty() {
+                    let replay = own_private(private.as_ref(), &host);
+                    let extras = replay
+                        .and_then(|p| p.get("tool_calls"))
+                        .and_then(Value::as_array);
                     m["tool_calls"] = tool_calls
                         .iter()
-                        .map(|c| {
-                            json!({
+                        .enumerate()
+                        .map(|(position, c)| {
+                            let mut call = json!({
                                 "id": c.id,
                                 "type": "function",
                                 "function": { "name": c.name, "arguments": c.arguments.to_string() },
-                            })
+                            });
+                            // Keyed by the call's position among the
+                            // message's calls (the engine may replace its
+                            // id), checked by its name.
+                            if let Some(extra) = extras
+                                .and_then(|e| e.get(position))
+                                .filter(|e| e.get("name").and_then(Value::as_str) == Some(&c.name))
+                                .and_then(|e| e.get("extra_content"))
+                            {
+                                call["extra_content"] = extra.clone();
+                            }
+                            call
                         })
                         .collect();
+                    if let Some(reasoning) = replay.and_then(|p| p.get(REPLAYED_REASONING)) {
+                        m[REPLAYED_REASONING] = reasoning.clone();
+                    }
                 }
                 m
             }
@@ -146,12 +201,27 @@ pub fn build_body(request: &ProviderRequest) -> Value {
             .collect();
     }
     if let Some(max) = request.profile.max_output_tokens {
-        body["max_tokens"] = json!(max);
+        let field = if takes_max_completion_tokens(&request.profile.base_url) {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[field] = json!(max);
     }
     if let Some(t) = request.profile.temperature_centi {
         body["temperature"] = json!(f64::from(t) / 100.0);
     }
     body
+}
+
+/// This adapter's private data of an assistant message, if it was made by
+/// the endpoint `host` (another host's, or another provider's, is never
+/// sent: a user may switch provider in the middle of a thread).
+fn own_private<'a>(private: Option<&'a Value>, host: &str) -> Option<&'a Map<String, Value>> {
+    private
+        .and_then(|p| p.get(PRIVATE_KEY))
+        .and_then(Value::as_object)
+        .filter(|p| !host.is_empty() && p.get("endpoint").and_then(Value::as_str) == Some(host))
 }
 
 #[derive(Debug, Default)]
@@ -162,6 +232,8 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    /// The call's `extra_content` (Gemini: `{"google":{"thought_signature"}}`).
+    extra: Option<Value>,
 }
 
 impl PartialCall {
@@ -193,11 +265,26 @@ pub struct OpenAiStream {
     usage: Option<Usage>,
     model: String,
     done: bool,
+    /// The host the request went to ([`super::endpoint_host`]); empty: unknown,
+    /// and nothing is kept for replay.
+    endpoint: String,
+    /// The server streamed `reasoning_content` (even empty or null): it
+    /// knows the field, and a reply with tool calls gets it back.
+    reasoning_content: bool,
 }
 
 impl OpenAiStream {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A stream answering a request sent to `url`: what the response keeps
+    /// for replay is bound to its host.
+    pub fn for_endpoint(url: &str) -> Self {
+        Self {
+            endpoint: super::endpoint_host(url),
+            ..Self::default()
+        }
     }
 
     /// Feed one SSE event; returns deltas to show.
@@ -258,6 +345,12 @@ impl OpenAiStream {
                 let reasoning = ["reasoning_content", "reasoning"]
                     .iter()
                     .find_map(|key| delta.get(*key).and_then(Value::as_str));
+                if delta
+                    .get(REPLAYED_REASONING)
+                    .is_some_and(|v| v.is_string() || v.is_null())
+                {
+                    self.reasoning_content = true;
+                }
                 if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
                     self.reasoning.push_str(text);
                     out.push(StreamEvent::ReasoningDelta(text.to_string()));
@@ -330,18 +423,59 @@ impl OpenAiStream {
                 entry.arguments.push_str(args);
             }
         }
+        if let Some(extra) = call.get("extra_content").filter(|e| e.is_object()) {
+            entry.extra = Some(extra.clone());
+        }
+    }
+
+    /// What this response keeps for replay to the same host (see
+    /// [`build_body`]), for its final `calls`: none without a known host.
+    fn private(&self, calls: &[PartialCall]) -> Option<Value> {
+        if self.endpoint.is_empty() || calls.is_empty() {
+            return None;
+        }
+        let mut kept = Map::new();
+        if calls.iter().any(|c| c.extra.is_some()) {
+            // By position among the calls (what survives the engine's id
+            // normalization), with the name to check it against.
+            let entries = calls
+                .iter()
+                .map(|c| {
+                    let mut e = Map::new();
+                    e.insert("name".into(), Value::String(c.name.clone()));
+                    if let Some(extra) = &c.extra {
+                        e.insert("extra_content".into(), extra.clone());
+                    }
+                    Value::Object(e)
+                })
+                .collect();
+            kept.insert("tool_calls".into(), Value::Array(entries));
+        }
+        if self.reasoning_content {
+            kept.insert(
+                REPLAYED_REASONING.into(),
+                Value::String(self.reasoning.clone()),
+            );
+        }
+        if kept.is_empty() {
+            return None;
+        }
+        kept.insert("endpoint".into(), Value::String(self.endpoint.clone()));
+        let mut private = Map::new();
+        private.insert(PRIVATE_KEY.into(), Value::Object(kept));
+        Some(Value::Object(private))
     }
 
     /// The stream ended: assemble the response or report a truncated stream.
-    pub fn finish(self) -> Result<ProviderResponse, ProviderError> {
-        let Some(finish) = self.finish else {
+    pub fn finish(mut self) -> Result<ProviderResponse, ProviderError> {
+        let Some(finish) = self.finish.take() else {
             return Err(ProviderError::new(
                 ErrorKind::Network,
                 "The provider's stream ended before the response was complete.",
                 true,
             ));
         };
-        let mut calls = self.calls;
+        let mut calls = std::mem::take(&mut self.calls);
         calls.retain(|c| !c.name.is_empty() || !c.arguments.is_empty() || !c.id.is_empty());
         let stop_reason = match finish.as_str() {
             // Some compatible servers (Gemini's, older Ollama) end a reply
@@ -366,6 +500,7 @@ impl OpenAiStream {
             }
         };
         crate::sorting::sort_by_key(&mut calls, |c| c.order);
+        let private = self.private(&calls);
         Ok(ProviderResponse {
             text: self.text,
             reasoning: self.reasoning,
@@ -380,7 +515,7 @@ impl OpenAiStream {
             stop_reason,
             usage: self.usage,
             model: self.model,
-            private: None,
+            private,
         })
     }
 }

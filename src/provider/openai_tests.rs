@@ -445,3 +445,285 @@ fn a_json_document_instead_of_a_stream_is_typed_not_retried_as_cut() {
         (ErrorKind::ProviderUnavailable, true)
     );
 }
+
+const GEMINI: &str = "https://generativelanguage.googleapis.com/v1beta/openai/";
+const DEEPSEEK: &str = "https://api.deepseek.com/v1";
+const OPENAI: &str = "https://api.openai.com/v1";
+
+/// The response to `stream` (chunks joined, then finish_reason and
+/// [DONE]) of a request sent to `base_url`'s endpoint.
+fn decoded_at(base_url: &str, chunks: &[String], finish_reason: &str) -> ProviderResponse {
+    let mut decoder = OpenAiDecoder::with(OpenAiStream::for_endpoint(&endpoint(base_url)));
+    for c in chunks {
+        decoder.push(c.as_bytes()).expect("the stream decodes");
+    }
+    let end = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{finish_reason}\"}}]}}\n\ndata: [DONE]\n\n"
+    );
+    decoder.push(end.as_bytes()).expect("the end decodes");
+    decoder.finish().expect("a whole response")
+}
+
+/// One chunk whose delta is `delta` (JSON).
+fn delta_chunk(delta: &str) -> String {
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n")
+}
+
+/// The assistant message the engine replays for `response`, its calls'
+/// ids replaced by `ids` (the engine normalizes empty and duplicate ids).
+fn replayed(response: &ProviderResponse, ids: &[&str]) -> ChatMessage {
+    ChatMessage::Assistant {
+        text: response.text.clone(),
+        tool_calls: response
+            .tool_calls
+            .iter()
+            .zip(ids)
+            .map(|(c, id)| OutboundToolCall {
+                id: (*id).into(),
+                name: c.name.clone(),
+                arguments: serde_json::from_str(&c.arguments).unwrap(),
+            })
+            .collect(),
+        private: response.private.clone(),
+    }
+}
+
+fn request_to(base_url: &str, kind: &str, messages: Vec<ChatMessage>) -> ProviderRequest {
+    ProviderRequest {
+        lineage: None,
+        profile: ProviderProfile {
+            kind: kind.into(),
+            base_url: base_url.into(),
+            model: "m".into(),
+            max_output_tokens: Some(500),
+            ..ProviderProfile::default()
+        },
+        system: "sys".into(),
+        messages: messages.into(),
+        tools: Default::default(),
+    }
+}
+
+/// A turn: the user's message, the assistant's, a result for each call.
+fn turn(assistant: ChatMessage) -> Vec<ChatMessage> {
+    let mut messages = vec![ChatMessage::user("Book it.")];
+    let ids: Vec<String> = match &assistant {
+        ChatMessage::Assistant { tool_calls, .. } => {
+            tool_calls.iter().map(|c| c.id.clone()).collect()
+        }
+        _ => Vec::new(),
+    };
+    messages.push(assistant);
+    for id in ids {
+        messages.push(ChatMessage::ToolResult {
+            call_id: id,
+            content: "done".into(),
+            is_error: false,
+            images: vec![],
+        });
+    }
+    messages
+}
+
+#[test]
+fn gemini_thought_signature_is_kept_and_sent_back_on_its_call_whatever_its_id_became() {
+    // Gemini's compatible API: one call per chunk, no index; the signature
+    // on the first call of a parallel group only.
+    let chunks = [
+        delta_chunk(
+            r#"{"role":"assistant","tool_calls":[{"extra_content":{"google":{"thought_signature":"Sig/A=="}},"function":{"arguments":"{\"ref\":\"e1\"}","name":"click"},"id":"function-call-1","type":"function"}]}"#,
+        ),
+        delta_chunk(
+            r#"{"role":"assistant","tool_calls":[{"function":{"arguments":"{}","name":"page_snapshot"},"id":"function-call-2","type":"function"}]}"#,
+        ),
+    ];
+    let response = decoded_at(GEMINI, &chunks, "tool_calls");
+    assert_eq!(response.tool_calls.len(), 2);
+    // The first id was taken earlier in the thread: the engine replaced it.
+    let message = replayed(&response, &["call_9", "function-call-2"]);
+    let body = build_body(&request_to(GEMINI, "openai", turn(message)));
+    let calls = &body["messages"][2]["tool_calls"];
+    assert_eq!(
+        calls[0]["extra_content"],
+        json!({ "google": { "thought_signature": "Sig/A==" } })
+    );
+    assert_eq!(calls[0]["id"], json!("call_9"));
+    assert!(calls[1].get("extra_content").is_none(), "{calls}");
+    assert_eq!(calls[1]["id"], json!("function-call-2"));
+    // Gemini sends no reasoning_content: none goes back.
+    assert!(body["messages"][2].get("reasoning_content").is_none());
+}
+
+#[test]
+fn reasoning_content_of_a_tool_calling_reply_goes_back_to_the_server_that_sent_it() {
+    // DeepSeek's thinking mode: reasoning_content, then a call.
+    let chunks = [
+        delta_chunk(r#"{"role":"assistant","content":null,"reasoning_content":"The user wants "}"#),
+        delta_chunk(r#"{"content":null,"reasoning_content":"a click."}"#),
+        call_chunk(
+            r#"{"index":0,"id":"call_0","type":"function","function":{"name":"click","arguments":"{\"ref\":\"e1\"}"}}"#,
+        ),
+    ];
+    let response = decoded_at(DEEPSEEK, &chunks, "tool_calls");
+    assert_eq!(response.reasoning, "The user wants a click.");
+    let message = replayed(&response, &["call_0"]);
+    let body = build_body(&request_to(DEEPSEEK, "openai", turn(message)));
+    let assistant = &body["messages"][2];
+    assert_eq!(
+        assistant["reasoning_content"],
+        json!("The user wants a click.")
+    );
+    assert!(assistant["tool_calls"][0].get("extra_content").is_none());
+
+    // A tool-calling reply whose reasoning was empty (null deltas) still
+    // carries the field: DeepSeek refuses the message without it.
+    let chunks = [
+        delta_chunk(r#"{"role":"assistant","content":"","reasoning_content":null}"#),
+        call_chunk(
+            r#"{"index":0,"id":"call_1","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+        ),
+    ];
+    let response = decoded_at(DEEPSEEK, &chunks, "tool_calls");
+    let body = build_body(&request_to(
+        DEEPSEEK,
+        "openai",
+        turn(replayed(&response, &["call_1"])),
+    ));
+    assert_eq!(body["messages"][2]["reasoning_content"], json!(""));
+
+    // A reply without calls keeps nothing (DeepSeek ignores its reasoning).
+    let chunks = [
+        delta_chunk(r#"{"reasoning_content":"hm"}"#),
+        delta_chunk(r#"{"content":"Done."}"#),
+    ];
+    assert_eq!(decoded_at(DEEPSEEK, &chunks, "stop").private, None);
+    // Reasoning streamed as `reasoning` (Ollama, OpenRouter, Groq) is
+    // not sent back: Groq refuses it.
+    let chunks = [
+        delta_chunk(r#"{"reasoning":"hm"}"#),
+        call_chunk(
+            r#"{"index":0,"id":"c","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+        ),
+    ];
+    assert_eq!(
+        decoded_at("http://localhost:11434/v1", &chunks, "tool_calls").private,
+        None
+    );
+}
+
+#[test]
+fn an_ordinary_openai_reply_keeps_nothing_and_its_replay_is_unchanged() {
+    let chunks = [RECORDED.replace(r#"{"reasoning_content":"thinking"}"#, r#"{"content":""}"#)];
+    let response = decoded_at(OPENAI, &chunks, "tool_calls");
+    assert_eq!(response.tool_calls.len(), 2);
+    assert_eq!(response.private, None);
+    // Without a known endpoint nothing is kept either (RECORDED streams
+    // reasoning_content with its calls).
+    assert_eq!(run(&[RECORDED.as_bytes()]).1.unwrap().private, None);
+}
+
+#[test]
+fn private_data_goes_back_to_its_own_host_only_never_to_another_provider() {
+    let gemini_call = [delta_chunk(
+        r#"{"tool_calls":[{"extra_content":{"google":{"thought_signature":"Sig"}},"function":{"arguments":"{}","name":"click"},"id":"a","type":"function"}]}"#,
+    )];
+    let from_gemini = decoded_at(GEMINI, &gemini_call, "tool_calls");
+    let deepseek_call = [
+        delta_chunk(r#"{"reasoning_content":"think"}"#),
+        call_chunk(
+            r#"{"index":0,"id":"a","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+        ),
+    ];
+    let from_deepseek = decoded_at(DEEPSEEK, &deepseek_call, "tool_calls");
+    let anthropic_private = json!({ "anthropic": { "thinking": [{ "type": "thinking", "thinking": "hm", "signature": "s" }] } });
+    let stripped = |response: &ProviderResponse| {
+        let mut m = replayed(response, &["a"]);
+        if let ChatMessage::Assistant { private, .. } = &mut m {
+            *private = None;
+        }
+        m
+    };
+    for (origin, response) in [(GEMINI, &from_gemini), (DEEPSEEK, &from_deepseek)] {
+        assert!(response.private.is_some(), "{origin}");
+        let with = turn(replayed(response, &["a"]));
+        let without = turn(stripped(response));
+        // The user switched endpoint (OpenAI's own API, a local server,
+        // the other compatible provider): byte for byte the body of a
+        // history without the private data.
+        for other in [OPENAI, "http://localhost:11434/v1", GEMINI, DEEPSEEK] {
+            let sent = build_body(&request_to(other, "openai", with.clone())).to_string();
+            let plain = build_body(&request_to(other, "openai", without.clone())).to_string();
+            assert_eq!(
+                sent == plain,
+                other != origin,
+                "{origin} to {other}: {sent}"
+            );
+        }
+        // Anthropic never reads this adapter's key.
+        let sent = crate::provider::anthropic::build_body(&request_to(GEMINI, "anthropic", with));
+        let plain =
+            crate::provider::anthropic::build_body(&request_to(GEMINI, "anthropic", without));
+        assert_eq!(sent, plain);
+    }
+    // And this adapter never sends Anthropic's thinking blocks.
+    let mut with = turn(stripped(&from_gemini));
+    if let ChatMessage::Assistant { private, .. } = &mut with[1] {
+        *private = Some(anthropic_private);
+    }
+    let plain = turn(stripped(&from_gemini));
+    assert_eq!(
+        build_body(&request_to(GEMINI, "openai", with)).to_string(),
+        build_body(&request_to(GEMINI, "openai", plain)).to_string()
+    );
+}
+
+#[test]
+fn openai_own_api_gets_max_completion_tokens_other_servers_max_tokens() {
+    for (base_url, field) in [
+        ("https://api.openai.com/v1", "max_completion_tokens"),
+        ("https://API.openai.com/v1/", "max_completion_tokens"),
+        ("https://eu.api.openai.com/v1", "max_completion_tokens"),
+        ("https://openrouter.ai/api/v1", "max_tokens"),
+        ("http://localhost:11434/v1", "max_tokens"),
+        ("https://api.deepseek.com", "max_tokens"),
+        ("https://api.openai.com.example.net/v1", "max_tokens"),
+    ] {
+        let body = build_body(&request_to(
+            base_url,
+            "openai",
+            vec![ChatMessage::user("hi")],
+        ));
+        let other = if field == "max_tokens" {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        assert_eq!(body[field], json!(500), "{base_url}");
+        assert!(body.get(other).is_none(), "{base_url}");
+    }
+    let mut r = request_to(OPENAI, "openai", vec![ChatMessage::user("hi")]);
+    r.profile.max_output_tokens = None;
+    let body = build_body(&r);
+    assert!(body.get("max_tokens").is_none() && body.get("max_completion_tokens").is_none());
+}
+
+#[test]
+fn endpoint_host_is_the_lowercased_authority() {
+    use crate::provider::{endpoint_host, endpoint_hostname};
+    assert_eq!(
+        endpoint_host(" https://API.OpenAI.com/v1/ "),
+        "api.openai.com"
+    );
+    assert_eq!(
+        endpoint_host("http://localhost:11434/v1"),
+        "localhost:11434"
+    );
+    assert_eq!(endpoint_host("http://user:pw@h:8/x?y"), "h:8");
+    assert_eq!(endpoint_host("h.example/v1"), "h.example");
+    assert_eq!(endpoint_host(""), "");
+    assert_eq!(endpoint_hostname("http://[::1]:8080/v1"), "[::1]");
+    assert_eq!(
+        endpoint_hostname("https://API.anthropic.com/v1"),
+        "api.anthropic.com"
+    );
+}

@@ -293,6 +293,37 @@ isolatedTest('navigate_says_when_the_tab_stayed_on_the_old_page_and_where_a_redi
   assertNoOrphans(session);
 });
 
+isolatedTest('what_a_server_needs_back_reaches_it_and_a_turn_keeps_its_send_time_note', { page: FORM_PAGE }, async (session) => {
+  const { mock, pages } = session;
+  // Gemini's thought signature on a call, DeepSeek-style reasoning_content
+  // with tool calls: the next requests must carry both back on that call.
+  const signature = { google: { thought_signature: 'c2lnbmF0dXJlLTE=' } };
+  await scriptModel(mock, [
+    { thinking: 'I should read the form first.', toolCalls: [{ name: 'page_snapshot', arguments: {}, extraContent: signature }] },
+    call('navigate', { url: pages.url('archive.html') }, 'Opening the archive.'),
+    { text: 'Done.' },
+  ]);
+  await runTurn(session, 'Look at the form, then open the archive', { approvals: ['navigate'] });
+  const requests = mock.requests();
+  assert.equal(requests.length, 3);
+  for (const request of requests.slice(1)) {
+    const assistant = request.body.messages.find((m) => m.role === 'assistant' && m.tool_calls?.[0]?.function?.name === 'page_snapshot');
+    assert.ok(assistant, 'the snapshot call is in the history');
+    assert.deepEqual(assistant.tool_calls[0].extra_content, signature, 'the thought signature went back on its call');
+    assert.equal(assistant.reasoning_content, 'I should read the form first.', 'the reasoning went back with the calls');
+  }
+  // The second call's message had no signature and no reasoning.
+  const navigate = requests[2].body.messages.find((m) => m.role === 'assistant' && m.tool_calls?.[0]?.function?.name === 'navigate');
+  assert.equal(navigate.tool_calls[0].extra_content, undefined);
+  // The turn's message keeps the note it was first sent with, although the
+  // tab moved to the archive between the steps: the steps share a prefix.
+  const lastUser = (request) => messageText([...request.body.messages].reverse().find((m) => m.role === 'user'));
+  const notes = requests.map(lastUser);
+  assert.match(notes[0], /\[Context at send time: [^\]]*current tab: http:\/\/127\.0\.0\.1:\d+\/form\.html /);
+  assert.deepEqual(notes, [notes[0], notes[0], notes[0]], 'the same note on every step');
+  assertNoOrphans(session);
+});
+
 isolatedTest('page_reads_reuse_the_content_script_and_inject_it_again_into_a_new_document', { page: FORM_PAGE }, async (session) => {
   const { panel, shop: form, mock, pages, context, extensionId } = session;
   const worker = await waitForExtensionServiceWorker(context, { extensionId });

@@ -44,10 +44,11 @@
 //                                             thinking_delta + one signature_delta
 //                                             (`signature`, default derived from the text);
 //                                             OpenAI `reasoning_content` deltas.
-//   { toolCalls: [{ name, arguments, id?, invalidArguments? }], text?, finish? }
+//   { toolCalls: [{ name, arguments, id?, invalidArguments?, extraContent? }], text?, thinking?, finish? }
 //                                             finish defaults to tool_calls / tool_use;
 //                                             invalidArguments: the streamed arguments are
-//                                             not valid JSON (a trailing comma)
+//                                             not valid JSON (a trailing comma); extraContent:
+//                                             the call's `extra_content` (OpenAI format)
 //   { error: { status, body?, headers?, stallMs? } }
 //                                             HTTP error with the format's error JSON body
 //                                             (a string body becomes the message); headers
@@ -482,8 +483,9 @@ function openAiWire({ id, created, model, includeUsage, promptTokens }) {
     // What compatible servers (DeepSeek, vLLM, llama.cpp) send for reasoning.
     thinking: (piece) => [sseData(chunk({ reasoning_content: piece }))],
     signature: () => [],
-    toolCall: (index, callId, name, fragments) => [
-      sseData(chunk({ tool_calls: [{ index, id: callId, type: 'function', function: { name, arguments: '' } }] })),
+    // Gemini's compatible API puts a call's thought signature in `extra_content`.
+    toolCall: (index, callId, name, fragments, extraContent) => [
+      sseData(chunk({ tool_calls: [{ index, id: callId, type: 'function', function: { name, arguments: '' }, ...(extraContent ? { extra_content: extraContent } : {}) }] })),
       ...fragments.map((fragment) => sseData(chunk({ tool_calls: [{ index, function: { arguments: fragment } }] }))),
     ],
     finish: (reason, completionTokens) => {
@@ -743,7 +745,7 @@ export async function startMockLlm(options = {}) {
         const call = toolCalls[index];
         const args = callArguments(call);
         outputText += call.name + args;
-        const frames = wire.toolCall(index, callIdOf(format, call, n, index), call.name, splitArguments(args));
+        const frames = wire.toolCall(index, callIdOf(format, call, n, index), call.name, splitArguments(args), call.extraContent);
         if (!(await emit(frames, delay))) return 'aborted';
       }
       if (current.truncate) {
