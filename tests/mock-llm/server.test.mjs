@@ -162,6 +162,18 @@ test('parallel tool calls: first fragment id+name, later fragments arguments onl
   assert.deepEqual(chunks.at(-1).usage, { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 });
 });
 
+test('a call\'s extraContent rides on its first fragment as extra_content, as Gemini sends a thought signature', async () => {
+  const signature = { google: { thought_signature: 'c2ln' } };
+  mock.setScript([{ toolCalls: [{ name: 'read_page', arguments: {}, extraContent: signature }, { name: 'click', arguments: { ref: 'e1' } }] }]);
+  const { events } = await readSse(await completionRequest({ stream: true }));
+  const fragments = parseChunks(events)
+    .filter((c) => c.choices.length > 0)
+    .flatMap((c) => c.choices[0].delta.tool_calls ?? []);
+  const firsts = fragments.filter((f) => f.id);
+  assert.deepEqual(firsts.map((f) => f.extra_content), [signature, undefined]);
+  assert.equal(fragments.filter((f) => 'extra_content' in f).length, 1, 'on the first fragment only');
+});
+
 test('finish override and empty tool-call ids are passed through as scripted', async () => {
   mock.setScript([{ toolCalls: [{ name: 'click', arguments: { ref: 'e1' }, id: '' }], finish: 'stop' }]);
   const { events } = await readSse(await completionRequest({ stream: true }));
