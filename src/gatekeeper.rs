@@ -36,6 +36,12 @@ pub struct TargetInfo {
     /// The tab's top-level URL when the call acts in a child frame.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_url: Option<String>,
+    /// Chrome's id of the document (of the frame acted in) when the call
+    /// was resolved: a write acts on that document only, not on another
+    /// page of the same site the tab moved to while the user was asked
+    /// (None: Chrome did not say; the origin is still checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document_id: Option<String>,
 }
 
 /// The gatekeeper's answer.

@@ -930,6 +930,11 @@ pub struct ApprovalRecord {
     /// The tab's own URL when the call acts in a child frame.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_url: Option<String>,
+    /// Chrome's id of the document the user was asked about: an approved
+    /// write runs on that document only (a reload or another page of the
+    /// same site meanwhile ends the call with an error, nothing done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document_id: Option<String>,
     /// The MCP server the call would be sent to (its name in
     /// `extension/mcp-servers.js`), for a tool of such a server.
     #[serde(default, skip_serializing_if = "Option::is_none")]

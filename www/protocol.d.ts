@@ -912,6 +912,12 @@ export interface ApprovalRecord {
   /** The tab's own URL when the call acts in a child frame. */
   pageUrl?: string | null;
   /**
+   * Chrome's id of the document the user was asked about: an approved
+   * write runs on that document only (a reload or another page of the
+   * same site meanwhile ends the call with an error, nothing done).
+   */
+  documentId?: string | null;
+  /**
    * The MCP server the call would be sent to (its name in
    * `extension/mcp-servers.js`), for a tool of such a server.
    */

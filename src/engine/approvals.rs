@@ -36,7 +36,7 @@ impl Engine {
             .unwrap_or_default();
         // An approval the user already gave for this very call, on this origin
         // (after a restart, or at the re-check right before dispatch).
-        let approved = t.approvals.iter().any(|a| {
+        let given = t.approvals.iter().find(|a| {
             a.call_id == call.call_id
                 && matches!(
                     a.status,
@@ -44,6 +44,29 @@ impl Engine {
                 )
                 && a.origin == origin
         });
+        // ...given for another document than the one the tab shows now: the
+        // page was reloaded or left for another page of the same site while
+        // the user was asked. What was approved is gone; the model looks
+        // again (a ref of the old document means nothing in the new one).
+        let document_now = target.as_ref().and_then(|t| t.document_id.as_deref());
+        let moved = given
+            .and_then(|a| a.document_id.as_deref())
+            .zip(document_now)
+            .is_some_and(|(asked, now_id)| asked != now_id);
+        if moved {
+            return self.persist_tool_result(
+                now,
+                tid,
+                index,
+                ToolStatus::Error,
+                "The page was reloaded or replaced by another page of the same site after the user \
+approved this action; nothing was done. Call page_snapshot to look at the page as it is now, and act \
+again only if it still makes sense (the user will be asked again)."
+                    .to_string(),
+                None,
+            );
+        }
+        let approved = given.is_some();
         let rule = self.site_rules.get(&origin);
         let verdict = match gatekeeper::verdict(&descriptor, target.as_ref(), rule) {
             Verdict::Ask if approved => Verdict::Allow,
@@ -111,6 +134,7 @@ impl Engine {
             tab_id: target.tab_id,
             frame_id: target.frame_id,
             page_url: target.page_url.clone(),
+            document_id: target.document_id.clone(),
             server: server.map(|(name, _)| name.to_string()),
             server_url: server.map(|(_, url)| url.to_string()),
             status: ApprovalStatus::Pending,

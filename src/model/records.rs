@@ -532,6 +532,7 @@ impl FromRecord for ApprovalRecord {
             tab_id: f.i64("tabId"),
             frame_id: f.opt_i64("frameId"),
             page_url: f.opt_string("pageUrl"),
+            document_id: f.opt_string("documentId"),
             server: f.opt_string("server"),
             server_url: f.opt_string("serverUrl"),
             status: f.name("status", ApprovalStatus::Cancelled),
@@ -858,6 +859,7 @@ mod tests {
             tab_id: 12,
             frame_id: Some(3),
             page_url: Some("https://outer.example/".into()),
+            document_id: Some("8F1C0A".into()),
             server: None,
             server_url: None,
             status: ApprovalStatus::AcceptedForSite,
@@ -873,6 +875,7 @@ mod tests {
                 tab_id: -1,
                 frame_id: None,
                 page_url: None,
+                document_id: None,
                 server: Some("docs".into()),
                 server_url: Some("https://mcp.example/mcp".into()),
                 ..approval.clone()

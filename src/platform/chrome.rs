@@ -321,11 +321,22 @@ pub async fn get_all_frames(tab_id: i32) -> Result<Vec<crate::frames::KnownFrame
 
 /// Inject the page-tool content script into one frame of a tab (0: the top
 /// document); idempotent on the page side.
-pub async fn inject_content_script(tab_id: i32, frame_id: u32) -> Result<(), JsError> {
-    let target = object(&[
-        ("tabId", JsValue::from(tab_id)),
-        ("frameIds", Array::of1(&JsValue::from(frame_id)).into()),
-    ]);
+pub async fn inject_content_script(
+    tab_id: i32,
+    frame_id: u32,
+    document: Option<&str>,
+) -> Result<(), JsError> {
+    // A document id names the frame too (Chrome takes one or the other).
+    let target = match document {
+        Some(id) => object(&[
+            ("tabId", JsValue::from(tab_id)),
+            ("documentIds", Array::of1(&JsValue::from_str(id)).into()),
+        ]),
+        None => object(&[
+            ("tabId", JsValue::from(tab_id)),
+            ("frameIds", Array::of1(&JsValue::from(frame_id)).into()),
+        ]),
+    };
     let injection = object(&[
         ("target", target),
         (
@@ -340,11 +351,22 @@ pub async fn inject_content_script(tab_id: i32, frame_id: u32) -> Result<(), JsE
 
 /// Open a Port to the content script of one frame of a tab. Always with a
 /// frame id: without one Chrome connects every frame's script at once.
-pub fn connect_frame(tab_id: i32, frame_id: u32, name: &str) -> Result<JsValue, JsError> {
-    let info = object(&[
+/// With a document id, only that document's script (another document the
+/// frame loaded meanwhile gets nothing; the Port closes unanswered).
+pub fn connect_frame(
+    tab_id: i32,
+    frame_id: u32,
+    document: Option<&str>,
+    name: &str,
+) -> Result<JsValue, JsError> {
+    let mut fields = vec![
         ("name", JsValue::from_str(name)),
         ("frameId", JsValue::from(frame_id)),
-    ]);
+    ];
+    if let Some(id) = document {
+        fields.push(("documentId", JsValue::from_str(id)));
+    }
+    let info = object(&fields);
     tabs_connect(tab_id, &info).map_err(js_to_error)
 }
 

@@ -786,13 +786,21 @@ impl Driver {
         retry_safe: bool,
     ) -> Result<ToolOutcome, String> {
         let target = target.ok_or("No page was resolved for this tool.")?;
-        let tab = check_origin(target).await?;
+        // A read describes whatever the tab shows; a write acts only on
+        // the document it was resolved and approved on.
+        let tab = if retry_safe {
+            check_origin(target).await?
+        } else {
+            check_document(target).await?
+        };
         let reach = if retry_safe {
             Reach::Reuse {
                 recheck: Some(target),
             }
         } else {
-            Reach::Inject
+            Reach::Inject {
+                document: target.document_id.as_deref(),
+            }
         };
         if name == "page_snapshot" {
             return self
@@ -903,7 +911,7 @@ impl Driver {
             .iter()
             .find(|f| f.frame_id == frame_id)
             .ok_or("the frame is gone")?;
-        let target = frame_target(tab, frame_id, &frame.url, None);
+        let target = frame_target(tab, frame_id, &frame.url, None, None);
         if gatekeeper::restricted_reason(&target).is_some() {
             return Err(format!("the extension may not read {}", target.origin));
         }
@@ -918,7 +926,7 @@ impl Driver {
             // top document's target says nothing about it.
             match reach {
                 Reach::Reuse { .. } => Reach::Reuse { recheck: None },
-                Reach::Inject => Reach::Inject,
+                Reach::Inject { .. } => Reach::Inject { document: None },
             },
         );
         let timeout = TimeoutFuture::new(FRAME_SNAPSHOT_TIMEOUT_MS);
@@ -1402,9 +1410,21 @@ impl Driver {
         params: Value,
         reach: Reach<'_>,
     ) -> Result<PageReply, String> {
+        let document = match reach {
+            Reach::Inject { document } => document,
+            Reach::Reuse { .. } => None,
+        };
         if let Reach::Reuse { recheck } = reach {
             match self
-                .connect_and_call(dispatch_id, call_id, tab, frame_id, name, params.clone())
+                .connect_and_call(
+                    dispatch_id,
+                    call_id,
+                    tab,
+                    frame_id,
+                    None,
+                    name,
+                    params.clone(),
+                )
                 .await
             {
                 Ok(reply) => return Ok(reply),
@@ -1419,10 +1439,15 @@ impl Driver {
             }
         }
         self.metrics.borrow_mut().injections += 1;
-        chrome::inject_content_script(tab, frame_id)
+        chrome::inject_content_script(tab, frame_id, document)
             .await
             .map_err(|e| {
-                if frame_id == frames::TOP_FRAME {
+                if document.is_some() && e.message.contains("document") {
+                    // The document checked a moment ago is gone.
+                    "The page was replaced by another document before the action ran; nothing was done. \
+Call page_snapshot to look at the page as it is now."
+                        .to_string()
+                } else if frame_id == frames::TOP_FRAME {
                     format!(
                         "Cannot run page tools in this tab ({}). Browser pages (chrome://, the Web Store) cannot be automated; open a normal web page.",
                         e.message
@@ -1434,24 +1459,26 @@ impl Driver {
                     )
                 }
             })?;
-        self.connect_and_call(dispatch_id, call_id, tab, frame_id, name, params)
+        self.connect_and_call(dispatch_id, call_id, tab, frame_id, document, name, params)
             .await
             .map_err(FrameFailure::into_message)
     }
 
     /// Open a Port to one frame's content script, send the call, forward
     /// its progress and return its result.
+    #[allow(clippy::too_many_arguments)]
     async fn connect_and_call(
         &self,
         dispatch_id: u64,
         call_id: &str,
         tab: i32,
         frame_id: u32,
+        document: Option<&str>,
         name: &str,
         params: Value,
     ) -> Result<PageReply, FrameFailure> {
         let port = Port(
-            chrome::connect_frame(tab, frame_id, "page")
+            chrome::connect_frame(tab, frame_id, document, "page")
                 .map_err(|e| FrameFailure::Failed(format!("Could not reach the page: {e}")))?,
         );
         let (sender, mut receiver) = mpsc::unbounded::<Option<JsValue>>();
@@ -1570,8 +1597,10 @@ impl Driver {
 /// How a page tool reaches a frame's content script (`Driver::frame_call`).
 #[derive(Clone, Copy)]
 enum Reach<'a> {
-    /// Inject the content script first, then connect.
-    Inject,
+    /// Inject the content script first, then connect: into `document`
+    /// only when it is known (a write: Chrome then reaches no other
+    /// document the frame loaded since it was checked).
+    Inject { document: Option<&'a str> },
     /// The call is harmless to run twice: connect to the script already in
     /// the frame; if none answers, check `recheck` (the target the
     /// gatekeeper allowed) again, inject and call again.
@@ -1619,9 +1648,16 @@ const FRAME_SNAPSHOT_TIMEOUT_MS: u32 = 5_000;
 
 /// The target of a call acting in a child frame: the frame's URL and origin
 /// (what the gatekeeper judges), the tab's page as `page_url`.
-fn frame_target(tab: i32, frame_id: u32, url: &str, page: Option<TargetInfo>) -> TargetInfo {
+fn frame_target(
+    tab: i32,
+    frame_id: u32,
+    url: &str,
+    document_id: Option<String>,
+    page: Option<TargetInfo>,
+) -> TargetInfo {
     TargetInfo {
         tab_id: i64::from(tab),
+        document_id,
         url: url.to_string(),
         origin: origin_of(url),
         host_permission: chrome::host_permission(url),
@@ -1635,16 +1671,62 @@ fn frame_target(tab: i32, frame_id: u32, url: &str, page: Option<TargetInfo>) ->
 /// call's ref if it names one (`f7:e12`). A frame that no longer exists is a
 /// tool error the model can act on.
 async fn resolve_target(params: Option<&Value>) -> Result<TargetInfo, String> {
-    let page = target_tab().await?.into_target();
+    let mut page = target_tab().await?.into_target();
     let frame_id = params.map_or(frames::TOP_FRAME, frames::frame_of_params);
+    let tab = page.tab_id as i32;
     if frame_id == frames::TOP_FRAME {
+        page.document_id = document_of(tab, frames::TOP_FRAME).await;
         return Ok(page);
     }
-    let tab = page.tab_id as i32;
     match chrome::get_frame(tab, frame_id).await {
-        Ok(Some(frame)) => Ok(frame_target(tab, frame_id, &frame.url, Some(page))),
+        Ok(Some(frame)) => Ok(frame_target(
+            tab,
+            frame_id,
+            &frame.url,
+            frame.document_id,
+            Some(page),
+        )),
         // Chrome answers an unknown frame id with null (or, in some versions, an error).
         Ok(None) | Err(_) => Err(frames::frame_gone(frame_id)),
+    }
+}
+
+/// The id of the document a frame of a tab shows now (None: Chrome did
+/// not say, or the frame is gone).
+async fn document_of(tab: i32, frame_id: u32) -> Option<String> {
+    chrome::get_frame(tab, frame_id)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|f| f.document_id)
+}
+
+/// A write acts only on the document it was resolved (and approved) on:
+/// a reload, or a navigation to another page of the same site, while the
+/// user was asked, makes it do nothing (the origin check alone let it act
+/// on the new page). Same-document navigations (a `#fragment`, the History
+/// API of a single-page app) keep the document. Returns the tab id.
+async fn check_document(target: &TargetInfo) -> Result<i32, String> {
+    let tab = check_origin(target).await?;
+    let Some(expected) = target.document_id.as_deref() else {
+        return Ok(tab);
+    };
+    let frame_id = target
+        .frame_id
+        .and_then(|f| u32::try_from(f).ok())
+        .unwrap_or(frames::TOP_FRAME);
+    match document_of(tab, frame_id).await {
+        Some(now) if now != expected => Err(if frame_id == frames::TOP_FRAME {
+            "The page was reloaded or replaced by another page of the same site before the action \
+ran; nothing was done. Call page_snapshot to look at the page as it is now."
+                .to_string()
+        } else {
+            format!(
+                "The frame f{frame_id} loaded another document before the action ran; nothing was \
+done. Call page_snapshot to look at it again."
+            )
+        }),
+        _ => Ok(tab),
     }
 }
 

@@ -44,6 +44,7 @@ import {
   messageText,
   scriptModel,
   enableVision,
+  subscribeClicks,
 } from '../support/session.mjs';
 
 exitUnlessExtensionBuilt('e2e');
@@ -321,6 +322,35 @@ isolatedTest('what_a_server_needs_back_reaches_it_and_a_turn_keeps_its_send_time
   const notes = requests.map(lastUser);
   assert.match(notes[0], /\[Context at send time: [^\]]*current tab: http:\/\/127\.0\.0\.1:\d+\/form\.html /);
   assert.deepEqual(notes, [notes[0], notes[0], notes[0]], 'the same note on every step');
+  assertNoOrphans(session);
+});
+
+isolatedTest('never_retry_at_most_once_a_write_acts_only_on_the_document_it_was_approved_on', {}, async (session) => {
+  const { panel, shop, mock } = session;
+  await scriptModel(mock, [
+    call('click', { text: 'Subscribe' }, 'Subscribing.'),
+    call('click', { text: 'Subscribe' }, 'Trying again on the page as it is now.'),
+    { text: 'Done.' },
+  ]);
+  await submitTask(panel, 'Subscribe me to the newsletter');
+  // While the user is asked, the page is reloaded: same site, same URL,
+  // another document.
+  await waitForApprovalCard(panel);
+  await shop.reload();
+  await answerApprovalInPanel(panel, 'acceptOnce');
+  // The second call was resolved on the reloaded page: it goes through.
+  await answerApprovalInPanel(panel, 'acceptOnce');
+  const final = await waitForSettledTurn(panel);
+  assert.equal(final.state, 'completed', describeState(final));
+  const [first, second] = toolExchanges(mock.requests().at(-1));
+  assert.match(
+    unwrap(first.content),
+    /^(Error: )?The page was reloaded or replaced by another page of the same site after the user approved this action; nothing was done\. Call page_snapshot/,
+    first.content,
+  );
+  assert.match(unwrap(second.content), /Clicked button "Subscribe"/, second.content);
+  assert.equal(await subscribeClicks(shop), 1, 'one click, on the page the second approval was for');
+  assert.deepEqual(toolCards(final).map((c) => [c.toolName, c.status]), [['click', 'error'], ['click', 'ok']], describeState(final));
   assertNoOrphans(session);
 });
 

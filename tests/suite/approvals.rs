@@ -268,6 +268,61 @@ fn approved_call_on_a_changed_origin_asks_again() {
     );
 }
 
+/// The page as Chrome shows it: the shop's document `document`.
+fn shop_document(document: &str) -> sw_agent::gatekeeper::TargetInfo {
+    sw_agent::gatekeeper::TargetInfo {
+        document_id: Some(document.into()),
+        ..Sim::page("https://shop.example/")
+    }
+}
+
+#[test]
+fn never_retry_at_most_once_an_approved_write_runs_only_on_the_document_it_was_approved_on() {
+    for (later, runs) in [("d1", true), ("d2", false)] {
+        let mut sim = Sim::new(78, agent_policy(), page_tools());
+        sim.auto_approve = None;
+        sim.target = Ok(shop_document("d1"));
+        let conn = sim.connect();
+        sim.send(conn, submit("s1", None, "Subscribe me"));
+        sim.run(10_000);
+        let asked = approval_requests(&sim).pop().expect("asked");
+        assert_eq!(
+            asked.document_id.as_deref(),
+            Some("d1"),
+            "the approval names its document"
+        );
+        let thread = asked.thread_id.clone();
+        // d2: the page was reloaded (same site, same URL) while the user
+        // was deciding.
+        sim.target = Ok(shop_document(later));
+        sim.send(
+            conn,
+            respond("r1", &thread, &asked.id, ApprovalDecision::AcceptOnce),
+        );
+        sim.run(10_000);
+        let clicked = sim.dispatches.iter().filter(|d| d.name == "click").count();
+        let (status, content) = click_result(&sim).expect("the click has a result");
+        if runs {
+            assert_eq!((clicked, status), (1, ToolStatus::Ok), "{content}");
+        } else {
+            assert_eq!(clicked, 0, "nothing was sent to the new document");
+            assert_eq!(status, ToolStatus::Error);
+            assert!(
+                content.contains(
+                    "reloaded or replaced by another page of the same site after the user approved"
+                ) && content.contains("nothing was done"),
+                "{content}"
+            );
+            assert_eq!(
+                approval_requests(&sim).len(),
+                1,
+                "not asked again on its own"
+            );
+        }
+        check_invariants(&sim, &[]).unwrap();
+    }
+}
+
 #[test]
 fn interrupt_while_waiting_cancels_the_approval_and_aborts_the_call() {
     let (mut sim, conn, thread, approval) = waiting(77);
