@@ -400,8 +400,9 @@ fn remote_tool(
             .map(str::to_string)
     };
     let annotations = tool.get("annotations");
-    let label = text(annotations.and_then(|a| a.get("title")))
-        .or_else(|| text(tool.get("title")))
+    // The schema's display-name precedence: title, annotations.title, name.
+    let label = text(tool.get("title"))
+        .or_else(|| text(annotations.and_then(|a| a.get("title"))))
         .unwrap_or_else(|| remote.to_string());
     let label: String = label.chars().take(80).collect();
     let description = text(tool.get("description")).unwrap_or_else(|| label.clone());

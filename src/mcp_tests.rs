@@ -113,7 +113,8 @@ fn a_server_s_tools_become_mcp_descriptors_whose_hints_only_make_reads() {
                 "title": "Search the docs",
                 "description": "Full-text search.",
                 "inputSchema": { "type": "object", "properties": { "q": { "type": "string" } }, "required": ["q"] },
-                "annotations": { "readOnlyHint": true },
+                // The display name: title, then annotations.title, then name.
+                "annotations": { "readOnlyHint": true, "title": "Docs search (annotation)" },
             }),
             json!({
                 "name": "file.create",

@@ -1083,6 +1083,9 @@ enum Then {
         stop: StopReason,
         error: Option<ErrorInfo>,
         decided: usize,
+        /// A fail-closed reply's usage when no node keeps it (it had no
+        /// text): reported with the new totals all the same.
+        unkept_usage: Option<crate::model::Usage>,
     },
     SteerAdmitted {
         seq: u64,

@@ -947,8 +947,9 @@ in a long conversation, start a new thread), then press Continue.",
         let mut unit = UnitOfWork::new();
         let mut parent = t.leaf_id();
         let model = run.profile.model.clone();
-        if matches!(phase, Phase::Streaming { .. }) && (!prefix.is_empty() || !reasoning.is_empty())
-        {
+        let kept_usage = matches!(phase, Phase::Streaming { .. })
+            && (!prefix.is_empty() || !reasoning.is_empty());
+        if kept_usage {
             // streamed_text_survives: what the user saw is kept, without half-formed calls.
             let node = Node {
                 id: item_id,
@@ -1110,6 +1111,7 @@ in a long conversation, start a new thread), then press Continue.",
                 stop: finish.stop,
                 error: finish.error,
                 decided: interrupts.len(),
+                unkept_usage: unkept_usage.filter(|_| !kept_usage),
             },
         );
         self.set_phase(tid, Phase::Persisting(token));
@@ -1405,7 +1407,7 @@ in a long conversation, start a new thread), then press Continue.",
             }
             Then::AssistantPersisted { final_stop } => {
                 self.announce(&tid, &unit);
-                self.emit_usage(&tid, &unit);
+                self.emit_usage(&tid, &unit, None);
                 if self.take_pending_finish(now, &tid) {
                     return;
                 }
@@ -1522,6 +1524,7 @@ in a long conversation, start a new thread), then press Continue.",
                 stop,
                 error,
                 decided,
+                unkept_usage,
             } => {
                 let interrupts = self
                     .threads
@@ -1532,7 +1535,7 @@ in a long conversation, start a new thread), then press Continue.",
                 let turn_id = self.latest_run_id(&tid);
                 self.announce(&tid, &unit);
                 // A reply that failed closed was still paid for.
-                self.emit_usage(&tid, &unit);
+                self.emit_usage(&tid, &unit, unkept_usage);
                 // A withdrawn question is news for the client that shows it.
                 for record in &unit.puts {
                     let event = match record {

@@ -500,14 +500,25 @@ impl Engine {
         }
     }
 
-    pub(super) fn emit_usage(&mut self, tid: &str, unit: &UnitOfWork) {
-        let usage = unit.puts.iter().find_map(|r| match r {
-            Record::Node(Node {
-                body: NodeBody::AssistantMessage { usage: Some(u), .. },
-                ..
-            }) => Some(*u),
-            _ => None,
-        });
+    /// Report the usage of the reply `unit` keeps (else `unkept`, a reply
+    /// no node keeps) with the turn's and the thread's new totals.
+    pub(super) fn emit_usage(
+        &mut self,
+        tid: &str,
+        unit: &UnitOfWork,
+        unkept: Option<crate::model::Usage>,
+    ) {
+        let usage = unit
+            .puts
+            .iter()
+            .find_map(|r| match r {
+                Record::Node(Node {
+                    body: NodeBody::AssistantMessage { usage: Some(u), .. },
+                    ..
+                }) => Some(*u),
+                _ => None,
+            })
+            .or(unkept);
         let Some(usage) = usage else { return };
         let t = &self.threads[tid];
         let Some(run) = t.latest_run.as_ref() else {

@@ -1186,7 +1186,14 @@ impl Server {
                 Some(ask),
             )
             .await;
-        guard.answered();
+        // A stop aborts the request: the fetch fails, but the server still
+        // runs the call unless told (a disconnection is no cancellation,
+        // says the transport spec). A call the server answered, in any
+        // form, disarms the guard; one whose answer never came (aborted,
+        // the stream broke) is cancelled.
+        if !matches!(result, Err(McpError::Unreachable(_) | McpError::NoAnswer)) {
+            guard.answered();
+        }
         let result = result.map_err(|e| e.describe(server))?;
         Ok(mcp::call_outcome(server, &remote, &result))
     }

@@ -239,6 +239,26 @@ mcpTest(
 );
 
 mcpTest(
+  'a_call_the_user_stops_is_cancelled_at_the_server',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    await scriptModel(mock, [call('docs__slow_report', { steps: 100 }), { text: 'Stopped.' }]);
+    await submitTask(panel, 'Build the usage report');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    await waitForToolProgress(panel);
+    await panel.click('#stop-button');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'interrupted', transcriptLines(final).join('\n'));
+    const [slow] = mcp.calls();
+    // A disconnection is no cancellation: the server is told.
+    await mcp.waitFor(() => mcp.cancellations().length === 1, { message: 'notifications/cancelled after a stop' });
+    assert.equal(mcp.cancellations()[0].params.requestId, slow.id);
+  },
+);
+
+mcpTest(
   'a_server_s_progress_shows_and_a_call_past_its_time_limit_is_given_up_and_the_server_told',
   (url) => [{ name: 'docs', url, timeoutMs: 2500 }],
   async (session) => {

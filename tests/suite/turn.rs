@@ -271,6 +271,36 @@ fn tool_call_ids_normalized_a_call_cut_by_the_output_limit_fails_closed_saying_w
 }
 
 #[test]
+fn tool_call_ids_normalized_a_cut_call_without_text_still_counts_and_reports_its_usage() {
+    let reply = Reply::ToolCalls {
+        text: String::new(),
+        calls: vec![RawToolCall {
+            id: "c1".into(),
+            name: "type".into(),
+            arguments: r#"{"ref":"e1","text":"Dear"#.into(),
+        }],
+        stop: StopReason::MaxTokens,
+    };
+    let policy = Box::new(move |_: &sw_agent::provider::ProviderRequest| reply.clone());
+    let mut sim = Sim::new(4, policy, page_tools());
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "go"));
+    sim.run(10_000);
+    assert!(sim.dispatches.is_empty());
+    assert_eq!(last_stop(&sim), Some(StopReason::Error));
+    // No text: no message keeps the usage, the totals and the report do.
+    let path = &paths(&sim)[0];
+    assert!(!kinds(path).contains(&"assistant_message"));
+    let thread = sim.store.threads.values().next().unwrap();
+    assert_eq!((thread.usage.input, thread.usage.output), (10, 5));
+    assert!(sim.events.iter().any(|(_, e)| matches!(
+        &e.event,
+        Event::TokenUsage { usage, thread_total, .. } if usage.output == 5 && thread_total.output == 5
+    )));
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
 fn invalid_arguments_become_an_error_result_the_model_sees() {
     let mut step = 0;
     let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
