@@ -63,14 +63,18 @@ pub fn origin_of(url: &str) -> String {
             .map(|s| format!("{s}:"))
             .unwrap_or_default();
     };
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    // Drop credentials: they are not part of an origin.
-    let host = host.rsplit('@').next().unwrap_or(host);
     format!(
         "{}://{}",
         scheme.to_ascii_lowercase(),
-        host.to_ascii_lowercase()
+        authority_of(rest).to_ascii_lowercase()
     )
+}
+
+/// The host and port of what follows a URL's `scheme://` (or of a URL
+/// without a scheme), without credentials: they are not part of an origin.
+pub fn authority_of(rest: &str) -> &str {
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    host.rsplit('@').next().unwrap_or(host)
 }
 
 /// Why Chrome (or policy) forbids acting on a page, if it does.

@@ -381,15 +381,15 @@ again only if it still makes sense (the user will be asked again)."
     /// Ask the driver which page (and frame) the call at `index` would act on.
     pub(super) fn resolve_target(&mut self, tid: &str, index: usize) {
         let resolve_id = self.next_handle();
-        let params = self.threads[tid]
-            .exec
-            .as_ref()
-            .and_then(|e| e.calls[index].params.clone().ok());
+        let call = &self.threads[tid].exec.as_ref().expect("active run").calls[index];
+        let params = call.params.clone().ok();
+        let write = call.recovery != Recovery::RetrySafe;
         self.set_phase(tid, Phase::Resolving { index, resolve_id });
         self.effects.push_back(Effect::ResolveTarget {
             resolve_id,
             thread_id: tid.to_string(),
             params,
+            write,
         });
     }
 
@@ -493,6 +493,7 @@ impl Engine {
             resolve_id,
             thread_id: tid.to_string(),
             params: None,
+            write: false,
         });
     }
 

@@ -383,10 +383,13 @@ pub enum Effect {
     /// `params` are the call's parameters (a ref like `f7:e12` names a child
     /// frame, whose origin is then the target's, see `crate::frames`); None
     /// for a batch of parallel reads, which act on the tab's top document.
+    /// `write`: the call will be bound to the document the target shows
+    /// (`TargetInfo::document_id`); a read needs no such lookup.
     ResolveTarget {
         resolve_id: u64,
         thread_id: String,
         params: Option<Value>,
+        write: bool,
     },
     /// Execute a tool; feed `handle_tool_progress` / `handle_tool_result`.
     /// Page tools act on `target` only (and fail if its origin changed).

@@ -348,11 +348,14 @@ impl Driver {
                 }
             }
             Effect::ResolveTarget {
-                resolve_id, params, ..
+                resolve_id,
+                params,
+                write,
+                ..
             } => {
                 let d = self.rc();
                 spawn_local(async move {
-                    let target = resolve_target(params.as_ref()).await;
+                    let target = resolve_target(params.as_ref(), write).await;
                     d.input(|e, now| e.handle_target_resolved(now, resolve_id, target));
                 });
             }
@@ -1670,12 +1673,16 @@ fn frame_target(
 /// The page (and frame) a call acts on: the target tab, and the frame of the
 /// call's ref if it names one (`f7:e12`). A frame that no longer exists is a
 /// tool error the model can act on.
-async fn resolve_target(params: Option<&Value>) -> Result<TargetInfo, String> {
+async fn resolve_target(params: Option<&Value>, write: bool) -> Result<TargetInfo, String> {
     let mut page = target_tab().await?.into_target();
     let frame_id = params.map_or(frames::TOP_FRAME, frames::frame_of_params);
     let tab = page.tab_id as i32;
     if frame_id == frames::TOP_FRAME {
-        page.document_id = document_of(tab, frames::TOP_FRAME).await;
+        // Only a write is bound to its document: a read's step makes no
+        // extra call to Chrome.
+        if write {
+            page.document_id = document_of(tab, frames::TOP_FRAME).await;
+        }
         return Ok(page);
     }
     match chrome::get_frame(tab, frame_id).await {

@@ -613,11 +613,7 @@ impl Decoder {
 pub fn endpoint_host(url: &str) -> String {
     let url = url.trim();
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    host.to_ascii_lowercase()
+    crate::gatekeeper::authority_of(rest).to_ascii_lowercase()
 }
 
 /// [`endpoint_host`] without the port.
