@@ -373,8 +373,9 @@ pub struct AuthServer {
 
 impl AuthServer {
     /// Checks the metadata of `issuer`: the same issuer (RFC 8414 §3.3),
-    /// S256 among the PKCE methods when it lists them, every endpoint
-    /// https or on this machine.
+    /// S256 among the PKCE methods it lists, every endpoint https or on
+    /// this machine. The same checks for OpenID Connect discovery's
+    /// metadata (the fallback of [`auth_server_metadata_urls`]).
     pub fn parse(value: &Value, issuer: &str) -> Result<Self, OAuthError> {
         let said = value.get("issuer").and_then(Value::as_str).unwrap_or("");
         if said.trim_end_matches('/') != issuer.trim_end_matches('/') {
@@ -382,15 +383,24 @@ impl AuthServer {
                 "the authorization server's metadata names the issuer {said:?}, not {issuer}"
             )));
         }
-        if let Some(methods) = value
-            .get("code_challenge_methods_supported")
-            .and_then(Value::as_array)
-        {
-            if !methods.iter().any(|m| m.as_str() == Some("S256")) {
-                return Err(OAuthError::Discovery(
-                    "the authorization server does not offer S256 PKCE".into(),
-                ));
-            }
+        // Decision (MCP authorization, 2025-11-25): metadata without
+        // `code_challenge_methods_supported` cannot confirm PKCE, and the
+        // client must then refuse to go on, rather than send a sign-in
+        // whose code anyone who sees the redirect could exchange. OpenID
+        // Connect discovery does not define the field, but MCP asks a
+        // server found that way to list it too, so the same applies there.
+        let Some(methods) = value.get("code_challenge_methods_supported") else {
+            return Err(OAuthError::Discovery(
+                "the authorization server's metadata lists no code_challenge_methods_supported: its support of PKCE cannot be confirmed".into(),
+            ));
+        };
+        let offers_s256 = methods
+            .as_array()
+            .is_some_and(|methods| methods.iter().any(|m| m.as_str() == Some("S256")));
+        if !offers_s256 {
+            return Err(OAuthError::Discovery(
+                "the authorization server does not offer S256 PKCE".into(),
+            ));
         }
         let endpoint = |name: &str| -> Result<Option<String>, OAuthError> {
             match value.get(name).and_then(Value::as_str) {

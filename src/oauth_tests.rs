@@ -215,6 +215,11 @@ fn the_authorization_server_must_be_the_issuer_asked_for_offer_s256_and_secure_e
     assert!(
         matches!(AuthServer::parse(&plain, issuer), Err(OAuthError::Discovery(why)) if why.contains("S256"))
     );
+    let mut not_a_list = good.clone();
+    not_a_list["code_challenge_methods_supported"] = json!("S256");
+    assert!(
+        matches!(AuthServer::parse(&not_a_list, issuer), Err(OAuthError::Discovery(why)) if why.contains("S256"))
+    );
     let mut insecure = good.clone();
     insecure["token_endpoint"] = json!("http://auth.example.com/token");
     assert_eq!(
@@ -226,6 +231,46 @@ fn the_authorization_server_must_be_the_issuer_asked_for_offer_s256_and_secure_e
     assert!(
         matches!(AuthServer::parse(&missing, issuer), Err(OAuthError::Discovery(why)) if why.contains("token_endpoint"))
     );
+}
+
+#[test]
+fn metadata_that_lists_no_pkce_methods_is_refused_whether_oauth_or_openid() {
+    // MCP authorization (2025-11-25): absent, PKCE support cannot be
+    // confirmed and the client must not go on. OpenID Connect discovery
+    // (the fallback address) does not define the field; MCP asks for it
+    // there too.
+    let issuer = "https://auth.example.com";
+    let oauth = json!({
+        "issuer": issuer,
+        "authorization_endpoint": "https://auth.example.com/authorize",
+        "token_endpoint": "https://auth.example.com/token",
+        "registration_endpoint": "https://auth.example.com/register",
+    });
+    let mut openid = oauth.clone();
+    openid["jwks_uri"] = json!("https://auth.example.com/jwks");
+    openid["subject_types_supported"] = json!(["public"]);
+    openid["id_token_signing_alg_values_supported"] = json!(["RS256"]);
+    for metadata in [oauth, openid] {
+        let refused = AuthServer::parse(&metadata, issuer).unwrap_err();
+        let OAuthError::Discovery(why) = &refused else {
+            panic!("{refused:?}");
+        };
+        assert!(why.contains("code_challenge_methods_supported"), "{why}");
+        assert!(why.contains("PKCE"), "{why}");
+        let said = refused.describe("docs");
+        assert!(said.contains("\"docs\""), "{said}");
+        assert!(said.contains("PKCE cannot be confirmed"), "{said}");
+        // Listed (null is no list), it is checked as ever.
+        let mut null = metadata.clone();
+        null["code_challenge_methods_supported"] = Value::Null;
+        assert!(matches!(
+            AuthServer::parse(&null, issuer),
+            Err(OAuthError::Discovery(_))
+        ));
+        let mut listed = metadata;
+        listed["code_challenge_methods_supported"] = json!(["S256"]);
+        assert!(AuthServer::parse(&listed, issuer).is_ok());
+    }
 }
 
 #[test]
@@ -573,6 +618,7 @@ fn the_client_is_the_given_one_then_a_document_the_server_takes_then_a_registere
         "issuer": "https://auth.example.com",
         "authorization_endpoint": "https://auth.example.com/authorize",
         "token_endpoint": "https://auth.example.com/token",
+        "code_challenge_methods_supported": ["S256"],
         "client_id_metadata_document_supported": true,
     });
     let parsed = AuthServer::parse(&metadata, "https://auth.example.com").unwrap();

@@ -914,10 +914,14 @@ async fn fetch_streams_anthropic_thinking_text_and_tool_use_keeping_the_signatur
     let response = s.result.as_ref().expect("the stream succeeds").clone();
     assert_eq!(response.text, "Reading the page first.");
     assert_eq!(response.reasoning, thinking);
+    // Bound to the host that streamed it (replayed to that host only).
     assert_eq!(
         response.private,
         Some(serde_json::json!({
-            "anthropic": { "thinking": [{ "type": "thinking", "thinking": thinking, "signature": signature }] }
+            "anthropic": {
+                "thinking": [{ "type": "thinking", "thinking": thinking, "signature": signature }],
+                "endpoint": sw_agent::provider::endpoint_host(mock_url()),
+            }
         }))
     );
     assert_eq!(response.stop_reason, StopReason::ToolUse);

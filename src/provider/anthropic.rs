@@ -7,8 +7,9 @@
 //! and mid-stream `error` events, and parsing error bodies.
 //!
 //! Thinking blocks and their signatures are provider-private: they are kept
-//! in `ProviderResponse::private` under the `"anthropic"` key, replayed only
-//! to Anthropic, and never shown to other providers.
+//! in `ProviderResponse::private` under the `"anthropic"` key, bound to the
+//! endpoint's host, replayed only to that host (see [`build_body`]), and
+//! never shown to other providers.
 //!
 //! Must not: do IO.
 
@@ -97,9 +98,13 @@ fn image_block(image: &crate::model::ImageData) -> Value {
     json!({ "type": "image", "source": { "type": "base64", "media_type": image.media_type, "data": image.data } })
 }
 
-/// The JSON body of a streaming Messages request.
+/// The JSON body of a streaming Messages request. An assistant message's
+/// thinking blocks go back only to the host that streamed them (see
+/// [`own_thinking`]); to any other the message goes without them, as a
+/// turn another provider wrote does.
 pub fn build_body(request: &ProviderRequest) -> Value {
     let mut messages: Vec<Value> = Vec::new();
+    let host = super::endpoint_host(&request.profile.base_url);
     for message in request.messages.iter() {
         match message {
             ChatMessage::User {
@@ -134,12 +139,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                 private,
             } => {
                 let mut blocks = Vec::new();
-                if let Some(thinking) = private
-                    .as_ref()
-                    .and_then(|p| p.get(PRIVATE_KEY))
-                    .and_then(|p| p.get("thinking"))
-                    .and_then(Value::as_array)
-                {
+                if let Some(thinking) = own_thinking(private.as_ref(), &host) {
                     blocks.extend(thinking.iter().cloned());
                 }
                 // Anthropic refuses a blank text block (an interrupted
@@ -220,6 +220,29 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     body
 }
 
+/// The thinking blocks of an assistant message, if the endpoint `host`
+/// streamed them. Decisions:
+/// - Another host's are never sent: a user may point the profile at
+///   another server (a gateway, a proxy) in the middle of a thread, and
+///   the thinking is that conversation's own text; its signatures would
+///   not check there either. Anthropic takes an assistant turn without
+///   its thinking (this adapter does not turn thinking on; with it on,
+///   only the turn in progress, a tool use awaiting its results, would
+///   need its own), so the request stays valid: the turn reads as one
+///   another provider wrote.
+/// - Blocks kept before the host was recorded (no `endpoint`) are not
+///   sent to any host: where they came from cannot be told, and leaving
+///   them out is always accepted, so the safe choice costs nothing but
+///   the model's view of its earlier reasoning in old threads.
+fn own_thinking<'a>(private: Option<&'a Value>, host: &str) -> Option<&'a Vec<Value>> {
+    let own = private.and_then(|p| p.get(PRIVATE_KEY))?;
+    let bound = own.get("endpoint").and_then(Value::as_str);
+    if host.is_empty() || bound != Some(host) {
+        return None;
+    }
+    own.get("thinking").and_then(Value::as_array)
+}
+
 /// Whether a request asks for Anthropic's automatic prompt caching (one
 /// `cache_control` at the top: the cache breakpoint goes on the last
 /// block and moves forward as the conversation grows), so each step of a
@@ -267,6 +290,9 @@ pub struct AnthropicStream {
     saw_usage: bool,
     model: String,
     stopped: bool,
+    /// The host the request went to ([`super::endpoint_host`]); empty:
+    /// unknown, and no thinking is kept for replay.
+    endpoint: String,
 }
 
 fn protocol_error(message: impl Into<String>) -> ProviderError {
@@ -276,6 +302,15 @@ fn protocol_error(message: impl Into<String>) -> ProviderError {
 impl AnthropicStream {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A stream answering a request sent to `url`: the thinking it keeps
+    /// for replay is bound to its host.
+    pub fn for_endpoint(url: &str) -> Self {
+        Self {
+            endpoint: super::endpoint_host(url),
+            ..Self::default()
+        }
     }
 
     /// Feed one SSE event; returns deltas to show.
@@ -469,9 +504,15 @@ impl AnthropicStream {
                 _ => {}
             }
         }
-        let private = (!thinking.is_empty()).then(|| {
+        // Kept with the host that streamed it, and only with one: thinking
+        // whose host is unknown could never be replayed (see
+        // [`own_thinking`]).
+        let private = (!thinking.is_empty() && !self.endpoint.is_empty()).then(|| {
             let mut m = Map::new();
-            m.insert(PRIVATE_KEY.into(), json!({ "thinking": thinking }));
+            m.insert(
+                PRIVATE_KEY.into(),
+                json!({ "thinking": thinking, "endpoint": self.endpoint }),
+            );
             Value::Object(m)
         });
         Ok(ProviderResponse {

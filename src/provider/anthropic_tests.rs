@@ -44,8 +44,20 @@ const RECORDED: &str = concat!(
     "data: {\"type\":\"message_stop\"}\n\n",
 );
 
+const ANTHROPIC: &str = "https://api.anthropic.com/v1";
+
+/// The stream of a request sent to Anthropic's own endpoint.
 fn run(chunks: &[&[u8]]) -> (Vec<StreamEvent>, Result<ProviderResponse, ProviderError>) {
-    let mut decoder = AnthropicDecoder::new();
+    run_with(
+        AnthropicDecoder::with(AnthropicStream::for_endpoint(&endpoint(ANTHROPIC))),
+        chunks,
+    )
+}
+
+fn run_with(
+    mut decoder: AnthropicDecoder,
+    chunks: &[&[u8]],
+) -> (Vec<StreamEvent>, Result<ProviderResponse, ProviderError>) {
     let mut deltas = Vec::new();
     for c in chunks {
         match decoder.push(c) {
@@ -85,7 +97,7 @@ fn expected() -> ProviderResponse {
         model: "claude-x".into(),
         private: Some(json!({ "anthropic": { "thinking": [
             { "type": "thinking", "thinking": "Need the page \u{2014} ", "signature": "SIG==" }
-        ] } })),
+        ], "endpoint": "api.anthropic.com" } })),
     }
 }
 
@@ -554,4 +566,109 @@ fn a_run_s_steps_ask_anthropic_to_cache_their_prompt_others_do_not() {
     let mut own = step;
     own.profile.base_url = "https://API.anthropic.com:443/v1/".into();
     assert!(build_body(&own).get("cache_control").is_some());
+}
+
+/// A conversation whose assistant turn (text, a call) carries `private`.
+fn with_private(private: Option<Value>) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::user("go"),
+        ChatMessage::Assistant {
+            text: "reading".into(),
+            tool_calls: vec![OutboundToolCall {
+                id: "toolu_a".into(),
+                name: "read_page".into(),
+                arguments: json!({}),
+            }],
+            private,
+        },
+        ChatMessage::ToolResult {
+            call_id: "toolu_a".into(),
+            content: "PAGE".into(),
+            is_error: false,
+            images: vec![],
+        },
+    ]
+}
+
+fn body_to(base_url: &str, messages: Vec<ChatMessage>) -> String {
+    let mut r = request(messages);
+    r.profile.base_url = base_url.into();
+    build_body(&r).to_string()
+}
+
+#[test]
+fn thinking_goes_back_to_the_host_that_streamed_it_only() {
+    const GATEWAY: &str = "http://127.0.0.1:8080/v1";
+    const OTHER: &str = "https://anthropic-proxy.example/v1";
+    for origin in [ANTHROPIC, GATEWAY, OTHER] {
+        let decoder = AnthropicDecoder::with(AnthropicStream::for_endpoint(&endpoint(origin)));
+        let response = run_with(decoder, &[RECORDED.as_bytes()]).1.unwrap();
+        assert_eq!(
+            response.private.as_ref().unwrap()["anthropic"]["endpoint"],
+            json!(crate::provider::endpoint_host(origin)),
+            "{origin}"
+        );
+        let with = with_private(response.private);
+        let without = with_private(None);
+        for other in [ANTHROPIC, GATEWAY, OTHER] {
+            let sent = body_to(other, with.clone());
+            // To another host: byte for byte the body of a history without
+            // the thinking (as a turn another provider wrote), valid as
+            // that is.
+            assert_eq!(
+                sent == body_to(other, without.clone()),
+                other != origin,
+                "{origin} to {other}: {sent}"
+            );
+            assert_eq!(
+                sent.contains("SIG=="),
+                other == origin,
+                "{origin} to {other}"
+            );
+        }
+        // The same host however the base URL ends.
+        let slashed = body_to(&format!("{origin}/"), with.clone());
+        assert!(slashed.contains("SIG=="), "{origin}/");
+        let messages: Value = serde_json::from_str(&body_to(origin, with)).unwrap();
+        let assistant = &messages["messages"][1]["content"];
+        let kinds: Vec<&str> = assistant
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["thinking", "text", "tool_use"], "{origin}");
+    }
+}
+
+#[test]
+fn thinking_kept_without_a_host_is_replayed_nowhere_and_a_stream_of_unknown_host_keeps_none() {
+    // Kept before the host was recorded: where it came from is unknown.
+    let old = json!({ "anthropic": { "thinking": [
+        { "type": "thinking", "thinking": "hm", "signature": "OLD==" },
+        { "type": "redacted_thinking", "data": "REDACTED" }
+    ] } });
+    for base_url in [ANTHROPIC, "http://127.0.0.1:8080/v1"] {
+        let sent = body_to(base_url, with_private(Some(old.clone())));
+        assert_eq!(sent, body_to(base_url, with_private(None)), "{base_url}");
+        assert!(!sent.contains("OLD==") && !sent.contains("REDACTED"));
+    }
+    // A decoder that does not know where the request went keeps nothing
+    // (it could never be replayed), the rest of the response unchanged.
+    let response = run_with(AnthropicDecoder::new(), &[RECORDED.as_bytes()])
+        .1
+        .unwrap();
+    assert_eq!(
+        response,
+        ProviderResponse {
+            private: None,
+            ..expected()
+        }
+    );
+    // An endpoint bound to a host the request does not name (empty:
+    // a base URL without one) is not replayed either.
+    let bound = json!({ "anthropic": { "endpoint": "", "thinking": [
+        { "type": "thinking", "thinking": "hm", "signature": "EMPTY==" }
+    ] } });
+    assert!(!body_to("", with_private(Some(bound))).contains("EMPTY=="));
 }

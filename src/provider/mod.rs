@@ -554,8 +554,8 @@ pub enum Decoder {
 }
 
 impl Decoder {
-    /// A decoder that does not know where the request went: an OpenAI
-    /// response keeps nothing for replay (see [`Decoder::for_url`]).
+    /// A decoder that does not know where the request went: a response
+    /// keeps nothing for replay (see [`Decoder::for_url`]).
     pub fn new(transport: Transport) -> Self {
         match transport {
             Transport::OpenAi => Decoder::OpenAi(openai::OpenAiDecoder::new()),
@@ -563,16 +563,19 @@ impl Decoder {
         }
     }
 
-    /// A decoder for the response to a request sent to `url`: what an
-    /// OpenAI-compatible response keeps for replay (Gemini's thought
-    /// signatures, DeepSeek's and Kimi's `reasoning_content`) is bound to
-    /// the URL's host and replayed to that host only.
+    /// A decoder for the response to a request sent to `url`: what a
+    /// response keeps for replay (an OpenAI-compatible server's Gemini
+    /// thought signatures, DeepSeek's and Kimi's `reasoning_content`;
+    /// Anthropic's thinking blocks) is bound to the URL's host and
+    /// replayed to that host only.
     pub fn for_url(transport: Transport, url: &str) -> Self {
         match transport {
             Transport::OpenAi => Decoder::OpenAi(openai::OpenAiDecoder::with(
                 openai::OpenAiStream::for_endpoint(url),
             )),
-            Transport::Anthropic => Decoder::Anthropic(anthropic::AnthropicDecoder::new()),
+            Transport::Anthropic => Decoder::Anthropic(anthropic::AnthropicDecoder::with(
+                anthropic::AnthropicStream::for_endpoint(url),
+            )),
         }
     }
 
