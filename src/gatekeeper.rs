@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::SiteRule;
+pub use crate::model::TargetElement;
 use crate::tools::{Effects, Level, ToolDescriptor};
 
 /// The page a tool call would act on, as the driver resolved it.
@@ -42,6 +43,12 @@ pub struct TargetInfo {
     /// (None: Chrome did not say; the origin is still checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document_id: Option<String>,
+    /// The element a write through a ref (or by its visible text) would
+    /// act on, as the page describes it when the call is resolved: what
+    /// the approval card shows, and what the write must still find (None:
+    /// the call names no element, or the page could not describe it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element: Option<TargetElement>,
 }
 
 /// The gatekeeper's answer.
@@ -178,6 +185,80 @@ mod tests {
             version: 1,
             created_at: 0,
         }
+    }
+
+    #[test]
+    fn a_page_described_element_is_checked_and_compared_as_the_user_sees_it() {
+        let element = TargetElement::from_details(&serde_json::json!({
+            "ref": "f3:e12", "role": "button", "name": "Archive", "state": "(disabled)"
+        }))
+        .unwrap();
+        assert_eq!(element.summary(), "button \"Archive\" (f3:e12)");
+        let recased = TargetElement {
+            name: "ARCHIVE".into(),
+            state: String::new(),
+            ..element.clone()
+        };
+        assert!(element.same_as(&recased), "letter case and state aside");
+        let accented = |name: &str| TargetElement {
+            name: name.into(),
+            ..element.clone()
+        };
+        assert!(
+            !accented("Été").same_as(&accented("éTÉ")),
+            "only ASCII letters fold (no Unicode case tables in the module): another name refuses"
+        );
+        for other in [
+            TargetElement {
+                reference: "e12".into(),
+                ..element.clone()
+            },
+            TargetElement {
+                role: "link".into(),
+                ..element.clone()
+            },
+            TargetElement {
+                name: "Delete account".into(),
+                ..element.clone()
+            },
+        ] {
+            assert!(!element.same_as(&other), "{other:?}");
+        }
+        for (details, why) in [
+            (
+                serde_json::json!({ "role": "button", "name": "x" }),
+                "no ref",
+            ),
+            (
+                serde_json::json!({ "ref": "e0", "role": "button", "name": "x" }),
+                "is not a ref",
+            ),
+            (
+                serde_json::json!({ "ref": "f:e1", "role": "button", "name": "x" }),
+                "is not a ref",
+            ),
+            (
+                serde_json::json!({ "ref": "e1", "role": "<b>", "name": "x" }),
+                "is not a role",
+            ),
+            (
+                serde_json::json!({ "ref": "e1", "role": "button" }),
+                "no name",
+            ),
+            (
+                serde_json::json!({ "ref": "e1", "role": "button", "name": "n".repeat(1001) }),
+                "too long",
+            ),
+        ] {
+            let error = TargetElement::from_details(&details).unwrap_err();
+            assert!(error.contains(why), "{details}: {error}");
+        }
+        let long = TargetElement::from_details(&serde_json::json!({
+            "ref": "e1", "role": "button", "name": "n".repeat(1000), "state": "s".repeat(500)
+        }))
+        .unwrap();
+        assert_eq!(long.state.len(), 300);
+        assert!(long.summary().ends_with("…\" (e1)"), "{}", long.summary());
     }
 
     #[test]

@@ -567,6 +567,9 @@ pub enum McpError {
     /// not grant (HTTP 403 `insufficient_scope`): the user signs in again
     /// for it. The challenge's `WWW-Authenticate`.
     MorePermissionNeeded(String),
+    /// The server did not answer `request` (its method) within its time
+    /// limit of `seconds`: the request was given up (aborted).
+    TimedOut { request: String, seconds: u32 },
 }
 
 impl McpError {
@@ -618,7 +621,31 @@ impl McpError {
                 "The MCP server \"{server}\" speaks protocol revision {v:?}; this client speaks {}.",
                 SUPPORTED_VERSIONS.join(" and ")
             ),
+            McpError::TimedOut { request, seconds } => format!(
+                "The MCP server \"{server}\" did not answer {request} within {seconds} s."
+            ),
         }
+    }
+}
+
+/// What a request sent with a time limit of `limit_ms` came to, `expired`
+/// telling whether the limit passed (and aborted it): an error then is
+/// [`McpError::TimedOut`] naming `request`, since the abort's own error
+/// ("the operation was aborted", an answer cut short) says nothing of
+/// why. Errors an abort does not cause (an HTTP status, a sign-in
+/// wanted), and any answer, are kept as they are.
+pub fn within_time_limit<T>(
+    result: Result<T, McpError>,
+    expired: bool,
+    request: &str,
+    limit_ms: u32,
+) -> Result<T, McpError> {
+    match result {
+        Err(McpError::Unreachable(_) | McpError::NoAnswer) if expired => Err(McpError::TimedOut {
+            request: request.to_string(),
+            seconds: limit_ms.div_ceil(1000),
+        }),
+        other => other,
     }
 }
 

@@ -473,6 +473,59 @@ fn errors_name_the_server_and_what_to_check() {
 }
 
 #[test]
+fn a_request_given_up_at_its_time_limit_says_the_server_did_not_answer_it_in_time() {
+    // The abort of a request past its limit surfaces as a failed fetch or
+    // an answer cut short: named for what it is, with the server.
+    let aborted = McpError::Unreachable("signal is aborted without reason".into());
+    for error in [aborted.clone(), McpError::NoAnswer] {
+        let timed_out = within_time_limit::<()>(Err(error), true, "initialize", 30_000);
+        assert_eq!(
+            timed_out,
+            Err(McpError::TimedOut {
+                request: "initialize".into(),
+                seconds: 30
+            })
+        );
+        assert_eq!(
+            timed_out.unwrap_err().describe("slow"),
+            "The MCP server \"slow\" did not answer initialize within 30 s."
+        );
+    }
+    // Within the limit, the same errors are what they say.
+    assert_eq!(
+        within_time_limit::<()>(Err(aborted.clone()), false, "initialize", 30_000),
+        Err(aborted)
+    );
+    // An answer, or an error an abort does not make (a status, a sign-in
+    // wanted), stays what it is even when the limit passed meanwhile.
+    assert_eq!(within_time_limit(Ok(7), true, "tools/list", 30_000), Ok(7));
+    for error in [
+        McpError::Http {
+            status: 503,
+            body: String::new(),
+        },
+        McpError::SignInNeeded(None),
+        McpError::TimedOut {
+            request: "initialize".into(),
+            seconds: 30,
+        },
+    ] {
+        assert_eq!(
+            within_time_limit::<()>(Err(error.clone()), true, "tools/list", 30_000),
+            Err(error)
+        );
+    }
+    // A limit that is not whole seconds is rounded up.
+    assert_eq!(
+        within_time_limit::<()>(Err(McpError::NoAnswer), true, "tools/list", 2_500),
+        Err(McpError::TimedOut {
+            request: "tools/list".into(),
+            seconds: 3
+        })
+    );
+}
+
+#[test]
 fn a_request_for_input_keeps_the_order_of_its_fields_as_the_server_wrote_them() {
     let text = r#"{"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"Who?","requestedSchema":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"boolean"},"mid":{"type":"integer"}}}}}"#;
     let sse = format!("data: {text}\n\n");

@@ -907,6 +907,115 @@ impl ApprovalNote {
     }
 }
 
+/// One element of a page as the content script describes it: its ref, its
+/// role, its accessible name (whitespace collapsed, at most
+/// [`TargetElement::MAX_NAME`] characters) and its state words
+/// (`value="…" checked (disabled)`, for the user's eyes only).
+///
+/// An approved write carries the element the user was shown; the content
+/// script acts only when the element it finds is that one (the same ref,
+/// role and name, letter case aside), so what the card said is what is
+/// clicked, or nothing is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetElement {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub role: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
+}
+
+impl TargetElement {
+    /// The longest name kept, in characters (the content script's own bound).
+    pub const MAX_NAME: usize = 1000;
+    const MAX_ROLE: usize = 40;
+    const MAX_STATE: usize = 300;
+
+    /// The element the content script described in `details`, or why it
+    /// is not one: a ref like `e12` or `f3:e12`, a role of letters, a
+    /// name and state of bounded length (the page writes them).
+    pub fn from_details(details: &serde_json::Value) -> Result<Self, String> {
+        let text = |key: &str| details.get(key).and_then(serde_json::Value::as_str);
+        let reference = text("ref").ok_or("no ref")?;
+        if !is_ref(reference) {
+            return Err(format!("{reference:?} is not a ref"));
+        }
+        let role = text("role").ok_or("no role")?;
+        if role.is_empty()
+            || role.chars().count() > Self::MAX_ROLE
+            || !role.chars().all(|c| c.is_ascii_alphabetic() || c == '-')
+        {
+            return Err(format!("{role:?} is not a role"));
+        }
+        let name = text("name").ok_or("no name")?;
+        if name.chars().count() > Self::MAX_NAME {
+            return Err("the name is too long".into());
+        }
+        let state = text("state").unwrap_or("");
+        Ok(TargetElement {
+            reference: reference.to_string(),
+            role: role.to_string(),
+            name: name.to_string(),
+            state: state.chars().take(Self::MAX_STATE).collect(),
+        })
+    }
+
+    /// Whether `other` is the same element as far as the user can tell:
+    /// the same ref, role and name (letter case aside: a control
+    /// re-rendered as "Sign In" for "Sign in" is the same one). Decision:
+    /// only ASCII letters fold here (`str::to_lowercase` would pull
+    /// Unicode's case tables into the module, ~9 KB gzip); a name that
+    /// differs only in the case of other letters counts as another, which
+    /// refuses (the content script, folding all letters, is the looser
+    /// check at the moment of the write).
+    pub fn same_as(&self, other: &TargetElement) -> bool {
+        self.reference == other.reference
+            && self.role == other.role
+            && self.name.eq_ignore_ascii_case(&other.name)
+    }
+
+    /// `button "Archive" (e5)`, the name cut at 80 characters.
+    pub fn summary(&self) -> String {
+        let name: String = self.name.chars().take(80).collect();
+        let cut = if name.len() < self.name.len() {
+            "…"
+        } else {
+            ""
+        };
+        format!(
+            "{} {:?} ({})",
+            self.role,
+            format!("{name}{cut}"),
+            self.reference
+        )
+    }
+}
+
+/// `e12`, or `f3:e12` inside a frame (the content script's refs).
+fn is_ref(text: &str) -> bool {
+    let local = match text.split_once(':') {
+        Some((frame, local)) => {
+            let Some(digits) = frame.strip_prefix('f') else {
+                return false;
+            };
+            if !is_positive_number(digits) {
+                return false;
+            }
+            local
+        }
+        None => text,
+    };
+    local.strip_prefix('e').is_some_and(is_positive_number)
+}
+
+fn is_positive_number(digits: &str) -> bool {
+    !digits.is_empty()
+        && digits.len() <= 12
+        && !digits.starts_with('0')
+        && digits.chars().all(|c| c.is_ascii_digit())
+}
+
 /// A durable question to the user: may this tool call run on this site?
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -935,6 +1044,12 @@ pub struct ApprovalRecord {
     /// same site meanwhile ends the call with an error, nothing done).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document_id: Option<String>,
+    /// The element the call acts on as the page described it when the user
+    /// was asked (`TargetElement`): the card shows it, and the approved
+    /// write acts only on that element (the same ref, role and name), or
+    /// ends with an error, nothing done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element: Option<TargetElement>,
     /// The MCP server the call would be sent to (its name in
     /// `extension/mcp-servers.js`), for a tool of such a server.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1020,6 +1020,12 @@ pub enum PageRequest {
         /// document). In a child frame refs carry it (`f7:e12`).
         #[serde(default)]
         frame_id: u32,
+        /// A write through a ref (or by text) acts only on this element
+        /// (the same ref, role and name, letter case aside): the one the
+        /// user approved, or the page described when the call was
+        /// resolved. The content script refuses otherwise, nothing done.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<crate::model::TargetElement>,
     },
 }
 

@@ -146,7 +146,8 @@ pub struct Sim {
     /// A full disk: while set, every persist fails (a retryable
     /// `QuotaExceededError`) and nothing of it is written.
     pub refuse_writes: bool,
-    /// The page tools act on (or why there is none).
+    /// The page tools act on (or why there is none). Its `element` is what
+    /// the page describes for a write naming one (a read is told nothing).
     pub target: Result<TargetInfo, String>,
     /// Child frames of that page by Chrome frame id (`url`, `origin` and
     /// `host_permission` are the frame's); a ref like `f7:e1` acts in frame 7,
@@ -838,7 +839,10 @@ impl Sim {
             Effect::SignInMcp { name } => self.mcp_sign_ins.push((name, true)),
             Effect::SignOutMcp { name } => self.mcp_sign_ins.push((name, false)),
             Effect::ResolveTarget {
-                resolve_id, params, ..
+                resolve_id,
+                params,
+                describe,
+                ..
             } => {
                 let frame_id = params
                     .as_ref()
@@ -855,6 +859,14 @@ impl Sim {
                     },
                     other => other,
                 };
+                // The page describes the named element only when asked
+                // (a write naming one), as the driver does.
+                let target = target.map(|mut t| {
+                    if !describe {
+                        t.element = None;
+                    }
+                    t
+                });
                 self.inputs
                     .push_back((resolve_id, Input::Target { resolve_id, target }));
             }

@@ -293,16 +293,6 @@ const BUILT_IN_TOOL_NAMES = new Set([
 ]);
 /** The most characters of an extension tool's details a card shows. */
 const MAX_SHOWN_DETAILS_CHARS = 8000;
-/** Tools whose results list the page's elements as `[e12] role "name" state…` lines. */
-const PAGE_READ_TOOLS = new Set(["page_snapshot", "read_page"]);
-/**
- * One element line of a page_snapshot / read_page result: optional indentation,
- * `[ref]`, the role, the JSON-quoted name (escapes allowed), then state words
- * (`value="…"`, `checked`, …), which may contain quotes of their own.
- */
-const ELEMENT_LINE = /^\s*\[([A-Za-z0-9_:-]+)\]\s+([A-Za-z][\w-]*)\s+("(?:[^"\\\n]|\\.)*")(.*)$/;
-/** The line after which read_page lists the page's elements (extension/content/content.js). */
-const READ_PAGE_ELEMENTS_HEADER = "Interactive elements:";
 /**
  * Every error kind of docs/protocol.md §1.3 in words a user can act on:
  * what happened, then what to do. `settings` names the field the fix is in
@@ -2691,7 +2681,7 @@ function renderApproval() {
   dom.approvalFrameTerm.hidden = pageUrl === "";
   dom.approvalHintSite.textContent = origin || "this site";
   dom.approvalParams.textContent = approval.params !== undefined ? prettyJson(approval.params) : "{}";
-  const element = offPage ? "" : describeTarget(approval.params);
+  const element = offPage ? "" : describeTarget(approval);
   dom.approvalElement.textContent = element;
   dom.approvalElement.hidden = element === "";
   dom.approvalElementTerm.hidden = element === "";
@@ -2719,68 +2709,24 @@ function renderApproval() {
 }
 
 /**
- * What a page action would hit, in words: the element its `ref` named in the
- * agent's most recent page read (page_snapshot or read_page) that lists that
- * ref, as the page described it, or the `text` it names.
+ * What a page action would hit, in words: the element the engine found
+ * under its `ref` (or its visible `text`) when it asked, as the page
+ * described it then (`approval.element`: the approved write acts on that
+ * element only, or does nothing); without one, the `text` it names.
  */
-function describeTarget(params) {
+function describeTarget(approval) {
+  const element = approval.element;
+  if (element && typeof element === "object" && typeof element.role === "string" && typeof element.name === "string") {
+    const state = typeof element.state === "string" && element.state ? ` ${clipText(element.state, 80)}` : "";
+    return `${element.role} ${JSON.stringify(clipText(element.name, 80))}${state}`;
+  }
+  const params = approval.params;
   if (!params || typeof params !== "object") return "";
   if (typeof params.ref === "string" && params.ref.trim()) {
-    const found = describeRef(params.ref.trim());
-    return found ? `${found} (as the page described it when last read)` : "";
+    return `${clipText(params.ref.trim(), 40)}, which the page could not describe when asked`;
   }
   if (typeof params.text === "string" && params.text) return `the element named ${JSON.stringify(clipText(params.text, 80))}`;
   return "";
-}
-
-/** `role "name" state…` of `ref` in the newest page read that lists it; "" when none does. */
-function describeRef(ref) {
-  const reads = [...view.resultsByCallId.values()]
-    .map((result, index) => ({ result, index }))
-    .filter(({ result }) => PAGE_READ_TOOLS.has(result.name) && typeof result.content === "string");
-  // Newest first: by creation time, then by the order they were drawn.
-  reads.sort((a, b) => (Number(b.result.createdAt) || 0) - (Number(a.result.createdAt) || 0) || b.index - a.index);
-  for (const { result } of reads) {
-    const page = untrustedPageContent(result.content);
-    const text = page ? page.text : result.content;
-    for (const line of elementListLines(result.name, text)) {
-      const element = parseElementLine(line);
-      if (element && element.ref === ref) {
-        const stateWords = element.state ? ` ${clipText(element.state, 80)}` : "";
-        return `${element.role} ${JSON.stringify(clipText(element.name, 80))}${stateWords}`;
-      }
-    }
-  }
-  return "";
-}
-
-/**
- * The lines of a page read that list its elements, where no page text can be:
- * read_page's after its last `Interactive elements:` header (its page text
- * comes before, unquoted), page_snapshot's after its header (up to the first
- * blank line; its outline quotes every text).
- */
-function elementListLines(toolName, text) {
-  const lines = text.split("\n");
-  if (toolName === "read_page") {
-    const header = lines.lastIndexOf(READ_PAGE_ELEMENTS_HEADER);
-    return header === -1 ? [] : lines.slice(header + 1);
-  }
-  const blank = lines.indexOf("");
-  return blank === -1 ? [] : lines.slice(blank + 1);
-}
-
-/** `[e12] textbox "Email" value="a@b.c" required` → { ref, role, name, state }, or null. */
-function parseElementLine(line) {
-  const match = ELEMENT_LINE.exec(line);
-  if (!match) return null;
-  let name;
-  try {
-    name = JSON.parse(match[3]);
-  } catch {
-    name = match[3].slice(1, -1);
-  }
-  return { ref: match[1], role: match[2], name: String(name), state: match[4].trim() };
 }
 
 function userIsTyping() {

@@ -918,6 +918,13 @@ export interface ApprovalRecord {
    */
   documentId?: string | null;
   /**
+   * The element the call acts on as the page described it when the user
+   * was asked (`TargetElement`): the card shows it, and the approved
+   * write acts only on that element (the same ref, role and name), or
+   * ends with an error, nothing done.
+   */
+  element?: TargetElement | null;
+  /**
    * The MCP server the call would be sent to (its name in
    * `extension/mcp-servers.js`), for a tool of such a server.
    */
@@ -927,6 +934,24 @@ export interface ApprovalRecord {
   status: ApprovalStatus;
   createdAt: number;
   decidedAt?: number | null;
+}
+
+/**
+ * One element of a page as the content script describes it: its ref, its
+ * role, its accessible name (whitespace collapsed, at most
+ * [`TargetElement::MAX_NAME`] characters) and its state words
+ * (`value="…" checked (disabled)`, for the user's eyes only).
+ *
+ * An approved write carries the element the user was shown; the content
+ * script acts only when the element it finds is that one (the same ref,
+ * role and name, letter case aside), so what the card said is what is
+ * clicked, or nothing is.
+ */
+export interface TargetElement {
+  ref: string;
+  role: string;
+  name: string;
+  state?: string;
 }
 
 /**
@@ -1139,6 +1164,13 @@ export type PageRequest =
      * document). In a child frame refs carry it (`f7:e12`).
      */
     frameId?: number;
+    /**
+     * A write through a ref (or by text) acts only on this element
+     * (the same ref, role and name, letter case aside): the one the
+     * user approved, or the page described when the call was
+     * resolved. The content script refuses otherwise, nothing done.
+     */
+    expect?: TargetElement | null;
   };
 
 /** Content script → engine (page channel). */

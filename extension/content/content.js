@@ -560,9 +560,16 @@
     return parts.length ? ` ${parts.join(" ")}` : "";
   }
 
+  /**
+   * ref, role and (clipped) name of an element a result is about to show
+   * the model: what it shows is remembered as what a write through that
+   * ref must still find (rememberShown).
+   */
   function describe(element) {
     const role = roleOf(element);
-    return { ref: refFor(element), role, name: accessibleName(element, role) };
+    const fullName = fullAccessibleName(element, role);
+    if (!describingForEngine) rememberShown(element, role, fullName);
+    return { ref: refFor(element), role, name: clip(fullName, MAX_NAME_CHARS) };
   }
 
   // ------------------------------------------------------ shared helpers ---
@@ -621,13 +628,23 @@
   //   the line showed it (clipped to MAX_NAME_CHARS): a change past the cut
   //   still makes it another element, and the refusal says the two differ
   //   only after the shown part.
-  // - The newest read that lists a ref sets what is expected of it, as the
-  //   approval card describes a ref from the newest read that lists it. A
-  //   ref no read listed (named only in an error or another tool's result)
-  //   has nothing to compare with and is not checked.
+  // - The newest read that lists a ref, or result that names it with its
+  //   role and name (a click's "Clicked button "Next" (e7)", an error's list
+  //   of candidates), sets what is expected of it. The refusal below is the
+  //   one message that names an element and sets nothing.
+  // - A ref nothing showed in this document is refused: refs restart at e1
+  //   in every document, and page_snapshot numbers elements it cuts from a
+  //   long outline, so a ref the model did not see here names an element
+  //   it knows nothing about (e5 of another page, or one past the cut).
+  // - An approved write also carries the element the approval card showed
+  //   the user (the engine asks describe_target when it resolves the call);
+  //   it acts only on that element (refuseUnapproved).
   // - A refusal keeps what the read showed: acting again through the ref
   //   keeps failing until a new read shows the element as it is now.
   // - Read-only tools (scroll, wait_for) do not check.
+  /** True while describe_target runs: what it finds is shown to no model. */
+  let describingForEngine = false;
+
   /** element → { role, name } as the newest page read listing it showed it (name unclipped). */
   const shownByElement = new WeakMap();
 
@@ -638,7 +655,12 @@
   /** Throws when the element's role or name differs from what the newest read listing `ref` showed. */
   function refuseChanged(element, ref, what) {
     const shown = shownByElement.get(element);
-    if (!shown) return;
+    if (!shown) {
+      throw new ToolError(
+        `Element ${ref} was not listed by any page read of this page, so nothing was ${what}. ` +
+          "Refs are numbered per page (and page_snapshot numbers the elements it leaves out): call page_snapshot (or read_page) and act on a ref it lists.",
+      );
+    }
     const role = roleOf(element);
     const name = fullAccessibleName(element, role);
     if (role === shown.role && name.toLowerCase() === shown.name.toLowerCase()) return;
@@ -649,6 +671,34 @@
       `Element ${ref} changed since the page was read: it was ${before} and is now ${now}${past}, so nothing was ${what}. ` +
         "Call read_page (or page_snapshot) to see the page as it is now, and act on what it shows.",
     );
+  }
+
+  /**
+   * Throws unless `element` is the one the user approved (`expected`:
+   * { ref, role, name } from the engine; null for a call nobody described):
+   * the same ref, the same role and the same full name, letter case aside.
+   */
+  function refuseUnapproved(element, expected, what) {
+    if (!expected) return;
+    const ref = refFor(element);
+    const role = roleOf(element);
+    const name = fullAccessibleName(element, role);
+    if (ref === expected.ref && role === expected.role && name.toLowerCase() === expected.name.toLowerCase()) return;
+    const approved = `${expected.role} ${quote(clip(expected.name, MAX_NAME_CHARS))} (${expected.ref})`;
+    const now = `${role} ${quote(clip(name, MAX_NAME_CHARS))} (${ref})`;
+    throw new ToolError(
+      `The element this action was approved on, ${approved}, is not what the page has there now (${now}), so nothing was ${what}. ` +
+        "Call page_snapshot to see the page as it is now, and act again only if it still makes sense.",
+    );
+  }
+
+  /** The engine's `expect` of a tool.execute message: { ref, role, name } strings, or null. */
+  function expectedElement(message) {
+    const expect = message.expect;
+    if (!expect || typeof expect !== "object") return null;
+    const { ref, role, name } = expect;
+    if (typeof ref !== "string" || typeof role !== "string" || typeof name !== "string") return null;
+    return { ref, role, name };
   }
 
   /**
@@ -1301,7 +1351,7 @@
     return element.tabIndex >= 0 || element.isContentEditable || element.matches("a[href], button, input, select, textarea, summary");
   }
 
-  function click(params) {
+  function click(params, context = {}) {
     if (params === null || typeof params !== "object" || Array.isArray(params)) {
       throw new ToolError('click needs an object: { "ref": "e12" } (from page_snapshot or read_page) or { "text": "visible text" }.');
     }
@@ -1318,6 +1368,7 @@
     } else {
       ({ element, alternatives } = resolveByText(text));
     }
+    refuseUnapproved(element, context.expect, "clicked");
     const { ref: elementRef, role, name } = describe(element);
     if (isDisabled(element)) {
       throw new ToolError(`Element ${elementRef} (${role} ${quote(name)}) is disabled and cannot be clicked.`);
@@ -1458,7 +1509,7 @@
     return kept;
   }
 
-  function typeText(params) {
+  function typeText(params, context = {}) {
     params = objectParams(params, "type", '{ "ref": "e12", "text": "…", "submit": false }.');
     const ref = optionalString(params, "ref", "type");
     if (!ref || !ref.trim()) throw new ToolError('type needs "ref" (like "e12", from page_snapshot) and "text".');
@@ -1468,6 +1519,7 @@
     }
     const text = params.text;
     const element = resolveByRef(ref.trim(), "typed");
+    refuseUnapproved(element, context.expect, "typed");
     const { target, kind } = editableTarget(element, ref.trim());
     refuseDisabled(target, ref.trim(), "typed into");
     const { ref: elementRef, role, name } = describe(element);
@@ -1630,7 +1682,7 @@
     };
   }
 
-  async function selectOption(params) {
+  async function selectOption(params, context = {}) {
     params = objectParams(params, "select", '{ "ref": "e12", "option": "label or value" }.');
     const ref = optionalString(params, "ref", "select");
     if (!ref || !ref.trim()) throw new ToolError('select needs "ref" (like "e12", from page_snapshot) and "option".');
@@ -1638,6 +1690,7 @@
     if (typeof wanted === "number") wanted = String(wanted);
     if (typeof wanted !== "string") throw new ToolError('select needs "option": the visible label or the value of the option, as a string.');
     const element = resolveByRef(ref.trim(), "chosen");
+    refuseUnapproved(element, context.expect, "chosen");
     const select = element.tagName === "LABEL" && element.control ? element.control : element;
     refuseDisabled(select, ref.trim(), "changed");
     const { ref: elementRef, role, name } = describe(element);
@@ -1966,6 +2019,38 @@
     wait_for: waitFor,
   };
 
+  /**
+   * The engine's own calls, never offered to the model. `describe_target`:
+   * the element a write's `ref` or visible `text` names, as the page has it
+   * now ({ ref, role, name (full), state }), for the approval card and the
+   * write's `expect`. It shows the model nothing, so it remembers nothing
+   * as shown (an unknown or stale ref fails as the write would).
+   */
+  const INTERNAL = {
+    describe_target(params) {
+      params = objectParams(params, "describe_target", '{ "ref": "e12" } or { "text": "…" }.');
+      let element;
+      describingForEngine = true;
+      try {
+        if (typeof params.ref === "string" && params.ref.trim() !== "") {
+          element = lookupRef(params.ref);
+        } else if (typeof params.text === "string" && params.text.trim() !== "") {
+          element = resolveByText(params.text).element;
+        } else {
+          throw new ToolError("describe_target needs a ref or a text.");
+        }
+      } finally {
+        describingForEngine = false;
+      }
+      const role = roleOf(element);
+      return {
+        ok: true,
+        content: "",
+        details: { ref: refFor(element), role, name: fullAccessibleName(element, role), state: snapshotState(element, role).trim() },
+      };
+    },
+  };
+
   // ------------------------------------------------------------ protocol ---
   /** Posts on the port: `posted` false, with `why`, when it throws (a closed port, or a message it cannot carry). */
   function safePost(port, message) {
@@ -2018,14 +2103,19 @@
         content: `${clip(String(name), 100)}: the result could not be sent to the extension (${clip(sent.why, 200)}). If it was an action, it may have happened: look at the page (page_snapshot) before doing it again.`,
       });
     };
-    if (typeof name !== "string" || !Object.prototype.hasOwnProperty.call(TOOLS, name)) {
+    const known = (table) => typeof name === "string" && Object.prototype.hasOwnProperty.call(table, name);
+    if (!known(TOOLS) && !known(INTERNAL)) {
       finish({ ok: false, content: `Unknown page tool: ${clip(String(name), 100)}. Page tools: ${Object.keys(TOOLS).join(", ")}.` });
       return;
     }
-    const context = { progress: (text) => safePost(port, { type: "tool.progress", callId, text: clip(String(text), 1000) }) };
+    const context = {
+      progress: (text) => safePost(port, { type: "tool.progress", callId, text: clip(String(text), 1000) }),
+      expect: expectedElement(message),
+    };
     try {
       const params = message.params === undefined ? {} : message.params;
-      finish(await TOOLS[name](params, context));
+      const tool = Object.prototype.hasOwnProperty.call(TOOLS, name) ? TOOLS[name] : INTERNAL[name];
+      finish(await tool(params, context));
     } catch (err) {
       const text = err instanceof ToolError ? err.message : `${name} failed: ${err && err.message ? err.message : String(err)}`;
       finish({ ok: false, content: text });

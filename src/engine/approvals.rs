@@ -66,6 +66,32 @@ again only if it still makes sense (the user will be asked again)."
                 None,
             );
         }
+        // ...given for an element the page no longer shows under that ref
+        // (relabeled, replaced, gone): the user approved what the card
+        // described, and that is not there any more.
+        let shown = given.and_then(|a| a.element.as_ref());
+        if let Some(shown) = shown {
+            let now_there = target.as_ref().and_then(|t| t.element.as_ref());
+            if !now_there.is_some_and(|e| shown.same_as(e)) {
+                let now_words = match now_there {
+                    Some(e) => format!("it is now {}", e.summary()),
+                    None => "the page no longer shows it".to_string(),
+                };
+                return self.persist_tool_result(
+                    now,
+                    tid,
+                    index,
+                    ToolStatus::Error,
+                    format!(
+                        "The element the user approved this action on, {}, changed after the approval \
+({now_words}); nothing was done. Call page_snapshot to look at the page as it is now, and act again \
+only if it still makes sense (the user will be asked again).",
+                        shown.summary()
+                    ),
+                    None,
+                );
+            }
+        }
         let approved = given.is_some();
         let rule = self.site_rules.get(&origin);
         let verdict = match gatekeeper::verdict(&descriptor, target.as_ref(), rule) {
@@ -135,6 +161,7 @@ again only if it still makes sense (the user will be asked again)."
             frame_id: target.frame_id,
             page_url: target.page_url.clone(),
             document_id: target.document_id.clone(),
+            element: target.element.clone(),
             server: server.map(|(name, _)| name.to_string()),
             server_url: server.map(|(_, url)| url.to_string()),
             status: ApprovalStatus::Pending,
@@ -384,12 +411,25 @@ again only if it still makes sense (the user will be asked again)."
         let call = &self.threads[tid].exec.as_ref().expect("active run").calls[index];
         let params = call.params.clone().ok();
         let write = call.recovery != Recovery::RetrySafe;
+        let in_page = self
+            .config
+            .registry
+            .get(&call.name)
+            .is_some_and(|d| d.binding == Binding::Page);
+        let names_element = params.as_ref().is_some_and(|p| {
+            ["ref", "text"].iter().any(|key| {
+                p.get(key)
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| !v.trim().is_empty())
+            })
+        });
         self.set_phase(tid, Phase::Resolving { index, resolve_id });
         self.effects.push_back(Effect::ResolveTarget {
             resolve_id,
             thread_id: tid.to_string(),
             params,
             write,
+            describe: write && in_page && names_element,
         });
     }
 
@@ -494,6 +534,7 @@ impl Engine {
             thread_id: tid.to_string(),
             params: None,
             write: false,
+            describe: false,
         });
     }
 

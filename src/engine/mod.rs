@@ -390,6 +390,10 @@ pub enum Effect {
         thread_id: String,
         params: Option<Value>,
         write: bool,
+        /// Also ask the page to describe the element the call names (its
+        /// `ref`, or its visible `text`): `TargetInfo::element`. Only for a
+        /// page write naming one: a read's step makes no extra round trip.
+        describe: bool,
     },
     /// Execute a tool; feed `handle_tool_progress` / `handle_tool_result`.
     /// Page tools act on `target` only (and fail if its origin changed).

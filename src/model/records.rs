@@ -533,11 +533,25 @@ impl FromRecord for ApprovalRecord {
             frame_id: f.opt_i64("frameId"),
             page_url: f.opt_string("pageUrl"),
             document_id: f.opt_string("documentId"),
+            element: f.opt_rec("element"),
             server: f.opt_string("server"),
             server_url: f.opt_string("serverUrl"),
             status: f.name("status", ApprovalStatus::Cancelled),
             created_at: f.u64("createdAt"),
             decided_at: f.opt_u64("decidedAt"),
+        };
+        f.done(record)
+    }
+}
+
+impl FromRecord for crate::model::TargetElement {
+    fn from_record(value: Value) -> Result<Self, String> {
+        let mut f = Fields::of(value)?;
+        let record = crate::model::TargetElement {
+            reference: f.string("ref"),
+            role: f.string("role"),
+            name: f.string("name"),
+            state: f.opt_string("state").unwrap_or_default(),
         };
         f.done(record)
     }
@@ -860,6 +874,12 @@ mod tests {
             frame_id: Some(3),
             page_url: Some("https://outer.example/".into()),
             document_id: Some("8F1C0A".into()),
+            element: Some(crate::model::TargetElement {
+                reference: "f3:e1".into(),
+                role: "button".into(),
+                name: "Subscribe".into(),
+                state: "(disabled)".into(),
+            }),
             server: None,
             server_url: None,
             status: ApprovalStatus::AcceptedForSite,
@@ -876,6 +896,7 @@ mod tests {
                 frame_id: None,
                 page_url: None,
                 document_id: None,
+                element: None,
                 server: Some("docs".into()),
                 server_url: Some("https://mcp.example/mcp".into()),
                 ..approval.clone()

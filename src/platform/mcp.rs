@@ -2,7 +2,8 @@
 //! without IO).
 //!
 //! Owns: the session with each server the embedding extension configured
-//! (`initialize`, `notifications/initialized`, the `Mcp-Session-Id` and
+//! (`initialize`, `notifications/initialized`, each given up at its time
+//! limit like a page of `tools/list`, the `Mcp-Session-Id` and
 //! `MCP-Protocol-Version` headers, a new session when the server forgot
 //! the old one), `tools/list` (every page), `tools/call` with its progress
 //! notifications, `notifications/cancelled` for a call given up, a request
@@ -293,6 +294,49 @@ impl GrantSlot {
 
 /// How long one page of `tools/list` may take.
 const LIST_TIMEOUT_MS: u32 = 30_000;
+
+/// How long each message of a session's setup may take (`initialize`'s
+/// answer, then the acceptance of `notifications/initialized`): a server
+/// that never answers does not hold discovery, the Check again of it, or
+/// anything else waiting on the session, for ever. As long as a page of
+/// the list: a server that answers at all does so well within it.
+const INITIALIZE_TIMEOUT_MS: u32 = 30_000;
+
+/// A controller aborted once its time limit passed, and whether it was
+/// (the timer is cleared when this is dropped).
+struct Deadline {
+    controller: AbortController,
+    expired: Rc<Cell<bool>>,
+    limit_ms: u32,
+    _timer: gloo_timers::callback::Timeout,
+}
+
+impl Deadline {
+    fn new(limit_ms: u32) -> Result<Self, McpError> {
+        let controller = new_controller()?;
+        let expired = Rc::new(Cell::new(false));
+        let timer = {
+            let controller = controller.clone();
+            let expired = expired.clone();
+            gloo_timers::callback::Timeout::new(limit_ms, move || {
+                expired.set(true);
+                controller.abort();
+            })
+        };
+        Ok(Deadline {
+            controller,
+            expired,
+            limit_ms,
+            _timer: timer,
+        })
+    }
+
+    /// What `request`, sent with this controller, came to: given up at
+    /// the time limit, [`McpError::TimedOut`].
+    fn judge<T>(&self, request: &str, result: Result<T, McpError>) -> Result<T, McpError> {
+        mcp::within_time_limit(result, self.expired.get(), request, self.limit_ms)
+    }
+}
 
 impl Server {
     fn new(config: ServerConfig, added_by: McpServerOrigin, grant: Rc<GrantSlot>) -> Self {
@@ -668,20 +712,22 @@ impl Server {
     }
 
     /// Set up a session: `initialize`, then `notifications/initialized`;
-    /// only then do other requests use it.
+    /// only then do other requests use it. Each within
+    /// [`INITIALIZE_TIMEOUT_MS`], else given up ([`McpError::TimedOut`]).
     async fn initialize(self: &Rc<Self>) -> Result<(), McpError> {
         let id = self.next_id();
-        let controller = new_controller()?;
-        let (session_id, result) = self
+        let deadline = Deadline::new(INITIALIZE_TIMEOUT_MS)?;
+        let answer = self
             .post(
                 mcp::request(id, "initialize", mcp::initialize_params()),
                 Some(id),
                 None,
-                &controller,
+                &deadline.controller,
                 &mut |_, _| {},
                 None,
             )
-            .await?;
+            .await;
+        let (session_id, result) = deadline.judge("initialize", answer)?;
         let result = result.unwrap_or(Value::Null);
         let version = mcp::agreed_version(&result)?;
         let session = Session {
@@ -689,16 +735,18 @@ impl Server {
             version,
             lists_changes: mcp::lists_changes(&result),
         };
-        let controller = new_controller()?;
-        self.post(
-            mcp::notification("notifications/initialized", None),
-            None,
-            Some(&session),
-            &controller,
-            &mut |_, _| {},
-            None,
-        )
-        .await?;
+        let deadline = Deadline::new(INITIALIZE_TIMEOUT_MS)?;
+        let accepted = self
+            .post(
+                mcp::notification("notifications/initialized", None),
+                None,
+                Some(&session),
+                &deadline.controller,
+                &mut |_, _| {},
+                None,
+            )
+            .await;
+        deadline.judge("notifications/initialized", accepted)?;
         *self.session.borrow_mut() = Some(session);
         self.open_stream();
         Ok(())
@@ -825,22 +873,20 @@ impl Server {
                 Some(cursor) => json!({ "cursor": cursor }),
                 None => json!({}),
             };
-            let controller = new_controller()?;
             // A server that never answers a page does not hold the
             // listing (and the Check again of it) for ever.
-            let aborter = controller.clone();
-            let _deadline =
-                gloo_timers::callback::Timeout::new(LIST_TIMEOUT_MS, move || aborter.abort());
-            let result = self
+            let deadline = Deadline::new(LIST_TIMEOUT_MS)?;
+            let answer = self
                 .rpc(
                     "tools/list",
                     params,
-                    &controller,
+                    &deadline.controller,
                     &mut |_| {},
                     &mut |_, _| {},
                     None,
                 )
-                .await?;
+                .await;
+            let result = deadline.judge("tools/list", answer)?;
             let (page, next) = mcp::tools_page(&result)?;
             tools.extend(page);
             match next {

@@ -39,7 +39,7 @@ use crate::engine::{
     Approver, ConnId, Effect, Engine, EngineConfig, Heartbeat, ToolDispatch, ToolOutcome,
 };
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
-use crate::gatekeeper::{self, origin_of, TargetInfo};
+use crate::gatekeeper::{self, origin_of, TargetElement, TargetInfo};
 use crate::model::{McpServerOrigin, McpServerState, ProviderProfile};
 use crate::protocol::{classify_sender, ClientKind, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
@@ -351,11 +351,15 @@ impl Driver {
                 resolve_id,
                 params,
                 write,
+                describe,
                 ..
             } => {
                 let d = self.rc();
                 spawn_local(async move {
-                    let target = resolve_target(params.as_ref(), write).await;
+                    let mut target = resolve_target(params.as_ref(), write).await;
+                    if let (true, Ok(found), Some(params)) = (describe, &mut target, &params) {
+                        found.element = d.describe_element(resolve_id, found, params).await;
+                    }
                     d.input(|e, now| e.handle_target_resolved(now, resolve_id, target));
                 });
             }
@@ -803,6 +807,7 @@ impl Driver {
         } else {
             Reach::Inject {
                 document: target.document_id.as_deref(),
+                element: target.element.as_ref(),
             }
         };
         if name == "page_snapshot" {
@@ -928,8 +933,11 @@ impl Driver {
             // A child frame of another origin is read as it is now; the
             // top document's target says nothing about it.
             match reach {
-                Reach::Reuse { .. } => Reach::Reuse { recheck: None },
-                Reach::Inject { .. } => Reach::Inject { document: None },
+                Reach::Reuse { .. } | Reach::Describe { .. } => Reach::Reuse { recheck: None },
+                Reach::Inject { .. } => Reach::Inject {
+                    document: None,
+                    element: None,
+                },
             },
         );
         let timeout = TimeoutFuture::new(FRAME_SNAPSHOT_TIMEOUT_MS);
@@ -1117,60 +1125,72 @@ impl Driver {
     /// keeps the tools it listed last (their calls fail with the reason).
     async fn discover_mcp(&self, servers: Vec<Rc<mcp::Server>>) {
         self.mcp.load_grants().await;
-        let lists = futures::future::join_all(servers.iter().map(|s| s.list_tools())).await;
-        let mut changed = false;
-        for (server, listed) in servers.iter().zip(lists) {
-            // Removed by the user while it was asked: nothing of it stays.
-            if !self.mcp.holds(server) {
-                continue;
-            }
-            let name = &server.config.name;
-            let url = &server.config.url;
-            let added_by = server.added_by;
-            let listed = match listed {
-                Ok(listed) => listed,
-                Err(e) => {
-                    let state = match e {
-                        crate::mcp::McpError::SignInNeeded(_)
-                        | crate::mcp::McpError::MorePermissionNeeded(_) => {
-                            McpServerState::SignInNeeded
-                        }
-                        _ => McpServerState::Unreachable,
-                    };
-                    let problem = e.describe(name);
-                    console_error(&problem);
-                    let signed_in = self.signed_in_at(server);
-                    self.input(|e, now| {
-                        mirror_signed_in(e, &signed_in);
-                        e.handle_mcp_status(now, name, url, added_by, state, Some(problem))
-                    });
-                    continue;
-                }
-            };
-            let (tools, mut problems) = crate::mcp::remote_tools(&server.config, &listed);
-            server.set_tools(&tools);
-            self.follow_mcp(server);
-            let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
-            let signed_in = self.signed_in_at(server);
-            self.input(|e, now| {
-                mirror_signed_in(e, &signed_in);
-                problems.extend(e.handle_mcp_tools(name, descriptors));
-                let problem = (!problems.is_empty()).then(|| problems.join("; "));
-                e.handle_mcp_status(now, name, url, added_by, McpServerState::Ready, problem);
-            });
-            for problem in &problems {
-                console_error(problem);
-            }
-            let entry = json!({ "url": server.config.url, "tools": listed });
-            let mut catalog = self.mcp_catalog.borrow_mut();
-            if catalog.get(name) != Some(&entry) {
-                catalog.insert(name.clone(), entry);
-                changed = true;
+        // Each server's answer is used as it comes: one that is slow (or
+        // silent until its time limit) holds no other.
+        let mut lists: futures::stream::FuturesUnordered<_> = servers
+            .iter()
+            .map(|server| async move { (server, server.list_tools().await) })
+            .collect();
+        while let Some((server, listed)) = lists.next().await {
+            if self.take_mcp_listing(server, listed) {
+                self.keep_mcp_catalog().await;
             }
         }
-        if changed {
-            self.keep_mcp_catalog().await;
+    }
+
+    /// What `server` listed (or why it could not): its tools to the engine,
+    /// its state to the user. Whether the kept catalog changed.
+    fn take_mcp_listing(
+        &self,
+        server: &Rc<mcp::Server>,
+        listed: Result<Vec<Value>, crate::mcp::McpError>,
+    ) -> bool {
+        // Removed by the user while it was asked: nothing of it stays.
+        if !self.mcp.holds(server) {
+            return false;
         }
+        let name = &server.config.name;
+        let url = &server.config.url;
+        let added_by = server.added_by;
+        let listed = match listed {
+            Ok(listed) => listed,
+            Err(e) => {
+                let state = match e {
+                    crate::mcp::McpError::SignInNeeded(_)
+                    | crate::mcp::McpError::MorePermissionNeeded(_) => McpServerState::SignInNeeded,
+                    _ => McpServerState::Unreachable,
+                };
+                let problem = e.describe(name);
+                console_error(&problem);
+                let signed_in = self.signed_in_at(server);
+                self.input(|e, now| {
+                    mirror_signed_in(e, &signed_in);
+                    e.handle_mcp_status(now, name, url, added_by, state, Some(problem))
+                });
+                return false;
+            }
+        };
+        let (tools, mut problems) = crate::mcp::remote_tools(&server.config, &listed);
+        server.set_tools(&tools);
+        self.follow_mcp(server);
+        let descriptors = tools.into_iter().map(|t| t.descriptor).collect();
+        let signed_in = self.signed_in_at(server);
+        self.input(|e, now| {
+            mirror_signed_in(e, &signed_in);
+            problems.extend(e.handle_mcp_tools(name, descriptors));
+            let problem = (!problems.is_empty()).then(|| problems.join("; "));
+            e.handle_mcp_status(now, name, url, added_by, McpServerState::Ready, problem);
+        });
+        for problem in &problems {
+            console_error(problem);
+        }
+        let entry = json!({ "url": server.config.url, "tools": listed });
+        let mut catalog = self.mcp_catalog.borrow_mut();
+        if catalog.get(name) == Some(&entry) {
+            return false;
+        }
+        catalog.insert(name.clone(), entry);
+        true
     }
 
     /// `server` is listed as needing a sign-in, saying why; the servers at
@@ -1386,6 +1406,60 @@ impl Driver {
         }
     }
 
+    /// The element a page write names (its `ref`, or its visible `text`),
+    /// as the content script of the target's document describes it now;
+    /// None when it cannot (an unknown or stale ref, a page that may not
+    /// be automated or does not answer within `FRAME_SNAPSHOT_TIMEOUT_MS`).
+    /// The write then runs its own checks and says what is wrong.
+    async fn describe_element(
+        &self,
+        resolve_id: u64,
+        target: &TargetInfo,
+        params: &Value,
+    ) -> Option<TargetElement> {
+        if !target.host_permission || gatekeeper::restricted_reason(target).is_some() {
+            return None;
+        }
+        let tab = i32::try_from(target.tab_id).ok()?;
+        let frame_id = target
+            .frame_id
+            .and_then(|f| u32::try_from(f).ok())
+            .unwrap_or(frames::TOP_FRAME);
+        // Its own key among the page Ports: dispatch ids count up from 1.
+        let key = u64::MAX - resolve_id;
+        let call_id = format!("describe-{resolve_id}");
+        let call = self.frame_call(
+            key,
+            &call_id,
+            tab,
+            frame_id,
+            "describe_target",
+            params.clone(),
+            Reach::Describe {
+                document: target.document_id.as_deref(),
+            },
+        );
+        let timeout = TimeoutFuture::new(FRAME_SNAPSHOT_TIMEOUT_MS);
+        let reply = match futures::future::select(Box::pin(call), timeout).await {
+            futures::future::Either::Left((Ok(reply), _)) => reply,
+            futures::future::Either::Left((Err(_), _)) => return None,
+            futures::future::Either::Right(_) => {
+                self.close_page_port(key);
+                return None;
+            }
+        };
+        if !reply.ok {
+            return None;
+        }
+        match TargetElement::from_details(reply.details.as_ref()?) {
+            Ok(element) => Some(element),
+            Err(problem) => {
+                warn(&format!("the page described an element badly: {problem}"));
+                None
+            }
+        }
+    }
+
     fn close_page_port(&self, dispatch_id: u64) {
         if let Some(port) = self.page_ports.borrow_mut().remove(&dispatch_id) {
             port.disconnect();
@@ -1401,7 +1475,8 @@ impl Driver {
     /// there yet, the common case on a fresh document) check the target
     /// again, inject and send the call once more. Injecting into a page that
     /// already has the script cost ~3.5 ms of a ~5 ms read (BENCHMARKS.md
-    /// item 32). Progress is forwarded; the Port is closed before returning.
+    /// item 32). `Reach::Describe` reuses the same way, bound to a
+    /// document. Progress is forwarded; the Port is closed before returning.
     #[allow(clippy::too_many_arguments)]
     async fn frame_call(
         &self,
@@ -1413,17 +1488,19 @@ impl Driver {
         params: Value,
         reach: Reach<'_>,
     ) -> Result<PageReply, String> {
-        let document = match reach {
-            Reach::Inject { document } => document,
-            Reach::Reuse { .. } => None,
+        let (document, expect, reuse) = match reach {
+            Reach::Inject { document, element } => (document, element, None),
+            Reach::Reuse { recheck } => (None, None, Some(recheck)),
+            Reach::Describe { document } => (document, None, Some(None)),
         };
-        if let Reach::Reuse { recheck } = reach {
+        if let Some(recheck) = reuse {
             match self
                 .connect_and_call(
                     dispatch_id,
                     call_id,
                     tab,
                     frame_id,
+                    document,
                     None,
                     name,
                     params.clone(),
@@ -1462,13 +1539,23 @@ Call page_snapshot to look at the page as it is now."
                     )
                 }
             })?;
-        self.connect_and_call(dispatch_id, call_id, tab, frame_id, document, name, params)
-            .await
-            .map_err(FrameFailure::into_message)
+        self.connect_and_call(
+            dispatch_id,
+            call_id,
+            tab,
+            frame_id,
+            document,
+            expect,
+            name,
+            params,
+        )
+        .await
+        .map_err(FrameFailure::into_message)
     }
 
     /// Open a Port to one frame's content script, send the call, forward
     /// its progress and return its result.
+    #[allow(clippy::too_many_arguments)]
     #[allow(clippy::too_many_arguments)]
     async fn connect_and_call(
         &self,
@@ -1477,6 +1564,7 @@ Call page_snapshot to look at the page as it is now."
         tab: i32,
         frame_id: u32,
         document: Option<&str>,
+        expect: Option<&TargetElement>,
         name: &str,
         params: Value,
     ) -> Result<PageReply, FrameFailure> {
@@ -1515,6 +1603,7 @@ Call page_snapshot to look at the page as it is now."
                 frame_id,
                 name,
                 params,
+                expect,
                 &port,
                 &mut receiver,
             )
@@ -1536,6 +1625,7 @@ Call page_snapshot to look at the page as it is now."
         frame_id: u32,
         name: &str,
         params: Value,
+        expect: Option<&TargetElement>,
         port: &Port,
         receiver: &mut mpsc::UnboundedReceiver<Option<JsValue>>,
     ) -> Result<PageReply, FrameFailure> {
@@ -1544,6 +1634,7 @@ Call page_snapshot to look at the page as it is now."
             name: name.to_string(),
             params,
             frame_id,
+            expect: expect.cloned(),
         };
         let message = boundary::to_js(&request).map_err(FrameFailure::Failed)?;
         port.post(&message)
@@ -1603,11 +1694,20 @@ enum Reach<'a> {
     /// Inject the content script first, then connect: into `document`
     /// only when it is known (a write: Chrome then reaches no other
     /// document the frame loaded since it was checked).
-    Inject { document: Option<&'a str> },
+    /// `element`: what the write must find (`TargetInfo::element`), the
+    /// content script refusing otherwise.
+    Inject {
+        document: Option<&'a str>,
+        element: Option<&'a TargetElement>,
+    },
     /// The call is harmless to run twice: connect to the script already in
     /// the frame; if none answers, check `recheck` (the target the
     /// gatekeeper allowed) again, inject and call again.
     Reuse { recheck: Option<&'a TargetInfo> },
+    /// The engine's own read (`describe_target`) of `document`: connect
+    /// to the script already there; inject into that document only if
+    /// none answers.
+    Describe { document: Option<&'a str> },
 }
 
 /// Why a frame call returned no result.
@@ -1667,6 +1767,7 @@ fn frame_target(
         frame_id: Some(i64::from(frame_id)),
         title: page.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
         page_url: page.map(|p| p.url),
+        element: None,
     }
 }
 

@@ -16,6 +16,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import {
@@ -88,13 +89,13 @@ function mcpTest(name, servers, body, mockOptions = {}) {
 }
 
 /** The catalog the worker keeps in chrome.storage.local, once it lists `count` tools of `server`. */
-async function keptCatalog(panel, server, count) {
+async function keptCatalog(panel, server, count, { timeout = 60000 } = {}) {
   return waitFor(
     async () => {
       const catalog = await panel.evaluate(async () => (await chrome.storage.local.get('mcpCatalog')).mcpCatalog ?? null);
       return catalog?.[server]?.tools?.length === count ? catalog : null;
     },
-    { timeout: 60000, message: `the tools of "${server}" to be kept in chrome.storage.local` },
+    { timeout, message: `the tools of "${server}" to be kept in chrome.storage.local` },
   );
 }
 
@@ -383,6 +384,116 @@ mcpTest(
     assert.equal(refusal.error.code, -32601);
     assert.match(resultsByTool(mock.requests().at(-1)).docs__ask_model, /The client refused: -32601/);
   },
+);
+
+/**
+ * A server on 127.0.0.1 that takes every request and never answers: the
+ * connection stays open until the client gives up (or close()).
+ * → { url, requests() → [{ httpMethod, method (JSON-RPC), at, closedAt
+ * (null while open) }], close() }.
+ */
+async function startSilentServer() {
+  const requests = [];
+  const server = http.createServer((req, res) => {
+    const entry = { httpMethod: req.method, method: null, at: Date.now(), closedAt: null };
+    requests.push(entry);
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (chunk) => { body += chunk; });
+    req.on('end', () => {
+      try {
+        entry.method = JSON.parse(body).method ?? null;
+      } catch {
+        entry.method = null;
+      }
+    });
+    // The client gave up: its fetch was aborted and the connection closed.
+    res.on('close', () => { entry.closedAt = Date.now(); });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/mcp`,
+    requests: () => requests.map((e) => ({ ...e })),
+    close: () => new Promise((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
+}
+
+/** The silent server's time limit for `initialize` (INITIALIZE_TIMEOUT_MS in src/platform/mcp.rs). */
+const INITIALIZE_TIMEOUT_MS = 30000;
+
+sharedIsolatedTest(
+  test,
+  'a_server_that_never_answers_initialize_does_not_hold_the_others',
+  {
+    launch: async (session) => {
+      session.mcp = await startMockMcp();
+      session.closers.push(() => session.mcp.close());
+      session.silent = await startSilentServer();
+      session.closers.push(() => session.silent.close());
+      return {
+        extensionPath: extensionWithServers([
+          { name: 'silent', url: session.silent.url },
+          { name: 'docs', url: session.mcp.url },
+        ]),
+      };
+    },
+  },
+  async (session) => {
+    const { panel, mock, silent } = session;
+    const initializations = () => silent.requests().filter((e) => e.method === 'initialize');
+    await waitFor(() => initializations().length === 1, { message: 'the silent server to get initialize' });
+
+    // Each server's answer is used as it comes: the other server is ready
+    // (its tools offered) while this one is still being waited for.
+    await serversIn(panel, { silent: 'listing', docs: 'ready' });
+    assert.equal(initializations()[0].closedAt, null, 'the silent server is still being waited for');
+    // Given up at its time limit: the other server's tools are kept, not
+    // held for ever.
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length, { timeout: INITIALIZE_TIMEOUT_MS + 90000 });
+    const [first] = await waitFor(() => {
+      const all = initializations();
+      return all[0].closedAt !== null ? all : null;
+    }, { message: 'the worker to give up its initialize (the connection closed)' });
+    assert.ok(first.closedAt - first.at >= INITIALIZE_TIMEOUT_MS - 1000, `given up after ${first.closedAt - first.at} ms, not before its time limit`);
+    assert.deepEqual(silent.requests().map((e) => e.method), ['initialize'], 'nothing else was sent to it');
+    const listed = await serversIn(panel, { silent: 'unreachable', docs: 'ready' });
+    assert.match(listed[0].text, /^silent — Not reachable: The MCP server "silent" did not answer initialize within 30 s\. /);
+    assert.match(listed[1].text, /^docs — Connected .* 8 tools: Search the docs,/);
+    assert.equal(listed[0].refresh, 'Check again');
+    const errors = await consoleErrors(session);
+    assert.ok(errors.some((e) => /The MCP server "silent" did not answer initialize within 30 s\./.test(e)), errors.join('\n'));
+
+    // Check again asks it once more; meanwhile the other server's tools
+    // work, and the check ends at the time limit too.
+    await panel.getByRole('button', { name: 'Ask the MCP server silent for its tools again', exact: true }).click();
+    await waitFor(() => initializations().length === 2, { message: 'initialize sent again' });
+    await serversIn(panel, { silent: 'listing', docs: 'ready' });
+    await panel.click('#settings-toggle');
+    await scriptModel(mock, [call('docs__search', { query: 'refund' }), { text: 'Found it.' }]);
+    await submitTask(panel, 'How do refunds work?');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    assert.match(resultsByTool(mock.requests().at(-1)).docs__search, /passages for "refund"/);
+    const offered = offeredTools(mock.requests()[0]);
+    assert.ok(offered.includes('docs__search'), offered.join(','));
+    assert.ok(!offered.some((name) => name.startsWith('silent__')), offered.join(','));
+    // The turn did not wait for the check (unless the machine is so slow
+    // that the check ended first).
+    const checking = initializations()[1];
+    if (Date.now() - checking.at < INITIALIZE_TIMEOUT_MS - 1000) assert.equal(checking.closedAt, null, 'the check still waiting meanwhile');
+
+    const [again] = await serversIn(panel, { silent: 'unreachable', docs: 'ready' });
+    assert.match(again.text, /^silent — Not reachable: The MCP server "silent" did not answer initialize within 30 s\. /);
+    assert.equal(again.refresh, 'Check again');
+    const second = initializations()[1];
+    assert.notEqual(second.closedAt, null, 'the second initialize given up too');
+    assert.ok(second.closedAt - second.at >= INITIALIZE_TIMEOUT_MS - 1000, `given up after ${second.closedAt - second.at} ms`);
+  },
+  { timeout: TEST_TIMEOUT },
 );
 
 mcpTest(

@@ -1039,9 +1039,10 @@ isolatedTest('approval_card_describes_the_page_snapshot_element', {
   assert.ok(line, messageText(snapshotResult));
   assert.match(line, /^ +\[e\d+\] textbox "Full name" required$/, 'an indented outline line with state after the name');
   const ref = /\[(e\d+)\]/.exec(line)[1];
-  // The next turn types into that ref (a write: the card names the element),
-  // looks again, and types once more: the card then describes the element as
-  // the newest snapshot shows it (with its value).
+  // The next turn types into that ref (a write: the card names the element
+  // as the page describes it when the engine asks), looks again, and types
+  // once more: the card then describes the element as it is then (its value,
+  // its focus).
   mock.setScript([
     { toolCalls: [{ name: 'type', arguments: { ref, text: 'Ada "the first"' } }] },
     { toolCalls: [{ name: 'page_snapshot', arguments: {} }] },
@@ -1051,14 +1052,14 @@ isolatedTest('approval_card_describes_the_page_snapshot_element', {
   await submitTask(panel, 'Type Ada into the name field');
   const firstCard = await waitForApprovalCard(panel);
   assert.equal(firstCard.toolName, 'type');
-  assert.equal(firstCard.element, 'textbox "Full name" required (as the page described it when last read)');
+  assert.equal(firstCard.element, 'textbox "Full name" required');
   await panel.click('#approval-accept-once');
   const secondCard = await waitForApprovalCard(panel, { message: 'the second type to ask' });
   assert.notEqual(secondCard.approvalId, firstCard.approvalId);
   assert.equal(
     secondCard.element,
-    'textbox "Full name" value="Ada \\"the first\\"" required focused (as the page described it when last read)',
-    'the newest page_snapshot, the name parsed up to its closing quote, the state after it',
+    'textbox "Full name" value="Ada \\"the first\\"" required focused',
+    'the element as the page has it when asked, its state after the name',
   );
   await panel.click('#approval-decline');
   const final = await waitForSettledTurn(panel, { previousTurnId: first.turnId });

@@ -323,6 +323,95 @@ fn never_retry_at_most_once_an_approved_write_runs_only_on_the_document_it_was_a
     }
 }
 
+/// The shop's page with `name` under the ref `e1`, as the page describes it.
+fn shop_showing(name: &str) -> sw_agent::gatekeeper::TargetInfo {
+    sw_agent::gatekeeper::TargetInfo {
+        element: Some(sw_agent::model::TargetElement {
+            reference: "e1".into(),
+            role: "button".into(),
+            name: name.into(),
+            state: String::new(),
+        }),
+        ..shop_document("d1")
+    }
+}
+
+#[test]
+fn never_retry_at_most_once_an_approved_write_acts_only_on_the_element_the_user_was_shown() {
+    for (later, runs) in [("SUBSCRIBE", true), ("Delete account", false)] {
+        let mut sim = Sim::new(79, agent_policy(), page_tools());
+        sim.auto_approve = None;
+        sim.target = Ok(shop_showing("Subscribe"));
+        let conn = sim.connect();
+        sim.send(conn, submit("s1", None, "Subscribe me"));
+        sim.run(10_000);
+        // The reads were told nothing about an element; the write's question shows it.
+        let reads: Vec<_> = sim
+            .dispatches
+            .iter()
+            .filter(|d| d.name != "click")
+            .collect();
+        assert_eq!(reads.len(), 2);
+        assert!(reads
+            .iter()
+            .all(|d| d.target.as_ref().is_some_and(|t| t.element.is_none())));
+        let asked = approval_requests(&sim).pop().expect("asked");
+        let shown = asked.element.clone().expect("the card's element");
+        assert_eq!(
+            (shown.reference.as_str(), shown.name.as_str()),
+            ("e1", "Subscribe")
+        );
+        let stored = &sim.store.approvals[&asked.id];
+        assert_eq!(
+            stored.element.as_ref(),
+            Some(&shown),
+            "the element is durable with the question"
+        );
+        let thread = asked.thread_id.clone();
+        // The page relabels the element while the user decides (or only
+        // re-renders it in capitals).
+        sim.target = Ok(shop_showing(later));
+        sim.send(
+            conn,
+            respond("r1", &thread, &asked.id, ApprovalDecision::AcceptOnce),
+        );
+        sim.run(10_000);
+        let clicks: Vec<_> = sim
+            .dispatches
+            .iter()
+            .filter(|d| d.name == "click")
+            .collect();
+        let (status, content) = click_result(&sim).expect("the click has a result");
+        if runs {
+            assert_eq!((clicks.len(), status), (1, ToolStatus::Ok), "{content}");
+            let expect = clicks[0].target.as_ref().and_then(|t| t.element.as_ref());
+            assert!(
+                expect.is_some_and(|e| e.same_as(&shown)),
+                "the write carries the element the page must still have: {expect:?}"
+            );
+        } else {
+            assert!(clicks.is_empty(), "nothing was sent to the page");
+            assert_eq!(status, ToolStatus::Error);
+            // Wrapped as page content: it quotes what the page named its elements.
+            assert!(content.starts_with("<untrusted_page_content origin=\"https://shop.example\">"));
+            assert!(
+                content.contains(
+                "The element the user approved this action on, button \"Subscribe\" (e1), changed after \
+the approval (it is now button \"Delete account\" (e1)); nothing was done. Call page_snapshot to look \
+at the page as it is now, and act again only if it still makes sense (the user will be asked again)."
+                ),
+                "{content}"
+            );
+            assert_eq!(
+                approval_requests(&sim).len(),
+                1,
+                "not asked again on its own"
+            );
+        }
+        check_invariants(&sim, &[]).unwrap();
+    }
+}
+
 #[test]
 fn interrupt_while_waiting_cancels_the_approval_and_aborts_the_call() {
     let (mut sim, conn, thread, approval) = waiting(77);

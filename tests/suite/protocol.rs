@@ -348,10 +348,20 @@ fn page_messages_round_trip_and_cannot_carry_ops() {
         name: "click".into(),
         params: json!({ "ref": "f7:e1" }),
         frame_id: 7,
+        expect: Some(sw_agent::model::TargetElement {
+            reference: "f7:e1".into(),
+            role: "button".into(),
+            name: "Archive".into(),
+            state: "(disabled)".into(),
+        }),
     };
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["type"], json!("tool.execute"));
     assert_eq!(v["frameId"], json!(7));
+    assert_eq!(
+        v["expect"],
+        json!({ "ref": "f7:e1", "role": "button", "name": "Archive", "state": "(disabled)" })
+    );
     assert_eq!(serde_json::from_value::<PageRequest>(v).unwrap(), r);
 }
 

@@ -915,6 +915,20 @@ fn protocol_ts_describes_real_serde_output() {
             name: "click".into(),
             params: json!({ "ref": "e1" }),
             frame_id: 0,
+            expect: None,
+        })
+        .unwrap(),
+        serde_json::to_value(PageRequest::ToolExecute {
+            call_id: "c".into(),
+            name: "click".into(),
+            params: json!({ "ref": "e1" }),
+            frame_id: 0,
+            expect: Some(sw_agent::model::TargetElement {
+                reference: "e1".into(),
+                role: "button".into(),
+                name: "Archive".into(),
+                state: String::new(),
+            }),
         })
         .unwrap(),
         serde_json::to_value(PageMessage::ToolResult {
