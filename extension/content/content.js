@@ -155,15 +155,93 @@
   const NEXT_SIBLING = getterOf(Node.prototype, "nextSibling");
   const ELEMENT_ASSIGNED_SLOT = getterOf(Element.prototype, "assignedSlot");
   const TEXT_ASSIGNED_SLOT = getterOf(Text.prototype, "assignedSlot");
+  const OPEN_SHADOW_ROOT = getterOf(Element.prototype, "shadowRoot");
+  const SHADOW_ROOT_MODE = getterOf(ShadowRoot.prototype, "mode");
+  const LOCAL_NAME = getterOf(Element.prototype, "localName");
+  const NAMESPACE_URI = getterOf(Element.prototype, "namespaceURI");
   const nodeTypeOf = (node) => NODE_TYPE.call(node);
   /** The page's title and URL as results show them: clipped. */
   const pageTitle = () => pageString(documentTitle(), MAX_LABEL_CHARS);
   const pageUrl = () => clip(location.href, MAX_URL_CHARS);
 
-  /** Children in the flat tree: open shadow roots and slot assignments included. */
+  // -------------------------------------------------------- shadow roots ---
+  // The tools see into shadow roots, open and closed. A closed root (mode
+  // "closed", common in design systems and checkout widgets) is invisible to
+  // the page's DOM APIs: `host.shadowRoot` is null. Chrome gives extensions
+  // chrome.dom.openOrClosedShadowRoot(element) (Chrome 88+, in content
+  // scripts, no permission), so every walk or lookup that goes down into a
+  // shadow root asks shadowRootOf, never `.shadowRoot`. Decisions:
+  // - Feature-detected once, at install: without chrome.dom (another
+  //   browser, or the tests' stub) only open roots are seen, as before.
+  // - The API is asked only about elements that can host a shadow root
+  //   (those attachShadow accepts: custom elements and SHADOW_HOST_TAGS):
+  //   Chrome throws for anything that is not an HTMLElement, and a walk
+  //   should not cross into the extension bindings for every <li> or
+  //   <input>. An open root is read first, without it. The element's names
+  //   are read through the prototype (a form's controls can shadow them).
+  // - A call that throws (an element the API refuses) counts as no closed
+  //   root: the tools then see what they saw before.
+  // - Going up needs no API: a shadow root's `host` is readable whatever its
+  //   mode (flatParent). Only `assignedSlot` answers for open roots alone,
+  //   so the slot of a node in a closed host is found by hand (assignedSlotOf).
+  // - Inside a shadow root, ids are looked up in that root
+  //   (`getRootNode()` returns the root whatever its mode: textOfIds,
+  //   elementsOfIds) and events that are not composed (`submit`) end at the
+  //   root, so pressEnter listens there too.
+  // - No check here hit-tests (elementFromPoint): it would see the host of a
+  //   control in a shadow root, open or closed, and must then descend
+  //   through shadowRootOf(host).elementFromPoint before calling the
+  //   control covered.
+  const HTML_NAMESPACE = "http://www.w3.org/1999/xhtml";
+  const SHADOW_HOST_TAGS = new Set([
+    "article", "aside", "blockquote", "body", "div", "footer", "h1", "h2", "h3", "h4", "h5", "h6",
+    "header", "main", "nav", "p", "section", "span",
+  ]);
+  const openOrClosedShadowRoot = (() => {
+    try {
+      const dom = typeof chrome === "object" && chrome ? chrome.dom : null;
+      return dom && typeof dom.openOrClosedShadowRoot === "function" ? dom.openOrClosedShadowRoot.bind(dom) : null;
+    } catch {
+      return null;
+    }
+  })();
+
+  /** The shadow root `element` hosts, open or closed (closed ones through chrome.dom), or null. */
+  function shadowRootOf(element) {
+    const open = OPEN_SHADOW_ROOT.call(element);
+    if (open || !openOrClosedShadowRoot) return open || null;
+    const name = LOCAL_NAME.call(element);
+    if (NAMESPACE_URI.call(element) !== HTML_NAMESPACE || !(SHADOW_HOST_TAGS.has(name) || name.includes("-"))) return null;
+    try {
+      return openOrClosedShadowRoot(element) || null;
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * The slot a node (element or text) is assigned to, or null. `assignedSlot`
+   * is null for a slot in a closed root, so for a child of a host with a
+   * closed root the slot is looked for among that root's slots.
+   */
+  function assignedSlotOf(node, type) {
+    const slot = type === Node.ELEMENT_NODE ? ELEMENT_ASSIGNED_SLOT.call(node) : type === Node.TEXT_NODE ? TEXT_ASSIGNED_SLOT.call(node) : null;
+    if (slot || (type !== Node.ELEMENT_NODE && type !== Node.TEXT_NODE)) return slot;
+    const host = PARENT_ELEMENT.call(node);
+    const root = host ? shadowRootOf(host) : null;
+    // An open root already answered through assignedSlot.
+    if (!root || SHADOW_ROOT_MODE.call(root) === "open") return null;
+    for (const candidate of DocumentFragment.prototype.querySelectorAll.call(root, "slot")) {
+      if (HTMLSlotElement.prototype.assignedNodes.call(candidate).includes(node)) return candidate;
+    }
+    return null;
+  }
+
+  /** Children in the flat tree: shadow roots (open and closed) and slot assignments included. */
   function flatChildren(node) {
     if (node.nodeType === Node.ELEMENT_NODE) {
-      if (node.shadowRoot) return node.shadowRoot.childNodes;
+      const shadow = shadowRootOf(node);
+      if (shadow) return shadow.childNodes;
       if (node.tagName === "SLOT") {
         const assigned = node.assignedNodes({ flatten: true });
         if (assigned.length > 0) return assigned;
@@ -182,10 +260,9 @@
     return view.getComputedStyle(element);
   }
 
-  /** Parent in the flat tree: the shadow host for a shadow root's top elements. */
+  /** Parent in the flat tree: the slot of a slotted node, the shadow host for a shadow root's top elements. */
   function flatParent(node) {
-    const type = nodeTypeOf(node);
-    const slot = type === Node.ELEMENT_NODE ? ELEMENT_ASSIGNED_SLOT.call(node) : type === Node.TEXT_NODE ? TEXT_ASSIGNED_SLOT.call(node) : null;
+    const slot = assignedSlotOf(node, nodeTypeOf(node));
     if (slot) return slot;
     const parent = PARENT_ELEMENT.call(node);
     if (parent) return parent;
@@ -751,12 +828,14 @@
     return { x: round(x), y: round(y), width: round(rect.width), height: round(rect.height) };
   }
 
-  /** The focused element, looking into open shadow roots and same-origin frames. */
+  /** The focused element, looking into shadow roots (open and closed) and same-origin frames. */
   function deepActiveElement() {
     let active = document.activeElement;
     for (;;) {
-      if (active && active.shadowRoot && active.shadowRoot.activeElement) {
-        active = active.shadowRoot.activeElement;
+      // A document's (or root's) activeElement is the host of a focused control in a shadow root.
+      const shadow = active ? shadowRootOf(active) : null;
+      if (shadow && shadow.activeElement) {
+        active = shadow.activeElement;
       } else if (active && active.tagName === "IFRAME") {
         let inner = null;
         try {
@@ -1437,11 +1516,14 @@
    */
   function pressEnter(target, kind) {
     const doc = target.ownerDocument;
+    // `submit` is not composed: a form's in a shadow root (open or closed) ends at that root.
+    const root = Node.prototype.getRootNode.call(target);
+    const watched = root === doc ? [doc] : [doc, root];
     let submitted = false;
     const onSubmit = () => {
       submitted = true;
     };
-    onEvent(doc, "submit", onSubmit);
+    for (const where of watched) onEvent(where, "submit", onSubmit);
     try {
       const key = { key: "Enter", code: "Enter", keyCode: 13, which: 13, view: doc.defaultView };
       const down = fire(target, "keydown", key);
@@ -1469,7 +1551,7 @@
       formRequestSubmit(form, button);
       return { text: submitted ? "pressed Enter: the form was submitted" : "pressed Enter (the form's submission was cancelled by the page)", submitted };
     } finally {
-      offEvent(doc, "submit", onSubmit);
+      for (const where of watched) offEvent(where, "submit", onSubmit);
     }
   }
 

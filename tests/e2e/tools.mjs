@@ -3,7 +3,8 @@
 // its control API (POST /__control/script with `toolCalls` steps) and the
 // local test pages. The model "calls" page_snapshot, type, select, scroll,
 // wait_for, navigate, go_back, list_tabs, switch_tab and screenshot, and acts
-// inside a cross-origin iframe (frame targeting); every write asks in
+// inside a cross-origin iframe (frame targeting) and inside closed shadow
+// roots; every write asks in
 // the side panel's approval card and the test answers there, like a user.
 // The tests check the real effect on the page and the tool results the model
 // received (the mock's recorded requests).
@@ -351,6 +352,42 @@ isolatedTest('never_retry_at_most_once_a_write_acts_only_on_the_document_it_was_
   assert.match(unwrap(second.content), /Clicked button "Subscribe"/, second.content);
   assert.equal(await subscribeClicks(shop), 1, 'one click, on the page the second approval was for');
   assert.deepEqual(toolCards(final).map((c) => [c.toolName, c.status]), [['click', 'error'], ['click', 'ok']], describeState(final));
+  assertNoOrphans(session);
+});
+
+isolatedTest('never_retry_at_most_once_a_write_acts_only_on_the_element_it_was_approved_on', {}, async (session) => {
+  const { panel, shop, mock, pages } = session;
+  await scriptModel(mock, [call('page_snapshot', {}, 'Looking.'), { text: 'I see the newsletter form.' }]);
+  const first = await runTurn(session, 'Look at the shop');
+  const [outline] = toolExchanges(mock.requests().at(-1)).map((e) => pageContent(e.content, pages.origin));
+  const ref = refOf(outline, /button "Subscribe"/);
+
+  // The card names the element as the page has it when the user is asked;
+  // the page relabels it while the card is shown: nothing is clicked.
+  await scriptModel(mock, [call('click', { ref }, 'Subscribing.'), { text: 'It changed; I stopped.' }]);
+  await submitTask(panel, 'Subscribe me to the newsletter');
+  const card = await waitForApprovalCard(panel);
+  assert.equal(card.element, 'button "Subscribe"');
+  await shop.evaluate(() => { document.getElementById('subscribe').textContent = 'Delete account'; });
+  await answerApprovalInPanel(panel, 'acceptOnce');
+  const second = await waitForSettledTurn(panel, { previousTurnId: first.final.turnId });
+  assert.equal(second.state, 'completed', describeState(second));
+  const [refused] = toolExchanges(mock.requests().at(-1)).slice(-1);
+  assert.match(
+    unwrap(refused.content),
+    new RegExp(`^(Error: )?The element the user approved this action on, button "Subscribe" \\(${ref}\\), changed after the approval \\(it is now button "Delete account" \\(${ref}\\)\\); nothing was done\\.`),
+    refused.content,
+  );
+  assert.equal(await subscribeClicks(shop), 0, 'nothing was clicked');
+
+  // Relabelled before the question: the card tells what the page has now,
+  // not what the model read.
+  await scriptModel(mock, [call('click', { ref }, 'Subscribing again.'), { text: 'Declined.' }]);
+  await submitTask(panel, 'Subscribe me, please');
+  const truthful = await answerApprovalInPanel(panel, 'decline');
+  assert.equal(truthful.element, 'button "Delete account"');
+  await waitForSettledTurn(panel, { previousTurnId: second.turnId });
+  assert.equal(await subscribeClicks(shop), 0);
   assertNoOrphans(session);
 });
 
@@ -724,5 +761,69 @@ isolatedTest('screenshot_reaches_a_vision_model_as_an_image_with_a_thumbnail_in_
   const stored = nodes.map((n) => JSON.stringify(n.value)).filter((json) => json.includes('Screenshot of'));
   assert.equal(stored.length, 1);
   assert.ok(stored[0].length <= 400 * 1024 + 24 * 1024 + 4096, `node size ${stored[0].length}`);
+  assertNoOrphans(session);
+});
+
+// Web components with closed shadow roots (design systems, checkout
+// widgets): `host.shadowRoot` is null for them, so the page's DOM APIs
+// cannot reach in; the content script does through Chrome's
+// chrome.dom.openOrClosedShadowRoot. tests/pages/closed-shadow.html: a
+// labelled field and a submit button in a closed root, and a nested closed
+// root with a field named by aria-labelledby and a button.
+isolatedTest('controls_inside_closed_shadow_roots_can_be_read_and_used', { page: 'closed-shadow.html' }, async (session) => {
+  const { shop: widget, mock, pages } = session;
+  assert.equal(await widget.evaluate(() => document.getElementById('checkout').shadowRoot), null, 'the page keeps its root closed');
+
+  // ---- Turn 1: the model reads the page, the closed roots included.
+  await scriptModel(mock, [call('read_page', {}, 'Reading the page.'), { text: 'I see a payment form.' }]);
+  const first = await runTurn(session, 'Read the payment widget');
+  assert.deepEqual(toolCards(first.final).map((c) => [c.toolName, c.status]), [['read_page', 'ok']], describeState(first.final));
+  const read = pageContent(toolExchanges(mock.requests().at(-1)).find((e) => e.name === 'read_page').content, pages.origin);
+  assert.match(read, /^Title: Acme pay widget\n/);
+  assert.match(read, /^Payment$/m, 'the closed root\'s text');
+  const name = refOf(read, /^\[e\d+\] textbox "Name on card"$/);
+  const pay = refOf(read, /^\[e\d+\] button "Pay now"$/);
+  const coupon = refOf(read, /^\[e\d+\] textbox "Coupon code"$/);
+  const apply = refOf(read, /^\[e\d+\] button "Apply coupon"$/);
+
+  // ---- Turn 2: type into both fields and click both buttons (each asks first).
+  await scriptModel(mock, [
+    call('type', { ref: name, text: 'Ada Lovelace' }, 'Typing the name on the card.'),
+    call('type', { ref: coupon, text: 'SPRING' }),
+    call('click', { ref: apply }),
+    call('click', { ref: pay }),
+    { text: 'Paid with the coupon.' },
+  ]);
+  const second = await runTurn(session, 'Pay as Ada Lovelace with the coupon SPRING', {
+    approvals: ['type', 'type', 'click', 'click'],
+    previousTurnId: first.final.turnId,
+  });
+  // The approval cards name the elements inside the closed roots.
+  assert.deepEqual(
+    second.cards.map((card) => [card.params.ref, card.element.replace(/^(\w+ "[^"]*").*$/, '$1')]),
+    [[name, 'textbox "Name on card"'], [coupon, 'textbox "Coupon code"'], [apply, 'button "Apply coupon"'], [pay, 'button "Pay now"']],
+  );
+
+  // The page: the component's field got the text (input and change), its form was submitted, the coupon applied.
+  assert.equal(await widget.evaluate(() => document.body.dataset.coupon), 'SPRING');
+  assert.equal(await widget.evaluate(() => document.body.dataset.paidBy), 'Ada Lovelace');
+  assert.deepEqual(
+    await widget.evaluate(() => window.payEvents.filter((e) => e.type !== 'coupon-input')),
+    [{ type: 'input', value: 'Ada Lovelace' }, { type: 'change', value: 'Ada Lovelace' }, { type: 'submit', value: 'Ada Lovelace' }],
+  );
+
+  // What the model received.
+  const results = toolExchanges(mock.requests().at(-1)).slice(-4).map((e) => pageContent(e.content, pages.origin));
+  assert.deepEqual(results, [
+    `Typed "Ada Lovelace" into textbox "Name on card" (${name}).`,
+    `Typed "SPRING" into textbox "Coupon code" (${coupon}).`,
+    `Clicked button "Apply coupon" (${apply}).`,
+    `Clicked button "Pay now" (${pay}).`,
+  ]);
+  assert.deepEqual(
+    toolCards(second.final).slice(-4).map((c) => [c.toolName, c.status]),
+    [['type', 'ok'], ['type', 'ok'], ['click', 'ok'], ['click', 'ok']],
+    describeState(second.final),
+  );
   assertNoOrphans(session);
 });

@@ -26,18 +26,69 @@ let outbox;
 /**
  * Runs content.js in the page with `chrome` bound to a stub whose
  * runtime.onConnect records the listener (as the extension would register it).
+ *
+ * The stub has no `chrome.dom` unless `dom` says: "closed-roots" gives it
+ * `openOrClosedShadowRoot` as Chrome gives it to extensions, answering with
+ * the element's open root or the closed root the page shim recorded
+ * (RECORD_CLOSED_SHADOW_ROOTS; in a real extension Chrome knows them), and
+ * throwing, as Chrome's argument check does, for what is not an HTMLElement;
+ * "throws" gives one that throws for every element.
  */
-async function injectContentScript(target = page) {
-  await target.evaluate((source) => {
+async function injectContentScript(target = page, { dom = null } = {}) {
+  await target.evaluate(({ source, domKind }) => {
     if (!window.__connectListeners) {
       window.__connectListeners = [];
       window.__chromeStub = {
         runtime: { onConnect: { addListener: (listener) => window.__connectListeners.push(listener) } },
       };
+      const isHtmlElement = (value) => {
+        for (let proto = value && Object.getPrototypeOf(value); proto; proto = Object.getPrototypeOf(proto)) {
+          if (proto.constructor && proto.constructor.name === 'HTMLElement') return true;
+        }
+        return false;
+      };
+      window.__domCalls = 0;
+      window.__domAsked = new Set();
+      if (domKind === 'closed-roots') {
+        window.__chromeStub.dom = {
+          openOrClosedShadowRoot(element) {
+            window.__domCalls += 1;
+            window.__domAsked.add(element && element.localName);
+            if (!isHtmlElement(element)) throw new TypeError('Error in invocation of dom.openOrClosedShadowRoot(object element): No matching signature.');
+            return element.shadowRoot || (window.__closedShadowRoots && window.__closedShadowRoots.get(element)) || null;
+          },
+        };
+      } else if (domKind === 'throws') {
+        window.__chromeStub.dom = {
+          openOrClosedShadowRoot() {
+            window.__domCalls += 1;
+            throw new TypeError('Error in invocation of dom.openOrClosedShadowRoot(object element): No matching signature.');
+          },
+        };
+      }
     }
     // eslint-disable-next-line no-new-func
     new Function('chrome', source)(window.__chromeStub);
-  }, CONTENT_SCRIPT);
+  }, { source: CONTENT_SCRIPT, domKind: dom });
+}
+
+/**
+ * Page shim for closed shadow roots (an init script of the test page, run
+ * before the page's own scripts, on tests/pages/closed-shadow.html only):
+ * remembers every closed root in `window.__closedShadowRoots` (host → root),
+ * where the chrome.dom stub and the tests find them. The page itself keeps
+ * them closed: `host.shadowRoot` stays null.
+ */
+function RECORD_CLOSED_SHADOW_ROOTS() {
+  if (!location.pathname.endsWith('/closed-shadow.html') || window.__closedShadowRoots) return;
+  const roots = new WeakMap();
+  window.__closedShadowRoots = roots;
+  const attach = Element.prototype.attachShadow;
+  Element.prototype.attachShadow = function attachShadow(init) {
+    const root = attach.call(this, init);
+    if (init && init.mode === 'closed') roots.set(this, root);
+    return root;
+  };
 }
 
 /** Opens a fake Port named `name` to the content script; messages it posts land in `outbox`. */
@@ -121,6 +172,7 @@ before(async () => {
   await page.exposeFunction('__portPost', (entry) => {
     outbox.push(entry);
   });
+  await page.addInitScript(RECORD_CLOSED_SHADOW_ROOTS);
 });
 
 after(async () => {
@@ -701,6 +753,135 @@ test('in a child frame refs carry the frame and refs of other frames are refused
   assert.equal((await ok('scroll', { ref: ref.slice(3) })).details.ref, ref);
   assert.match(await fails('click', { ref: ref.replace('f3:', 'f4:') }), /^Element f4:e\d+ belongs to another frame \(f4\) than this one; call page_snapshot/);
   assert.match(await fails('click', { ref: 'f0:e1' }), /is not a ref; refs look like "e12" \(or "f3:e12" inside a frame\)/);
+});
+
+/** Opens tests/pages/closed-shadow.html with the content script; `dom` as injectContentScript takes it. */
+async function loadClosedShadowPage(dom) {
+  await page.goto(pages.url('closed-shadow.html'));
+  await injectContentScript(page, { dom });
+  await openPort();
+}
+
+/** Runs `fn(root, roots)` in the page on the closed shadow root of <acme-checkout> (tests reach in through the shim). */
+function inCheckoutRoot(fn) {
+  return page.evaluate(`(${fn})(window.__closedShadowRoots.get(document.getElementById('checkout')), window.__closedShadowRoots)`);
+}
+
+test('controls inside closed shadow roots, nested ones too, are listed, typed into and clicked through chrome.dom', { skip }, async () => {
+  await loadClosedShadowPage('closed-roots');
+  assert.equal(await page.evaluate(() => document.getElementById('checkout').shadowRoot), null, 'the page keeps its root closed');
+  const text = await snapshot();
+  const lines = text.split('\n');
+  const at = (pattern) => {
+    const index = lines.findIndex((line) => pattern.test(line));
+    assert.ok(index >= 0, `no line matches ${pattern}:\n${text}`);
+    return index;
+  };
+  // The closed root's heading, form and controls, in flat-tree order; the
+  // nested closed root's field is named by aria-labelledby (an id in its root).
+  const heading = at(/^h2 "Payment"$/);
+  const form = at(/^form "Card payment"$/);
+  const nameLine = at(/^ {2}\[e\d+\] textbox "Name on card"$/);
+  const payLine = at(/^ {2}\[e\d+\] button "Pay now"$/);
+  const couponLine = at(/^\[e\d+\] textbox "Coupon code"$/);
+  const applyLine = at(/^\[e\d+\] button "Apply coupon"$/);
+  // The page's own note is shown where the closed root's slot puts it.
+  const termsLine = at(/^\[e\d+\] link "Acme Pay terms"$/);
+  const helpLine = at(/^\[e\d+\] button "Open help"$/);
+  assert.deepEqual(
+    [heading, form, nameLine, payLine, couponLine, applyLine, termsLine, helpLine],
+    [heading, form, nameLine, payLine, couponLine, applyLine, termsLine, helpLine].slice().sort((a, b) => a - b),
+    `flat-tree order:\n${text}`,
+  );
+  assert.doesNotMatch(text, /Confirm payment/, 'the closed dialog shows nothing');
+  const name = refOf(text, /textbox "Name on card"/);
+  const pay = refOf(text, /button "Pay now"/);
+  const coupon = refOf(text, /textbox "Coupon code"/);
+  const apply = refOf(text, /button "Apply coupon"/);
+
+  const typed = await ok('type', { ref: name, text: 'Ada Lovelace' });
+  assert.equal(typed.content, `Typed "Ada Lovelace" into textbox "Name on card" (${name}).`);
+  assert.ok(typed.details.rect.width > 0 && typed.details.rect.height > 0);
+  assert.equal(await inCheckoutRoot((root) => root.getElementById('card-name').value), 'Ada Lovelace');
+  assert.deepEqual(await page.evaluate(() => window.payEvents), [{ type: 'input', value: 'Ada Lovelace' }, { type: 'change', value: 'Ada Lovelace' }]);
+  const clicked = await ok('click', { ref: pay });
+  assert.equal(clicked.content, `Clicked button "Pay now" (${pay}).`);
+  assert.equal(await page.evaluate(() => document.body.dataset.paidBy), 'Ada Lovelace', "the component's form was submitted");
+
+  // Two closed roots deep.
+  assert.equal((await ok('type', { ref: coupon, text: 'SPRING' })).content, `Typed "SPRING" into textbox "Coupon code" (${coupon}).`);
+  assert.equal((await ok('click', { ref: apply })).content, `Clicked button "Apply coupon" (${apply}).`);
+  assert.equal(await page.evaluate(() => document.body.dataset.coupon), 'SPRING');
+  assert.match((await ok('wait_for', { text: 'Coupon SPRING applied', timeout_ms: 2000 })).content, /is already visible/);
+
+  // read_page: the same refs with their values, and the closed roots' text.
+  const read = (await ok('read_page', {})).content;
+  const readLines = read.split('\n');
+  for (const line of [
+    `[${name}] textbox "Name on card" value="Ada Lovelace"`,
+    `[${pay}] button "Pay now"`,
+    `[${coupon}] textbox "Coupon code" value="SPRING"`,
+    `[${apply}] button "Apply coupon"`,
+  ]) {
+    assert.ok(readLines.includes(line), `read_page lists ${line}:\n${read}`);
+  }
+  assert.ok(readLines.includes('Payment'), read);
+  assert.ok(readLines.includes('Paid by Ada Lovelace'), read);
+  assert.match(read, /Coupon SPRING applied/);
+
+  // The focus is followed into both closed roots; click { text } finds controls there too.
+  const again = await snapshot();
+  assert.ok(again.split('\n').includes(`[${apply}] button "Apply coupon" focused`), again);
+  assert.match(again, /^text "Paid by Ada Lovelace"$/m);
+  assert.equal((await ok('click', { text: 'Pay now' })).content, `Clicked button "Pay now" (${pay}).`);
+  assert.equal((await page.evaluate(() => window.payEvents)).filter((e) => e.type === 'submit').length, 2);
+  // The API is asked only about elements that can host a shadow root.
+  const asked = await page.evaluate(() => [...window.__domAsked]);
+  assert.ok(asked.includes('acme-checkout') && asked.includes('acme-coupon'), asked.join());
+  assert.deepEqual(asked.filter((tag) => ['input', 'button', 'label', 'form', 'a', 'slot', 'html'].includes(tag)), [], asked.join());
+});
+
+test('inside closed shadow roots Enter submits the form, slots are followed up, and a modal dialog around a component does not cover it', { skip }, async () => {
+  await loadClosedShadowPage('closed-roots');
+  const text = await snapshot();
+  const name = refOf(text, /textbox "Name on card"/);
+  // The form's submit event stays inside the closed root (it is not composed): still seen.
+  const sent = await ok('type', { ref: name, text: 'Grace Hopper', submit: true });
+  assert.equal(sent.content, `Typed "Grace Hopper" into textbox "Name on card" (${name}) and pressed Enter: the form was submitted.`);
+  assert.equal(sent.details.submitted, true);
+  assert.equal(await page.evaluate(() => document.body.dataset.paidBy), 'Grace Hopper');
+
+  // The page's link sits in the closed root's slot: what hides the slot hides the link.
+  const terms = refOf(text, /link "Acme Pay terms"/);
+  await inCheckoutRoot((root) => root.getElementById('note').setAttribute('aria-hidden', 'true'));
+  assert.match(await fails('click', { ref: terms }), /is not visible on the page: it is hidden from users \(aria-hidden\)/);
+  await inCheckoutRoot((root) => root.getElementById('note').setAttribute('inert', ''));
+  await inCheckoutRoot((root) => root.getElementById('note').removeAttribute('aria-hidden'));
+  assert.match(await fails('click', { ref: terms }), /is not visible on the page: it is inert/);
+  assert.equal(await page.evaluate(() => location.hash), '', 'the hidden link was not followed');
+
+  // A closed component inside the open modal dialog is part of the dialog;
+  // the closed root behind the dialog is covered by it.
+  await page.evaluate(() => document.getElementById('confirm-dialog').showModal());
+  const modal = await snapshot();
+  assert.doesNotMatch(modal, /Pay now|Name on card/, 'only the dialog is shown');
+  const confirm = refOf(modal, /button "Confirm payment"/);
+  assert.match(await fails('click', { ref: name }), /is not visible on the page: it is covered by an open modal dialog/);
+  assert.equal((await ok('click', { ref: confirm })).content, `Clicked button "Confirm payment" (${confirm}).`);
+  assert.equal(await page.evaluate(() => document.body.dataset.confirmed), 'yes');
+});
+
+test('without chrome.dom, or when it refuses an element, open shadow roots are walked as before and closed ones stay out of reach', { skip }, async () => {
+  for (const dom of [null, 'throws']) {
+    await loadClosedShadowPage(dom);
+    const text = await snapshot();
+    assert.doesNotMatch(text, /Name on card|Pay now|Coupon code/, `${dom}: a closed root is not seen without chrome.dom`);
+    const help = refOf(text, /button "Open help"/);
+    assert.equal((await ok('click', { ref: help })).content, `Clicked button "Open help" (${help}).`);
+    assert.equal(await page.evaluate(() => document.body.dataset.helpClicks), '1');
+    assert.match((await ok('read_page', {})).content, new RegExp(`\\[${help}\\] button "Open help"`));
+    assert.equal(await page.evaluate(() => window.__domCalls > 0), dom === 'throws', `${dom}: the API is asked only when there is one`);
+  }
 });
 
 /** Replaces the test page's body with `html` (the script stays installed; no ref is taken yet). */
