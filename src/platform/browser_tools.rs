@@ -77,6 +77,41 @@ impl Departure {
             _ => normalized(requested) != normalized(&self.url),
         }
     }
+
+    /// Whether a move back in history left the tab where it was: the same
+    /// document at the same URL (a same-document entry changes the URL;
+    /// an entry of another document, from the back/forward cache or not,
+    /// is another document). Without document ids, the same URL.
+    fn went_nowhere(&self, tab: &TabInfo, document: Option<&str>) -> bool {
+        tab.url == self.url
+            && match (self.document.as_deref(), document) {
+                (Some(before), Some(after)) => before == after,
+                _ => true,
+            }
+    }
+
+    /// `"title" url` of the page left (or not).
+    fn named(&self) -> String {
+        format!("\"{}\" {}", self.title, self.url)
+    }
+}
+
+/// The tab once the navigation begun from `before` has loaded (or
+/// `LOAD_TIMEOUT_MS` passed), given `STAYED_RECHECK_MS` more when it seems
+/// not to have left (`stayed`): the navigation may not have started yet.
+/// The tab, whether it loaded, and its top document.
+async fn arrival(
+    tab_id: i32,
+    stayed: &dyn Fn(&TabInfo, Option<&str>) -> bool,
+) -> Result<(TabInfo, bool, Option<String>), String> {
+    let (mut tab, mut complete) = wait_loaded(tab_id).await?;
+    let mut document = top_document_id(tab_id).await;
+    if complete && stayed(&tab, document.as_deref()) {
+        TimeoutFuture::new(STAYED_RECHECK_MS).await;
+        (tab, complete) = wait_loaded(tab_id).await?;
+        document = top_document_id(tab_id).await;
+    }
+    Ok((tab, complete, document))
 }
 
 /// `navigate`: load `url` in the tab and say where the tab really is then.
@@ -89,16 +124,10 @@ async fn navigate(tab_id: i32, url: &str) -> Result<ToolOutcome, String> {
     chrome::navigate_tab(tab_id, url)
         .await
         .map_err(|e| format!("Could not open {url}: {e}"))?;
-    let (mut tab, mut complete) = wait_loaded(tab_id).await?;
-    let mut document = top_document_id(tab_id).await;
-    if complete && before.stayed(url, &tab, document.as_deref()) {
-        // Maybe the navigation had not started yet: give it a moment.
-        TimeoutFuture::new(STAYED_RECHECK_MS).await;
-        (tab, complete) = wait_loaded(tab_id).await?;
-        document = top_document_id(tab_id).await;
-    }
+    let (tab, complete, document) =
+        arrival(tab_id, &|tab, document| before.stayed(url, tab, document)).await?;
     if before.stayed(url, &tab, document.as_deref()) {
-        let old = format!("\"{}\" {}", before.title, before.url);
+        let old = before.named();
         return Err(if complete {
             format!(
                 "The tab stayed on {old}: opening {url} did not show a new page (the server may have \
@@ -171,6 +200,36 @@ fn loaded(tab: TabInfo, complete: bool, what: &str) -> Result<ToolOutcome, Strin
     )
 }
 
+/// `go_back`: the previous page of the tab's history, and where the tab
+/// really is then. A move the page's "Leave site?" prompt cancelled (or an
+/// earlier entry that showed no page) leaves the tab where it was: an
+/// error, as for `navigate`, so the model does not take the old page for
+/// the earlier one.
+async fn go_back(tab_id: i32) -> Result<ToolOutcome, String> {
+    let before = Departure::of(tab_id).await;
+    chrome::go_back(tab_id)
+        .await
+        .map_err(|e| format!("Could not go back: {e} (maybe there is no earlier page)."))?;
+    let (tab, complete, document) =
+        arrival(tab_id, &|tab, document| before.went_nowhere(tab, document)).await?;
+    if before.went_nowhere(&tab, document.as_deref()) {
+        let old = before.named();
+        return Err(if complete {
+            format!(
+                "The tab stayed on {old}: going back did not leave it (the page may have cancelled \
+                 leaving, or the earlier page did not load). The page you read before is still the one open."
+            )
+        } else {
+            format!(
+                "The tab still shows {old} after {} s: the earlier page has not loaded (a \"Leave \
+                 site?\" prompt may be waiting for the user). Call page_snapshot before acting on the page.",
+                LOAD_TIMEOUT_MS / 1000
+            )
+        });
+    }
+    loaded(tab, complete, "Went back to")
+}
+
 /// `navigate` and `go_back` on the approved tab.
 pub async fn tab_tool(
     name: &str,
@@ -192,13 +251,7 @@ pub async fn tab_tool(
             }
             navigate(tab_id, url).await
         }
-        "go_back" => {
-            chrome::go_back(tab_id)
-                .await
-                .map_err(|e| format!("Could not go back: {e} (maybe there is no earlier page)."))?;
-            let (tab, complete) = wait_loaded(tab_id).await?;
-            loaded(tab, complete, "Went back to")
-        }
+        "go_back" => go_back(tab_id).await,
         "screenshot" => screenshot(tab_id).await,
         other => Err(format!("Unknown tab tool {other}.")),
     }

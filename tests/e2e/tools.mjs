@@ -295,6 +295,38 @@ isolatedTest('navigate_says_when_the_tab_stayed_on_the_old_page_and_where_a_redi
   assertNoOrphans(session);
 });
 
+isolatedTest('go_back_says_when_the_tab_stayed_on_the_page_and_where_it_went', { page: FORM_PAGE }, async (session) => {
+  const { shop: tab, mock, pages } = session;
+  await tab.goto(pages.url('archive.html'));
+  // The archive asks "Leave site?" (the page was used: a click); the user
+  // stays the first time and leaves the second.
+  await tab.evaluate(() => window.addEventListener('beforeunload', (event) => { event.preventDefault(); event.returnValue = ''; }));
+  await tab.click('body');
+  const dialogs = [];
+  tab.on('dialog', (dialog) => {
+    dialogs.push(dialog.type());
+    (dialogs.length === 1 ? dialog.dismiss() : dialog.accept()).catch(() => {});
+  });
+  await scriptModel(mock, [
+    call('go_back', {}, 'Going back.'),
+    call('go_back', {}, 'Going back again.'),
+    { text: 'Back on the form.' },
+  ]);
+  const { final } = await runTurn(session, 'Go back to the form', { approvals: ['go_back', 'go_back'] });
+  const results = toolExchanges(mock.requests().at(-1)).map((e) => unwrap(e.content));
+  const escape = (text) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  assert.match(
+    results[0],
+    new RegExp(`^(Error: )?The tab stayed on "Newsletter archive" ${escape(pages.url('archive.html'))}: going back did not leave it \\(the page may have cancelled leaving, or the earlier page did not load\\)\\. The page you read before is still the one open\\.`),
+    results[0],
+  );
+  assert.match(results[1], new RegExp(`^Went back to: "Acme contact form" ${escape(pages.url('form.html'))}`), results[1]);
+  assert.deepEqual(dialogs, ['beforeunload', 'beforeunload']);
+  assert.deepEqual(toolCards(final).map((c) => [c.toolName, c.status]), [['go_back', 'error'], ['go_back', 'ok']], describeState(final));
+  assert.equal(tab.url(), pages.url('form.html'));
+  assertNoOrphans(session);
+});
+
 isolatedTest('what_a_server_needs_back_reaches_it_and_a_turn_keeps_its_send_time_note', { page: FORM_PAGE }, async (session) => {
   const { mock, pages } = session;
   // Gemini's thought signature on a call, DeepSeek-style reasoning_content
