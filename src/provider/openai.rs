@@ -29,10 +29,14 @@ use crate::vecmap::VecMap;
 /// The key under which this adapter keeps provider-private data.
 pub const PRIVATE_KEY: &str = "openai";
 
-/// The reasoning field replayed on an assistant message with tool calls,
-/// to the host that streamed it. DeepSeek (thinking mode) and Kimi refuse
-/// a request whose earlier tool-calling messages lack it; llama.cpp and
-/// vLLM read it. Reasoning streamed as `reasoning` (OpenRouter, Ollama,
+/// The reasoning field replayed, to the host that streamed it, on an
+/// assistant message with tool calls, and on the answer that ends a user
+/// turn in which tools were called. DeepSeek (thinking mode) wants it back
+/// on every assistant message between two user messages when tools were
+/// called between them (its answer included), in every later request, and
+/// refuses a request whose tool-calling messages lack it; it ignores it on
+/// a turn without tools, which therefore goes without. Kimi refuses the
+/// same; llama.cpp and vLLM read it. Reasoning streamed as `reasoning` (OpenRouter, Ollama,
 /// Groq) is not replayed: no server needs it back, and Groq refuses it
 /// for a model without reasoning.
 const REPLAYED_REASONING: &str = "reasoning_content";
@@ -72,7 +76,18 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     }
     let mut pending_images: Vec<(String, crate::model::ImageData)> = Vec::new();
     let host = super::endpoint_host(&request.profile.base_url);
+    // Whether tools were called since the last user message: the answer
+    // then gets its reasoning back too (REPLAYED_REASONING).
+    let mut turn_used_tools = false;
     for (position, message) in request.messages.iter().enumerate() {
+        match message {
+            ChatMessage::User { .. } => turn_used_tools = false,
+            ChatMessage::ToolResult { .. } => turn_used_tools = true,
+            ChatMessage::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                turn_used_tools = true
+            }
+            ChatMessage::Assistant { .. } => {}
+        }
         messages.push(match message {
             ChatMessage::User {
                 text,
@@ -139,6 +154,12 @@ pub fn build_body(request: &ProviderRequest) -> Value {
                         })
                         .collect();
                     if let Some(reasoning) = replay.and_then(|p| p.get(REPLAYED_REASONING)) {
+                        m[REPLAYED_REASONING] = reasoning.clone();
+                    }
+                } else if turn_used_tools {
+                    if let Some(reasoning) = own_private(private.as_ref(), &host)
+                        .and_then(|p| p.get(REPLAYED_REASONING))
+                    {
                         m[REPLAYED_REASONING] = reasoning.clone();
                     }
                 }
@@ -431,7 +452,7 @@ impl OpenAiStream {
     /// What this response keeps for replay to the same host (see
     /// [`build_body`]), for its final `calls`: none without a known host.
     fn private(&self, calls: &[PartialCall]) -> Option<Value> {
-        if self.endpoint.is_empty() || calls.is_empty() {
+        if self.endpoint.is_empty() || (calls.is_empty() && !self.reasoning_content) {
             return None;
         }
         let mut kept = Map::new();

@@ -591,12 +591,6 @@ fn reasoning_content_of_a_tool_calling_reply_goes_back_to_the_server_that_sent_i
     ));
     assert_eq!(body["messages"][2]["reasoning_content"], json!(""));
 
-    // A reply without calls keeps nothing (DeepSeek ignores its reasoning).
-    let chunks = [
-        delta_chunk(r#"{"reasoning_content":"hm"}"#),
-        delta_chunk(r#"{"content":"Done."}"#),
-    ];
-    assert_eq!(decoded_at(DEEPSEEK, &chunks, "stop").private, None);
     // Reasoning streamed as `reasoning` (Ollama, OpenRouter, Groq) is
     // not sent back: Groq refuses it.
     let chunks = [
@@ -609,6 +603,55 @@ fn reasoning_content_of_a_tool_calling_reply_goes_back_to_the_server_that_sent_i
         decoded_at("http://localhost:11434/v1", &chunks, "tool_calls").private,
         None
     );
+}
+
+#[test]
+fn an_answer_gets_its_reasoning_back_when_its_user_turn_called_tools_and_not_otherwise() {
+    // DeepSeek: every assistant message between two user messages gets its
+    // reasoning_content back when tools were called between them.
+    let call = [
+        delta_chunk(r#"{"reasoning_content":"Click first."}"#),
+        call_chunk(
+            r#"{"index":0,"id":"call_0","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+        ),
+    ];
+    let answer = [
+        delta_chunk(r#"{"reasoning_content":"It worked."}"#),
+        delta_chunk(r#"{"content":"Done."}"#),
+    ];
+    let chat = [
+        delta_chunk(r#"{"reasoning_content":"Just greet."}"#),
+        delta_chunk(r#"{"content":"Hello!"}"#),
+    ];
+    let called = replayed(&decoded_at(DEEPSEEK, &call, "tool_calls"), &["call_0"]);
+    let answered = replayed(&decoded_at(DEEPSEEK, &answer, "stop"), &[]);
+    let chatted = replayed(&decoded_at(DEEPSEEK, &chat, "stop"), &[]);
+    let mut messages = turn(called);
+    messages.push(answered.clone());
+    messages.push(ChatMessage::user("Hi."));
+    messages.push(chatted);
+    messages.push(ChatMessage::user("Thanks."));
+    let body = build_body(&request_to(DEEPSEEK, "openai", messages.clone()));
+    let sent = &body["messages"];
+    assert_eq!(sent[2]["reasoning_content"], json!("Click first."));
+    assert_eq!(sent[4]["content"], json!("Done."));
+    assert_eq!(
+        sent[4]["reasoning_content"],
+        json!("It worked."),
+        "the answer of the tool-using turn"
+    );
+    assert_eq!(sent[6]["content"], json!("Hello!"));
+    assert!(
+        sent[6].get("reasoning_content").is_none(),
+        "a turn without tools goes without"
+    );
+    // Another host gets none of it.
+    let body = build_body(&request_to(OPENAI, "openai", messages));
+    assert!(body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m.get("reasoning_content").is_none()));
 }
 
 #[test]
