@@ -188,10 +188,17 @@
   //   (`getRootNode()` returns the root whatever its mode: textOfIds,
   //   elementsOfIds) and events that are not composed (`submit`) end at the
   //   root, so pressEnter listens there too.
-  // - No check here hit-tests (elementFromPoint): it would see the host of a
-  //   control in a shadow root, open or closed, and must then descend
-  //   through shadowRootOf(host).elementFromPoint before calling the
-  //   control covered.
+  // - Searches that cannot start from an element (the open modal dialog, a
+  //   combobox's list box found by role, the page's scrolling area) look in
+  //   every shadow root through shadowRootsUnder. That walks the whole page,
+  //   so each of them walks only when something cheaper did not answer: the
+  //   document's own tree and a hit test (openModal), the combobox's own
+  //   root (popupListbox), the page scrolling itself (mainScroller).
+  // - A hit test (elementFromPoint) sees the host of an element in a shadow
+  //   root, open or closed, and must descend through
+  //   shadowRootOf(host).elementFromPoint (deepElementFromPoint). Only the
+  //   modal dialog is found that way; no check here calls a control covered
+  //   from a hit test.
   const HTML_NAMESPACE = "http://www.w3.org/1999/xhtml";
   const SHADOW_HOST_TAGS = new Set([
     "article", "aside", "blockquote", "body", "div", "footer", "h1", "h2", "h3", "h4", "h5", "h6",
@@ -252,6 +259,59 @@
       }
     }
     return node.childNodes;
+  }
+
+  /** `querySelectorAll` of a document, shadow root or element, through the prototype (a document's named images can shadow its methods). */
+  function queryAllIn(scope, selector) {
+    const type = nodeTypeOf(scope);
+    if (type === Node.DOCUMENT_NODE) return Document.prototype.querySelectorAll.call(scope, selector);
+    if (type === Node.DOCUMENT_FRAGMENT_NODE) return DocumentFragment.prototype.querySelectorAll.call(scope, selector);
+    return Element.prototype.querySelectorAll.call(scope, selector);
+  }
+
+  /**
+   * Every shadow root below `start` (a document or an element; the start's
+   * own included), open and closed, nested ones too: those of the start's
+   * tree first, in document order, then the ones inside them. Lazy, so a
+   * search stops walking once it has found what it looks for. Costs one
+   * shadowRootOf per element of the page: only for searches the cheaper ways
+   * did not answer.
+   */
+  function* shadowRootsUnder(start) {
+    const scopes = [start];
+    if (nodeTypeOf(start) === Node.ELEMENT_NODE) {
+      const own = shadowRootOf(start);
+      if (own) {
+        yield own;
+        scopes.push(own);
+      }
+    }
+    // A queue, not recursion: roots can nest as deep as scripts make them.
+    for (let next = 0; next < scopes.length; next++) {
+      for (const element of queryAllIn(scopes[next], "*")) {
+        const root = shadowRootOf(element);
+        if (!root) continue;
+        yield root;
+        scopes.push(root);
+      }
+    }
+  }
+
+  /**
+   * The element at a viewport point of `doc`, followed down through shadow
+   * roots, open and closed (the document and each root answer with the host
+   * of what lies inside), or null.
+   */
+  function deepElementFromPoint(doc, x, y) {
+    let hit = Document.prototype.elementFromPoint.call(doc, x, y);
+    for (let depth = 0; hit && depth < MAX_DEPTH; depth++) {
+      const root = shadowRootOf(hit);
+      const inner = root ? ShadowRoot.prototype.elementFromPoint.call(root, x, y) : null;
+      // A root answers with its host when the point is on the host's own box.
+      if (!inner || inner === hit) break;
+      hit = inner;
+    }
+    return hit;
   }
 
   /** Computed style in the element's own window (elements of same-origin iframes too). */
@@ -344,14 +404,59 @@
     return null;
   }
 
-  /** The open modal <dialog> of a document (everything else is inert), or null. */
+  /**
+   * The open modal <dialog> of a document (everything else is inert), or
+   * null; one inside a shadow root, open or closed, too. Called for every
+   * visibility check, so it avoids walking the page:
+   * - In the document's own tree `dialog:modal` answers (through the
+   *   prototype: an <img name="querySelector"> must not hide the dialog).
+   * - `:modal` does not match across shadow roots and nothing lists the top
+   *   layer, so next a hit test: while a modal dialog is open every other
+   *   element is inert, and hit tests pass through inert elements. The
+   *   element at a point of the page is the dialog's (by default its
+   *   ::backdrop covers the viewport, and a hit on it is a hit on the
+   *   dialog) or, being hit, proves that no modal dialog is open. The point
+   *   is the middle of the body's part of the viewport (where nothing else
+   *   is, the body itself is hit), else of the viewport.
+   * - Only when the hit proves nothing (nothing but the <html> element or
+   *   nothing was hit: an empty spot, or a ::backdrop the page made
+   *   transparent to the pointer with the dialog elsewhere) are the shadow
+   *   roots searched, with `dialog:modal` in each.
+   */
   function openModal(doc) {
+    if (!doc) return null;
     try {
-      // Through the prototype: an <img name="querySelector"> must not hide the dialog.
-      return doc ? Document.prototype.querySelector.call(doc, "dialog:modal") : null;
+      const inTree = Document.prototype.querySelector.call(doc, "dialog:modal");
+      if (inTree) return inTree;
     } catch {
       return null; // no :modal support
     }
+    const view = doc.defaultView;
+    if (!view) return null;
+    let x = view.innerWidth / 2;
+    let y = view.innerHeight / 2;
+    const body = doc.body;
+    if (body) {
+      const rect = body.getBoundingClientRect();
+      const left = Math.max(rect.left, 0);
+      const right = Math.min(rect.right, view.innerWidth);
+      const top = Math.max(rect.top, 0);
+      const bottom = Math.min(rect.bottom, view.innerHeight);
+      if (right - left >= 1 && bottom - top >= 1) {
+        x = (left + right) / 2;
+        y = (top + bottom) / 2;
+      }
+    }
+    const hit = deepElementFromPoint(doc, x, y);
+    for (let node = hit; node; node = flatParent(node)) {
+      if (nodeTypeOf(node) === Node.ELEMENT_NODE && LOCAL_NAME.call(node) === "dialog" && Element.prototype.matches.call(node, ":modal")) return node;
+    }
+    if (hit && hit !== doc.documentElement) return null;
+    for (const root of shadowRootsUnder(doc)) {
+      const modal = DocumentFragment.prototype.querySelector.call(root, "dialog:modal");
+      if (modal) return modal;
+    }
+    return null;
   }
 
   /** `ancestor` contains `node` in the flat tree (across shadow roots). */
@@ -1713,6 +1818,15 @@
     return ids.split(/\s+/).map((id) => (root.getElementById ? root.getElementById(id) : document.getElementById(id))).filter(Boolean);
   }
 
+  /**
+   * The visible list box of a combobox, or null: the one its aria-controls
+   * or aria-owns names, else one inside it (in its own shadow root too),
+   * else the only visible one in the combobox's root (a component keeps its
+   * popup next to its field), else the only visible one on the page, in the
+   * document or any shadow root (a popup portal). Several visible ones are
+   * not guessed between. The page-wide search walks the shadow roots, and
+   * runs only once the nearer ones found nothing.
+   */
   function popupListbox(combobox) {
     for (const attribute of ["aria-controls", "aria-owns"]) {
       for (const candidate of elementsOfIds(combobox, attribute)) {
@@ -1720,9 +1834,22 @@
         if (listbox && isVisible(listbox)) return listbox;
       }
     }
-    const inside = combobox.querySelector("[role=listbox]");
-    if (inside && isVisible(inside)) return inside;
-    const visible = Array.from(combobox.ownerDocument.querySelectorAll("[role=listbox]")).filter(isVisible);
+    const own = shadowRootOf(combobox);
+    for (const scope of own ? [combobox, own] : [combobox]) {
+      const inside = queryAllIn(scope, "[role=listbox]")[0];
+      if (inside && isVisible(inside)) return inside;
+    }
+    const root = Node.prototype.getRootNode.call(combobox);
+    const visibleIn = (scope) => Array.from(queryAllIn(scope, "[role=listbox]")).filter(isVisible);
+    const doc = combobox.ownerDocument;
+    let visible = root === doc ? [] : visibleIn(root);
+    if (visible.length === 0) {
+      visible = visibleIn(doc);
+      for (const shadow of shadowRootsUnder(doc)) {
+        if (visible.length > 1) break;
+        visible.push(...visibleIn(shadow));
+      }
+    }
     return visible.length === 1 ? visible[0] : null;
   }
 
@@ -1839,19 +1966,28 @@
     return null;
   }
 
-  /** The page scrolls (window), or, for app-like pages whose body is fixed, their largest scrolling area. */
+  /**
+   * The page scrolls (window), or, for app-like pages whose body is fixed,
+   * their largest scrolling area: in the document or in any shadow root
+   * (an app shell component often holds the whole page). The shadow roots
+   * are walked only for a page that does not scroll itself.
+   */
   function mainScroller() {
     const page = document.scrollingElement || document.documentElement;
     if (page.scrollHeight > window.innerHeight + 1) return null;
+    const body = document.body;
+    if (!body) return null;
     let best = null;
     let bestArea = 0;
-    for (const element of document.body ? document.body.querySelectorAll("*") : []) {
-      if (element.scrollHeight <= element.clientHeight + 1 || !canScroll(element) || !isVisible(element)) continue;
-      const rect = element.getBoundingClientRect();
-      const area = rect.width * rect.height;
-      if (area > bestArea) {
-        best = element;
-        bestArea = area;
+    for (const scope of [body, ...shadowRootsUnder(body)]) {
+      for (const element of queryAllIn(scope, "*")) {
+        if (element.scrollHeight <= element.clientHeight + 1 || !canScroll(element) || !isVisible(element)) continue;
+        const rect = element.getBoundingClientRect();
+        const area = rect.width * rect.height;
+        if (area > bestArea) {
+          best = element;
+          bestArea = area;
+        }
       }
     }
     return best;

@@ -5,6 +5,8 @@
 // protocol (tool.execute → tool.progress* → tool.result) on a fake Port, and
 // the tests check both the results and the real effect on the DOM.
 // Run: node --test tests/support/
+// CONTENT_SCRIPT=path/to/content.js runs them against another copy of the
+// script (e.g. the last commit's, to see a new test fail without it).
 
 import { test, before, after, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +17,10 @@ import { CHROMIUM_PATH, REPO_ROOT, waitFor } from './browser.mjs';
 import { startStaticServer } from './static-server.mjs';
 
 const haveChromium = existsSync(CHROMIUM_PATH);
-const CONTENT_SCRIPT = readFileSync(path.join(REPO_ROOT, 'extension', 'content', 'content.js'), 'utf8');
+const CONTENT_SCRIPT = readFileSync(
+  process.env.CONTENT_SCRIPT ? path.resolve(process.env.CONTENT_SCRIPT) : path.join(REPO_ROOT, 'extension', 'content', 'content.js'),
+  'utf8',
+);
 
 let browser;
 let pages;
@@ -74,13 +79,14 @@ async function injectContentScript(target = page, { dom = null } = {}) {
 
 /**
  * Page shim for closed shadow roots (an init script of the test page, run
- * before the page's own scripts, on tests/pages/closed-shadow.html only):
+ * before the page's own scripts, on tests/pages/closed-shadow.html and
+ * shadow-app.html only):
  * remembers every closed root in `window.__closedShadowRoots` (host → root),
  * where the chrome.dom stub and the tests find them. The page itself keeps
  * them closed: `host.shadowRoot` stays null.
  */
 function RECORD_CLOSED_SHADOW_ROOTS() {
-  if (!location.pathname.endsWith('/closed-shadow.html') || window.__closedShadowRoots) return;
+  if (!/\/(closed-shadow|shadow-app)\.html$/.test(location.pathname) || window.__closedShadowRoots) return;
   const roots = new WeakMap();
   window.__closedShadowRoots = roots;
   const attach = Element.prototype.attachShadow;
@@ -881,6 +887,112 @@ test('without chrome.dom, or when it refuses an element, open shadow roots are w
     assert.equal(await page.evaluate(() => document.body.dataset.helpClicks), '1');
     assert.match((await ok('read_page', {})).content, new RegExp(`\\[${help}\\] button "Open help"`));
     assert.equal(await page.evaluate(() => window.__domCalls > 0), dom === 'throws', `${dom}: the API is asked only when there is one`);
+  }
+});
+
+/**
+ * Opens tests/pages/shadow-app.html with the content script: "closed", its
+ * roots closed and chrome.dom given; "open", its roots open and no chrome.dom.
+ */
+async function loadShadowApp(mode) {
+  await page.goto(pages.url(`shadow-app.html${mode === 'open' ? '?mode=open' : ''}`));
+  await injectContentScript(page, { dom: mode === 'open' ? null : 'closed-roots' });
+  await openPort();
+}
+
+/** Runs `fn(root)` in the page on the shadow root of the element with id `hostId`, open or closed (tests reach in through the shim). */
+function inRootOf(hostId, fn) {
+  return page.evaluate(`(${fn})(((host) => host.shadowRoot || window.__closedShadowRoots.get(host))(document.getElementById(${JSON.stringify(hostId)})))`);
+}
+
+const SHADOW_MODES = ['closed', 'open'];
+
+test('a modal dialog inside a shadow root, open or closed, covers the page: the snapshot shows only it and writes behind it are refused', { skip }, async () => {
+  for (const mode of SHADOW_MODES) {
+    await loadShadowApp(mode);
+    const text = await snapshot();
+    assert.doesNotMatch(text, /A modal dialog is open/, `${mode}: no dialog is open yet`);
+    const deleteAll = refOf(text, /button "Delete all"/);
+    const folder = refOf(text, /combobox "Folder"/);
+    const tag = refOf(text, /combobox "Tag"/);
+    // Whether a modal dialog is open is known from a hit test, without
+    // asking chrome.dom about every element of the page (a walk of the
+    // roots would ask about each of the 60 message rows), with no dialog
+    // open (here, before the click opens it) as with one.
+    const domCalls = () => page.evaluate(() => window.__domCalls);
+    let callsBefore = await domCalls();
+    await ok('click', { ref: deleteAll });
+    assert.ok((await domCalls()) - callsBefore < 30, `${mode}: no walk to see that no modal dialog is open (${(await domCalls()) - callsBefore} chrome.dom calls)`);
+
+    // The dialog's ::backdrop covers the page: found by the hit test.
+    callsBefore = await domCalls();
+    const refused = await fails('click', { ref: deleteAll });
+    assert.match(refused, /is not visible on the page: it is covered by an open modal dialog/, `${mode}: ${refused}`);
+    assert.ok((await domCalls()) - callsBefore < 30, `${mode}: no walk to find the modal dialog (${(await domCalls()) - callsBefore} chrome.dom calls)`);
+    const modal = await snapshot();
+    assert.match(modal, /^A modal dialog is open: only the dialog is shown/m, `${mode}:\n${modal}`);
+    assert.match(modal, /^dialog "Delete all messages\?"\n {2}text "Delete all 60 messages\?"\n {2}\[e\d+\] button "Cancel" focused\n {2}\[e\d+\] button "Delete"$/m, `${mode}:\n${modal}`);
+    assert.doesNotMatch(modal, /Message 1|Folder|Inbox/, `${mode}: the inert page behind the dialog is left out`);
+    // Behind it: in the same root, and in the page's own tree (slotted into the root).
+    assert.match(await fails('select', { ref: folder, option: 'Spam' }), /covered by an open modal dialog/);
+    assert.match(await fails('select', { ref: tag, option: 'Work' }), /covered by an open modal dialog/);
+    assert.match(await fails('click', { text: 'Delete all' }), /cannot be clicked: it is covered by an open modal dialog/);
+    assert.equal(await page.evaluate(() => document.body.dataset.folder ?? document.body.dataset.tag ?? 'none'), 'none', `${mode}: nothing behind the dialog changed`);
+
+    // A ::backdrop the page made transparent to the pointer, the dialog in a
+    // corner: the hit test finds only <html>, and the roots are searched.
+    await inRootOf('app', (root) => root.getElementById('confirm').classList.add('see-through'));
+    assert.equal(await page.evaluate(() => document.elementFromPoint(500, 400).localName), 'html', 'the middle of the page hits nothing but <html>');
+    assert.match(await fails('click', { ref: deleteAll }), /covered by an open modal dialog/, `${mode}: found by searching the roots`);
+    const corner = await snapshot();
+    assert.match(corner, /^A modal dialog is open: only the dialog is shown/m, `${mode}:\n${corner}`);
+    assert.doesNotMatch(corner, /Message 1|Folder/, `${mode}:\n${corner}`);
+
+    await ok('click', { ref: refOf(corner, /button "Cancel"/) });
+    assert.doesNotMatch(await snapshot(), /A modal dialog is open/, `${mode}: closed again`);
+    assert.match((await ok('select', { ref: folder, option: 'Archive' })).content, /^Chose "Archive" in combobox "Folder"/);
+  }
+});
+
+test('select on a combobox finds its list box in its own shadow root and in another one (a portal), open or closed', { skip }, async () => {
+  for (const mode of SHADOW_MODES) {
+    await loadShadowApp(mode);
+    const text = await snapshot();
+    // The list box opens next to the combobox, in the same root; no aria-controls.
+    const folder = refOf(text, /combobox "Folder"/);
+    const chosen = await ok('select', { ref: folder, option: 'archive' });
+    assert.equal(chosen.content, `Chose "Archive" in combobox "Folder" (${folder}) (opened it first).`, mode);
+    assert.equal(await page.evaluate(() => document.body.dataset.folder), 'archive', mode);
+    // A combobox in the page's own tree whose list box opens in <acme-portal>'s root.
+    const tag = refOf(text, /combobox "Tag"/);
+    const tagged = await ok('select', { ref: tag, option: 'Travel' });
+    assert.equal(tagged.content, `Chose "Travel" in combobox "Tag" (${tag}) (opened it first).`, mode);
+    assert.equal(await page.evaluate(() => document.body.dataset.tag), 'travel', mode);
+    // With the portal's list box open too, the one in the combobox's own root is taken.
+    await inRootOf('portal', (root) => { root.getElementById('tags').hidden = false; });
+    await inRootOf('app', (root) => { root.getElementById('folders').hidden = false; });
+    const spam = await ok('select', { ref: folder, option: 'Spam' });
+    assert.equal(spam.content, `Chose "Spam" in combobox "Folder" (${folder}).`, mode);
+    assert.equal(await page.evaluate(() => document.body.dataset.folder), 'spam', mode);
+  }
+});
+
+test('scroll without a ref scrolls the main scrolling area of a page that lives in a shadow root, open or closed', { skip }, async () => {
+  for (const mode of SHADOW_MODES) {
+    await loadShadowApp(mode);
+    const inboxTop = () => inRootOf('app', (root) => root.getElementById('inbox').scrollTop);
+    const [height, viewport] = await inRootOf('app', (root) => [root.getElementById('inbox').scrollHeight, root.getElementById('inbox').clientHeight]);
+    assert.ok(height > viewport * 2, `${mode}: the message list scrolls (${height} in ${viewport} px)`);
+    assert.equal(await page.evaluate(() => document.scrollingElement.scrollHeight), 800, 'the page itself does not scroll');
+    const down = await ok('scroll', { direction: 'down' });
+    assert.equal(down.content, `Scrolled the page's main scrolling area down: now at ${viewport} of ${height} px (viewport ${viewport} px).`, mode);
+    assert.deepEqual(down.details, { direction: 'down', scrollY: viewport, scrollHeight: height, viewportHeight: viewport, moved: true });
+    assert.equal(await inboxTop(), viewport, mode);
+    const bottom = await ok('scroll', { direction: 'bottom' });
+    assert.match(bottom.content, /^Scrolled the page's main scrolling area bottom: .*, at the bottom\.$/, mode);
+    assert.equal(await inboxTop(), height - viewport, mode);
+    await ok('scroll', { direction: 'top' });
+    assert.equal(await inboxTop(), 0, mode);
   }
 });
 
