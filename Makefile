@@ -38,10 +38,14 @@ test-e2e:
 	node tests/e2e/panel.mjs
 	node tests/e2e/monkey.mjs
 
+# Clippy on both targets, with the default features and without them (the
+# build without MCP, wasm-pack.toml [variant.no-mcp]), so neither rots.
 lint: typecheck
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+	cargo clippy --no-default-features --all-targets -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --no-default-features --all-targets -- -D warnings
 
 # The side panel's JavaScript against the protocol types generated from Rust
 # (www/protocol.d.ts; tsconfig.json). Emits nothing.
@@ -54,11 +58,13 @@ protocol-types:
 	UPDATE_PROTOCOL_TS=1 cargo test --test all protocol_ts
 
 # Benchmarks (BENCHMARKS.md): the release extension, then native criterion
-# benches and the browser harness; writes target/bench/results.json.
+# benches, the size of the build without MCP (scripts/build.sh --variant
+# no-mcp, into target/pkg-no-mcp and target/variant-no-mcp) and the browser
+# harness; writes target/bench/results.json.
 # BENCH_ARGS=--quick for a short smoke run.
 bench: deps
 	bash scripts/build.sh
 	node scripts/bench.mjs $(BENCH_ARGS)
 
 clean:
-	rm -rf dist target/pkg target/demo target/e2e target/bench
+	rm -rf dist target/pkg target/pkg-no-mcp target/variant-no-mcp target/demo target/e2e target/bench

@@ -60,6 +60,7 @@ import { nativeFigures, readCriterion, runCriterion } from './bench/native.mjs';
 import { consoleTable, markdownBlock, plotSvg, replaceBlock } from './bench/report.mjs';
 import { ENGINE_DB, seededThread, snapshotStepsScript } from './bench/seed.mjs';
 import { gzipByOwner, sizeByCrate } from './bench/wasm-size.mjs';
+import { measureNoMcp } from './bench/variant-size.mjs';
 import { median, perStepOf, round, summarize } from './bench/stats.mjs';
 
 const argv = new Set(process.argv.slice(2));
@@ -172,6 +173,33 @@ function sizes() {
     figure(crateGroup, 'size.crates.serde_family', `serde + serde_core + serde_json + serde_wasm_bindgen (${((serde / byCrate.codeBytes) * 100).toFixed(1)}% of code)`, 'bytes', serde, { share: serde / byCrate.codeBytes });
   }
   shippedGzipByOwner();
+  noMcpSize();
+}
+
+/**
+ * The module built without MCP (wasm-pack.toml [variant.no-mcp]:
+ * --no-default-features), built by scripts/build.sh --variant into its own
+ * out_dir and cargo target directory (dist/extension and the default
+ * build's files stay as they are): its size, and that no function of the
+ * MCP client is left in it (BENCHMARKS.md item 52).
+ */
+function noMcpSize() {
+  let m;
+  try {
+    m = measureNoMcp(REPO_ROOT, path.resolve(REPO_ROOT, process.env.CARGO_TARGET_DIR || 'target', 'wasm32-unknown-unknown', 'release', 'sw_agent.wasm'));
+  } catch (error) {
+    problem(`the build without MCP (scripts/build.sh --variant no-mcp) failed: ${error.message}`);
+    return;
+  }
+  raw.noMcp = m;
+  const group = 'size: built without MCP (wasm-pack.toml [variant.no-mcp], cargo --no-default-features)';
+  figure(group, 'size.no_mcp.wasm_raw', '.wasm raw', 'bytes', m.raw);
+  figure(group, 'size.no_mcp.wasm_gzip', '.wasm gzip -9', 'bytes', m.gzip);
+  const full = get('size.wasm_gzip');
+  if (full) figure(group, 'size.no_mcp.saved_gzip', 'gzip -9 bytes the MCP client costs (the default build minus this one)', 'bytes', full.median - m.gzip);
+  figure(group, 'size.no_mcp.client_functions', `functions of the MCP client (src/platform/mcp.rs, oauth.rs) its cargo output names (the default build's: ${m.defaultClientFunctions ?? 'no name section'})`, 'count', m.clientFunctions ?? NaN);
+  if (m.clientFunctions !== 0) problem(`the build without MCP still has ${m.clientFunctions ?? 'unknown (no name section)'} functions of the MCP client`);
+  if (!(m.defaultClientFunctions > 0)) problem(`the default build's cargo output names no function of the MCP client (${m.defaultClientFunctions}): the check of the build without MCP proves nothing`);
 }
 
 /**
@@ -726,7 +754,8 @@ function targets() {
     if (f) add(`5,000-token stream (${kind}): delta messages per frame after the first`, f.median, '≤', 1, 'msgs/frame', `max in any 16.7 ms window: ${round(get(`stream.${kind}.max_per_frame`)?.median)}`);
   }
   const gz = get('size.wasm_gzip');
-  if (gz) add('.wasm gzip size', gz.median / 1024, '≤', 150, 'KiB', `${gz.median.toLocaleString('en-US')} bytes`);
+  const noMcp = get('size.no_mcp.wasm_gzip');
+  if (gz) add('.wasm gzip size', gz.median / 1024, '≤', 150, 'KiB', `${gz.median.toLocaleString('en-US')} bytes${noMcp ? `; built without MCP: ${noMcp.median.toLocaleString('en-US')} bytes, ${round(noMcp.median / 1024)} KiB` : ''}`);
   const c10 = get('cold.10.engine_ms');
   if (c10) add('cold start, ~10-node thread, no cached snapshot (reference: a JS agent stack ~65 ms on this kind of machine)', c10.median, '≤', 65, 'ms', `absolute, so noisier than the ratios; from the cache: ${round(get('cold.10.cached_ms')?.median)} ms`);
   return out;

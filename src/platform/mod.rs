@@ -16,8 +16,12 @@ pub mod fetch;
 pub mod host_tools;
 pub mod idb;
 pub mod image;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod metrics;
+#[cfg(not(feature = "mcp"))]
+mod no_mcp;
+#[cfg(feature = "mcp")]
 pub mod oauth;
 pub mod port;
 pub mod stream;
@@ -40,7 +44,9 @@ use crate::engine::{
 };
 use crate::frames::{self, ChildFrame, FrameOutline, Placeholder};
 use crate::gatekeeper::{self, origin_of, TargetElement, TargetInfo};
-use crate::model::{McpServerOrigin, McpServerState, ProviderProfile};
+use crate::model::ProviderProfile;
+#[cfg(feature = "mcp")]
+use crate::model::{McpServerOrigin, McpServerState};
 use crate::protocol::{classify_sender, ClientKind, ErrorKind, PageMessage, PageRequest};
 use crate::provider::{
     http_target, DynamicContext, ProviderError, ProviderRequest, ProviderResponse, Transport,
@@ -103,19 +109,24 @@ const WORKER_CLIENT_IDS: ConnId = 1 << 40;
 /// An MCP server's request for input waiting for the user: the server,
 /// the request's JSON-RPC id and which of the call's requests it is
 /// (`ToolClock::asked`).
+#[cfg(feature = "mcp")]
 type WaitingRequest = (Rc<mcp::Server>, Value, u32);
 
 /// How long an MCP server's request for the user's input waits for an
 /// answer (10 minutes) before it is withdrawn and the server told `cancel`.
+#[cfg(feature = "mcp")]
 const ELICITATION_WAIT_MS: u32 = 10 * 60 * 1000;
 
 /// How many times one call's server may ask the user for input; later
 /// requests are refused to the server (invalid params).
+#[cfg(feature = "mcp")]
 const MAX_ELICITATIONS_PER_CALL: u32 = 5;
 
 /// A running tool call's time limit. It waits while the user is asked
 /// for input (`paused`), and starts again, whole, once the answer is sent:
-/// the limit measures the tool, not the user.
+/// the limit measures the tool, not the user. (Only an MCP server asks:
+/// without the feature `mcp` the clock is never paused.)
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 struct ToolClock {
     limit_ms: u32,
     /// When the limit is reached (`Date.now()` ms).
@@ -127,6 +138,7 @@ struct ToolClock {
     asked: Cell<u32>,
 }
 
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 impl ToolClock {
     fn start(limit_ms: u32) -> Rc<Self> {
         Rc::new(ToolClock {
@@ -193,12 +205,15 @@ struct Driver {
     clocks: RefCell<VecMap<u64, Rc<ToolClock>>>,
     /// An MCP server's request for input waiting for the user, by the
     /// dispatch of the call it came with.
+    #[cfg(feature = "mcp")]
     elicitations: RefCell<VecMap<u64, WaitingRequest>>,
     /// The embedding extension's MCP servers (`extension/mcp-servers.js`).
+    #[cfg(feature = "mcp")]
     mcp: mcp::McpServers,
     /// The tools each server listed last (`chrome.storage.local.mcpCatalog`:
     /// name → `{ url, tools }`): a new worker offers them at once, so a run
     /// that started with them resumes before the servers answer.
+    #[cfg(feature = "mcp")]
     mcp_catalog: RefCell<serde_json::Map<String, Value>>,
     timer: RefCell<Option<(u64, Timeout)>>,
     metrics: RefCell<metrics::Metrics>,
@@ -371,6 +386,7 @@ impl Driver {
                 self.close_page_port(dispatch_id);
                 self.abort_host_tool(dispatch_id);
             }
+            #[cfg(feature = "mcp")]
             Effect::AnswerElicitation {
                 dispatch_id,
                 action,
@@ -384,6 +400,7 @@ impl Driver {
                     clock.restart();
                 }
             }
+            #[cfg(feature = "mcp")]
             Effect::ListMcpTools { names } => {
                 for name in names {
                     if let Some(server) = self.mcp.get(&name) {
@@ -391,12 +408,14 @@ impl Driver {
                     }
                 }
             }
+            #[cfg(feature = "mcp")]
             Effect::SignInMcp { name } => {
                 if let Some(server) = self.mcp.get(&name) {
                     let driver = self.rc();
                     spawn_local(async move { driver.sign_in_mcp(server).await });
                 }
             }
+            #[cfg(feature = "mcp")]
             Effect::SignOutMcp { name } => {
                 if let Some(server) = self.mcp.get(&name) {
                     let driver = self.rc();
@@ -410,6 +429,15 @@ impl Driver {
                     });
                 }
             }
+            // Only for a server in use, and this build uses none
+            // (`mcpServers.refresh` of every server asks no one).
+            #[cfg(not(feature = "mcp"))]
+            Effect::ListMcpTools { names } if names.is_empty() => {}
+            #[cfg(not(feature = "mcp"))]
+            Effect::AnswerElicitation { .. }
+            | Effect::ListMcpTools { .. }
+            | Effect::SignInMcp { .. }
+            | Effect::SignOutMcp { .. } => no_mcp::unsupported_effect(),
             Effect::Send { conn, event } => {
                 let message = match boundary::to_js(&event) {
                     Ok(m) => m,
@@ -707,6 +735,7 @@ impl Driver {
                     limit.unwrap_or(TOOL_TIME_LIMIT_MS),
                 )
             }
+            #[cfg(feature = "mcp")]
             Binding::Mcp { server, .. } => (
                 "The MCP server did not answer",
                 self.mcp
@@ -771,6 +800,7 @@ impl Driver {
         self.clocks.borrow_mut().remove(&dispatch_id);
         // A request for input still waiting ends with its call (the engine
         // withdraws it with the result).
+        #[cfg(feature = "mcp")]
         self.elicitations.borrow_mut().remove(&dispatch_id);
         self.metrics
             .borrow_mut()
@@ -997,6 +1027,101 @@ impl Driver {
         })
         .await
     }
+}
+
+/// What a start reads of the MCP servers (`Driver::mcp_at_start`).
+#[cfg(feature = "mcp")]
+struct McpStart {
+    servers: mcp::McpServers,
+    catalog: serde_json::Map<String, Value>,
+    /// The user's entries that cannot be used, listed once the driver runs.
+    refused: Vec<crate::mcp::RefusedServer>,
+}
+
+/// The MCP servers' side of the driver: discovery, calls, sign-ins and
+/// requests for input (`no_mcp` is the build without it).
+#[cfg(feature = "mcp")]
+impl Driver {
+    /// The MCP servers a start sets up: the embedding extension's
+    /// (`listed`, `extension/mcp-servers.js`; a wrong entry is left out and
+    /// named), then the user's (Settings: `mcpUserServers` in `storage`).
+    /// Each offers the tools it listed last at once (`mcpCatalog` in
+    /// `storage`, into `config`); they are asked again once the driver runs
+    /// (`mcp_after_start`).
+    fn mcp_at_start(listed: &Value, storage: &JsValue, config: &mut EngineConfig) -> McpStart {
+        let (servers, refused) = crate::mcp::parse_servers(listed);
+        for e in refused {
+            console_error(&format!("extension/mcp-servers.js: {e}"));
+        }
+        let extension: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+        let (user, user_refused) = crate::mcp::split_user_servers(
+            &boundary::from_js_value(chrome::get(storage, "mcpUserServers")),
+            &extension,
+        );
+        for refusal in &user_refused {
+            console_error(&format!("your MCP servers: {}", refusal.problem));
+        }
+        let configs: Vec<_> = servers
+            .into_iter()
+            .map(|c| (c, McpServerOrigin::Extension))
+            .chain(user.into_iter().map(|c| (c, McpServerOrigin::User)))
+            .collect();
+        let mcp = mcp::McpServers::new(configs);
+        let mut mcp_catalog = serde_json::Map::new();
+        if let Value::Object(kept) = boundary::from_js_value(chrome::get(storage, "mcpCatalog")) {
+            for server in &mcp.all() {
+                let name = &server.config.name;
+                let Some(entry) = kept.get(name) else {
+                    continue;
+                };
+                // Tools listed by a server at another URL are not this one's.
+                if entry.get("url").and_then(Value::as_str) != Some(server.config.url.as_str()) {
+                    continue;
+                }
+                let listed = entry
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let (tools, _) = crate::mcp::remote_tools(&server.config, &listed);
+                server.set_tools(&tools);
+                let _ =
+                    config.set_mcp_tools(name, tools.into_iter().map(|t| t.descriptor).collect());
+                mcp_catalog.insert(name.clone(), entry.clone());
+            }
+        }
+        McpStart {
+            servers: mcp,
+            catalog: mcp_catalog,
+            refused: user_refused,
+        }
+    }
+
+    /// The driver runs: every server is listed as being asked, the user's
+    /// `refused` entries with their reasons, and the servers are asked for
+    /// their tools in the background.
+    fn mcp_after_start(self: &Rc<Self>, user_refused: Vec<crate::mcp::RefusedServer>) {
+        let servers = self.mcp.all();
+        if !servers.is_empty() || !user_refused.is_empty() {
+            self.input(|e, now| {
+                for server in &servers {
+                    e.handle_mcp_status(
+                        now,
+                        &server.config.name,
+                        &server.config.url,
+                        server.added_by,
+                        McpServerState::Listing,
+                        None,
+                    );
+                }
+                if !user_refused.is_empty() {
+                    e.handle_mcp_refused(now, user_refused);
+                }
+            });
+            let discovering = self.clone();
+            spawn_local(async move { discovering.discover_mcp(servers).await });
+        }
+    }
 
     /// A tool of an MCP server (`Binding::Mcp`). Its progress
     /// notifications become `item.delta{toolProgress}` like a host tool's.
@@ -1094,7 +1219,9 @@ impl Driver {
         let url = server.config.url.clone();
         self.input(|e, now| e.handle_elicitation(now, dispatch_id, &name, &url, request));
     }
+}
 
+impl Driver {
     /// Runs `call` (of a host or MCP tool) with a controller that
     /// `abort_host_tool` aborts (a stop, the time limit) and a progress
     /// function whose reports become `item.delta{toolProgress}`.
@@ -1119,7 +1246,10 @@ impl Driver {
         self.host_aborts.borrow_mut().remove(&dispatch_id);
         result
     }
+}
 
+#[cfg(feature = "mcp")]
+impl Driver {
     /// Ask every MCP server for its tools, offer them, and keep the list
     /// for the next worker (`mcp_catalog`). A server that cannot be reached
     /// keeps the tools it listed last (their calls fail with the reason).
@@ -1399,7 +1529,9 @@ impl Driver {
             }
         });
     }
+}
 
+impl Driver {
     fn abort_host_tool(&self, dispatch_id: u64) {
         if let Some(controller) = self.host_aborts.borrow_mut().remove(&dispatch_id) {
             controller.abort();
@@ -2111,51 +2243,8 @@ impl EngineHandle {
                 "a tool of extension/host-tools.js was left out: {e}"
             ));
         }
-        // The embedding extension's MCP servers (`extension/mcp-servers.js`):
-        // a wrong entry is left out and named. Each offers the tools it
-        // listed last at once (`mcp_catalog`); they are asked again below.
-        let (servers, refused) = crate::mcp::parse_servers(&json_field("mcpServers"));
-        for e in refused {
-            console_error(&format!("extension/mcp-servers.js: {e}"));
-        }
-        // Then the user's (Settings: `chrome.storage.local.mcpUserServers`).
-        let extension: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
-        let (user, user_refused) = crate::mcp::split_user_servers(
-            &boundary::from_js_value(chrome::get(&storage, "mcpUserServers")),
-            &extension,
-        );
-        for refusal in &user_refused {
-            console_error(&format!("your MCP servers: {}", refusal.problem));
-        }
-        let configs: Vec<_> = servers
-            .into_iter()
-            .map(|c| (c, McpServerOrigin::Extension))
-            .chain(user.into_iter().map(|c| (c, McpServerOrigin::User)))
-            .collect();
-        let mcp = mcp::McpServers::new(configs);
-        let mut mcp_catalog = serde_json::Map::new();
-        if let Value::Object(kept) = boundary::from_js_value(chrome::get(&storage, "mcpCatalog")) {
-            for server in &mcp.all() {
-                let name = &server.config.name;
-                let Some(entry) = kept.get(name) else {
-                    continue;
-                };
-                // Tools listed by a server at another URL are not this one's.
-                if entry.get("url").and_then(Value::as_str) != Some(server.config.url.as_str()) {
-                    continue;
-                }
-                let listed = entry
-                    .get("tools")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let (tools, _) = crate::mcp::remote_tools(&server.config, &listed);
-                server.set_tools(&tools);
-                let _ =
-                    config.set_mcp_tools(name, tools.into_iter().map(|t| t.descriptor).collect());
-                mcp_catalog.insert(name.clone(), entry.clone());
-            }
-        }
+        // The MCP servers: the embedding extension's and the user's.
+        let mcp_start = Driver::mcp_at_start(&json_field("mcpServers"), &storage, &mut config);
         let engine = Engine::new(config, profile, u64::from_le_bytes(seed), image, now());
         let driver = Rc::new_cyclic(|me| Driver {
             engine: RefCell::new(engine),
@@ -2169,9 +2258,12 @@ impl EngineHandle {
             host_tools,
             host_aborts: RefCell::new(VecMap::new()),
             clocks: RefCell::new(VecMap::new()),
+            #[cfg(feature = "mcp")]
             elicitations: RefCell::new(VecMap::new()),
-            mcp,
-            mcp_catalog: RefCell::new(mcp_catalog),
+            #[cfg(feature = "mcp")]
+            mcp: mcp_start.servers,
+            #[cfg(feature = "mcp")]
+            mcp_catalog: RefCell::new(mcp_start.catalog),
             timer: RefCell::new(None),
             metrics: RefCell::new(metrics::Metrics::default()),
             bodies: RefCell::new(Vec::new()),
@@ -2180,26 +2272,7 @@ impl EngineHandle {
             me: me.clone(),
         });
         driver.pump();
-        let servers = driver.mcp.all();
-        if !servers.is_empty() || !user_refused.is_empty() {
-            driver.input(|e, now| {
-                for server in &servers {
-                    e.handle_mcp_status(
-                        now,
-                        &server.config.name,
-                        &server.config.url,
-                        server.added_by,
-                        McpServerState::Listing,
-                        None,
-                    );
-                }
-                if !user_refused.is_empty() {
-                    e.handle_mcp_refused(now, user_refused);
-                }
-            });
-            let discovering = driver.clone();
-            spawn_local(async move { discovering.discover_mcp(servers).await });
-        }
+        driver.mcp_after_start(mcp_start.refused);
         driver.metrics.borrow_mut().start = metrics::StartTimes {
             start_ms: metrics::precise_now() - started,
             start_open_ms: opened - started,
@@ -2324,6 +2397,7 @@ impl EngineHandle {
 }
 
 /// Tell the engine which servers are signed in (`Driver::signed_in_at`).
+#[cfg(feature = "mcp")]
 fn mirror_signed_in(engine: &mut Engine, signed_in: &[(String, McpServerOrigin, bool)]) {
     for (name, added_by, on) in signed_in {
         engine.handle_mcp_signed_in(name, *added_by, *on);
