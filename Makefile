@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps build demo test test-native test-wasm test-node test-e2e lint typecheck protocol-types bench clean
+.PHONY: deps build build-no-mcp demo test test-native test-wasm test-node test-e2e lint typecheck protocol-types bench clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -11,11 +11,16 @@ deps:
 build: deps
 	bash scripts/build.sh
 
+# The package of the build without MCP (wasm-pack.toml [variant.no-mcp]),
+# into target/pkg-no-mcp; tests/e2e/no-mcp.mjs runs it.
+build-no-mcp: deps
+	bash scripts/build.sh --variant no-mcp
+
 demo: build
 	node scripts/demo.mjs
 
 # Every test layer; stops at the first failing layer.
-test: deps test-native lint build test-node test-wasm test-e2e
+test: deps test-native lint build build-no-mcp test-node test-wasm test-e2e
 	@echo "== all test layers passed"
 
 test-native:
@@ -32,6 +37,7 @@ test-e2e:
 	node tests/e2e/tools.mjs
 	node tests/e2e/host-tools.mjs
 	node tests/e2e/embedding.mjs
+	node tests/e2e/no-mcp.mjs
 	node tests/e2e/mcp.mjs
 	node tests/e2e/long.mjs
 	node tests/e2e/lifetime.mjs
