@@ -1647,11 +1647,16 @@ impl Engine {
             let refused = self
                 .mcp_servers
                 .iter()
-                .any(|s| s.name == *name && s.state == McpServerState::Refused);
-            let message = if refused {
-                format!("The MCP server \"{name}\" cannot be used (see why in its entry); change or remove it.")
-            } else {
-                format!("There is no MCP server named \"{name}\".")
+                .find(|s| s.name == *name && s.state == McpServerState::Refused);
+            let message = match refused.map(|s| s.added_by) {
+                // The user's own entry is theirs to change; the extension's is not.
+                Some(McpServerOrigin::User) => format!(
+                    "The MCP server \"{name}\" cannot be used (see why in its entry); change or remove it."
+                ),
+                Some(McpServerOrigin::Extension) => format!(
+                    "The MCP server \"{name}\" cannot be used (see why in its entry); the extension that names it has to change it."
+                ),
+                None => format!("There is no MCP server named \"{name}\"."),
             };
             return self.reject(&reply, ErrorKind::NotFound, &message);
         }

@@ -708,9 +708,31 @@ fn mcp_servers_refresh_asks_usable_servers_again_and_refuses_an_unknown_or_refus
     let broken = answer(&sim, panel, "r3").unwrap().unwrap_err();
     assert_eq!(broken.kind, ErrorKind::NotFound);
     assert!(
-        broken.message.contains("cannot be used"),
+        broken.message.contains("cannot be used") && broken.message.contains("change or remove it"),
         "{}",
         broken.message
+    );
+    // The extension's own entry refused (a build without MCP refuses them
+    // all): not the user's to change.
+    sim.engine.handle_mcp_status(
+        4,
+        "vendor",
+        "https://vendor.example/mcp",
+        McpServerOrigin::Extension,
+        McpServerState::Refused,
+        Some("no MCP support".into()),
+    );
+    sim.send(panel, refresh_mcp_servers("r3b", Some("vendor")));
+    sim.run(1_000);
+    let vendor = answer(&sim, panel, "r3b").unwrap().unwrap_err();
+    assert_eq!(vendor.kind, ErrorKind::NotFound);
+    assert!(
+        vendor.message.contains("cannot be used")
+            && vendor
+                .message
+                .contains("the extension that names it has to change it"),
+        "{}",
+        vendor.message
     );
     assert_eq!(sim.mcp_listings.len(), 1);
 
