@@ -32,7 +32,9 @@ test-wasm:
 test-node:
 	node --test tests/mock-llm/ tests/mock-mcp/ tests/support/ tests/extension/ tests/bench/
 
-test-e2e:
+# The build without MCP is rebuilt first (up to date: seconds), so
+# no-mcp.mjs never runs a stale variant beside the current build.
+test-e2e: build-no-mcp
 	node tests/e2e/run.mjs
 	node tests/e2e/tools.mjs
 	node tests/e2e/host-tools.mjs

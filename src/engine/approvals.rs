@@ -53,16 +53,25 @@ impl Engine {
             .and_then(|a| a.document_id.as_deref())
             .zip(document_now)
             .is_some_and(|(asked, now_id)| asked != now_id);
+        // What acting again means: asked again after "once"; after "for
+        // this site", the site's writes run without asking.
+        let again = match given.map(|a| a.status) {
+            Some(ApprovalStatus::AcceptedForSite) => {
+                "(the user allowed this site's actions, so it will not be asked again: be sure)"
+            }
+            _ => "(the user will be asked again)",
+        };
         if moved {
             return self.persist_tool_result(
                 now,
                 tid,
                 index,
                 ToolStatus::Error,
-                "The page was reloaded or replaced by another page of the same site after the user \
+                format!(
+                    "The page was reloaded or replaced by another page of the same site after the user \
 approved this action; nothing was done. Call page_snapshot to look at the page as it is now, and act \
-again only if it still makes sense (the user will be asked again)."
-                    .to_string(),
+again only if it still makes sense {again}."
+                ),
                 None,
             );
         }
@@ -85,7 +94,7 @@ again only if it still makes sense (the user will be asked again)."
                     format!(
                         "The element the user approved this action on, {}, changed after the approval \
 ({now_words}); nothing was done. Call page_snapshot to look at the page as it is now, and act again \
-only if it still makes sense (the user will be asked again).",
+only if it still makes sense {again}.",
                         shown.summary()
                     ),
                     None,

@@ -132,7 +132,8 @@ async fn navigate(tab_id: i32, url: &str) -> Result<ToolOutcome, String> {
             format!(
                 "The tab stayed on {old}: opening {url} did not show a new page (the server may have \
                  answered without one, e.g. 204 No Content, the URL may have started a download, or the \
-                 page cancelled leaving). The page you read before is still the one open."
+                 page cancelled leaving or is still asking \"Leave site?\"). Call page_snapshot to see \
+                 what it shows now."
             )
         } else {
             format!(
@@ -217,7 +218,8 @@ async fn go_back(tab_id: i32) -> Result<ToolOutcome, String> {
         return Err(if complete {
             format!(
                 "The tab stayed on {old}: going back did not leave it (the page may have cancelled \
-                 leaving, or the earlier page did not load). The page you read before is still the one open."
+                 leaving or be still asking \"Leave site?\", the earlier page may not have loaded, or the \
+                 page changed its view in place). Call page_snapshot to see what it shows now."
             )
         } else {
             format!(

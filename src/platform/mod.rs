@@ -373,7 +373,13 @@ impl Driver {
                 spawn_local(async move {
                     let mut target = resolve_target(params.as_ref(), write).await;
                     if let (true, Ok(found), Some(params)) = (describe, &mut target, &params) {
-                        found.element = d.describe_element(resolve_id, found, params).await;
+                        // Fail closed: a write whose element the page cannot
+                        // describe is not asked about (the user would approve
+                        // an element nobody named) and not run.
+                        match d.describe_element(resolve_id, found, params).await {
+                            Ok(element) => found.element = element,
+                            Err(problem) => target = Err(problem),
+                        }
                     }
                     d.input(|e, now| e.handle_target_resolved(now, resolve_id, target));
                 });
@@ -1539,20 +1545,25 @@ impl Driver {
     }
 
     /// The element a page write names (its `ref`, or its visible `text`),
-    /// as the content script of the target's document describes it now;
-    /// None when it cannot (an unknown or stale ref, a page that may not
-    /// be automated or does not answer within `FRAME_SNAPSHOT_TIMEOUT_MS`).
-    /// The write then runs its own checks and says what is wrong.
+    /// as the content script of the target's document describes it now.
+    /// None when the extension may not look (no host permission, a
+    /// restricted page: the gatekeeper says so); an error, the call's
+    /// result with nothing done, when the page cannot describe it (an
+    /// unknown or stale ref, no element with that text: the words the
+    /// write itself would have ended with) or does not answer within
+    /// `FRAME_SNAPSHOT_TIMEOUT_MS`.
     async fn describe_element(
         &self,
         resolve_id: u64,
         target: &TargetInfo,
         params: &Value,
-    ) -> Option<TargetElement> {
+    ) -> Result<Option<TargetElement>, String> {
         if !target.host_permission || gatekeeper::restricted_reason(target).is_some() {
-            return None;
+            return Ok(None);
         }
-        let tab = i32::try_from(target.tab_id).ok()?;
+        let Ok(tab) = i32::try_from(target.tab_id) else {
+            return Ok(None);
+        };
         let frame_id = target
             .frame_id
             .and_then(|f| u32::try_from(f).ok())
@@ -1573,23 +1584,30 @@ impl Driver {
         );
         let timeout = TimeoutFuture::new(FRAME_SNAPSHOT_TIMEOUT_MS);
         let reply = match futures::future::select(Box::pin(call), timeout).await {
-            futures::future::Either::Left((Ok(reply), _)) => reply,
-            futures::future::Either::Left((Err(_), _)) => return None,
+            futures::future::Either::Left((reply, _)) => reply?,
             futures::future::Either::Right(_) => {
                 self.close_page_port(key);
-                return None;
+                return Err(format!(
+                    "The page did not answer within {} s when asked which element this action would act \
+on, so nothing was done. It may be busy: wait a moment (wait_for) or call page_snapshot, then act again.",
+                    FRAME_SNAPSHOT_TIMEOUT_MS / 1000
+                ));
             }
         };
         if !reply.ok {
-            return None;
+            return Err(reply.content);
         }
-        match TargetElement::from_details(reply.details.as_ref()?) {
-            Ok(element) => Some(element),
-            Err(problem) => {
-                warn(&format!("the page described an element badly: {problem}"));
-                None
-            }
-        }
+        let described = reply
+            .details
+            .as_ref()
+            .ok_or_else(|| "no details".to_string())
+            .and_then(TargetElement::from_details);
+        described.map(Some).map_err(|problem| {
+            warn(&format!("the page described an element badly: {problem}"));
+            "The page's description of the element this action would act on could not be read, so \
+nothing was done. Call page_snapshot and act again."
+                .to_string()
+        })
     }
 
     fn close_page_port(&self, dispatch_id: u64) {

@@ -285,7 +285,7 @@ isolatedTest('navigate_says_when_the_tab_stayed_on_the_old_page_and_where_a_redi
   for (const [result, url] of [[results[0], noContent], [results[1], download]]) {
     assert.match(
       result,
-      new RegExp(`^(Error: )?The tab stayed on "Acme contact form" ${formUrl}: opening ${escape(url)} did not show a new page \\(.*204 No Content.*download.*\\)\\. The page you read before is still the one open\\.`),
+      new RegExp(`^(Error: )?The tab stayed on "Acme contact form" ${formUrl}: opening ${escape(url)} did not show a new page \\(.*204 No Content.*download.*Leave site\\?.*\\)\\. Call page_snapshot to see what it shows now\\.`),
       result,
     );
   }
@@ -317,7 +317,7 @@ isolatedTest('go_back_says_when_the_tab_stayed_on_the_page_and_where_it_went', {
   const escape = (text) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
   assert.match(
     results[0],
-    new RegExp(`^(Error: )?The tab stayed on "Newsletter archive" ${escape(pages.url('archive.html'))}: going back did not leave it \\(the page may have cancelled leaving, or the earlier page did not load\\)\\. The page you read before is still the one open\\.`),
+    new RegExp(`^(Error: )?The tab stayed on "Newsletter archive" ${escape(pages.url('archive.html'))}: going back did not leave it \\(the page may have cancelled leaving or be still asking "Leave site\\?", the earlier page may not have loaded, or the page changed its view in place\\)\\. Call page_snapshot to see what it shows now\\.`),
     results[0],
   );
   assert.match(results[1], new RegExp(`^Went back to: "Acme contact form" ${escape(pages.url('form.html'))}`), results[1]);
@@ -418,7 +418,17 @@ isolatedTest('never_retry_at_most_once_a_write_acts_only_on_the_element_it_was_a
   await submitTask(panel, 'Subscribe me, please');
   const truthful = await answerApprovalInPanel(panel, 'decline');
   assert.equal(truthful.element, 'button "Delete account"');
-  await waitForSettledTurn(panel, { previousTurnId: second.turnId });
+  const third = await waitForSettledTurn(panel, { previousTurnId: second.turnId });
+
+  // An element the page cannot name is not asked about (the user would
+  // approve nothing in particular): the call ends with the page's words.
+  await scriptModel(mock, [call('click', { ref: 'e999' }, 'Clicking.'), { text: 'No such element.' }]);
+  await submitTask(panel, 'Click e999');
+  const fourth = await waitForSettledTurn(panel, { previousTurnId: third.turnId });
+  assert.equal(fourth.state, 'completed', describeState(fourth));
+  const [unknown] = toolExchanges(mock.requests().at(-1)).slice(-1);
+  assert.match(unwrap(unknown.content), /^(Error: )?Unknown ref e999; call page_snapshot/, unknown.content);
+  assert.deepEqual(toolCards(fourth).map((c) => [c.toolName, c.status]).at(-1), ['click', 'error'], describeState(fourth));
   assert.equal(await subscribeClicks(shop), 0);
   assertNoOrphans(session);
 });

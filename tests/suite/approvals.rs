@@ -338,7 +338,11 @@ fn shop_showing(name: &str) -> sw_agent::gatekeeper::TargetInfo {
 
 #[test]
 fn never_retry_at_most_once_an_approved_write_acts_only_on_the_element_the_user_was_shown() {
-    for (later, runs) in [("SUBSCRIBE", true), ("Delete account", false)] {
+    for (later, runs, decision) in [
+        ("SUBSCRIBE", true, ApprovalDecision::AcceptOnce),
+        ("Delete account", false, ApprovalDecision::AcceptOnce),
+        ("Delete account", false, ApprovalDecision::AcceptForSite),
+    ] {
         let mut sim = Sim::new(79, agent_policy(), page_tools());
         sim.auto_approve = None;
         sim.target = Ok(shop_showing("Subscribe"));
@@ -371,10 +375,7 @@ fn never_retry_at_most_once_an_approved_write_acts_only_on_the_element_the_user_
         // The page relabels the element while the user decides (or only
         // re-renders it in capitals).
         sim.target = Ok(shop_showing(later));
-        sim.send(
-            conn,
-            respond("r1", &thread, &asked.id, ApprovalDecision::AcceptOnce),
-        );
+        sim.send(conn, respond("r1", &thread, &asked.id, decision));
         sim.run(10_000);
         let clicks: Vec<_> = sim
             .dispatches
@@ -398,10 +399,17 @@ fn never_retry_at_most_once_an_approved_write_acts_only_on_the_element_the_user_
                 content.contains(
                 "The element the user approved this action on, button \"Subscribe\" (e1), changed after \
 the approval (it is now button \"Delete account\" (e1)); nothing was done. Call page_snapshot to look \
-at the page as it is now, and act again only if it still makes sense (the user will be asked again)."
+at the page as it is now, and act again only if it still makes sense"
                 ),
                 "{content}"
             );
+            // What acting again means depends on the answer given.
+            let again = if decision == ApprovalDecision::AcceptForSite {
+                "(the user allowed this site's actions, so it will not be asked again: be sure)."
+            } else {
+                "(the user will be asked again)."
+            };
+            assert!(content.contains(again), "{content}");
             assert_eq!(
                 approval_requests(&sim).len(),
                 1,
