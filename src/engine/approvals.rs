@@ -61,45 +61,44 @@ impl Engine {
             }
             _ => "(the user will be asked again)",
         };
-        if moved {
+        // ...given for an element the page no longer shows under that ref
+        // (relabeled, replaced, gone): the user approved what the card
+        // described, and that is not there any more.
+        let shown = given.and_then(|a| a.element.as_ref());
+        let now_there = target.as_ref().and_then(|t| t.element.as_ref());
+        let changed = if moved {
+            Some(
+                "The page was reloaded or replaced by another page of the same site after the user \
+approved this action"
+                    .to_string(),
+            )
+        } else {
+            shown
+                .filter(|shown| !now_there.is_some_and(|e| shown.same_as(e)))
+                .map(|shown| {
+                    let now_words = match now_there {
+                        Some(e) => format!("it is now {}", e.summary()),
+                        None => "the page no longer shows it".to_string(),
+                    };
+                    format!(
+                        "The element the user approved this action on, {}, changed after the \
+approval ({now_words})",
+                        shown.summary()
+                    )
+                })
+        };
+        if let Some(what) = changed {
             return self.persist_tool_result(
                 now,
                 tid,
                 index,
                 ToolStatus::Error,
                 format!(
-                    "The page was reloaded or replaced by another page of the same site after the user \
-approved this action; nothing was done. Call page_snapshot to look at the page as it is now, and act \
-again only if it still makes sense {again}."
+                    "{what}; nothing was done. Call page_snapshot to look at the page as it is now, \
+and act again only if it still makes sense {again}."
                 ),
                 None,
             );
-        }
-        // ...given for an element the page no longer shows under that ref
-        // (relabeled, replaced, gone): the user approved what the card
-        // described, and that is not there any more.
-        let shown = given.and_then(|a| a.element.as_ref());
-        if let Some(shown) = shown {
-            let now_there = target.as_ref().and_then(|t| t.element.as_ref());
-            if !now_there.is_some_and(|e| shown.same_as(e)) {
-                let now_words = match now_there {
-                    Some(e) => format!("it is now {}", e.summary()),
-                    None => "the page no longer shows it".to_string(),
-                };
-                return self.persist_tool_result(
-                    now,
-                    tid,
-                    index,
-                    ToolStatus::Error,
-                    format!(
-                        "The element the user approved this action on, {}, changed after the approval \
-({now_words}); nothing was done. Call page_snapshot to look at the page as it is now, and act again \
-only if it still makes sense {again}.",
-                        shown.summary()
-                    ),
-                    None,
-                );
-            }
         }
         let approved = given.is_some();
         let rule = self.site_rules.get(&origin);

@@ -21,6 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {
   DEFAULT_EXTENSION_PATH,
+  shownMcpServers as shownServers,
   answerApprovalInPanel,
   exitUnlessExtensionBuilt,
   killServiceWorker,
@@ -110,24 +111,6 @@ function callIds(request, name) {
 }
 
 const offeredTools = (request) => (request.body.tools ?? []).map((t) => t.function?.name);
-
-/**
- * The MCP servers Settings lists (opened first): [{ name, state, addedBy,
- * text, remove, refresh }] (`text` without the buttons, `remove` the Remove
- * button's accessible name or null, `refresh` the Check again button's text
- * or null).
- */
-async function shownServers(panel) {
-  if (await panel.locator('#settings-section').isHidden()) await panel.click('#settings-toggle');
-  return panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list li')].map((li) => ({
-    name: li.dataset.server,
-    state: li.dataset.state,
-    addedBy: li.dataset.addedBy,
-    text: (li.querySelector('.mcp-info') ?? li).innerText.replace(/\s+/g, ' ').trim(),
-    remove: li.querySelector('button.mcp-remove')?.getAttribute('aria-label') ?? null,
-    refresh: li.querySelector('button.mcp-refresh')?.textContent ?? null,
-  })));
-}
 
 /** Waits until Settings lists the servers in `states` ({ name: state }); returns the list. */
 function serversIn(panel, states) {

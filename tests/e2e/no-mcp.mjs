@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {
   DEFAULT_EXTENSION_PATH,
+  shownMcpServers as shownServers,
   REPO_ROOT,
   exitUnlessExtensionBuilt,
   submitTask,
@@ -67,20 +68,6 @@ function extensionWithoutMcp(servers) {
 export const MCP_SERVERS = ${JSON.stringify(servers)};
 `);
   return dir;
-}
-
-/** Settings' list of MCP servers, as shown. */
-async function shownServers(panel) {
-  if (await panel.locator('#settings-section').isHidden()) await panel.click('#settings-toggle');
-  return panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list li')].map((li) => ({
-    name: li.dataset.server,
-    state: li.dataset.state,
-    addedBy: li.dataset.addedBy,
-    text: (li.querySelector('.mcp-info') ?? li).innerText.replace(/\s+/g, ' ').trim(),
-    remove: li.querySelector('button.mcp-remove')?.getAttribute('aria-label') ?? null,
-    refresh: li.querySelector('button.mcp-refresh')?.textContent ?? null,
-    sign: li.querySelector('button.mcp-sign')?.textContent ?? null,
-  })));
 }
 
 const NOT_USED = /Not used: This build of sw_agent has no MCP support \(built without the cargo feature "mcp"\)\./;

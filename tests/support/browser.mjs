@@ -859,3 +859,21 @@ export async function evaluateInContentScriptWorld(page, extensionId, expression
     await session.detach().catch(() => {});
   }
 }
+
+/**
+ * Settings' list of MCP servers as the panel shows it (Settings opened if
+ * closed): each entry's name, state, who added it, its text and the labels
+ * of its Remove, Check again and Sign in/out buttons (null when absent).
+ */
+export async function shownMcpServers(panel) {
+  if (await panel.locator('#settings-section').isHidden()) await panel.click('#settings-toggle');
+  return panel.evaluate(() => [...document.querySelectorAll('#mcp-servers-list li')].map((li) => ({
+    name: li.dataset.server,
+    state: li.dataset.state,
+    addedBy: li.dataset.addedBy,
+    text: (li.querySelector('.mcp-info') ?? li).innerText.replace(/\s+/g, ' ').trim(),
+    remove: li.querySelector('button.mcp-remove')?.getAttribute('aria-label') ?? null,
+    refresh: li.querySelector('button.mcp-refresh')?.textContent ?? null,
+    sign: li.querySelector('button.mcp-sign')?.textContent ?? null,
+  })));
+}
