@@ -199,6 +199,18 @@
   //   shadowRootOf(host).elementFromPoint (deepElementFromPoint). Only the
   //   modal dialog is found that way; no check here calls a control covered
   //   from a hit test.
+  // - A read asks the same questions many times over: page_snapshot and
+  //   read_page ask chrome.dom about every <div> and <span> they walk, then
+  //   again about each one's ancestors for every visibility check, and each
+  //   visibility check looked for the open modal dialog again (a hit test, or
+  //   a walk of every root). So a read of the page runs in whileReading,
+  //   which keeps each answer (an element's shadow root, a closed root's
+  //   slots, a document's open modal dialog) until it returns. Only code
+  //   that cannot change the page runs there: no event is fired and no page
+  //   code runs between a question and its answer's use, so an answer is
+  //   never stale. A write (a click, a key, a focus) and anything after an
+  //   `await` runs outside it and asks again (scripts/bench-content-snapshot.mjs
+  //   measures it; BENCHMARKS item 53).
   const HTML_NAMESPACE = "http://www.w3.org/1999/xhtml";
   const SHADOW_HOST_TAGS = new Set([
     "article", "aside", "blockquote", "body", "div", "footer", "h1", "h2", "h3", "h4", "h5", "h6",
@@ -213,17 +225,48 @@
     }
   })();
 
+  /**
+   * What a read already found out, while one runs (whileReading), else
+   * null: element → its shadow root or null (as chrome.dom answered),
+   * closed root → Map of node → the slot it is assigned to, document → its
+   * open modal dialog or null.
+   */
+  let readMemo = null;
+
+  /**
+   * Runs `read` (synchronous, and it must not change the page: no event, no
+   * focus, no click, nothing that runs page code) with the answers of
+   * shadowRootOf, assignedSlotOf and openModal kept until it returns. Inside
+   * another read it just runs `read`.
+   */
+  function whileReading(read) {
+    if (readMemo) return read();
+    readMemo = { shadowRoots: new WeakMap(), slots: new WeakMap(), modals: new WeakMap() };
+    try {
+      return read();
+    } finally {
+      readMemo = null;
+    }
+  }
+
   /** The shadow root `element` hosts, open or closed (closed ones through chrome.dom), or null. */
   function shadowRootOf(element) {
     const open = OPEN_SHADOW_ROOT.call(element);
     if (open || !openOrClosedShadowRoot) return open || null;
     const name = LOCAL_NAME.call(element);
     if (NAMESPACE_URI.call(element) !== HTML_NAMESPACE || !(SHADOW_HOST_TAGS.has(name) || name.includes("-"))) return null;
-    try {
-      return openOrClosedShadowRoot(element) || null;
-    } catch {
-      return null;
+    if (readMemo) {
+      const known = readMemo.shadowRoots.get(element);
+      if (known !== undefined) return known;
     }
+    let root = null;
+    try {
+      root = openOrClosedShadowRoot(element) || null;
+    } catch {
+      root = null;
+    }
+    if (readMemo) readMemo.shadowRoots.set(element, root);
+    return root;
   }
 
   /**
@@ -238,10 +281,25 @@
     const root = host ? shadowRootOf(host) : null;
     // An open root already answered through assignedSlot.
     if (!root || SHADOW_ROOT_MODE.call(root) === "open") return null;
-    for (const candidate of DocumentFragment.prototype.querySelectorAll.call(root, "slot")) {
-      if (HTMLSlotElement.prototype.assignedNodes.call(candidate).includes(node)) return candidate;
+    const slotsOf = () => DocumentFragment.prototype.querySelectorAll.call(root, "slot");
+    if (!readMemo) {
+      for (const candidate of slotsOf()) {
+        if (HTMLSlotElement.prototype.assignedNodes.call(candidate).includes(node)) return candidate;
+      }
+      return null;
     }
-    return null;
+    // While reading, the root's slots are listed once: node → the first slot (in tree order) it is assigned to.
+    let slotOf = readMemo.slots.get(root);
+    if (!slotOf) {
+      slotOf = new Map();
+      for (const candidate of slotsOf()) {
+        for (const assigned of HTMLSlotElement.prototype.assignedNodes.call(candidate)) {
+          if (!slotOf.has(assigned)) slotOf.set(assigned, candidate);
+        }
+      }
+      readMemo.slots.set(root, slotOf);
+    }
+    return slotOf.get(node) || null;
   }
 
   /** Children in the flat tree: shadow roots (open and closed) and slot assignments included. */
@@ -422,9 +480,19 @@
    *   nothing was hit: an empty spot, or a ::backdrop the page made
    *   transparent to the pointer with the dialog elsewhere) are the shadow
    *   roots searched, with `dialog:modal` in each.
+   * While reading (whileReading), each document's answer is found once.
    */
   function openModal(doc) {
     if (!doc) return null;
+    if (!readMemo) return findOpenModal(doc);
+    if (readMemo.modals.has(doc)) return readMemo.modals.get(doc);
+    const modal = findOpenModal(doc);
+    readMemo.modals.set(doc, modal);
+    return modal;
+  }
+
+  /** openModal without the memo. */
+  function findOpenModal(doc) {
     try {
       const inTree = Document.prototype.querySelector.call(doc, "dialog:modal");
       if (inTree) return inTree;
@@ -874,13 +942,23 @@
     );
   }
 
-  /** The engine's `expect` of a tool.execute message: { ref, role, name } strings, or null. */
+  /**
+   * The engine's `expect` of a tool.execute message: { ref, role, name }
+   * strings, or null when it has none (absent or null). Only the engine
+   * writes it, but one that is there and is not that fails closed: the call
+   * is refused, nothing done, rather than run as if nobody had approved it.
+   */
   function expectedElement(message) {
     const expect = message.expect;
-    if (!expect || typeof expect !== "object") return null;
-    const { ref, role, name } = expect;
-    if (typeof ref !== "string" || typeof role !== "string" || typeof name !== "string") return null;
-    return { ref, role, name };
+    if (expect === undefined || expect === null) return null;
+    if (typeof expect === "object") {
+      const { ref, role, name } = expect;
+      if (typeof ref === "string" && typeof role === "string" && typeof name === "string") return { ref, role, name };
+    }
+    throw new ToolError(
+      "The approval of this action could not be read, so nothing was done. " +
+        "Ask for the action again; if it fails the same way, tell the user.",
+    );
   }
 
   /**
@@ -1488,6 +1566,11 @@
    * clicked: the error lists the partial matches with their refs instead.
    */
   function resolveByText(wanted) {
+    return whileReading(() => findByText(wanted));
+  }
+
+  /** resolveByText's search (while reading). */
+  function findByText(wanted) {
     const target = collapse(wanted).toLowerCase();
     const shown = quote(clip(collapse(wanted), MAX_NAME_CHARS));
     const { interactive } = scanPage({ wantText: false });
@@ -1828,6 +1911,11 @@
    * runs only once the nearer ones found nothing.
    */
   function popupListbox(combobox) {
+    return whileReading(() => findPopupListbox(combobox));
+  }
+
+  /** popupListbox's search (while reading). */
+  function findPopupListbox(combobox) {
     for (const attribute of ["aria-controls", "aria-owns"]) {
       for (const candidate of elementsOfIds(combobox, attribute)) {
         const listbox = candidate.getAttribute("role") === "listbox" ? candidate : candidate.querySelector("[role=listbox]");
@@ -2062,7 +2150,7 @@
       };
     }
     const chosen = direction || "down";
-    const container = mainScroller();
+    const container = whileReading(mainScroller);
     const before = position(container);
     scrollBy(container, chosen);
     const after = position(container);
@@ -2132,7 +2220,9 @@
     const started = Date.now();
 
     /** { ok, content, details } when done, null while still waiting. */
-    function check() {
+    const check = () => whileReading(checkNow);
+
+    function checkNow() {
       if (element && !element.isConnected) {
         throw new ToolError(`Element ${label.ref} (${label.role} ${quote(label.name)}) was removed from the page while waiting; call page_snapshot to get fresh refs.`);
       }
@@ -2228,8 +2318,8 @@
    * should read. `context.progress(text)` sends a `tool.progress`.
    */
   const TOOLS = {
-    page_snapshot: pageSnapshot,
-    read_page: readPage,
+    page_snapshot: (params) => whileReading(() => pageSnapshot(params)),
+    read_page: (params) => whileReading(() => readPage(params)),
     click,
     type: typeText,
     select: selectOption,
@@ -2326,11 +2416,12 @@
       finish({ ok: false, content: `Unknown page tool: ${clip(String(name), 100)}. Page tools: ${Object.keys(TOOLS).join(", ")}.` });
       return;
     }
-    const context = {
-      progress: (text) => safePost(port, { type: "tool.progress", callId, text: clip(String(text), 1000) }),
-      expect: expectedElement(message),
-    };
     try {
+      // Before anything is done: a malformed approval refuses the call.
+      const context = {
+        progress: (text) => safePost(port, { type: "tool.progress", callId, text: clip(String(text), 1000) }),
+        expect: expectedElement(message),
+      };
       const params = message.params === undefined ? {} : message.params;
       const tool = Object.prototype.hasOwnProperty.call(TOOLS, name) ? TOOLS[name] : INTERNAL[name];
       finish(await tool(params, context));

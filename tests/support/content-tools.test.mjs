@@ -79,14 +79,14 @@ async function injectContentScript(target = page, { dom = null } = {}) {
 
 /**
  * Page shim for closed shadow roots (an init script of the test page, run
- * before the page's own scripts, on tests/pages/closed-shadow.html and
- * shadow-app.html only):
+ * before the page's own scripts, on tests/pages/closed-shadow.html,
+ * shadow-app.html and many-controls.html only):
  * remembers every closed root in `window.__closedShadowRoots` (host → root),
  * where the chrome.dom stub and the tests find them. The page itself keeps
  * them closed: `host.shadowRoot` stays null.
  */
 function RECORD_CLOSED_SHADOW_ROOTS() {
-  if (!/\/(closed-shadow|shadow-app)\.html$/.test(location.pathname) || window.__closedShadowRoots) return;
+  if (!/\/(closed-shadow|shadow-app|many-controls)\.html$/.test(location.pathname) || window.__closedShadowRoots) return;
   const roots = new WeakMap();
   window.__closedShadowRoots = roots;
   const attach = Element.prototype.attachShadow;
@@ -725,8 +725,20 @@ test('an approved write acts only on the element the user was shown: describe_ta
   assert.match(moved.content, /^The element this action was approved on, button "Reveal code" \(e1\), is not what the page has there now \(button "Reveal code" \(e\d+\)\), so nothing was clicked\./);
   assert.match((await call('type', { ref: name, text: 'Grace' }, { ref: name, role: 'textbox', name: 'Card number' })).content, /so nothing was typed\./);
   assert.deepEqual(await page.evaluate(() => [window.clicks, document.getElementById('name').value]), [['reveal'], 'Ada']);
-  // A malformed expect is no expectation (the relabel check still holds).
-  assert.equal((await call('click', { ref: reveal }, { ref: 5 })).ok, true);
+  // A malformed expect fails closed: the write is refused, nothing done.
+  const unreadable =
+    'The approval of this action could not be read, so nothing was done. ' +
+    'Ask for the action again; if it fails the same way, tell the user.';
+  for (const malformed of [{ ref: 5 }, { ref: reveal, role: 'button' }, { ...described, name: null }, 'Reveal code', [reveal, 'button', 'Reveal code'], 0, false, '']) {
+    for (const [tool, params] of [['click', { ref: reveal }], ['type', { ref: name, text: 'Grace' }], ['select', { ref: name, option: 'x' }]]) {
+      const refused = await call(tool, params, malformed);
+      assert.equal(refused.ok, false, `${tool} with expect ${JSON.stringify(malformed)}`);
+      assert.equal(refused.content, unreadable);
+    }
+  }
+  assert.deepEqual(await page.evaluate(() => [window.clicks, document.getElementById('name').value]), [['reveal'], 'Ada']);
+  // An expect that is null is none (the relabel check still holds).
+  assert.equal((await call('click', { ref: reveal }, null)).ok, true);
   assert.deepEqual(await page.evaluate(() => window.clicks), ['reveal', 'reveal']);
 });
 
@@ -993,6 +1005,48 @@ test('scroll without a ref scrolls the main scrolling area of a page that lives 
     assert.equal(await inboxTop(), height - viewport, mode);
     await ok('scroll', { direction: 'top' });
     assert.equal(await inboxTop(), 0, mode);
+  }
+});
+
+test('a read asks chrome.dom about an element once and looks for the modal dialog once, however many visibility checks it makes', { skip }, async () => {
+  // 40 controls, every 2nd fieldset in a closed root; each checkbox's and
+  // radio's label is checked for visibility (20 checks a read). "sparse":
+  // the middle of the viewport hits only <html>, so looking for a modal
+  // dialog walks every root.
+  for (const layout of ['flow', 'sparse']) {
+    await page.goto(pages.url(`many-controls.html?n=40&roots=closed&every=2&layout=${layout}`));
+    await injectContentScript(page, { dom: 'closed-roots' });
+    await openPort();
+    const elements = await page.evaluate(() => {
+      window.__hits = 0;
+      for (const proto of [Document.prototype, ShadowRoot.prototype]) {
+        const hit = proto.elementFromPoint;
+        proto.elementFromPoint = function elementFromPoint(x, y) {
+          window.__hits += 1;
+          return hit.call(this, x, y);
+        };
+      }
+      // Every element of the page and of its roots: what chrome.dom could be asked about.
+      let count = 0;
+      const scopes = [document];
+      while (scopes.length > 0) {
+        for (const element of scopes.pop().querySelectorAll('*')) {
+          count += 1;
+          const root = window.__closedShadowRoots.get(element);
+          if (root) scopes.push(root);
+        }
+      }
+      return count;
+    });
+    const counts = () => page.evaluate(() => [window.__domCalls, window.__hits]);
+    for (const tool of ['page_snapshot', 'read_page']) {
+      const [callsBefore, hitsBefore] = await counts();
+      const { content } = await ok(tool, {});
+      assert.match(content, /"Notify me 2"/, `${layout} ${tool}: controls in closed roots are read:\n${content}`);
+      const [calls, hits] = await counts();
+      assert.ok(calls - callsBefore <= elements, `${layout} ${tool}: ${calls - callsBefore} chrome.dom calls for ${elements} elements`);
+      assert.ok(hits - hitsBefore <= 3, `${layout} ${tool}: ${hits - hitsBefore} hit tests`);
+    }
   }
 });
 
