@@ -76,16 +76,8 @@ cp "$WP_BUILD_OUT_DIR/$WP_BUILD_OUT_NAME.js" "$wasm" "$out/pkg/"
 # The build id (first 16 hex digits of the SHA-256 of the module and its JS
 # glue) goes into the built manifest's version_name: extension/wasm-cache.js
 # caches the module under it, so a cached module only ever meets the glue of
-# its own build.
+# its own build. scripts/built-manifest.mjs also checks the manifest and,
+# for a module without MCP, drops the `identity` permission.
 build_id=$(cat "$out/pkg/${WP_BUILD_OUT_NAME}_bg.wasm" "$out/pkg/$WP_BUILD_OUT_NAME.js" | sha256sum | cut -c1-16)
-node -e '
-  const fs = require("fs");
-  const m = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
-  m.version_name = `${m.version} (wasm ${process.argv[2]})`;
-  fs.writeFileSync(process.argv[1], JSON.stringify(m, null, 2) + "\n");
-  const fail = (why) => { console.error("manifest: " + why); process.exit(1); };
-  if (m.manifest_version !== 3) fail("manifest_version must be 3");
-  if (m.background?.type !== "module") fail("service worker must be a module");
-  if (!/wasm-unsafe-eval/.test(m.content_security_policy?.extension_pages ?? "")) fail("CSP needs wasm-unsafe-eval");
-' "$out/manifest.json" "$build_id"
+node scripts/built-manifest.mjs "$out/manifest.json" "$build_id" "$WP_BUILD_FEATURES"
 echo "built $out ($(du -sh "$out" | cut -f1)); wasm $(stat -c %s "$out/pkg/${WP_BUILD_OUT_NAME}_bg.wasm") bytes, gzip $(gzip -9c "$out/pkg/${WP_BUILD_OUT_NAME}_bg.wasm" | wc -c) bytes"

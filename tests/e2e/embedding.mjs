@@ -11,11 +11,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import {
-  DEFAULT_EXTENSION_PATH,
+  copyOfBuild,
   exitUnlessExtensionBuilt,
   submitTask,
   transcriptLines,
@@ -27,19 +24,12 @@ import { isolatedTest as sharedIsolatedTest, waitForSettledTurn, scriptModel, RE
 exitUnlessExtensionBuilt('e2e');
 
 const TEST_TIMEOUT = 300000;
-const dirs = [];
-test.after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
 /** A copy of the built extension whose settings-defaults.js is `source` (and instructions.js `instructions`). */
 function extensionWithDefaults(source, instructions = null) {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-defaults-'));
-  dirs.push(dir);
-  cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
-  writeFileSync(path.join(dir, 'settings-defaults.js'), source);
-  if (instructions !== null) writeFileSync(path.join(dir, 'instructions.js'), instructions);
-  return dir;
+  return copyOfBuild({
+    'settings-defaults.js': source,
+    ...(instructions === null ? {} : { 'instructions.js': instructions }),
+  });
 }
 
 const ACME_INSTRUCTIONS = 'You work for the support team of Acme. Sign every answer with "— Acme".';

@@ -11,11 +11,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import {
-  DEFAULT_EXTENSION_PATH,
+  copyOfBuild,
   waitForToolProgress,
   answerApprovalInPanel,
   exitUnlessExtensionBuilt,
@@ -160,10 +157,7 @@ export const HOST_TOOLS = [
 
 /** A copy of the built extension with HOST_TOOLS_JS as its host-tools.js. */
 function extensionWithHostTools() {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-host-tools-'));
-  cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
-  writeFileSync(path.join(dir, 'host-tools.js'), HOST_TOOLS_JS);
-  return dir;
+  return copyOfBuild({ 'host-tools.js': HOST_TOOLS_JS });
 }
 
 function isolatedTest(name, options, body) {
@@ -191,10 +185,6 @@ async function completedTurn({ panel, mock }, script, task) {
 }
 
 const extensionDir = extensionWithHostTools();
-const keptDirs = [extensionDir];
-test.after(() => {
-  for (const dir of keptDirs) rmSync(dir, { recursive: true, force: true });
-});
 
 isolatedTest(
   'host_tools_are_offered_run_without_a_page_and_their_writes_ask_once_without_a_site',
@@ -381,13 +371,7 @@ export const HOST_TOOLS = [
 isolatedTest(
   'an_extension_keeps_only_the_built_in_tools_it_names',
   {
-    launch: () => {
-      const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-built-ins-'));
-      cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
-      writeFileSync(path.join(dir, 'host-tools.js'), KEEP_SOME_JS);
-      keptDirs.push(dir);
-      return { extensionPath: dir };
-    },
+    launch: () => ({ extensionPath: copyOfBuild({ 'host-tools.js': KEEP_SOME_JS }) }),
   },
   async (session) => {
     const { mock, context, shop } = session;

@@ -15,12 +15,9 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
-import path from 'node:path';
 import {
-  DEFAULT_EXTENSION_PATH,
+  copyOfBuild,
   shownMcpServers as shownServers,
   answerApprovalInPanel,
   exitUnlessExtensionBuilt,
@@ -50,23 +47,14 @@ exitUnlessExtensionBuilt('e2e');
 
 const TEST_TIMEOUT = 300000;
 const DEMO_TOOLS = ['search', 'create_ticket', 'slow_report', 'broken', 'ask_model', 'book_table', 'check_availability', 'add_faq_tool'];
-const dirs = [];
-test.after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
 /**
  * A copy of the built extension whose mcp-servers.js exports `servers`
  * (a function of the mock's URL) and records the worker's console errors.
  */
 function extensionWithServers(servers) {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-mcp-'));
-  dirs.push(dir);
-  cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
-  writeFileSync(path.join(dir, 'mcp-servers.js'), `${RECORD_CONSOLE_ERRORS}
-export const MCP_SERVERS = ${JSON.stringify(servers, null, 2)};
-`);
-  return dir;
+  return copyOfBuild({
+    'mcp-servers.js': `${RECORD_CONSOLE_ERRORS}\nexport const MCP_SERVERS = ${JSON.stringify(servers, null, 2)};\n`,
+  });
 }
 
 /**

@@ -11,12 +11,10 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
-import { copyFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import {
-  DEFAULT_EXTENSION_PATH,
+  copyOfBuild,
   shownMcpServers as shownServers,
   REPO_ROOT,
   exitUnlessExtensionBuilt,
@@ -37,37 +35,16 @@ if (wasmFiles.length !== 1) {
   process.exit(1);
 }
 
-const dirs = [];
-test.after(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
 /**
- * A copy of the built extension with the variant's module and glue in
- * pkg/, its manifest's build id theirs (as scripts/build.sh writes it:
- * extension/wasm-cache.js keys the cached module by it), and an
- * mcp-servers.js naming `servers`.
+ * A copy of the built extension with the variant's module and glue (the
+ * manifest made for them as scripts/build.sh makes it: their build id, no
+ * `identity` permission) and an mcp-servers.js naming `servers`.
  */
 function extensionWithoutMcp(servers) {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-no-mcp-'));
-  dirs.push(dir);
-  cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
-  const wasm = wasmFiles[0];
-  const glue = wasm.replace(/_bg\.wasm$/, '.js');
-  for (const file of [wasm, glue]) copyFileSync(path.join(VARIANT_PKG, file), path.join(dir, 'pkg', file));
-  const id = createHash('sha256')
-    .update(readFileSync(path.join(dir, 'pkg', wasm)))
-    .update(readFileSync(path.join(dir, 'pkg', glue)))
-    .digest('hex')
-    .slice(0, 16);
-  const manifestPath = path.join(dir, 'manifest.json');
-  const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
-  manifest.version_name = `${manifest.version} (wasm ${id})`;
-  writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`);
-  writeFileSync(path.join(dir, 'mcp-servers.js'), `${RECORD_CONSOLE_ERRORS}
-export const MCP_SERVERS = ${JSON.stringify(servers)};
-`);
-  return dir;
+  return copyOfBuild(
+    { 'mcp-servers.js': `${RECORD_CONSOLE_ERRORS}\nexport const MCP_SERVERS = ${JSON.stringify(servers)};\n` },
+    { pkg: VARIANT_PKG, mcp: false },
+  );
 }
 
 const NOT_USED = /Not used: This build of sw_agent has no MCP support \(built without the cargo feature "mcp"\)\./;
@@ -89,6 +66,10 @@ isolatedTest(test, 'a_build_without_mcp_lists_every_server_as_not_used_and_asks_
   assert.match(docs.text, NOT_USED);
   assert.equal(docs.refresh, null);
   assert.equal(docs.sign, null);
+  // Signing in is what `identity` is for: a build without MCP does not ask for it.
+  const permissions = await panel.evaluate(() => chrome.runtime.getManifest().permissions);
+  assert.ok(!permissions.includes('identity'), permissions.join(', '));
+  assert.ok(permissions.includes('scripting'), permissions.join(', '));
   const worker = await waitForExtensionServiceWorker(session.context, { extensionId: session.extensionId });
   const errors = await worker.evaluate(() => globalThis.__consoleErrors ?? []);
   assert.ok(

@@ -10,10 +10,12 @@
 // depend on wall-clock durations for correctness (everything polls).
 
 import { chromium } from 'playwright-core';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { builtManifest } from '../../scripts/built-manifest.mjs';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** The built extension; EXTENSION_DIR overrides it (e.g. to test another build). */
@@ -48,6 +50,45 @@ export async function waitFor(fn, { timeout = 60000, interval = 100, message = '
 }
 
 /** Throws a clear error when the built extension is missing. */
+/** The copies copyOfBuild made; removed when the test process exits. */
+const copies = [];
+
+/**
+ * A copy of the built extension (DEFAULT_EXTENSION_PATH) in a temp
+ * directory, as an embedding extension would ship it: `files` (name →
+ * content, e.g. `{ 'mcp-servers.js': … }`) written over the copy's own, and
+ * with `pkg` (a directory holding `<name>_bg.wasm` and `<name>.js`, such as
+ * a variant's out_dir) its module and glue replaced and the manifest made
+ * again for them (scripts/built-manifest.mjs: the build id the module cache
+ * keys on; without MCP, no `identity` permission). Removed at exit.
+ * @param {Record<string, string>} [files]
+ * @param {{ pkg?: string, mcp?: boolean }} [options]
+ */
+export function copyOfBuild(files = {}, { pkg = null, mcp = true } = {}) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'agent-ext-copy-'));
+  if (copies.length === 0) process.once('exit', () => copies.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  copies.push(dir);
+  cpSync(DEFAULT_EXTENSION_PATH, dir, { recursive: true });
+  for (const [name, content] of Object.entries(files)) writeFileSync(path.join(dir, name), content);
+  if (pkg) {
+    const wasm = readdirSync(pkg).find((f) => f.endsWith('_bg.wasm'));
+    if (!wasm) throw new Error(`${pkg} holds no module (*_bg.wasm)`);
+    const glue = wasm.replace(/_bg\.wasm$/, '.js');
+    for (const file of [wasm, glue]) copyFileSync(path.join(pkg, file), path.join(dir, 'pkg', file));
+    const buildId = createHash('sha256')
+      .update(readFileSync(path.join(dir, 'pkg', wasm)))
+      .update(readFileSync(path.join(dir, 'pkg', glue)))
+      .digest('hex')
+      .slice(0, 16);
+    const manifestPath = path.join(dir, 'manifest.json');
+    const source = JSON.parse(readFileSync(path.join(REPO_ROOT, 'extension', 'manifest.json'), 'utf8'));
+    const { manifest, problems } = builtManifest(source, { buildId, mcp });
+    if (problems.length > 0) throw new Error(`manifest: ${problems.join('; ')}`);
+    writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`);
+  }
+  return dir;
+}
+
 export function assertExtensionBuilt(extensionPath = DEFAULT_EXTENSION_PATH) {
   const manifest = path.join(extensionPath, 'manifest.json');
   if (!existsSync(manifest) || !statSync(manifest).isFile()) {
