@@ -77,6 +77,15 @@ pub fn origin_of(url: &str) -> String {
     )
 }
 
+/// Whether an origin names a site, i.e. has a host: `file://` (every
+/// local file) and `about:`/`data:` pages have none, so "allow on this
+/// site" would allow them all; they are asked about every time.
+pub fn is_site(origin: &str) -> bool {
+    origin
+        .split_once("://")
+        .is_some_and(|(scheme, host)| !scheme.is_empty() && !host.is_empty())
+}
+
 /// The host and port of what follows a URL's `scheme://` (or of a URL
 /// without a scheme), without credentials: they are not part of an origin.
 pub fn authority_of(rest: &str) -> &str {
@@ -184,6 +193,26 @@ mod tests {
             allow_writes: allow,
             version: 1,
             created_at: 0,
+        }
+    }
+
+    #[test]
+    fn only_an_origin_with_a_host_is_a_site() {
+        for url in [
+            "https://shop.example/cart",
+            "http://127.0.0.1:8080/",
+            "https://a.b:8443",
+        ] {
+            assert!(is_site(&origin_of(url)), "{url}");
+        }
+        for url in [
+            "file:///home/me/a.html",
+            "file:///C:/x.html",
+            "about:blank",
+            "data:text/html,hi",
+            "",
+        ] {
+            assert!(!is_site(&origin_of(url)), "{url}");
         }
     }
 

@@ -2666,9 +2666,14 @@ function renderApproval() {
   dom.approvalServer.textContent = server ? `${server} (${serverUrl || "no address"})` : "";
   dom.approvalServer.hidden = server === "";
   dom.approvalServerTerm.hidden = server === "";
-  for (const element of [dom.approvalOriginTerm, dom.approvalOrigin, dom.approvalUrlTerm, dom.approvalUrl, dom.approvalButtons.acceptForSite, dom.approvalSiteHint]) {
+  for (const element of [dom.approvalOriginTerm, dom.approvalOrigin, dom.approvalUrlTerm, dom.approvalUrl]) {
     element.hidden = offPage;
   }
+  // A page without a host (a local file: "file://") is no site to allow:
+  // it would allow every file (the engine refuses that, gatekeeper::is_site).
+  const siteless = !/^[^:/]+:\/\/[^/]/.test(origin);
+  dom.approvalButtons.acceptForSite.hidden = siteless;
+  dom.approvalSiteHint.hidden = siteless;
   dom.approvalLabel.textContent = label;
   dom.approvalName.textContent = name && name !== label ? name : "";
   dom.approvalName.hidden = dom.approvalName.textContent === "";

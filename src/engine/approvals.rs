@@ -101,7 +101,11 @@ and act again only if it still makes sense {again}."
             );
         }
         let approved = given.is_some();
-        let rule = self.site_rules.get(&origin);
+        // A rule for what is no site (kept from before `is_site`) is not used.
+        let rule = self
+            .site_rules
+            .get(&origin)
+            .filter(|_| gatekeeper::is_site(&origin));
         let verdict = match gatekeeper::verdict(&descriptor, target.as_ref(), rule) {
             Verdict::Ask if approved => Verdict::Allow,
             other => other,
@@ -281,7 +285,9 @@ and act again only if it still makes sense {again}."
         };
         // A tool without a page (the embedding extension's own tools) has no
         // site to remember: it asks before every write.
-        if decision == ApprovalDecision::AcceptForSite && approval.origin.is_empty() {
+        // A local file (`file://`) has no site either: allowing "the site"
+        // would allow every file on the disk.
+        if decision == ApprovalDecision::AcceptForSite && !gatekeeper::is_site(&approval.origin) {
             return self.reject(
                 &reply,
                 ErrorKind::InvalidCommand,

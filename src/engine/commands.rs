@@ -229,7 +229,7 @@ impl Engine {
     }
 
     #[inline(never)]
-    pub(super) fn op_thread_delete(&mut self, reply: Reply, thread_id: &str) {
+    pub(super) fn op_thread_delete(&mut self, now: u64, reply: Reply, thread_id: &str) {
         if !self.threads.contains_key(thread_id) {
             return self.reject(&reply, ErrorKind::NotFound, "No such thread.");
         }
@@ -268,7 +268,7 @@ impl Engine {
             unit.delete(store, key.clone());
         }
         let result = json!({ "threadId": thread_id });
-        self.command(0, thread_id, unit, reply, result, Follow::ThreadDeleted);
+        self.command(now, thread_id, unit, reply, result, Follow::ThreadDeleted);
         if let Some(t) = self.threads.get_mut(thread_id) {
             t.deleting = true;
         }
@@ -496,19 +496,26 @@ impl Engine {
     }
 
     #[inline(never)]
-    pub(super) fn op_queue_remove(&mut self, reply: Reply, thread_id: &str, item_id: &str) {
+    pub(super) fn op_queue_remove(
+        &mut self,
+        now: u64,
+        reply: Reply,
+        thread_id: &str,
+        item_id: &str,
+    ) {
         if let Err((kind, why)) = self.queue_item_editable(thread_id, item_id) {
             return self.reject(&reply, kind, why);
         }
         let mut unit = UnitOfWork::new();
         unit.delete(stores::QUEUE, item_id);
         let result = json!({ "itemId": item_id });
-        self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
+        self.command(now, thread_id, unit, reply, result, Follow::QueueUpdated);
     }
 
     #[inline(never)]
     pub(super) fn op_queue_update(
         &mut self,
+        now: u64,
         reply: Reply,
         thread_id: &str,
         item_id: &str,
@@ -528,7 +535,7 @@ impl Engine {
         let mut unit = UnitOfWork::new();
         unit.put(Record::QueueItem(item));
         let result = json!({ "itemId": item_id });
-        self.command(0, thread_id, unit, reply, result, Follow::QueueUpdated);
+        self.command(now, thread_id, unit, reply, result, Follow::QueueUpdated);
     }
 
     /// A page of the active path before a node (reads only, no receipt).

@@ -1886,7 +1886,7 @@ impl Engine {
             Op::ThreadFork {
                 thread_id, node_id, ..
             } => self.op_thread_fork(now, reply, &thread_id, node_id),
-            Op::ThreadDelete { thread_id, .. } => self.op_thread_delete(reply, &thread_id),
+            Op::ThreadDelete { thread_id, .. } => self.op_thread_delete(now, reply, &thread_id),
             Op::ThreadRename {
                 thread_id, title, ..
             } => self.op_thread_rename(now, reply, &thread_id, &title),
@@ -1933,7 +1933,7 @@ impl Engine {
                 item_id,
                 input,
                 ..
-            } => self.op_queue_update(reply, &thread_id, &item_id, input),
+            } => self.op_queue_update(now, reply, &thread_id, &item_id, input),
             Op::TurnSteer {
                 thread_id,
                 expected_turn_id,
@@ -1945,7 +1945,7 @@ impl Engine {
             } => self.op_enqueue(now, reply, &thread_id, input, false),
             Op::QueueRemove {
                 thread_id, item_id, ..
-            } => self.op_queue_remove(reply, &thread_id, &item_id),
+            } => self.op_queue_remove(now, reply, &thread_id, &item_id),
             Op::TurnInterrupt { thread_id, .. } => self.op_interrupt(now, reply, &thread_id),
             Op::RunResume {
                 thread_id, input, ..
@@ -2252,12 +2252,13 @@ impl Engine {
                 if let Some(t) = self.threads.get_mut(&tid) {
                     t.queue_inflight = t.queue_inflight.saturating_sub(1);
                 }
-                // A queued turn that waited for this save may start now.
-                self.maybe_start_queued(now, &tid);
+                // A queued turn that waited for this save may start now
+                // (the enqueue that was the user's explicit action failed).
+                self.start_queued_unless_held(now, &tid);
             }
             Then::Command {
                 follow: Follow::QueueUpdated,
-            } => self.maybe_start_queued(now, &tid),
+            } => self.start_queued_unless_held(now, &tid),
             Then::Command {
                 follow: Follow::ThreadDeleted,
             } => {
@@ -2274,6 +2275,10 @@ impl Engine {
             Then::Upgraded => {}
             Then::SnapshotsCached { .. } => self.cache_write_failed(),
             Then::Probed => self.probe_failed(now, &tid),
+            // Not a run checkpoint either (a run of the thread may have
+            // started since it was issued): the title stays in memory
+            // (`pending_title`) and goes with the thread's next write.
+            Then::TitleUpdated => {}
             // Nothing the run depends on: the server is told the user did
             // not answer, or the user may answer again.
             Then::ElicitationAsked { dispatch_id, .. } => self.elicitation_unsaved(dispatch_id),

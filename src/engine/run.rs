@@ -994,8 +994,12 @@ in a long conversation, start a new thread), then press Continue.",
                 ResultParts::new(
                     index,
                     ToolStatus::Interrupted,
-                    "Interrupted by the user while running; it may or may not have taken effect."
-                        .to_string(),
+                    if finish.state == RunState::Interrupted {
+                        "Interrupted by the user while running; it may or may not have taken effect."
+                    } else {
+                        "The turn ended while this call was running; it may or may not have taken effect."
+                    }
+                    .to_string(),
                     None,
                 )
             } else {
@@ -1142,7 +1146,17 @@ in a long conversation, start a new thread), then press Continue.",
                 Err(e) => vec![e.message],
             }
         });
+        let uncertain = run.in_flight_tool.as_ref().and_then(|f| {
+            exec.calls
+                .iter()
+                .position(|c| c.call_id == f.call_id && !c.done)
+        });
         if let Some(drift) = drift.filter(|d| !d.is_empty()) {
+            // never_retry_at_most_once: a call dispatched before the worker
+            // died may have acted; the run ends saying so, not "not run".
+            if let Some(index) = uncertain {
+                exec.phase = Phase::Uncertain { index };
+            }
             self.threads.get_mut(tid).expect("exists").exec = Some(exec);
             let message = format!(
                 "This run cannot resume because {}. Press Continue to start a new turn with the current setup.",
@@ -1158,11 +1172,6 @@ in a long conversation, start a new thread), then press Continue.",
                 },
             );
         }
-        let uncertain = run.in_flight_tool.as_ref().and_then(|f| {
-            exec.calls
-                .iter()
-                .position(|c| c.call_id == f.call_id && !c.done)
-        });
         self.threads.get_mut(tid).expect("exists").exec = Some(exec);
         // A waiting approval or question is re-presented from the store; the
         // answer continues this same run.
@@ -1281,6 +1290,23 @@ in a long conversation, start a new thread), then press Continue.",
         }
     }
 
+    /// [`Self::maybe_start_queued`] unless the queue is held: after a run
+    /// that was interrupted or failed, queued turns wait for the user's next
+    /// explicit action (Continue, a new message, an enqueue while idle). An
+    /// edit or removal of a queued turn is not one: it starts the queue only
+    /// where the end of a completed turn would have (the end came while
+    /// the edit was being saved).
+    pub(super) fn start_queued_unless_held(&mut self, now: u64, tid: &str) {
+        let held = self
+            .threads
+            .get(tid)
+            .and_then(|t| t.latest_run.as_ref())
+            .is_some_and(|r| r.state.is_terminal() && r.state != RunState::Completed);
+        if !held {
+            self.maybe_start_queued(now, tid);
+        }
+    }
+
     pub(super) fn maybe_start_queued(&mut self, now: u64, tid: &str) {
         // The thread may have been deleted while the queue item's commit was in flight.
         let Some(t) = self.threads.get(tid) else {
@@ -1330,7 +1356,7 @@ in a long conversation, start a new thread), then press Continue.",
                 Follow::AckOnly => {}
                 Follow::QueueUpdated => {
                     self.emit_queue(&tid);
-                    self.maybe_start_queued(now, &tid);
+                    self.start_queued_unless_held(now, &tid);
                 }
                 Follow::StartQueued => {
                     if let Some(t) = self.threads.get_mut(&tid) {

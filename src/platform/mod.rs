@@ -614,7 +614,8 @@ impl Driver {
         // is asked for at the same time.
         let (settings, tab) = futures::join!(chrome::load_settings(), target_tab());
         let settings = settings.unwrap_or(JsValue::UNDEFINED);
-        let (_, api_key) = parse_settings(&settings, self.engine.borrow().settings_defaults());
+        let (saved, api_key) = parse_settings(&settings, self.engine.borrow().settings_defaults());
+        crate::provider::key_may_go_to(&saved.base_url, &request.profile.base_url)?;
         let transport = Transport::from_kind(&request.profile.kind);
         let context = DynamicContext {
             now_ms: now(),

@@ -619,6 +619,36 @@ pub fn endpoint_host(url: &str) -> String {
     crate::gatekeeper::authority_of(rest).to_ascii_lowercase()
 }
 
+/// Whether the API key saved in Settings may go with a request to
+/// `target`, the base URL a run (or its title, or its compaction) started
+/// with: only when Settings still name the same scheme, host and port
+/// (`saved`). A run keeps the address it started with while the key is read
+/// fresh for each request (keys rotate), so after the user saves another
+/// provider's address and its key mid-run, the new key would otherwise go
+/// to the old address. Not retryable: Continue starts a turn with the
+/// current settings.
+pub fn key_may_go_to(saved: &str, target: &str) -> Result<(), ProviderError> {
+    let scheme = |url: &str| {
+        url.trim()
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    if scheme(saved) == scheme(target) && endpoint_host(saved) == endpoint_host(target) {
+        return Ok(());
+    }
+    Err(ProviderError::new(
+        ErrorKind::EnvironmentDrift,
+        format!(
+            "Settings now name another provider address ({}) than the one this turn started with \
+({}), so the saved API key was not sent there. Press Continue to go on with the current settings.",
+            saved.trim(),
+            target.trim()
+        ),
+        false,
+    ))
+}
+
 /// [`endpoint_host`] without the port.
 pub fn endpoint_hostname(url: &str) -> String {
     let host = endpoint_host(url);
@@ -727,6 +757,36 @@ pub(crate) fn call_triples(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_saved_key_goes_only_to_the_address_it_is_saved_for() {
+        let ok = |saved: &str, target: &str| key_may_go_to(saved, target).is_ok();
+        assert!(ok("https://api.openai.com/v1", "https://api.openai.com/v1"));
+        // The path and letter case of the host do not move the key elsewhere.
+        assert!(ok(
+            "https://API.openai.com/v1/",
+            " https://api.openai.com/v2"
+        ));
+        // Another host, port or scheme does.
+        assert!(!ok(
+            "https://api.openai.com/v1",
+            "https://gateway.example/v1"
+        ));
+        assert!(!ok("http://127.0.0.1:8080/v1", "http://127.0.0.1:9090/v1"));
+        assert!(!ok("https://llm.example/v1", "http://llm.example/v1"));
+        let err =
+            key_may_go_to("https://api.openai.com/v1", "https://gateway.example/v1").unwrap_err();
+        assert_eq!(
+            (err.kind, err.retryable),
+            (ErrorKind::EnvironmentDrift, false)
+        );
+        assert!(
+            err.message.contains("https://gateway.example/v1"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("was not sent"), "{}", err.message);
+    }
 
     #[test]
     fn deltas_before_an_error_in_the_same_bytes_are_delivered() {

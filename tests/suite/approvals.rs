@@ -1122,3 +1122,69 @@ fn content_script_cannot_command_site_rules_reach_every_panel_once_saved_and_no_
     assert!(site_rule_updates(&sim, page).is_empty());
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn a_local_file_cannot_be_allowed_for_a_site_and_a_rule_kept_for_one_is_not_used() {
+    use sw_agent::gatekeeper::origin_of;
+    use sw_agent::model::SiteRule;
+    let mut sim = Sim::new(441, agent_policy(), page_tools());
+    sim.auto_approve = None;
+    let mut file = sim.target.clone().unwrap();
+    file.url = "file:///home/me/form.html".into();
+    file.origin = origin_of(&file.url);
+    assert_eq!(file.origin, "file://");
+    sim.target = Ok(file);
+    // A rule for every local file, as "Allow on this site" wrote it before.
+    sim.store.site_rules.insert(
+        "file://".into(),
+        SiteRule {
+            origin: "file://".into(),
+            allow_writes: true,
+            version: 1,
+            created_at: 0,
+        },
+    );
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    sim.run(10_000);
+    // Asked all the same.
+    let run = sim.store.runs.values().next().unwrap().clone();
+    assert_eq!(run.state, RunState::WaitingApproval);
+    let approval = approval_requests(&sim).pop().expect("asked");
+    assert_eq!(approval.origin, "file://");
+    // "Allow on this site" would allow every file on the disk: refused.
+    sim.send(
+        conn,
+        respond(
+            "r1",
+            &run.thread_id,
+            &approval.id,
+            ApprovalDecision::AcceptForSite,
+        ),
+    );
+    sim.run(10_000);
+    let error = answer(&sim, conn, "r1").expect("answered").unwrap_err();
+    assert_eq!(error.kind, ErrorKind::InvalidCommand);
+    assert!(error.message.contains("not on a site"), "{}", error.message);
+    assert_eq!(
+        sim.store.site_rules["file://"].version, 1,
+        "no rule written"
+    );
+    assert!(!sim.dispatches.iter().any(|d| d.name == "click"));
+    // Once is fine.
+    sim.send(
+        conn,
+        respond(
+            "r2",
+            &run.thread_id,
+            &approval.id,
+            ApprovalDecision::AcceptOnce,
+        ),
+    );
+    sim.run(10_000);
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+    check_invariants(&sim, &[]).unwrap();
+}

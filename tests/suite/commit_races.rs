@@ -185,3 +185,65 @@ fn receipt_replay_or_reject_an_interrupt_s_id_is_taken_from_its_arrival() {
     )));
     check_invariants(&sim, &[]).unwrap();
 }
+
+#[test]
+fn a_model_title_that_cannot_be_saved_stops_nothing_and_is_saved_with_the_next_write() {
+    use sw_agent::engine::TITLE_PROMPT;
+    let policy = Box::new(move |request: &sw_agent::provider::ProviderRequest| {
+        if *request.system == *TITLE_PROMPT {
+            return Reply::text("A model title");
+        }
+        Reply::text("Done.")
+    });
+    let mut sim = Sim::new(332, policy, page_tools());
+    sim.config.model_titles = true;
+    sim.reconfigure();
+    // The title comes late: after the turn's last save was issued.
+    sim.hold_replies_to = Some(|request| *request.system == *TITLE_PROMPT);
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    while sim.requests.is_empty() {
+        assert!(sim.step());
+    }
+    let (thread, _) = current_ids(&sim);
+    let thread = thread.unwrap();
+    sim.send(conn, enqueue("q1", &thread, "Subscribe me again"));
+    sim.hold_persists = true;
+    step_until_held(&mut sim, "the end of the turn", finishes_run);
+    sim.release_replies();
+    while sim.step() {}
+    // The turn's end commits; the title is saved on its own after it, and
+    // the queued turn starts.
+    let saves_title = |unit: &UnitOfWork| {
+        !unit.puts.iter().any(|r| matches!(r, Record::Run(_)))
+            && unit
+                .puts
+                .iter()
+                .any(|r| matches!(r, Record::Thread(t) if t.title == "A model title"))
+    };
+    step_until_held(&mut sim, "the model title", saves_title);
+    // The disk refuses the title's save, for good.
+    let at = sim
+        .held
+        .iter()
+        .position(|(_, unit)| saves_title(unit))
+        .unwrap();
+    assert!(sim.fail_nth(at, false));
+    sim.hold_persists = false;
+    sim.release_persists();
+    sim.run(100_000);
+    // Nothing stalled: both turns completed, none ended with a storage error.
+    assert_eq!(sim.store.runs.len(), 2);
+    assert!(sim
+        .store
+        .runs
+        .values()
+        .all(|r| r.state == RunState::Completed));
+    assert!(!sim.events_for(conn).iter().any(|e| matches!(
+        e,
+        Event::TurnComplete { error: Some(error), .. } if error.kind == ErrorKind::Storage
+    )));
+    // The title was kept in memory and went with the thread's next write.
+    assert_eq!(sim.store.threads[&thread].title, "A model title");
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}

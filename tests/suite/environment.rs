@@ -136,7 +136,9 @@ fn resume_refuses_drift_changed_transport_but_accepts_same_environment() {
     assert!(drift_message(&sim).contains("transport changed (openai → anthropic)"));
 
     let mut sim = crashed_mid_stream(65);
-    // The key may rotate and the base URL may move: not part of the drift check.
+    // The key may rotate and the base URL may move: not part of the drift
+    // check (the platform sends the saved key only to the address Settings
+    // name: provider::key_may_go_to; the run then fails asking for Continue).
     sim.profile.base_url = "http://127.0.0.1:2/v1".into();
     assert_eq!(
         resume_with(&mut sim, EngineConfig::default()),

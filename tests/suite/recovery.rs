@@ -106,6 +106,47 @@ fn never_retry_at_most_once_in_flight_write_becomes_paused_uncertain() {
 }
 
 #[test]
+fn never_retry_at_most_once_a_write_in_flight_when_the_run_cannot_resume_is_reported_as_maybe_done()
+{
+    let (mut sim, _) = start(37);
+    while !sim.dispatches.iter().any(|d| d.name == "click") {
+        assert!(sim.step());
+    }
+    // The click happened; then the worker died, and came back with another
+    // tool catalog (an extension update): the run cannot resume.
+    sim.config.registry = registry_with_changed_click();
+    sim.crash();
+    sim.run(10_000);
+    let run = stored_run(&sim);
+    assert_eq!(run.state, RunState::Failed);
+    assert!(run.in_flight_tool.is_none());
+    assert_eq!(
+        sim.dispatches.iter().filter(|d| d.name == "click").count(),
+        1
+    );
+    // The model (after Continue) must not read "not run" and click again.
+    let (status, content) = paths(&sim)[0]
+        .iter()
+        .find_map(|n| match &n.body {
+            NodeBody::ToolResult {
+                name,
+                status,
+                content,
+                ..
+            } if name == "click" => Some((*status, content.clone())),
+            _ => None,
+        })
+        .expect("the click has a result");
+    assert_eq!(status, ToolStatus::Interrupted, "{content}");
+    assert!(
+        content.contains("may or may not have taken effect"),
+        "{content}"
+    );
+    assert!(!content.contains("by the user"), "{content}");
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
 fn never_retry_at_most_once_resolved_mark_done_continues() {
     let mut sim = crash_while_click_in_flight(34);
     let conn = reconnect(&mut sim);

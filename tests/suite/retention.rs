@@ -145,6 +145,61 @@ fn receipt_replay_or_reject_holds_within_retention_and_start_deletes_only_what_e
 }
 
 #[test]
+fn receipt_replay_or_reject_a_delete_or_queue_edit_sent_again_after_a_restart_replays_its_ack() {
+    let mut sim = clicking(8);
+    let conn = sim.connect();
+    sim.send(conn, submit("s1", None, "Subscribe me"));
+    while sim.requests.is_empty() {
+        assert!(sim.step());
+    }
+    let thread = sim.store.threads.keys().next().unwrap().clone();
+    sim.send(conn, enqueue("q1", &thread, "first"));
+    sim.send(conn, enqueue("q2", &thread, "second"));
+    sim.drain_effects();
+    let item = |sim: &Sim, text: &str| {
+        sim.store
+            .queue
+            .values()
+            .find(|q| q.text == text)
+            .map(|q| q.id.clone())
+            .expect("queued")
+    };
+    let (first, second) = (item(&sim, "first"), item(&sim, "second"));
+    sim.send(conn, queue_update("u1", &thread, &second, "second, fixed"));
+    sim.send(conn, queue_remove("r1", &thread, &first));
+    sim.drain_effects();
+    sim.send(conn, interrupt("i1", &thread));
+    sim.run(10_000);
+    sim.send(conn, delete("d1", &thread));
+    sim.run(10_000);
+    for id in ["u1", "r1", "d1"] {
+        let answered = answer(&sim, conn, id).expect("answered");
+        assert!(answered.is_ok(), "{id}: {answered:?}");
+        let receipt = &sim.store.receipts[&format!("client-1\u{1f}{id}")];
+        assert!(
+            receipt.created_at >= 30 * DAY,
+            "{id} is dated when it was done"
+        );
+    }
+    // The ACKs were lost with the worker; a day later the panel sends the
+    // same submissions again: each replays its answer (not "No such
+    // thread", not "Not changed").
+    sim.now += DAY;
+    sim.crash();
+    sim.run(10_000);
+    let conn = sim.connect();
+    sim.send(conn, queue_update("u1", &thread, &second, "second, fixed"));
+    sim.send(conn, queue_remove("r1", &thread, &first));
+    sim.send(conn, delete("d1", &thread));
+    sim.run(10_000);
+    for id in ["u1", "r1", "d1"] {
+        let replayed = answer(&sim, conn, id).expect("answered");
+        assert!(replayed.is_ok(), "{id}: {replayed:?}");
+    }
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}
+
+#[test]
 fn a_large_backlog_is_deleted_a_bounded_batch_per_start() {
     let mut sim = answering();
     let backlog = PRUNE_PER_START + 25;

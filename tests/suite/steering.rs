@@ -241,6 +241,50 @@ fn queue_remove_drops_the_item() {
 }
 
 #[test]
+fn editing_or_removing_a_queued_turn_after_an_interrupt_does_not_start_the_queue() {
+    let mut sim = Sim::new(18, agent_policy(), page_tools());
+    let conn = sim.connect();
+    let (thread, _) = started(&mut sim, conn);
+    sim.send(conn, enqueue("q1", &thread, "first later"));
+    sim.send(conn, enqueue("q2", &thread, "second later"));
+    sim.drain_effects();
+    sim.send(conn, interrupt("i1", &thread));
+    sim.run(10_000);
+    assert_eq!(sim.store.runs.len(), 1);
+    assert_eq!(
+        sim.store.runs.values().next().unwrap().state,
+        RunState::Interrupted
+    );
+    // The user fixes a typo in one queued turn and removes the other: the
+    // agent was stopped, and stays stopped.
+    let item = |text: &str| {
+        sim.store
+            .queue
+            .values()
+            .find(|q| q.text == text)
+            .map(|q| q.id.clone())
+            .expect("queued")
+    };
+    let (first, second) = (item("first later"), item("second later"));
+    sim.send(conn, queue_update("u1", &thread, &second, "second, fixed"));
+    sim.run(10_000);
+    sim.send(conn, queue_remove("r1", &thread, &first));
+    sim.run(10_000);
+    assert_eq!(sim.store.runs.len(), 1, "no queued turn started");
+    assert_eq!(sim.store.queue.len(), 1);
+    assert_eq!(
+        sim.store.queue.values().next().unwrap().text,
+        "second, fixed"
+    );
+    // The next explicit action starts work again; the queue follows it.
+    sim.send(conn, resume("c1", &thread));
+    sim.run(100_000);
+    assert_eq!(sim.store.runs.len(), 3);
+    assert!(sim.store.queue.is_empty());
+    check_invariants(&sim, &[]).unwrap();
+}
+
+#[test]
 fn streamed_text_survives_interrupt_and_tool_calls_get_results() {
     let policy = Box::new(|_: &sw_agent::provider::ProviderRequest| Reply::ToolCalls {
         text: "I will read the page first".into(),
