@@ -35,7 +35,10 @@ pub struct BodyCache {
     /// the wire format, vision, and the endpoint's host (an OpenAI
     /// message replays private data only to the host that made it).
     key: Option<(Transport, bool, String)>,
-    groups: Vec<(Vec<ChatMessage>, String)>,
+    /// Each group: whether tools were called in its turn before it (an
+    /// OpenAI answer's encoding depends on it: `openai::build_body_after`),
+    /// its messages, and their text.
+    groups: Vec<((bool, Vec<ChatMessage>), String)>,
     /// Where each group ends in the last request's messages (exclusive).
     ends: Vec<usize>,
     /// Of the last request's groups: which were the same as the group at
@@ -444,7 +447,11 @@ impl BodyCache {
             }
             let index = self.groups.len();
             self.walked += 1;
-            let cached = previous.next().filter(|(old, _)| {
+            // A group follows one of another role: after tool results, the
+            // turn has called tools (a user message starts a turn).
+            let after_tools =
+                start > 0 && matches!(messages[start - 1], ChatMessage::ToolResult { .. });
+            let cached = previous.next().filter(|((was_after, old), _)| {
                 let as_before = end <= trusted
                     && old.len() == end - start
                     && self.noted != Some(index)
@@ -453,7 +460,7 @@ impl BodyCache {
                     return true;
                 }
                 self.compared += 1;
-                old.as_slice() == &group[..]
+                *was_after == after_tools && old.as_slice() == &group[..]
             });
             let (group, text) = match cached {
                 Some(hit) => {
@@ -464,8 +471,8 @@ impl BodyCache {
                 None => {
                     self.encoded += 1;
                     self.same.push(false);
-                    let text = encode_group(transport, request, &group);
-                    (group.into_owned(), text)
+                    let text = encode_group(transport, request, &group, after_tools);
+                    ((after_tools, group.into_owned()), text)
                 }
             };
             self.groups.push((group, text));
@@ -527,7 +534,13 @@ fn wire_role(transport: Transport, message: &ChatMessage) -> u8 {
 }
 
 /// The comma-separated JSON of the wire messages one group becomes.
-fn encode_group(transport: Transport, request: &ProviderRequest, group: &[ChatMessage]) -> String {
+/// `after_tools`: tools were called in the group's turn before it.
+fn encode_group(
+    transport: Transport,
+    request: &ProviderRequest,
+    group: &[ChatMessage],
+    after_tools: bool,
+) -> String {
     let alone = ProviderRequest {
         lineage: None,
         profile: request.profile.clone(),
@@ -535,7 +548,11 @@ fn encode_group(transport: Transport, request: &ProviderRequest, group: &[ChatMe
         messages: group.to_vec().into(),
         tools: Default::default(),
     };
-    match build(transport, &alone).get("messages") {
+    let body = match transport {
+        Transport::OpenAi => openai::build_body_after(&alone, after_tools),
+        Transport::Anthropic => anthropic::build_body(&alone),
+    };
+    match body.get("messages") {
         Some(Value::Array(items)) => items
             .iter()
             .map(Value::to_string)
@@ -615,10 +632,16 @@ mod tests {
                 messages.push(ChatMessage::user("Also check the return date."));
             }
         }
+        // The answer of a turn that called tools: DeepSeek wants its
+        // reasoning back (openai::REPLAYED_REASONING), which depends on the
+        // messages before it.
         messages.push(ChatMessage::Assistant {
             text: "Booked.".into(),
             tool_calls: Vec::new(),
-            private: None,
+            private: Some(json!({ "openai": {
+                "endpoint": "127.0.0.1:9",
+                "reasoning_content": "all booked, say so",
+            } })),
         });
         messages
     }
@@ -649,6 +672,13 @@ mod tests {
                         cache.body_with(&plain, Some(&context)),
                         full,
                         "{kind} vision={vision} end={end}"
+                    );
+                }
+                if kind == "openai" {
+                    let full = build(Transport::OpenAi, &request(kind, vision, all.clone()));
+                    assert!(
+                        full.to_string().contains("all booked, say so"),
+                        "the answer's reasoning goes back"
                     );
                 }
                 assert!(

@@ -449,6 +449,7 @@ fn a_json_document_instead_of_a_stream_is_typed_not_retried_as_cut() {
 const GEMINI: &str = "https://generativelanguage.googleapis.com/v1beta/openai/";
 const DEEPSEEK: &str = "https://api.deepseek.com/v1";
 const OPENAI: &str = "https://api.openai.com/v1";
+const OPENROUTER: &str = "https://openrouter.ai/api/v1";
 
 /// The response to `stream` (chunks joined, then finish_reason and
 /// [DONE]) of a request sent to `base_url`'s endpoint.
@@ -678,6 +679,15 @@ fn private_data_goes_back_to_its_own_host_only_never_to_another_provider() {
         ),
     ];
     let from_deepseek = decoded_at(DEEPSEEK, &deepseek_call, "tool_calls");
+    let openrouter_call = [
+        delta_chunk(
+            r#"{"reasoning":"think","reasoning_details":[{"type":"reasoning.text","text":"think","signature":"sig","index":0}]}"#,
+        ),
+        call_chunk(
+            r#"{"index":0,"id":"a","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+        ),
+    ];
+    let from_openrouter = decoded_at(OPENROUTER, &openrouter_call, "tool_calls");
     let anthropic_private = json!({ "anthropic": { "thinking": [{ "type": "thinking", "thinking": "hm", "signature": "s" }] } });
     let stripped = |response: &ProviderResponse| {
         let mut m = replayed(response, &["a"]);
@@ -686,14 +696,24 @@ fn private_data_goes_back_to_its_own_host_only_never_to_another_provider() {
         }
         m
     };
-    for (origin, response) in [(GEMINI, &from_gemini), (DEEPSEEK, &from_deepseek)] {
+    for (origin, response) in [
+        (GEMINI, &from_gemini),
+        (DEEPSEEK, &from_deepseek),
+        (OPENROUTER, &from_openrouter),
+    ] {
         assert!(response.private.is_some(), "{origin}");
         let with = turn(replayed(response, &["a"]));
         let without = turn(stripped(response));
         // The user switched endpoint (OpenAI's own API, a local server,
         // the other compatible provider): byte for byte the body of a
         // history without the private data.
-        for other in [OPENAI, "http://localhost:11434/v1", GEMINI, DEEPSEEK] {
+        for other in [
+            OPENAI,
+            "http://localhost:11434/v1",
+            GEMINI,
+            DEEPSEEK,
+            OPENROUTER,
+        ] {
             let sent = build_body(&request_to(other, "openai", with.clone())).to_string();
             let plain = build_body(&request_to(other, "openai", without.clone())).to_string();
             assert_eq!(
@@ -717,6 +737,207 @@ fn private_data_goes_back_to_its_own_host_only_never_to_another_provider() {
     assert_eq!(
         build_body(&request_to(GEMINI, "openai", with)).to_string(),
         build_body(&request_to(GEMINI, "openai", plain)).to_string()
+    );
+}
+
+/// An OpenRouter reply with reasoning blocks, in fragments as OpenRouter
+/// streams them: Claude-style text whose signature comes last, on its
+/// own; a summary at another index whose fragments come between the
+/// text's; Gemini's encrypted block at the text's index. `reasoning` is
+/// the plain copy the panel shows.
+fn openrouter_reasoning_chunks() -> Vec<String> {
+    vec![
+        delta_chunk(
+            r#"{"role":"assistant","content":"","reasoning":"Check ","reasoning_details":[{"type":"reasoning.text","text":"Check ","signature":null,"id":null,"format":"anthropic-claude-v1","index":0}]}"#,
+        ),
+        delta_chunk(
+            r#"{"reasoning_details":[{"type":"reasoning.summary","summary":"Short","format":"anthropic-claude-v1","index":1}]}"#,
+        ),
+        delta_chunk(
+            r#"{"reasoning":"the page.","reasoning_details":[{"type":"reasoning.text","text":"the page.","format":"anthropic-claude-v1","index":0}]}"#,
+        ),
+        delta_chunk(
+            r#"{"reasoning_details":[{"type":"reasoning.summary","summary":"er.","index":1},{"type":"reasoning.text","text":"","signature":"EqQB/sig==","index":0}]}"#,
+        ),
+        delta_chunk(
+            r#"{"reasoning_details":[{"type":"reasoning.encrypted","data":"ZW5jcnlwdGVk","id":"call_0","format":"google-gemini-v1","index":0}]}"#,
+        ),
+    ]
+}
+
+/// The blocks [`openrouter_reasoning_chunks`] make, whole.
+fn openrouter_reasoning_blocks() -> Value {
+    json!([
+        { "type": "reasoning.text", "text": "Check the page.", "signature": "EqQB/sig==", "id": null, "format": "anthropic-claude-v1", "index": 0 },
+        { "type": "reasoning.summary", "summary": "Shorter.", "format": "anthropic-claude-v1", "index": 1 },
+        { "type": "reasoning.encrypted", "data": "ZW5jcnlwdGVk", "id": "call_0", "format": "google-gemini-v1", "index": 0 },
+    ])
+}
+
+#[test]
+fn reasoning_details_fragments_merge_into_whole_blocks_by_type_and_index() {
+    let mut chunks = openrouter_reasoning_chunks();
+    chunks.push(call_chunk(
+        r#"{"index":0,"id":"call_0","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+    ));
+    let mut decoder = OpenAiDecoder::with(OpenAiStream::for_endpoint(&endpoint(OPENROUTER)));
+    let mut deltas = Vec::new();
+    for c in &chunks {
+        deltas.extend(decoder.push(c.as_bytes()).expect("the stream decodes"));
+    }
+    decoder
+        .push(b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n")
+        .expect("the end decodes");
+    let response = decoder.finish().expect("a whole response");
+    assert_eq!(
+        response
+            .private
+            .as_ref()
+            .map(|p| &p["openai"]["reasoning_details"]),
+        Some(&openrouter_reasoning_blocks())
+    );
+    assert_eq!(
+        response.private.as_ref().unwrap()["openai"]["endpoint"],
+        json!("openrouter.ai")
+    );
+    // What the panel shows is the plain `reasoning`, as before.
+    assert_eq!(response.reasoning, "Check the page.");
+    assert_eq!(
+        deltas,
+        vec![
+            StreamEvent::ReasoningDelta("Check ".into()),
+            StreamEvent::ReasoningDelta("the page.".into()),
+        ]
+    );
+    // No blocks, nothing kept for a reply without calls.
+    let plain = decoded_at(
+        OPENROUTER,
+        &[delta_chunk(r#"{"reasoning":"hm","reasoning_details":[]}"#)],
+        "stop",
+    );
+    assert_eq!(plain.private, None);
+}
+
+#[test]
+fn reasoning_details_go_back_unchanged_to_the_host_that_streamed_them_and_to_no_other() {
+    let mut call = openrouter_reasoning_chunks();
+    call.push(call_chunk(
+        r#"{"index":0,"id":"call_0","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+    ));
+    let answer = [
+        delta_chunk(
+            r#"{"reasoning":"Done.","reasoning_details":[{"type":"reasoning.encrypted","data":"QUJD","format":"google-gemini-v1","index":0}]}"#,
+        ),
+        delta_chunk(r#"{"content":"Clicked."}"#),
+    ];
+    // The engine replaced the call's id: the blocks go back all the same.
+    let mut messages = turn(replayed(
+        &decoded_at(OPENROUTER, &call, "tool_calls"),
+        &["call_7"],
+    ));
+    messages.push(replayed(&decoded_at(OPENROUTER, &answer, "stop"), &[]));
+    messages.push(ChatMessage::user("Thanks."));
+    let body = build_body(&request_to(OPENROUTER, "openai", messages.clone()));
+    let sent = &body["messages"];
+    assert_eq!(sent[2]["tool_calls"][0]["id"], json!("call_7"));
+    assert_eq!(sent[2]["reasoning_details"], openrouter_reasoning_blocks());
+    // A plain answer gets its own back too (REPLAYED_DETAILS).
+    assert_eq!(sent[4]["content"], json!("Clicked."));
+    assert_eq!(
+        sent[4]["reasoning_details"],
+        json!([{ "type": "reasoning.encrypted", "data": "QUJD", "format": "google-gemini-v1", "index": 0 }])
+    );
+    // Neither `reasoning` nor `reasoning_content` goes back with them.
+    assert!(sent[2].get("reasoning").is_none() && sent[2].get("reasoning_content").is_none());
+    // The same host by another spelling of the URL gets them; another
+    // host gets none of it.
+    let body = build_body(&request_to(
+        "https://OpenRouter.ai/api/v1/",
+        "openai",
+        messages.clone(),
+    ));
+    assert_eq!(
+        body["messages"][2]["reasoning_details"],
+        openrouter_reasoning_blocks()
+    );
+    for other in [
+        OPENAI,
+        GEMINI,
+        "http://localhost:11434/v1",
+        "https://openrouter.ai.example.com/api/v1",
+    ] {
+        let body = build_body(&request_to(other, "openai", messages.clone()));
+        assert!(
+            !body.to_string().contains("reasoning_details"),
+            "{other}: {body}"
+        );
+    }
+}
+
+#[test]
+fn reasoning_details_stay_off_a_message_whose_calls_became_text() {
+    // A request without tools writes the calls as text: the blocks are no
+    // longer what the model sent with them (Gemini's name the call).
+    let mut call = openrouter_reasoning_chunks();
+    call.push(call_chunk(
+        r#"{"index":0,"id":"call_0","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+    ));
+    let answer = [
+        delta_chunk(
+            r#"{"reasoning_details":[{"type":"reasoning.text","text":"Done.","index":0}]}"#,
+        ),
+        delta_chunk(r#"{"content":"Clicked."}"#),
+    ];
+    let mut messages = turn(replayed(
+        &decoded_at(OPENROUTER, &call, "tool_calls"),
+        &["call_0"],
+    ));
+    messages.push(replayed(&decoded_at(OPENROUTER, &answer, "stop"), &[]));
+    let as_text = crate::provider::tool_history_as_text(&messages);
+    let body = build_body(&request_to(OPENROUTER, "openai", as_text));
+    let sent = &body["messages"];
+    assert!(sent[2]["content"]
+        .as_str()
+        .unwrap()
+        .contains("[Called the tool click"));
+    assert!(sent[2].get("reasoning_details").is_none(), "{}", sent[2]);
+    assert_eq!(sent[4]["content"], json!("Clicked."));
+    assert_eq!(
+        sent[4]["reasoning_details"],
+        json!([{ "type": "reasoning.text", "text": "Done.", "index": 0 }])
+    );
+}
+
+#[test]
+fn bad_reasoning_details_are_skipped_and_the_stream_goes_on() {
+    let chunks = [
+        delta_chunk(r#"{"reasoning_details":"not an array"}"#),
+        delta_chunk(r#"{"reasoning_details":null}"#),
+        delta_chunk(r#"{"reasoning_details":{"type":"reasoning.text","text":"an object"}}"#),
+        delta_chunk(
+            r#"{"reasoning_details":[1,"x",null,[],{"type":"reasoning.text","text":"no index"},{"type":"reasoning.text","text":"again"},{"type":"reasoning.text","text":"text index","index":"0"}]}"#,
+        ),
+        delta_chunk(r#"{"reasoning_details":[{"type":"reasoning.text","text":7,"index":0}]}"#),
+        delta_chunk(
+            r#"{"content":"Hi.","reasoning_details":[{"type":"reasoning.text","text":"then words","index":0},{"type":"reasoning.text","text":null,"signature":{"odd":true},"index":0}]}"#,
+        ),
+        call_chunk(
+            r#"{"index":0,"id":"c","type":"function","function":{"name":"click","arguments":"{}"}}"#,
+        ),
+    ];
+    let response = decoded_at(OPENROUTER, &chunks, "tool_calls");
+    assert_eq!(response.text, "Hi.");
+    assert_eq!(names_and_arguments(&response), vec![("c", "click", "{}")]);
+    // What is an object is kept as it came; a field that was not text
+    // takes the next value.
+    assert_eq!(
+        response.private.unwrap()["openai"]["reasoning_details"],
+        json!([
+            { "type": "reasoning.text", "text": "no index" },
+            { "type": "reasoning.text", "text": "again" },
+            { "type": "reasoning.text", "text": "text index", "index": "0" },
+            { "type": "reasoning.text", "text": "then words", "signature": { "odd": true }, "index": 0 },
+        ])
     );
 }
 

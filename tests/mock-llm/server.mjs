@@ -44,6 +44,10 @@
 //                                             thinking_delta + one signature_delta
 //                                             (`signature`, default derived from the text);
 //                                             OpenAI `reasoning_content` deltas.
+//                                             `reasoningDetails` (OpenAI streams only): a list of
+//                                             `delta.reasoning_details` arrays, each sent verbatim
+//                                             in one chunk after the thinking, as OpenRouter
+//                                             streams its reasoning blocks in fragments.
 //   { toolCalls: [{ name, arguments, id?, invalidArguments?, extraContent? }], text?, thinking?, finish? }
 //                                             finish defaults to tool_calls / tool_use;
 //                                             invalidArguments: the streamed arguments are
@@ -483,6 +487,7 @@ function openAiWire({ id, created, model, includeUsage, promptTokens }) {
     // What compatible servers (DeepSeek, vLLM, llama.cpp) send for reasoning.
     thinking: (piece) => [sseData(chunk({ reasoning_content: piece }))],
     signature: () => [],
+    reasoningDetails: (fragments) => [sseData(chunk({ reasoning_details: fragments }))],
     // Gemini's compatible API puts a call's thought signature in `extra_content`.
     toolCall: (index, callId, name, fragments, extraContent) => [
       sseData(chunk({ tool_calls: [{ index, id: callId, type: 'function', function: { name, arguments: '' }, ...(extraContent ? { extra_content: extraContent } : {}) }] })),
@@ -725,6 +730,9 @@ export async function startMockLlm(options = {}) {
           outputText += piece;
         }
         if (!(await emit(wire.signature(current.signature ?? thinkingSignature(thinking)), delay))) return 'aborted';
+      }
+      for (const fragments of wire.reasoningDetails && Array.isArray(current.reasoningDetails) ? current.reasoningDetails : []) {
+        if (!(await emit(wire.reasoningDetails(fragments), delay))) return 'aborted';
       }
       for (const piece of text ? splitText(text) : []) {
         if (!(await emit(wire.text(piece), delay))) return 'aborted';

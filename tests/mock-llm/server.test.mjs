@@ -174,6 +174,27 @@ test('a call\'s extraContent rides on its first fragment as extra_content, as Ge
   assert.equal(fragments.filter((f) => 'extra_content' in f).length, 1, 'on the first fragment only');
 });
 
+test('reasoningDetails: each array goes verbatim in one chunk before the text, as OpenRouter streams blocks', async () => {
+  const details = [
+    [{ type: 'reasoning.text', text: 'Check ', signature: null, format: 'anthropic-claude-v1', index: 0 }],
+    [{ type: 'reasoning.text', text: 'it.', index: 0 }, { type: 'reasoning.encrypted', data: 'QUJD', id: 'call_x', index: 0 }],
+  ];
+  mock.setScript([{ reasoningDetails: details, text: 'Done.', toolCalls: [{ name: 'click', arguments: { ref: 'e1' } }] }]);
+  const { events } = await readSse(await completionRequest({ stream: true }));
+  const deltas = parseChunks(events).filter((c) => c.choices.length > 0).map((c) => c.choices[0].delta);
+  const sent = deltas.filter((d) => 'reasoning_details' in d);
+  assert.deepEqual(sent.map((d) => d.reasoning_details), details);
+  const first = deltas.indexOf(sent[0]);
+  assert.ok(deltas.slice(0, first).every((d) => !d.content), 'before any text');
+  assert.equal(deltas.map((d) => d.content ?? '').join(''), 'Done.');
+
+  // The Anthropic format has no such field: the step streams without it.
+  mock.setScript([{ reasoningDetails: details, text: 'Done.' }]);
+  const { events: anthropicEvents } = await readSse(await messagesRequest({ stream: true }));
+  assert.ok(anthropicEvents.every((e) => !e.includes('reasoning_details')));
+  assert.ok(anthropicEvents.some((e) => e.includes('"text_delta"')));
+});
+
 test('finish override and empty tool-call ids are passed through as scripted', async () => {
   mock.setScript([{ toolCalls: [{ name: 'click', arguments: { ref: 'e1' }, id: '' }], finish: 'stop' }]);
   const { events } = await readSse(await completionRequest({ stream: true }));
