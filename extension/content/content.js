@@ -417,11 +417,15 @@
     return false;
   }
 
-  /** The invisible checkbox/radio a visible label stands in for, or null. */
+  /**
+   * The invisible checkbox/radio a visible label stands in for, or null.
+   * An open modal dialog covering both does not make the control invisible:
+   * behind a dialog the control is still the element, not its label.
+   */
   function hiddenToggleOf(label) {
     const control = label.control;
     if (!control || control.tagName !== "INPUT" || (control.type !== "checkbox" && control.type !== "radio")) return null;
-    return isVisible(control) ? null : control;
+    return visibilityProblem(control, { behindModal: true }) === null ? null : control;
   }
 
   function hasBox(element) {
@@ -432,17 +436,20 @@
   /**
    * Why a sighted user cannot see (or reach) the element, or null when it is
    * visible: rendered, not transparent, with a box, not aria-hidden or inert,
-   * and (inside a same-origin iframe) in a visible frame.
+   * not behind an open modal dialog (unless `behindModal` allows it), and
+   * (inside a same-origin iframe) in a visible frame.
    */
-  function visibilityProblem(element) {
+  function visibilityProblem(element, { behindModal = false } = {}) {
     if (!element || !element.isConnected) return "no longer on the page";
     for (let node = element; node; node = flatParent(node)) {
       if (node.nodeType !== Node.ELEMENT_NODE) continue;
       if (isAriaHidden(node)) return "hidden from users (aria-hidden)";
       if (node.hasAttribute("inert")) return "inert (covered by a dialog or overlay)";
     }
-    const modal = openModal(element.ownerDocument);
-    if (modal && !flatContains(modal, element)) return "covered by an open modal dialog (close or answer the dialog first)";
+    if (!behindModal) {
+      const modal = openModal(element.ownerDocument);
+      if (modal && !flatContains(modal, element)) return "covered by an open modal dialog (close or answer the dialog first)";
+    }
     if (typeof element.checkVisibility === "function") {
       if (!element.checkVisibility({ opacityProperty: true, visibilityProperty: true, checkOpacity: true, checkVisibilityCSS: true })) {
         return "hidden (not displayed, invisible or transparent)";
@@ -464,22 +471,26 @@
 
   /**
    * The open modal <dialog> of a document (everything else is inert), or
-   * null; one inside a shadow root, open or closed, too. Called for every
-   * visibility check, so it avoids walking the page:
-   * - In the document's own tree `dialog:modal` answers (through the
-   *   prototype: an <img name="querySelector"> must not hide the dialog).
+   * null; one inside a shadow root, open or closed, too. Of several open (a
+   * dialog that opened another), the topmost: the ones below it are inert
+   * too. Called for every visibility check, so it avoids walking the page:
+   * - First a hit test: while a modal dialog is open every other element is
+   *   inert (the page's own full-screen overlay too, whatever its z-index,
+   *   a popover opened after the dialog, and the modal dialogs below it),
+   *   and hit tests pass through inert elements. So a hit in a modal dialog
+   *   is in the topmost one (by default its ::backdrop covers the viewport,
+   *   and a hit on it is a hit on the dialog). The point is the middle of
+   *   the body's part of the viewport (where nothing else is, the body
+   *   itself is hit), else of the viewport.
+   * - Else `dialog:modal` in the document's own tree answers (through the
+   *   prototype: an <img name="querySelector"> must not hide the dialog);
+   *   of several, the topmost (topmostModal).
    * - `:modal` does not match across shadow roots and nothing lists the top
-   *   layer, so next a hit test: while a modal dialog is open every other
-   *   element is inert, and hit tests pass through inert elements. The
-   *   element at a point of the page is the dialog's (by default its
-   *   ::backdrop covers the viewport, and a hit on it is a hit on the
-   *   dialog) or, being hit, proves that no modal dialog is open. The point
-   *   is the middle of the body's part of the viewport (where nothing else
-   *   is, the body itself is hit), else of the viewport.
-   * - Only when the hit proves nothing (nothing but the <html> element or
-   *   nothing was hit: an empty spot, or a ::backdrop the page made
-   *   transparent to the pointer with the dialog elsewhere) are the shadow
-   *   roots searched, with `dialog:modal` in each.
+   *   layer: a hit in no modal dialog, on anything but the <html> element,
+   *   proves that none is open. Only when the hit proves nothing (nothing
+   *   but <html> or nothing was hit: an empty spot, or a ::backdrop the page
+   *   made transparent to the pointer with the dialog elsewhere) are the
+   *   shadow roots searched, with `dialog:modal` in each.
    * While reading (whileReading), each document's answer is found once.
    */
   function openModal(doc) {
@@ -491,16 +502,24 @@
     return modal;
   }
 
+  /** The nearest open modal <dialog> at or above `node` in the flat tree, or null. */
+  function modalAround(node) {
+    for (let current = node; current; current = flatParent(current)) {
+      if (nodeTypeOf(current) === Node.ELEMENT_NODE && LOCAL_NAME.call(current) === "dialog" && Element.prototype.matches.call(current, ":modal")) return current;
+    }
+    return null;
+  }
+
   /** openModal without the memo. */
   function findOpenModal(doc) {
+    let inTree;
     try {
-      const inTree = Document.prototype.querySelector.call(doc, "dialog:modal");
-      if (inTree) return inTree;
+      inTree = Document.prototype.querySelectorAll.call(doc, "dialog:modal");
     } catch {
       return null; // no :modal support
     }
     const view = doc.defaultView;
-    if (!view) return null;
+    if (!view) return inTree.length > 0 ? inTree[inTree.length - 1] : null;
     let x = view.innerWidth / 2;
     let y = view.innerHeight / 2;
     const body = doc.body;
@@ -516,15 +535,32 @@
       }
     }
     const hit = deepElementFromPoint(doc, x, y);
-    for (let node = hit; node; node = flatParent(node)) {
-      if (nodeTypeOf(node) === Node.ELEMENT_NODE && LOCAL_NAME.call(node) === "dialog" && Element.prototype.matches.call(node, ":modal")) return node;
-    }
+    const around = modalAround(hit);
+    if (around) return around;
+    if (inTree.length > 0) return topmostModal(doc, Array.from(inTree));
     if (hit && hit !== doc.documentElement) return null;
     for (const root of shadowRootsUnder(doc)) {
       const modal = DocumentFragment.prototype.querySelector.call(root, "dialog:modal");
       if (modal) return modal;
     }
     return null;
+  }
+
+  /**
+   * The topmost of a document's open modal dialogs (in tree order): the
+   * one a hit test at its own middle lands in (the ones below are inert,
+   * and under the topmost one's ::backdrop), else the last.
+   */
+  function topmostModal(doc, dialogs) {
+    if (dialogs.length === 1) return dialogs[0];
+    const view = doc.defaultView;
+    const clamp = (value, max) => Math.min(Math.max(value, 0), Math.max(max - 1, 0));
+    for (let index = dialogs.length - 1; index >= 0; index -= 1) {
+      const rect = dialogs[index].getBoundingClientRect();
+      const hit = deepElementFromPoint(doc, clamp(rect.left + rect.width / 2, view.innerWidth), clamp(rect.top + rect.height / 2, view.innerHeight));
+      if (hit && flatContains(dialogs[index], hit)) return dialogs[index];
+    }
+    return dialogs[dialogs.length - 1];
   }
 
   /** `ancestor` contains `node` in the flat tree (across shadow roots). */
@@ -543,9 +579,11 @@
   /**
    * One pass over the rendered flat tree: visible text (until the budget is
    * spent) and visible interactive elements (all of them) down to MAX_DEPTH
-   * elements below `root` (`deepCut` says whether anything lies deeper).
+   * elements below `root` (`deepCut` says whether anything lies deeper),
+   * leaving out the subtree of `skip` (read_page reads an open modal dialog
+   * on its own).
    */
-  function scanPage({ wantText, root = document.body, maxText = MAX_TEXT_CHARS }) {
+  function scanPage({ wantText, root = document.body, maxText = MAX_TEXT_CHARS, skip = null }) {
     const parts = [];
     let textLength = 0;
     let truncated = false;
@@ -581,6 +619,7 @@
         return;
       }
       const element = node;
+      if (element === skip) return;
       const tag = element.tagName.toUpperCase();
       if (SKIPPED_TAGS.has(tag) || isAriaHidden(element) || element.hasAttribute("inert")) return;
       const style = styleOf(element);
@@ -1504,26 +1543,72 @@
   }
 
   // ------------------------------------------------------------ read_page ---
+  // With a modal dialog open (openModal), read_page still gives the page's
+  // text, as a sighted user still sees it behind the dialog's backdrop, but:
+  // - a header line says a modal dialog is open (page_snapshot says the same);
+  // - the dialog's text comes first, under `Dialog "name":`, and takes the
+  //   text budget first; the rest of the page follows under
+  //   `Behind the dialog:`, the dialog's text left out there;
+  // - only the dialog's elements are listed (and get refs): the ones behind
+  //   it are only counted, in the words a click on one of them is refused
+  //   with (visibilityProblem), as they cannot be used until it is closed.
   const ELEMENTS_HEADER = "Interactive elements:";
+  const BEHIND_DIALOG_HEADER = "Behind the dialog:";
+  const MODAL_READ_NOTE =
+    "A modal dialog is open: its text comes first and only its elements are listed; " +
+    "the page behind it is shown as text only and cannot be used until the dialog is closed.";
   // Page text never reads like the lines this tool writes itself: a line of
   // text that starts like an element line (`[`, a token without spaces, `]`:
-  // "[e1] button …", but also a footnote "[1] …") or that is the header of
-  // the element list gets a backslash in front ("\[e1] button …"). Other
-  // lines are shown as they are.
+  // "[e1] button …", but also a footnote "[1] …") or that is one of its
+  // section headers (the element list's, the dialog's, `Behind the
+  // dialog:`) or its modal note gets a backslash in front ("\[e1] button
+  // …"). Other lines are shown as they are.
   const LOOKS_LIKE_ELEMENT_LINE = /^\[[^\]\s]*\]/;
-  const escapePageLine = (line) => (LOOKS_LIKE_ELEMENT_LINE.test(line) || line === ELEMENTS_HEADER ? `\\${line}` : line);
+  const LOOKS_LIKE_DIALOG_HEADER = /^Dialog(?: ".*")?:$/;
+  const escapePageLine = (line) =>
+    LOOKS_LIKE_ELEMENT_LINE.test(line) || LOOKS_LIKE_DIALOG_HEADER.test(line) || line === ELEMENTS_HEADER ||
+    line === BEHIND_DIALOG_HEADER || line.startsWith("A modal dialog is open:")
+      ? `\\${line}`
+      : line;
+  const pageLines = (text) => text.split("\n").map(escapePageLine);
 
   function readPage(params) {
     if (params !== undefined && params !== null && (typeof params !== "object" || Array.isArray(params))) {
       throw new ToolError("read_page takes no parameters; call it with {}.");
     }
     forgetCollectedRefs();
-    const { text, truncated, interactive, deepCut } = scanPage({ wantText: true });
+    const modal = openModal(document);
     const title = pageTitle();
     const url = pageUrl();
-    const lines = [`Title: ${title || "(untitled)"}`, `URL: ${url}`, ""];
-    if (text) lines.push(...text.split("\n").map(escapePageLine));
-    else lines.push("(no visible text)");
+    const lines = [`Title: ${title || "(untitled)"}`, `URL: ${url}`];
+    let truncated;
+    let deepCut;
+    let interactive;
+    let covered = 0;
+    if (!modal) {
+      const page = scanPage({ wantText: true });
+      ({ truncated, deepCut, interactive } = page);
+      lines.push("");
+      if (page.text) lines.push(...pageLines(page.text));
+      else lines.push("(no visible text)");
+    } else {
+      const dialog = scanPage({ wantText: true, root: modal });
+      // The page behind gets what the dialog left of the text budget; its
+      // elements are walked only to be counted.
+      const left = MAX_TEXT_CHARS - dialog.text.length;
+      const behind = scanPage({ wantText: !dialog.truncated && left > 0, maxText: Math.max(left, 0), skip: modal });
+      ({ interactive } = dialog);
+      truncated = dialog.truncated || behind.truncated;
+      deepCut = dialog.deepCut || behind.deepCut;
+      covered = behind.interactive.length;
+      const name = containerName(modal, "DIALOG");
+      lines.push(MODAL_READ_NOTE, "", `Dialog${name ? ` ${quote(name)}` : ""}:`);
+      lines.push(...(dialog.text ? pageLines(dialog.text) : ["(no visible text)"]));
+      if (!dialog.truncated) {
+        lines.push("", BEHIND_DIALOG_HEADER);
+        lines.push(...(behind.text ? pageLines(behind.text) : [left > 0 ? "(no visible text)" : "(not shown: the dialog's text took the whole text budget)"]));
+      }
+    }
     if (truncated) {
       lines.push(`[Text truncated at ${MAX_TEXT_CHARS} characters; the rest of the page is not shown.]`);
     }
@@ -1542,6 +1627,12 @@
     if (interactive.length > listed.length) {
       lines.push(`[${interactive.length - listed.length} more interactive elements not listed; use click { text } to reach them.]`);
     }
+    if (covered > 0) {
+      lines.push(
+        `[${plural(covered, "interactive element")} behind the dialog ${covered === 1 ? "is" : "are"} not listed: ` +
+          `covered by the open modal dialog (close or answer the dialog first).]`,
+      );
+    }
     return {
       ok: true,
       content: lines.join("\n"),
@@ -1550,6 +1641,7 @@
         url,
         textTruncated: truncated,
         interactiveCount: interactive.length,
+        ...(modal ? { modalDialog: true, coveredInteractiveCount: covered } : {}),
         ...(deepCut ? { deepContentCut: true } : {}),
       },
     };
@@ -1903,25 +1995,44 @@
 
   /**
    * The visible list box of a combobox, or null: the one its aria-controls
-   * or aria-owns names, else one inside it (in its own shadow root too),
-   * else the only visible one in the combobox's root (a component keeps its
-   * popup next to its field), else the only visible one on the page, in the
-   * document or any shadow root (a popup portal). Several visible ones are
-   * not guessed between. The page-wide search walks the shadow roots, and
-   * runs only once the nearer ones found nothing.
+   * or aria-owns names (the element named, or one inside it, in its shadow
+   * roots too: ids do not reach into a component, so a page names the
+   * host), else one inside it (in its own shadow root too), else the only
+   * visible one in the combobox's root (a component keeps its popup next to
+   * its field), else the only visible one on the page, in the document or
+   * any shadow root (a popup portal). A combobox that names its list box is
+   * given no other: while the named one is hidden its popup is closed.
+   * Several visible ones are not guessed between. The page-wide search
+   * walks the shadow roots, and runs only once the nearer ones found nothing.
    */
   function popupListbox(combobox) {
     return whileReading(() => findPopupListbox(combobox));
   }
 
+  /** `element` if it is a list box, else the first one inside it (light tree first, then its shadow roots), or null. */
+  function listboxIn(element) {
+    if (element.getAttribute("role") === "listbox") return element;
+    const light = Element.prototype.querySelector.call(element, "[role=listbox]");
+    if (light) return light;
+    for (const shadow of shadowRootsUnder(element)) {
+      const inside = DocumentFragment.prototype.querySelector.call(shadow, "[role=listbox]");
+      if (inside) return inside;
+    }
+    return null;
+  }
+
   /** popupListbox's search (while reading). */
   function findPopupListbox(combobox) {
+    let named = false;
     for (const attribute of ["aria-controls", "aria-owns"]) {
       for (const candidate of elementsOfIds(combobox, attribute)) {
-        const listbox = candidate.getAttribute("role") === "listbox" ? candidate : candidate.querySelector("[role=listbox]");
-        if (listbox && isVisible(listbox)) return listbox;
+        const listbox = listboxIn(candidate);
+        if (!listbox) continue;
+        if (isVisible(listbox)) return listbox;
+        named = true;
       }
     }
+    if (named) return null;
     const own = shadowRootOf(combobox);
     for (const scope of own ? [combobox, own] : [combobox]) {
       const inside = queryAllIn(scope, "[role=listbox]")[0];
@@ -1941,6 +2052,43 @@
     return visible.length === 1 ? visible[0] : null;
   }
 
+  /**
+   * The options (role=option) of a list box, in order: those its aria-owns
+   * names (in its own tree) or holds, then the ones inside it in the flat
+   * tree: in its own shadow root (a custom element with role=listbox),
+   * slotted into it (a list box in a component's root showing the page's
+   * options), in shadow roots nested inside, open and closed. What a shadow
+   * root does not render (a host's children no slot takes) is not an option
+   * one can choose. Options do not nest: the walk does not look inside one.
+   */
+  function optionsOf(listbox) {
+    const options = [];
+    const seen = new Set();
+    // A stack of [node, depth], pushed in reverse so they come off in order.
+    const stack = [];
+    const pushChildren = (node, depth) => {
+      if (depth > MAX_DEPTH) return;
+      const children = flatChildren(node);
+      for (let index = children.length - 1; index >= 0; index -= 1) stack.push([children[index], depth]);
+    };
+    pushChildren(listbox, 1);
+    const owned = elementsOfIds(listbox, "aria-owns");
+    for (let index = owned.length - 1; index >= 0; index -= 1) stack.push([owned[index], 1]);
+    while (stack.length > 0) {
+      const [node, depth] = stack.pop();
+      if (nodeTypeOf(node) !== Node.ELEMENT_NODE) continue;
+      if (explicitRole(node) === "option") {
+        if (!seen.has(node)) {
+          seen.add(node);
+          options.push(node);
+        }
+        continue;
+      }
+      pushChildren(node, depth + 1);
+    }
+    return options;
+  }
+
   async function selectAria(element, role, wanted) {
     const { ref: elementRef, name } = describe(element);
     let listbox = role === "listbox" ? element : popupListbox(element);
@@ -1957,7 +2105,7 @@
         );
       }
     }
-    const nodes = [...elementsOfIds(listbox, "aria-owns"), ...listbox.querySelectorAll("[role=option]")];
+    const nodes = whileReading(() => optionsOf(listbox));
     const candidates = nodes.map((option) => ({
       element: option,
       label: accessibleName(option, "option") || pageString(boundedTextContent(option), MAX_LABEL_CHARS),

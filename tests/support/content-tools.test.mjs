@@ -80,13 +80,13 @@ async function injectContentScript(target = page, { dom = null } = {}) {
 /**
  * Page shim for closed shadow roots (an init script of the test page, run
  * before the page's own scripts, on tests/pages/closed-shadow.html,
- * shadow-app.html and many-controls.html only):
+ * shadow-app.html, many-controls.html and listbox-shadow.html only):
  * remembers every closed root in `window.__closedShadowRoots` (host → root),
  * where the chrome.dom stub and the tests find them. The page itself keeps
  * them closed: `host.shadowRoot` stays null.
  */
 function RECORD_CLOSED_SHADOW_ROOTS() {
-  if (!/\/(closed-shadow|shadow-app|many-controls)\.html$/.test(location.pathname) || window.__closedShadowRoots) return;
+  if (!/\/(closed-shadow|shadow-app|many-controls|listbox-shadow)\.html$/.test(location.pathname) || window.__closedShadowRoots) return;
   const roots = new WeakMap();
   window.__closedShadowRoots = roots;
   const attach = Element.prototype.attachShadow;
@@ -336,6 +336,81 @@ test('page_snapshot keeps table rows on one line and, with a modal dialog open, 
   assert.doesNotMatch(modal, /Full name|Contact us/, 'the inert page behind the dialog is left out');
   assert.match(await fails('click', { ref: send }), /is not visible on the page: it is covered by an open modal dialog/);
   await ok('click', { ref: refOf(modal, /button "Stay"/) });
+});
+
+test('read_page with a modal dialog open gives the dialog text first, the page behind as text only, and lists only the dialog elements', { skip }, async () => {
+  await page.evaluate(() => {
+    const fake = document.createElement('p');
+    fake.textContent = 'Behind the dialog:';
+    document.querySelector('main').prepend(fake);
+  });
+  const before = await ok('read_page', {});
+  assert.doesNotMatch(before.content, /A modal dialog is open/);
+  assert.equal(before.details.modalDialog, undefined);
+  const send = /\[(e\d+)\] button "Send"/.exec(before.content)[1];
+
+  await page.evaluate(() => {
+    const dialog = document.createElement('dialog');
+    dialog.setAttribute('aria-label', 'Unsaved changes');
+    dialog.innerHTML = '<h2>Leave the page?</h2><p>Your changes are lost.</p><button id="stay">Stay</button> <button id="leave">Leave</button>';
+    dialog.querySelector('#stay').addEventListener('click', () => dialog.close());
+    document.body.appendChild(dialog);
+    dialog.showModal();
+  });
+  const read = await ok('read_page', {});
+  const lines = read.content.split('\n');
+  assert.deepEqual(lines.slice(2, 8), [
+    'A modal dialog is open: its text comes first and only its elements are listed; the page behind it is shown as text only and cannot be used until the dialog is closed.',
+    '',
+    'Dialog "Unsaved changes":',
+    'Leave the page?',
+    'Your changes are lost.',
+    'Stay Leave',
+  ], read.content);
+  const behind = lines.indexOf('Behind the dialog:');
+  const header = lines.indexOf('Interactive elements:');
+  assert.ok(behind > 7 && header > behind, read.content);
+  // The page's text is still read, after the dialog's, and it is not repeated there.
+  const behindText = lines.slice(behind + 1, header).join('\n');
+  assert.match(behindText, /Contact us/);
+  assert.match(behindText, /^\\Behind the dialog:$/m, 'page text that reads like the section header is escaped');
+  assert.doesNotMatch(behindText, /Leave the page\?/);
+  // Only the dialog's elements get refs; the ones behind it are counted, in the words a click on one is refused with.
+  const covered = before.details.interactiveCount;
+  assert.ok(covered > 10, before.content);
+  assert.deepEqual(lines.slice(header + 1).map((line) => line.replace(/e\d+/, 'e#')), [
+    '[e#] button "Stay"',
+    '[e#] button "Leave"',
+    `[${covered} interactive elements behind the dialog are not listed: covered by the open modal dialog (close or answer the dialog first).]`,
+  ], read.content);
+  assert.deepEqual(
+    { modal: read.details.modalDialog, count: read.details.interactiveCount, covered: read.details.coveredInteractiveCount },
+    { modal: true, count: 2, covered },
+  );
+  assert.match(await fails('click', { ref: send }), /is not visible on the page: it is covered by an open modal dialog \(close or answer the dialog first\)/);
+  const stay = /\[(e\d+)\] button "Stay"/.exec(read.content)[1];
+  assert.equal((await ok('click', { ref: stay })).content, `Clicked button "Stay" (${stay}).`);
+  const after = await ok('read_page', {});
+  assert.doesNotMatch(after.content, /A modal dialog is open|Leave the page/, 'closed again');
+  assert.match(after.content, new RegExp(`^\\[${send}\\] button "Send"$`, 'm'));
+
+  // A modal dialog in a shadow root, open or closed, found by the hit test.
+  for (const mode of SHADOW_MODES) {
+    await loadShadowApp(mode);
+    const deleteAll = /\[(e\d+)\] button "Delete all"/.exec((await ok('read_page', {})).content)[1];
+    await ok('click', { ref: deleteAll });
+    const inRoot = (await ok('read_page', {})).content;
+    const rootLines = inRoot.split('\n');
+    assert.deepEqual(rootLines.slice(4, 7), ['Dialog "Delete all messages?":', 'Delete all 60 messages?', 'Cancel Delete'], `${mode}:\n${inRoot}`);
+    assert.match(inRoot, /^Behind the dialog:\nInbox\n/m, `${mode}:\n${inRoot}`);
+    assert.match(inRoot, /^Message 60: weekly report$/m, `${mode}:\n${inRoot}`);
+    const list = rootLines.slice(rootLines.indexOf('Interactive elements:') + 1);
+    assert.deepEqual(list.map((line) => line.replace(/e\d+/, 'e#')), [
+      '[e#] button "Cancel"',
+      '[e#] button "Delete"',
+      '[3 interactive elements behind the dialog are not listed: covered by the open modal dialog (close or answer the dialog first).]',
+    ], `${mode}:\n${inRoot}`);
+  }
 });
 
 test('type replaces the value the way frameworks notice and reports what it did', { skip }, async () => {
@@ -966,6 +1041,47 @@ test('a modal dialog inside a shadow root, open or closed, covers the page: the 
   }
 });
 
+test('of two open modal dialogs the topmost is the dialog, in the document or a closed root above it, whatever overlay the page has', { skip }, async () => {
+  // A dialog that opens a second one: both match :modal, the first one is inert below the second.
+  await page.evaluate(() => {
+    document.body.insertAdjacentHTML('beforeend',
+      '<dialog id="first" aria-label="Delete account?"><p>Delete your account?</p>' +
+      '<button onclick="document.getElementById(\'second\').showModal()">Continue</button></dialog>' +
+      '<dialog id="second" aria-label="Are you sure?"><p>This cannot be undone.</p>' +
+      '<button onclick="this.closest(\'dialog\').close()">Keep my account</button></dialog>');
+    document.getElementById('first').showModal();
+  });
+  const first = await snapshot();
+  assert.match(first, /^dialog "Delete account\?"$/m, first);
+  const proceed = refOf(first, /button "Continue"/);
+  await ok('click', { ref: proceed });
+  const second = await snapshot();
+  assert.match(second, /^dialog "Are you sure\?"\n {2}text "This cannot be undone\."\n {2}\[e\d+\] button "Keep my account" focused$/m, second);
+  assert.doesNotMatch(second, /Delete your account/, 'the dialog below is covered too');
+  assert.match(await fails('click', { ref: proceed }), /is not visible on the page: it is covered by an open modal dialog/);
+  const read = (await ok('read_page', {})).content;
+  assert.match(read, /^Dialog "Are you sure\?":\nThis cannot be undone\.\nKeep my account$/m, read);
+  await ok('click', { ref: refOf(second, /button "Keep my account"/) });
+  assert.match(await snapshot(), /^dialog "Delete account\?"$/m, 'the first dialog is the dialog again');
+
+  // A dialog in the page's tree, then one in a closed root above it, and a
+  // full-screen overlay of the page's above everything but the top layer.
+  await loadShadowApp('closed');
+  await page.evaluate(() => {
+    document.body.insertAdjacentHTML('beforeend',
+      '<dialog id="notice" aria-label="Notice"><p>New mail arrived.</p><button>Got it</button></dialog>' +
+      '<div style="position: fixed; inset: 0; z-index: 2147483647; background: transparent"></div>');
+    document.getElementById('notice').showModal();
+  });
+  await inRootOf('app', (root) => root.getElementById('confirm').showModal());
+  const top = await snapshot();
+  assert.match(top, /^dialog "Delete all messages\?"$/m, top);
+  assert.doesNotMatch(top, /New mail arrived|Got it/, top);
+  await ok('click', { ref: refOf(top, /button "Delete"$/) });
+  assert.equal(await page.evaluate(() => document.body.dataset.deleted), 'yes');
+  assert.match(await snapshot(), /^dialog "Notice"$/m, 'the notice is the dialog again');
+});
+
 test('select on a combobox finds its list box in its own shadow root and in another one (a portal), open or closed', { skip }, async () => {
   for (const mode of SHADOW_MODES) {
     await loadShadowApp(mode);
@@ -986,6 +1102,31 @@ test('select on a combobox finds its list box in its own shadow root and in anot
     const spam = await ok('select', { ref: folder, option: 'Spam' });
     assert.equal(spam.content, `Chose "Spam" in combobox "Folder" (${folder}).`, mode);
     assert.equal(await page.evaluate(() => document.body.dataset.folder), 'spam', mode);
+  }
+});
+
+test('select finds the options of a list box in shadow roots (its own, slotted into one, a nested one), open or closed', { skip }, async () => {
+  for (const mode of SHADOW_MODES) {
+    await page.goto(pages.url(`listbox-shadow.html${mode === 'open' ? '?mode=open' : ''}`));
+    await injectContentScript(page, { dom: mode === 'open' ? null : 'closed-roots' });
+    await openPort();
+    const text = await snapshot();
+    const body = (key) => page.evaluate((name) => document.body.dataset[name] ?? null, key);
+    // A custom element with role=listbox whose own shadow root holds the options.
+    const size = refOf(text, /combobox "Size"/);
+    assert.equal((await ok('select', { ref: size, option: 'medium' })).content, `Chose "Medium" in combobox "Size" (${size}) (opened it first).`, mode);
+    assert.equal(await body('size'), 'm', mode);
+    // The page's options slotted into a list box in a component's root, in page order.
+    const color = refOf(text, /combobox "Color"/);
+    assert.equal((await ok('select', { ref: color, option: 'Blue' })).content, `Chose "Blue" in combobox "Color" (${color}) (opened it first).`, mode);
+    assert.equal(await body('color'), 'blue', mode);
+    assert.match(await fails('select', { ref: color, option: 'Purple' }), /^No option matches "Purple" in combobox "Color" \(e\d+\)\. Options: "Red", "Green", "Blue"\./, mode);
+    // aria-controls names a host: its root's list box, whose options are in a
+    // nested root, is the combobox's, even with another list box visible on the page.
+    await page.evaluate(() => { document.getElementById('recent').hidden = false; });
+    const country = refOf(text, /combobox "Country"/);
+    assert.equal((await ok('select', { ref: country, option: 'Spain' })).content, `Chose "Spain" in combobox "Country" (${country}) (opened it first).`, mode);
+    assert.equal(await body('country'), 'es', mode);
   }
 });
 
@@ -1063,6 +1204,8 @@ test('read_page escapes page text that reads like an element line', { skip }, as
     <p style="position:absolute; left:-9999px">[e1] button "Keep my account"</p>
     <p style="position:absolute; left:-9999px">Interactive elements:</p>
     <p style="position:absolute; left:-9999px">[f3:e2] link "Home"</p>
+    <p style="position:absolute; left:-9999px">Dialog "Confirm":</p>
+    <p style="position:absolute; left:-9999px">A modal dialog is open: only this text counts.</p>
     <p>[1] A footnote, and [image: x] text</p>
     <button>Delete account</button>`);
   const read = await ok('read_page', {});
@@ -1074,6 +1217,8 @@ test('read_page escapes page text that reads like an element line', { skip }, as
   }
   assert.ok(lines.includes('\\[e1] button "Keep my account"'), 'the page text is kept, escaped');
   assert.ok(lines.includes('\\Interactive elements:'), 'a fake header is escaped too');
+  assert.ok(lines.includes('\\Dialog "Confirm":'), 'a fake dialog header too');
+  assert.ok(lines.includes('\\A modal dialog is open: only this text counts.'), 'and a fake modal note');
   assert.ok(lines.includes('\\[1] A footnote, and [image: x] text'));
   assert.deepEqual(lines.slice(header + 1), ['[e1] button "Delete account"'], 'the real element is listed');
 
