@@ -1665,6 +1665,31 @@ isolatedTest(
   },
 );
 
+isolatedTest('a_page_without_a_site_is_not_offered_allow_on_this_site', {}, async (session) => {
+  const { panel, pages } = session;
+  await submitTask(panel, TASK);
+  const card = await waitForApprovalCard(panel);
+  const forSite = (c) => c.buttons.find((b) => b.id === 'approval-accept-site');
+  assert.equal(card.origin, pages.origin);
+  assert.equal(forSite(card).hidden, false, 'a site can be allowed');
+  // The same question about a local file (file:// has no host: allowing
+  // "the site" would allow every file; the engine refuses it too).
+  const asked = (await portMessages(panel, 'in')).map((e) => e.message).filter((m) => m.type === 'approval.request').at(-1);
+  assert.equal(asked.approval.id, card.approvalId);
+  await injectIncoming(panel, {
+    ...asked,
+    approval: { ...asked.approval, id: 'a-file', origin: 'file://', url: 'file:///home/me/form.html' },
+  });
+  const local = await waitFor(async () => {
+    const shown = await readApprovalCard(panel);
+    return shown.approvalId === 'a-file' ? shown : null;
+  }, { timeout: 15000, message: 'the card for the local file' });
+  assert.equal(local.origin, 'file://');
+  assert.equal(forSite(local).hidden, true, 'no Allow on this site for a local file');
+  assert.equal(await panel.locator('#approval-site-hint').isHidden(), true);
+  assert.equal(local.buttons.find((b) => b.id === 'approval-accept-once').hidden, false, 'once is offered');
+});
+
 isolatedTest('an_approval_card_of_the_thread_being_left_takes_no_answer', {}, async (session) => {
   const { panel, shop } = session;
   await submitTask(panel, TASK);

@@ -35,7 +35,9 @@ import {
   openPanel,
   APPROVAL_BUTTONS,
   FILL_DISK_IN_WORKER,
+  configureProvider,
 } from '../support/browser.mjs';
+import { startMockLlm } from '../mock-llm/server.mjs';
 import {
   TEST_API_KEY,
   startSession,
@@ -1127,6 +1129,35 @@ isolatedTest('approval_accept_for_site_second_click_does_not_ask_until_the_site_
   assert.equal(await subscribeClicks(shop), 3);
   assert.deepEqual((await storedApprovals(panel)).siteRules, [], 'allowed once: no rule');
   assertNoOrphans(session);
+});
+
+isolatedTest('the_saved_key_goes_only_to_the_address_it_is_saved_for', {}, async (session) => {
+  const { panel, shop, mock } = session;
+  const other = await startMockLlm({ quiet: true });
+  session.closers.push(() => other.close());
+  other.setScript([{ text: 'Answered by the other provider.' }]);
+  await submitTask(panel, TASK);
+  await waitForApprovalCard(panel);
+  const before = mock.requests().length;
+  // While the turn waits, the user saves another provider's address and key.
+  await configureProvider(panel, { provider: 'openai', baseUrl: other.url, model: 'other-model', apiKey: 'sk-other-provider-key' });
+  await panel.click('#approval-accept-once');
+  const failed = await waitForSettledTurn(panel);
+  assert.equal(failed.state, 'failed', transcriptLines(failed).join('\n'));
+  assert.match(JSON.stringify(failed), /the saved API key was not sent there/);
+  assert.equal(await subscribeClicks(shop), 1, 'the approved click ran');
+  const sentToOld = mock.requests().slice(before);
+  assert.deepEqual(sentToOld.map((r) => r.headers.authorization ?? null).filter((h) => h?.includes('sk-other-provider-key')), [], 'the new key never went to the old address');
+  assert.equal(sentToOld.length, 0, 'the turn sent nothing more to its old address');
+  assert.equal(other.requests().length, 0, 'nor to the new one with the old turn');
+  // Continue goes on with the new settings: the new address, its key.
+  await panel.click('#continue-button');
+  const continued = await waitForSettledTurn(panel, { previousTurnId: failed.turnId });
+  assert.equal(continued.state, 'completed', transcriptLines(continued).join('\n'));
+  const [sent] = other.requests();
+  assert.equal(sent.headers.authorization, 'Bearer sk-other-provider-key');
+  assert.equal(sent.body.model, 'other-model');
+  assert.equal(mock.requests().length, before, 'the old address heard nothing more');
 });
 
 isolatedTest('approval_pending_across_sw_kill_answered_after_restart', {}, async (session) => {

@@ -634,7 +634,7 @@ export async function readApprovalCard(panel) {
       params: parsedParams,
       paramsText: params,
       status: text('approval-status'),
-      buttons: [...card.querySelectorAll('button')].map((b) => ({ id: b.id, text: b.textContent.trim(), disabled: b.disabled })),
+      buttons: [...card.querySelectorAll('button')].map((b) => ({ id: b.id, text: b.textContent.trim(), disabled: b.disabled, hidden: b.hidden })),
     };
   });
 }
