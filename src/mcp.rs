@@ -103,6 +103,17 @@ impl ServerConfig {
     }
 }
 
+/// The error of a call to a server whose name now stands for another
+/// address than the one the run was given (and the user was shown, when
+/// asked): nothing is sent to either.
+pub fn moved_server_message(name: &str, was: &str, now: &str) -> String {
+    format!(
+        "The MCP server \"{name}\" is now at {now}, not at {was} where this call was meant to go \
+(and approved, if it was asked): nothing was sent. Call the tool again if it still makes sense \
+(a call that changes something is asked again)."
+    )
+}
+
 /// Read `MCP_SERVERS` (its JSON data; null: none). A wrong entry is left out
 /// and named with what to fix; the others are kept.
 pub fn parse_servers(value: &Value) -> (Vec<ServerConfig>, Vec<String>) {
@@ -557,6 +568,10 @@ pub enum McpError {
     Rpc { code: i64, message: String },
     /// The answer ended without the response to the request.
     NoAnswer,
+    /// The server accepted the request (a 2xx), then its answer broke off
+    /// before the response (the connection dropped): like [`Self::NoAnswer`],
+    /// the server may have done what was asked.
+    AnswerBroke(String),
     /// The server speaks a protocol revision this client does not.
     Version(String),
     /// The server asks for a sign-in (HTTP 401) and no kept grant works:
@@ -606,6 +621,9 @@ impl McpError {
             McpError::NoAnswer => {
                 format!("The MCP server \"{server}\" ended its answer without a result.")
             }
+            McpError::AnswerBroke(why) => format!(
+                "The MCP server \"{server}\" accepted the request, then its answer broke off ({why})."
+            ),
             McpError::SignInNeeded(_) => format!(
                 "The MCP server \"{server}\" needs you to sign in: open the side panel's Settings, MCP servers, and choose Sign in next to it."
             ),
@@ -628,6 +646,28 @@ impl McpError {
     }
 }
 
+/// The words added to the error of a call that changes something (not
+/// `readOnlyHint`) when the server had it and its answer never came: it may
+/// have acted, so the model must look before calling again
+/// (never_retry_at_most_once; a page write that times out is told the same).
+pub const OUTCOME_UNKNOWN: &str = " Whether the call did anything is unknown: check (with one of the server's tools that reads, if it has one) before calling it again; do not repeat it blindly.";
+
+/// A tool call's error in words: `describe`, and for a call that changes
+/// something whose answer was lost after the server had it,
+/// [`OUTCOME_UNKNOWN`].
+pub fn call_error(error: &McpError, server: &str, changes_something: bool) -> String {
+    let mut text = error.describe(server);
+    let lost = match error {
+        McpError::NoAnswer | McpError::AnswerBroke(_) => true,
+        McpError::TimedOut { request, .. } => request == "tools/call",
+        _ => false,
+    };
+    if lost && changes_something {
+        text.push_str(OUTCOME_UNKNOWN);
+    }
+    text
+}
+
 /// What a request sent with a time limit of `limit_ms` came to, `expired`
 /// telling whether the limit passed (and aborted it): an error then is
 /// [`McpError::TimedOut`] naming `request`, since the abort's own error
@@ -641,10 +681,14 @@ pub fn within_time_limit<T>(
     limit_ms: u32,
 ) -> Result<T, McpError> {
     match result {
-        Err(McpError::Unreachable(_) | McpError::NoAnswer) if expired => Err(McpError::TimedOut {
-            request: request.to_string(),
-            seconds: limit_ms.div_ceil(1000),
-        }),
+        Err(McpError::Unreachable(_) | McpError::NoAnswer | McpError::AnswerBroke(_))
+            if expired =>
+        {
+            Err(McpError::TimedOut {
+                request: request.to_string(),
+                seconds: limit_ms.div_ceil(1000),
+            })
+        }
         other => other,
     }
 }
@@ -801,7 +845,7 @@ impl AnswerReader {
                 if events.is_empty() && parser_backlog(parser) > MAX_MESSAGE_BYTES {
                     return Err(too_big());
                 }
-                if let Some(retry) = events.iter().rev().find_map(|e| e.retry_ms) {
+                if let Some(retry) = parser.reconnection_time() {
                     self.retry_ms = Some(retry);
                 }
                 sse_messages(events.into_iter().map(|e| e.data))
@@ -819,7 +863,13 @@ impl AnswerReader {
     /// The messages left at the end of the body.
     pub fn finish(&mut self) -> Result<Vec<Incoming>, McpError> {
         match &mut self.sse {
-            Some(parser) => sse_messages(parser.finish().into_iter().map(|e| e.data)),
+            Some(parser) => {
+                let events = parser.finish();
+                if let Some(retry) = parser.reconnection_time() {
+                    self.retry_ms = Some(retry);
+                }
+                sse_messages(events.into_iter().map(|e| e.data))
+            }
             None => {
                 let text = std::mem::take(&mut self.json);
                 if text.iter().all(u8::is_ascii_whitespace) {

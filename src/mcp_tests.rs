@@ -714,3 +714,88 @@ fn resumptions_wait_as_the_server_asked_double_and_stop_after_three() {
         "not for ever"
     );
 }
+
+#[test]
+fn a_call_that_changes_something_whose_answer_was_lost_after_the_server_had_it_says_the_outcome_is_unknown(
+) {
+    let lost = [
+        McpError::NoAnswer,
+        McpError::AnswerBroke("network error".into()),
+        McpError::TimedOut {
+            request: "tools/call".into(),
+            seconds: 60,
+        },
+    ];
+    for error in &lost {
+        let text = call_error(error, "crm", true);
+        assert!(text.starts_with(&error.describe("crm")), "{text}");
+        assert!(text.ends_with(OUTCOME_UNKNOWN), "{text}");
+        // A read may simply be called again.
+        assert_eq!(call_error(error, "crm", false), error.describe("crm"));
+    }
+    assert!(call_error(&lost[1], "crm", true)
+        .contains("accepted the request, then its answer broke off (network error)"));
+    // Never sent, or refused: nothing happened, nothing to hedge.
+    for error in [
+        McpError::Unreachable("connection refused".into()),
+        McpError::Http {
+            status: 500,
+            body: "boom".into(),
+        },
+        McpError::Rpc {
+            code: -32602,
+            message: "bad params".into(),
+        },
+        McpError::TimedOut {
+            request: "initialize".into(),
+            seconds: 30,
+        },
+    ] {
+        assert_eq!(call_error(&error, "crm", true), error.describe("crm"));
+    }
+    // An abort by the time limit reads as the limit, a broken answer too.
+    assert!(matches!(
+        within_time_limit::<()>(
+            Err(McpError::AnswerBroke("aborted".into())),
+            true,
+            "tools/call",
+            5_000
+        ),
+        Err(McpError::TimedOut { seconds: 5, .. })
+    ));
+}
+
+#[test]
+fn a_call_meant_for_a_server_now_at_another_address_names_both_and_says_nothing_was_sent() {
+    let text = moved_server_message("docs", "https://a.example/mcp", "https://b.example/mcp");
+    assert!(
+        text.contains("\"docs\" is now at https://b.example/mcp, not at https://a.example/mcp"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was sent"), "{text}");
+}
+
+#[test]
+fn a_retry_in_a_block_without_data_sets_the_time_to_wait_before_asking_again() {
+    // A server that primes a stream and closes it (polling): `id:` and
+    // `retry:` alone, no data line, so no event is dispatched; the spec
+    // sets the reconnection time when the field is parsed.
+    let mut reader = AnswerReader::new("text/event-stream");
+    assert!(reader
+        .push(b"id: s1:7\nretry: 30000\n\n")
+        .unwrap()
+        .is_empty());
+    assert_eq!(reader.retry_ms(), Some(30_000));
+    assert_eq!(reader.last_event_id().as_deref(), Some("s1:7"));
+    // Also when the body ends right after it (no blank line).
+    let mut ended = AnswerReader::new("text/event-stream");
+    assert!(ended.push(b"retry: 1500").unwrap().is_empty());
+    assert!(ended.finish().unwrap().is_empty());
+    assert_eq!(ended.retry_ms(), Some(1_500));
+    // A later valid value wins; an invalid one changes nothing.
+    let mut later = AnswerReader::new("text/event-stream");
+    later
+        .push(b"retry: 100\n\nretry: 2x\n\nretry: 900\n\n")
+        .unwrap();
+    assert_eq!(later.retry_ms(), Some(900));
+}

@@ -760,6 +760,19 @@ pub fn grant_key(server_url: &str) -> String {
     format!("{GRANT_KEY_PREFIX}{server_url}")
 }
 
+/// Of `keys` (all of `chrome.storage.local`'s), the grants of addresses
+/// no server in `in_use` has: a server the extension stopped naming (an
+/// update) or that left the user's list while no worker ran. Its sign-in
+/// can no longer be reached from Settings to sign out, so it is forgotten.
+pub fn orphan_grant_keys<'a>(keys: &'a [String], in_use: &[&str]) -> Vec<&'a str> {
+    keys.iter()
+        .filter_map(|key| {
+            let url = key.strip_prefix(GRANT_KEY_PREFIX)?;
+            (!in_use.contains(&url)).then_some(key.as_str())
+        })
+        .collect()
+}
+
 /// Where the client this extension registered with an authorization
 /// server is kept: this prefix and the server's token endpoint (which a
 /// grant names, so a renewal refused for the client can forget it).

@@ -686,3 +686,26 @@ fn a_registered_client_is_kept_for_its_redirect_and_forgotten_when_the_server_di
         "Signing in to the MCP server \"docs\" failed: the sign-in did not complete (Authorization page could not be loaded; sign in again)."
     );
 }
+
+#[test]
+fn grants_of_addresses_no_server_uses_are_the_ones_forgotten() {
+    let keys: Vec<String> = [
+        "settings",
+        "mcpCatalog",
+        "mcpGrant:https://kept.example/mcp",
+        "mcpGrant:https://dropped.example/mcp",
+        "mcpClient:https://auth.example/token",
+        "mcpGrant:https://kept.example/mcp/other",
+    ]
+    .iter()
+    .map(|k| k.to_string())
+    .collect();
+    assert_eq!(
+        orphan_grant_keys(&keys, &["https://kept.example/mcp"]),
+        [
+            "mcpGrant:https://dropped.example/mcp",
+            "mcpGrant:https://kept.example/mcp/other"
+        ]
+    );
+    assert!(orphan_grant_keys(&keys[..2], &[]).is_empty());
+}

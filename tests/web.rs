@@ -1125,6 +1125,125 @@ async fn idle_timeout_also_bounds_a_stalled_error_body() {
     }
 }
 
+/// The path of a transport's endpoint on the mock (after its `/v1`).
+fn endpoint(transport: Transport) -> &'static str {
+    match transport {
+        Transport::OpenAi => "/chat/completions",
+        Transport::Anthropic => "/messages",
+    }
+}
+
+#[wasm_bindgen_test]
+async fn a_2xx_json_error_is_read_and_typed_by_its_words_not_as_a_missing_stream() {
+    // A gateway's `200 {"error":…}` to a streaming request: its body is
+    // locked to the reader taken for every success, and must be read there.
+    for transport in [Transport::OpenAi, Transport::Anthropic] {
+        mock_script(serde_json::json!([
+            { "json": { "error": {
+                "message": "Incorrect API key provided",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key"
+            } } },
+            { "json": { "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } } },
+            { "json": { "id": "done", "object": "chat.completion", "choices": [] } }
+        ]))
+        .await;
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(
+            (e.kind, e.retryable),
+            (ErrorKind::Auth, false),
+            "{transport:?}: {e}"
+        );
+        assert!(
+            e.message.contains("Incorrect API key provided"),
+            "{}",
+            e.message
+        );
+
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(
+            (e.kind, e.retryable),
+            (ErrorKind::ProviderUnavailable, true),
+            "{transport:?}: {e}"
+        );
+
+        // A document that is no error: the server ignored `stream: true`.
+        let e = stream(transport, 10_000).await.error().clone();
+        assert_eq!(
+            (e.kind, e.retryable),
+            (ErrorKind::ProviderProtocol, false),
+            "{transport:?}: {e}"
+        );
+        assert!(
+            e.message.contains("may not support streaming"),
+            "{}",
+            e.message
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+async fn a_redirect_is_not_followed_with_the_key_and_is_a_protocol_error() {
+    for (transport, status) in [(Transport::OpenAi, 307), (Transport::Anthropic, 308)] {
+        // Redirected to the same endpoint, whose next step would answer:
+        // followed, the second step is consumed and the call succeeds.
+        let location = format!("{}{}", mock_url(), endpoint(transport));
+        mock_script(serde_json::json!([
+            { "redirect": { "status": status, "location": location } },
+            { "text": "Answered at the address redirected to." }
+        ]))
+        .await;
+        let s = stream(transport, 10_000).await;
+        let e = s.error();
+        assert_eq!(
+            (e.kind, e.retryable),
+            (ErrorKind::ProviderProtocol, false),
+            "{transport:?}: {e}"
+        );
+        assert!(e.message.contains("redirect"), "{}", e.message);
+        let url = format!("{}{}", mock_url(), endpoint(transport));
+        assert!(e.message.contains(&url), "names the address: {}", e.message);
+        assert!(!e.message.contains(API_KEY), "{}", e.message);
+        let outcomes: Vec<String> = mock_requests()
+            .await
+            .iter()
+            .map(|r| r["outcome"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(outcomes, ["redirected"], "{transport:?}: sent once, not on");
+    }
+}
+
+#[wasm_bindgen_test]
+async fn an_error_body_is_read_only_up_to_its_limit() {
+    // 32 MiB: far more than the connection buffers on the way, so a client
+    // that reads all of it is seen to (the server writes only as fast as
+    // it is read), and one that stops reading is seen to close.
+    mock_script(serde_json::json!([
+        { "error": { "status": 500, "bodyBytes": 32 * 1024 * 1024 } }
+    ]))
+    .await;
+    let s = stream(Transport::OpenAi, 60_000).await;
+    let e = s.error();
+    // The status types the error without the body.
+    assert_eq!(
+        (e.kind, e.retryable),
+        (ErrorKind::ProviderUnavailable, true),
+        "{e}"
+    );
+    // The server sees how the body ended: all of it sent (`error`), or the
+    // client closed the connection first (`aborted`).
+    let deadline = now_ms() + 20_000.0;
+    let outcome = loop {
+        let requests = mock_requests().await;
+        let outcome = requests[0]["outcome"].as_str().unwrap_or("").to_string();
+        if outcome == "aborted" || outcome == "error" || now_ms() > deadline {
+            break outcome;
+        }
+        sleep_ms(25).await;
+    };
+    assert_eq!(outcome, "aborted", "the client read the whole body");
+}
+
 #[wasm_bindgen_test]
 async fn truncated_body_is_a_retryable_network_error() {
     for transport in [Transport::OpenAi, Transport::Anthropic] {

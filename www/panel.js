@@ -4097,10 +4097,13 @@ dom.input.addEventListener("keydown", (event) => {
   }
 });
 
+// Esc stops a running turn, but not when it closes something of its own:
+// an open dialog (the attachment viewer closes itself on Esc, as its
+// default action, so nothing marks the event) or a Settings field.
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape" && !event.defaultPrevented && event.target !== dom.input && isRunning()) {
-    interrupt();
-  }
+  if (event.key !== "Escape" || event.defaultPrevented || event.target === dom.input || !isRunning()) return;
+  if (event.target instanceof Element && event.target.closest("dialog[open], #settings-section")) return;
+  interrupt();
 });
 
 dom.enqueue.addEventListener("click", () => submitInput("enqueue"));

@@ -66,12 +66,30 @@ impl Engine {
         // described, and that is not there any more.
         let shown = given.and_then(|a| a.element.as_ref());
         let now_there = target.as_ref().and_then(|t| t.element.as_ref());
+        // ...given for an MCP server that, under the same name, is now at
+        // another address (removed and added again in Settings): the user
+        // approved sending it to the address the card named.
+        let server_now = match &descriptor.binding {
+            Binding::Mcp {
+                server, endpoint, ..
+            } => Some((server.as_str(), endpoint.as_str())),
+            _ => None,
+        };
+        let server_moved = given
+            .and_then(|a| a.server_url.as_deref())
+            .zip(server_now)
+            .filter(|(asked, (_, now_url))| asked != now_url);
         let changed = if moved {
             Some(
                 "The page was reloaded or replaced by another page of the same site after the user \
 approved this action"
                     .to_string(),
             )
+        } else if let Some((asked, (name, now_url))) = server_moved {
+            Some(format!(
+                "The MCP server \"{name}\" is now at {now_url}, not at {asked} where the user approved \
+sending this call"
+            ))
         } else {
             shown
                 .filter(|shown| !now_there.is_some_and(|e| shown.same_as(e)))
@@ -88,17 +106,17 @@ approval ({now_words})",
                 })
         };
         if let Some(what) = changed {
-            return self.persist_tool_result(
-                now,
-                tid,
-                index,
-                ToolStatus::Error,
+            let text = if server_moved.is_some() {
+                format!(
+                    "{what}; nothing was sent. Call it again only if it still makes sense {again}."
+                )
+            } else {
                 format!(
                     "{what}; nothing was done. Call page_snapshot to look at the page as it is now, \
 and act again only if it still makes sense {again}."
-                ),
-                None,
-            );
+                )
+            };
+            return self.persist_tool_result(now, tid, index, ToolStatus::Error, text, None);
         }
         let approved = given.is_some();
         // A rule for what is no site (kept from before `is_site`) is not used.

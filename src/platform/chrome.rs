@@ -143,6 +143,15 @@ pub async fn load_locals(keys: &[String]) -> Result<Vec<serde_json::Value>, JsEr
         .collect())
 }
 
+/// Every key of `chrome.storage.local`.
+pub async fn local_keys() -> Result<Vec<String>, JsError> {
+    let all = await_promise(storage_local_get(&JsValue::NULL)).await?;
+    Ok(Object::keys(all.unchecked_ref::<Object>())
+        .iter()
+        .filter_map(|k| k.as_string())
+        .collect())
+}
+
 pub async fn remove_local(key: &str) -> Result<(), JsError> {
     await_promise(storage_local_remove(&JsValue::from_str(key)))
         .await

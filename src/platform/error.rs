@@ -50,4 +50,9 @@ impl JsError {
     pub fn is_abort(&self) -> bool {
         self.name == "AbortError"
     }
+
+    /// A redirect that was not followed (`fetch::Redirects::Refuse`).
+    pub fn is_redirect(&self) -> bool {
+        self.name == super::fetch::REDIRECT_ERROR
+    }
 }

@@ -1,4 +1,9 @@
-//! Streaming `fetch` for provider requests, with abort.
+//! Streaming `fetch` for provider and MCP requests, with abort.
+//!
+//! Owns: opening a request (its redirect policy: [`Redirects`]), and
+//! reading its answer's body chunk by chunk or whole within a size limit.
+//! Must not: read a body from a network peer without a limit, or follow a
+//! redirect with a request the caller says carries a secret.
 
 use js_sys::{Promise, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -6,6 +11,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
     AbortController, Headers, ReadableStreamDefaultReader, Request, RequestInit, Response,
+    ResponseType,
 };
 
 use super::error::{js_to_error, JsError};
@@ -17,12 +23,37 @@ extern "C" {
     fn global_fetch(request: &Request) -> Promise;
 }
 
+/// The longest error body read (a non-2xx answer's, or a JSON document
+/// where a stream was asked for): an error says what it is in far less.
+/// The rest is not read.
+pub const ERROR_BODY_MAX_BYTES: usize = 64 * 1024;
+
+/// The name of the [`JsError`] a refused redirect is
+/// ([`JsError::is_redirect`]).
+pub const REDIRECT_ERROR: &str = "RedirectError";
+
+/// What a request does when its server answers with a redirect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redirects {
+    /// Followed: the request carries nothing secret.
+    Follow,
+    /// Not followed: nothing is sent to the other address, and the answer
+    /// is a [`REDIRECT_ERROR`]. For a request that carries a key, a token
+    /// or a secret body: browsers keep custom headers (`x-api-key`, an MCP
+    /// server's configured ones) on a redirect to any origin, and a
+    /// 307/308 keeps the body. The browser does not say where the redirect
+    /// pointed (an opaque redirect), so the error names the address that
+    /// answered with it.
+    Refuse,
+}
+
 /// An HTTP response whose body is read incrementally.
 pub struct Streaming {
     pub status: u16,
     pub headers: Headers,
+    /// Every body is read through its reader (so within a limit), a
+    /// failed answer's too; None: the answer has no body.
     reader: Option<ReadableStreamDefaultReader>,
-    response: Response,
 }
 
 impl Streaming {
@@ -50,13 +81,9 @@ impl Streaming {
         }
     }
 
-    /// The whole body as text (an error response's, or a small document
-    /// read at once, of at most `max` bytes: a longer one is an error).
+    /// The whole body as text, of at most `max` bytes: a longer one is an
+    /// error (a `RangeError`), and its rest is not read.
     pub async fn text_within(mut self, max: usize) -> Result<String, JsError> {
-        if self.reader.is_none() {
-            return self.text().await;
-        }
-        // A successful body is locked to its reader: read it there.
         let mut bytes = Vec::new();
         while let Some(chunk) = self.next_chunk().await? {
             bytes.extend_from_slice(&chunk);
@@ -69,14 +96,6 @@ impl Streaming {
             }
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    /// The whole body as text (for error responses).
-    pub async fn text(self) -> Result<String, JsError> {
-        drop(self.reader);
-        let promise = self.response.text().map_err(js_to_error)?;
-        let text = JsFuture::from(promise).await.map_err(js_to_error)?;
-        Ok(text.as_string().unwrap_or_default())
     }
 
     pub fn header(&self, name: &str) -> Option<String> {
@@ -158,10 +177,11 @@ pub async fn post_json(
     headers: &[(&str, &str)],
     body: &JsValue,
     controller: &AbortController,
+    redirects: Redirects,
 ) -> Result<Streaming, JsError> {
     let mut with_type = vec![("content-type", "application/json")];
     with_type.extend_from_slice(headers);
-    open("POST", url, &with_type, Some(body), controller, true).await
+    open("POST", url, &with_type, Some(body), controller, redirects).await
 }
 
 /// GET `url` (an event stream a server keeps open); resolves once headers
@@ -170,8 +190,9 @@ pub async fn get(
     url: &str,
     headers: &[(&str, &str)],
     controller: &AbortController,
+    redirects: Redirects,
 ) -> Result<Streaming, JsError> {
-    open("GET", url, headers, None, controller, true).await
+    open("GET", url, headers, None, controller, redirects).await
 }
 
 /// A request that carries a secret in its body (a sign-in's code and
@@ -184,7 +205,7 @@ pub async fn open_without_redirects(
     body: Option<&JsValue>,
     controller: &AbortController,
 ) -> Result<Streaming, JsError> {
-    open(method, url, headers, body, controller, false).await
+    open(method, url, headers, body, controller, Redirects::Refuse).await
 }
 
 async fn open(
@@ -193,12 +214,14 @@ async fn open(
     headers: &[(&str, &str)],
     body: Option<&JsValue>,
     controller: &AbortController,
-    follow_redirects: bool,
+    redirects: Redirects,
 ) -> Result<Streaming, JsError> {
     let init = RequestInit::new();
     init.set_method(method);
-    if !follow_redirects {
-        init.set_redirect(web_sys::RequestRedirect::Error);
+    if redirects == Redirects::Refuse {
+        // Not "error": that fails like a lost connection, so the caller
+        // could not say what happened.
+        init.set_redirect(web_sys::RequestRedirect::Manual);
     }
     let h = Headers::new().map_err(js_to_error)?;
     for (k, v) in headers {
@@ -215,20 +238,23 @@ async fn open(
         .map_err(js_to_error)?
         .dyn_into()
         .map_err(js_to_error)?;
-    // Only a successful body is read incrementally. Getting a reader locks
-    // the body, so an error response must not get one: `text()` reads it.
-    let reader = if response.ok() {
-        response.body().map(|b| {
-            b.get_reader()
-                .unchecked_into::<ReadableStreamDefaultReader>()
-        })
-    } else {
-        None
-    };
+    if response.type_() == ResponseType::Opaqueredirect {
+        return Err(JsError {
+            name: REDIRECT_ERROR.into(),
+            message: format!(
+                "{url} answered with a redirect to another address, which was not followed"
+            ),
+        });
+    }
+    // Getting a reader locks the body: from here on it is read through
+    // the reader only (`next_chunk`, `text_within`), a failed answer's too.
+    let reader = response.body().map(|b| {
+        b.get_reader()
+            .unchecked_into::<ReadableStreamDefaultReader>()
+    });
     Ok(Streaming {
         status: response.status(),
         headers: response.headers(),
         reader,
-        response,
     })
 }

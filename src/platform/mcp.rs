@@ -302,6 +302,10 @@ const LIST_TIMEOUT_MS: u32 = 30_000;
 /// the list: a server that answers at all does so well within it.
 const INITIALIZE_TIMEOUT_MS: u32 = 30_000;
 
+/// How long a message that expects no answer ([`Server::send`]) may take
+/// to be accepted.
+const SEND_TIMEOUT_MS: u32 = 30_000;
+
 /// A controller aborted once its time limit passed, and whether it was
 /// (the timer is cleared when this is dropped).
 struct Deadline {
@@ -494,6 +498,18 @@ impl Server {
         headers
     }
 
+    /// Whether a request to the server follows a redirect: not when it
+    /// carries the headers of the server's entry or a sign-in's token,
+    /// which go to its address only (browsers keep them on a redirect to
+    /// any origin).
+    fn redirects(&self) -> fetch::Redirects {
+        if self.config.headers.is_empty() && self.access_token().is_none() {
+            fetch::Redirects::Follow
+        } else {
+            fetch::Redirects::Refuse
+        }
+    }
+
     /// POST one message and read the answer to request `id` (None: a
     /// notification or an answer of ours, whose answer is only its
     /// status). Notifications the server sends meanwhile go to `on_note`,
@@ -509,6 +525,7 @@ impl Server {
         on_ask: Option<&dyn Fn(Value, Value, Vec<String>)>,
     ) -> Result<(Option<String>, Option<Value>), McpError> {
         let headers = self.headers(session);
+        let redirects = self.redirects();
         let headers: Vec<(&str, &str)> = headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -518,9 +535,19 @@ impl Server {
             &headers,
             &JsValue::from_str(&body),
             controller,
+            redirects,
         )
         .await
-        .map_err(|e| McpError::Unreachable(e.message))?;
+        .map_err(|e| {
+            McpError::Unreachable(if e.is_redirect() {
+                format!(
+                    "{}: its headers and sign-in go only to the address configured for it",
+                    e.message
+                )
+            } else {
+                e.message
+            })
+        })?;
         let status = response.status;
         if status == 404 && session.is_some_and(|s| s.id.is_some()) {
             return Err(McpError::SessionExpired);
@@ -538,7 +565,15 @@ impl Server {
             }
         }
         if !(200..300).contains(&status) {
-            let body = response.text().await.unwrap_or_default();
+            // Only the start of an error is worth reading; a longer body
+            // is not read on (the status says enough).
+            let body = match response.text_within(fetch::ERROR_BODY_MAX_BYTES).await {
+                Ok(body) => body,
+                Err(_) => {
+                    controller.abort();
+                    String::new()
+                }
+            };
             return Err(McpError::Http { status, body });
         }
         let session_id = response.header("mcp-session-id");
@@ -600,7 +635,7 @@ impl Server {
         loop {
             let chunk = match response.next_chunk().await {
                 Ok(chunk) => chunk,
-                Err(e) => return Ok(ReadEnd::Broke(McpError::Unreachable(e.message))),
+                Err(e) => return Ok(ReadEnd::Broke(McpError::AnswerBroke(e.message))),
             };
             let messages = match &chunk {
                 Some(bytes) => reader.push(bytes)?,
@@ -639,6 +674,7 @@ impl Server {
         controller: &AbortController,
     ) -> Result<fetch::Streaming, super::error::JsError> {
         let mut headers = self.headers(session);
+        let redirects = self.redirects();
         headers[0].1 = "text/event-stream".to_string();
         if let Some(last) = last_event_id {
             headers.push(("last-event-id".into(), last.to_string()));
@@ -647,7 +683,7 @@ impl Server {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        fetch::get(&self.config.url, &headers, controller).await
+        fetch::get(&self.config.url, &headers, controller, redirects).await
     }
 
     /// Ask the server for the rest of an answer stream that broke after
@@ -691,18 +727,19 @@ impl Server {
 
     /// Send a message that expects no answer (an answer to a request of the
     /// server's, a cancellation) in the background: what the server does
-    /// with it is not ours to wait for.
+    /// with it is not ours to wait for. Given up after [`SEND_TIMEOUT_MS`]:
+    /// a server that never answers holds no connection for ever.
     pub fn send(self: &Rc<Self>, body: String) {
         let server = self.clone();
         wasm_bindgen_futures::spawn_local(async move {
-            if let Ok(controller) = AbortController::new() {
+            if let Ok(deadline) = Deadline::new(SEND_TIMEOUT_MS) {
                 let session = server.session.borrow().clone();
                 let _ = server
                     .post(
                         body,
                         None,
                         session.as_ref(),
-                        &controller,
+                        &deadline.controller,
                         &mut |_, _| {},
                         None,
                     )
@@ -1191,15 +1228,17 @@ impl Server {
     /// Call the tool the model knows as `name`. `progress` gets the text of
     /// each progress notification, `ask` each request for the user's input
     /// (id, params, field order); aborting `controller` gives the call up
-    /// (the server is told: `notifications/cancelled`).
+    /// (the server is told: `notifications/cancelled`). `call_id` is the
+    /// model's call; `changes_something`: not a read, so an answer lost
+    /// after the server had the call leaves its outcome unknown.
     pub async fn call(
         self: &Rc<Self>,
-        name: &str,
-        call_id: &str,
+        (name, call_id): (&str, &str),
         params: &Value,
         controller: &AbortController,
         progress: &Function,
         ask: &dyn Fn(Value, Value, Vec<String>),
+        changes_something: bool,
     ) -> Result<ToolOutcome, String> {
         let server = &self.config.name;
         let remote = self.remote.borrow().get(name).cloned().ok_or_else(|| {
@@ -1237,10 +1276,13 @@ impl Server {
         // says the transport spec). A call the server answered, in any
         // form, disarms the guard; one whose answer never came (aborted,
         // the stream broke) is cancelled.
-        if !matches!(result, Err(McpError::Unreachable(_) | McpError::NoAnswer)) {
+        if !matches!(
+            result,
+            Err(McpError::Unreachable(_) | McpError::NoAnswer | McpError::AnswerBroke(_))
+        ) {
             guard.answered();
         }
-        let result = result.map_err(|e| e.describe(server))?;
+        let result = result.map_err(|e| mcp::call_error(&e, server, changes_something))?;
         Ok(mcp::call_outcome(server, &remote, &result))
     }
 }

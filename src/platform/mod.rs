@@ -641,6 +641,9 @@ impl Driver {
             },
         )
         .await
+        // An error's words go into events and IndexedDB: never the key,
+        // even one the provider echoed.
+        .map_err(|e| crate::provider::without_key(e, &api_key))
     }
 
     /// The body of `request` for `fetch`. A large one is composed of the
@@ -756,6 +759,8 @@ impl Driver {
         // answers it. The model must not take the silence for a failure
         // and repeat the action.
         let page_write = matches!(binding, Binding::Page) && !retry_safe;
+        // An MCP call that changes something likewise: the server had it.
+        let mcp_write = matches!(binding, Binding::Mcp { .. }) && !retry_safe;
         let work = async {
             match (binding, &target) {
                 (Binding::Page, _) => {
@@ -776,9 +781,21 @@ impl Driver {
                 (Binding::Tab, None) => Err("No page was resolved for this tool.".to_string()),
                 (Binding::Browser, _) => browser_tools::browser_tool(&name, &params).await,
                 (Binding::Host, _) => self.host_tool(dispatch_id, &call_id, &name, &params).await,
-                (Binding::Mcp { server, .. }, _) => {
-                    self.mcp_tool(dispatch_id, &server, &call_id, &name, &params)
-                        .await
+                (
+                    Binding::Mcp {
+                        server, endpoint, ..
+                    },
+                    _,
+                ) => {
+                    self.mcp_tool(
+                        dispatch_id,
+                        (&server, &endpoint),
+                        &call_id,
+                        &name,
+                        &params,
+                        !retry_safe,
+                    )
+                    .await
                 }
                 (Binding::Engine, _) => {
                     Err(format!("{name} is run by the engine, not the browser."))
@@ -799,6 +816,12 @@ impl Driver {
         (confirm, alert) or still working, so whether the action happened is unknown. Look at the page \
         (page_snapshot) before doing it again; do not repeat it blindly.",
                     time_limit_text(limit_ms)
+                )
+            } else if mcp_write {
+                format!(
+                    "{waited_for} within {}.{}",
+                    time_limit_text(limit_ms),
+                    crate::mcp::OUTCOME_UNKNOWN
                 )
             } else {
                 format!("{waited_for} within {}.", time_limit_text(limit_ms))
@@ -1128,6 +1151,10 @@ impl Driver {
             let discovering = self.clone();
             spawn_local(async move { discovering.discover_mcp(servers).await });
         }
+        // Sign-ins of servers gone while no worker ran (an update of the
+        // extension's list, the user's Remove that woke this worker).
+        let driver = self.clone();
+        spawn_local(async move { oauth::forget_orphan_grants(&driver.mcp).await });
     }
 
     /// A tool of an MCP server (`Binding::Mcp`). Its progress
@@ -1135,14 +1162,25 @@ impl Driver {
     async fn mcp_tool(
         &self,
         dispatch_id: u64,
-        server: &str,
+        (server, endpoint): (&str, &str),
         call_id: &str,
         name: &str,
         params: &Value,
+        changes_something: bool,
     ) -> Result<ToolOutcome, String> {
         let server = self.mcp.get(server).ok_or_else(|| {
             format!("The MCP server \"{server}\" is not configured in this extension.")
         })?;
+        // The call goes where the run's catalog (and an approval card) said:
+        // a server of the same name at another address since (removed and
+        // added again in Settings) is another server.
+        if server.config.url != endpoint {
+            return Err(crate::mcp::moved_server_message(
+                &server.config.name,
+                endpoint,
+                &server.config.url,
+            ));
+        }
         let me = self.me.clone();
         let asking = server.clone();
         let ask = move |id: Value, params: Value, order: Vec<String>| {
@@ -1155,7 +1193,14 @@ impl Driver {
         let outcome = self
             .abortable_call(dispatch_id, |controller, progress| async move {
                 calling
-                    .call(name, call_id, params, &controller, &progress, &ask)
+                    .call(
+                        (name, call_id),
+                        params,
+                        &controller,
+                        &progress,
+                        &ask,
+                        changes_something,
+                    )
                     .await
             })
             .await;

@@ -153,10 +153,11 @@ impl Driver {
     pub(super) async fn mcp_tool(
         &self,
         _dispatch_id: u64,
-        server: &str,
+        (server, _endpoint): (&str, &str),
         _call_id: &str,
         _name: &str,
         _params: &Value,
+        _changes_something: bool,
     ) -> Result<ToolOutcome, String> {
         Err(format!(
             "The MCP server \"{server}\" cannot be called: {NO_MCP}."

@@ -316,6 +316,27 @@ pub async fn keep_grant(url: &str, grant: Option<&Grant>) {
     keep_or_forget(&oauth::grant_key(url), grant.map(Grant::to_json), &what).await;
 }
 
+/// Forget the grants of addresses no server of `servers` (read when the
+/// keys are, so one added meanwhile keeps its sign-in) has.
+pub async fn forget_orphan_grants(servers: &super::mcp::McpServers) {
+    let keys = match chrome::local_keys().await {
+        Ok(keys) => keys,
+        Err(e) => {
+            return super::console_error(&format!(
+                "sign-ins of removed MCP servers were not looked for: {}",
+                e.message
+            ));
+        }
+    };
+    let all = servers.all();
+    let in_use: Vec<&str> = all.iter().map(|s| s.config.url.as_str()).collect();
+    for key in oauth::orphan_grant_keys(&keys, &in_use) {
+        if let Err(e) = chrome::remove_local(key).await {
+            super::console_error(&format!("{key} was not forgotten: {}", e.message));
+        }
+    }
+}
+
 /// Store `value` under `key` in `chrome.storage.local`, or remove the key
 /// (None); a failure is named in the console as `what`.
 async fn keep_or_forget(key: &str, value: Option<Value>, what: &str) {

@@ -34,6 +34,9 @@ pub async fn stream_response(
         if e.is_abort() {
             return aborted();
         }
+        if e.is_redirect() {
+            return redirected(url);
+        }
         ProviderError::new(
             ErrorKind::Network,
             format!(
@@ -73,7 +76,9 @@ pub async fn stream_response(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let response = fetch::post_json(url, &headers, body, controller).fuse();
+    // The request carries the API key, which must go nowhere but `url`.
+    let response =
+        fetch::post_json(url, &headers, body, controller, fetch::Redirects::Refuse).fuse();
     futures::pin_mut!(response);
     let mut response = futures::select! {
         r = response => r.map_err(unreachable)?,
@@ -92,12 +97,17 @@ pub async fn stream_response(
             response.header("retry-after-ms").as_deref(),
         );
         // The status alone is enough to type the error; a body that does not
-        // arrive in time is given up on (the connection is aborted).
+        // arrive in time, or is longer than any error, is given up on (the
+        // connection is aborted). Read through the body's reader: a 2xx
+        // JSON one (a gateway's `200 {"error":…}`) is locked to it.
         let text = {
-            let body = response.text().fuse();
+            let body = response.text_within(fetch::ERROR_BODY_MAX_BYTES).fuse();
             futures::pin_mut!(body);
             futures::select! {
-                t = body => t.unwrap_or_default(),
+                t = body => t.unwrap_or_else(|_| {
+                    controller.abort();
+                    String::new()
+                }),
                 _ = idle() => {
                     controller.abort();
                     String::new()
@@ -127,4 +137,22 @@ pub async fn stream_response(
         }
     }
     decoder.finish()
+}
+
+/// The provider answered with a redirect, which is not followed: the
+/// request carries the API key, which goes only to the address Settings
+/// name (`provider::key_may_go_to`). A protocol error, not retried: asking
+/// again gets the same redirect, and the fix is the base URL. Not a
+/// network error: the provider was reached. The browser does not tell
+/// where the redirect pointed.
+fn redirected(url: &str) -> ProviderError {
+    ProviderError::new(
+        ErrorKind::ProviderProtocol,
+        format!(
+            "The provider at {url} answered with a redirect to another address. The request (with \
+the API key) was not sent there: the key goes only to the address in Settings. Set the base URL in \
+Settings to the address the provider answers at (for example https:// instead of http://)."
+        ),
+        false,
+    )
 }

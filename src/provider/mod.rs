@@ -649,6 +649,27 @@ pub fn key_may_go_to(saved: &str, target: &str) -> Result<(), ProviderError> {
     ))
 }
 
+/// What stands for the API key in an error's words ([`without_key`]).
+pub const KEY_PLACEHOLDER: &str = "[your API key]";
+
+/// The shortest key [`without_key`] looks for: a shorter one could be an
+/// ordinary word of the message, and no provider issues one.
+pub const MIN_HIDDEN_KEY_CHARS: usize = 8;
+
+/// `error` with each occurrence of `api_key` in its message replaced by
+/// [`KEY_PLACEHOLDER`]. A provider or a proxy in front of one may echo the
+/// key it was sent (`401 {"error":{"message":"Invalid key sk-live-…"}}`),
+/// and the message goes on into the run's events, IndexedDB and the
+/// panel, where the key must never be. An empty key, or one shorter than
+/// [`MIN_HIDDEN_KEY_CHARS`], is not looked for.
+pub fn without_key(mut error: ProviderError, api_key: &str) -> ProviderError {
+    let key = api_key.trim();
+    if key.chars().count() >= MIN_HIDDEN_KEY_CHARS && error.message.contains(key) {
+        error.message = error.message.replace(key, KEY_PLACEHOLDER);
+    }
+    error
+}
+
 /// [`endpoint_host`] without the port.
 pub fn endpoint_hostname(url: &str) -> String {
     let host = endpoint_host(url);
@@ -786,6 +807,65 @@ mod tests {
             err.message
         );
         assert!(err.message.contains("was not sent"), "{}", err.message);
+    }
+
+    #[test]
+    fn an_api_key_echoed_in_an_error_message_is_replaced_before_it_goes_on() {
+        let key = "sk-live-0123456789abcdef";
+        let echoed = |message: &str| ProviderError::new(ErrorKind::Auth, message, false);
+        // A proxy's 401 that quotes the key it was sent, twice.
+        let error = without_key(
+            echoed(&format!(
+                "HTTP 401: Invalid key {key}. The key {key} is not valid."
+            )),
+            key,
+        );
+        assert_eq!(
+            error,
+            ProviderError::new(
+                ErrorKind::Auth,
+                "HTTP 401: Invalid key [your API key]. The key [your API key] is not valid.",
+                false
+            )
+        );
+        // The key as saved with blanks around it is looked for without them.
+        let error = without_key(
+            echoed(&format!("Bearer {key} refused")),
+            &format!(" {key}\n"),
+        );
+        assert_eq!(error.message, "Bearer [your API key] refused");
+        // Everything else about the error is kept.
+        let mut limited =
+            ProviderError::new(ErrorKind::RateLimited, format!("slow down, {key}"), true);
+        limited.retry_after_ms = Some(1500);
+        let error = without_key(limited, key);
+        assert_eq!(
+            (
+                error.kind,
+                error.retryable,
+                error.retry_after_ms,
+                error.message.as_str()
+            ),
+            (
+                ErrorKind::RateLimited,
+                true,
+                Some(1500),
+                "slow down, [your API key]"
+            )
+        );
+        // No key, or one too short to tell from a word, is not looked for.
+        for short in ["", "key", "sk-1234"] {
+            let message = "the key sk-1234 is wrong";
+            assert_eq!(
+                without_key(echoed(message), short).message,
+                message,
+                "{short:?}"
+            );
+        }
+        assert_eq!(
+            without_key(echoed("Invalid key"), key).message,
+            "Invalid key"
+        );
     }
 
     #[test]

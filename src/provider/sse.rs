@@ -40,11 +40,22 @@ pub struct SseParser {
     /// `last_id` as of the last blank line.
     dispatched_id: Option<String>,
     retry_ms: Option<u64>,
+    /// The last `retry:` of the stream, whether or not an event with data
+    /// followed it (the spec sets the reconnection time as it is parsed).
+    reconnection_ms: Option<u64>,
 }
 
 impl SseParser {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How long the stream asked a client to wait before reconnecting: its
+    /// last valid `retry:` field so far, even in a block without data (a
+    /// server priming a stream it is about to close sends `id:` and
+    /// `retry:` alone).
+    pub fn reconnection_time(&self) -> Option<u64> {
+        self.reconnection_ms
     }
 
     /// The stream's last event id as of its last complete event (the
@@ -146,6 +157,9 @@ impl SseParser {
             "id" if !value.contains('\0') => self.last_id = Some(value.to_string()),
             "retry" if !value.is_empty() && value.bytes().all(|c| c.is_ascii_digit()) => {
                 self.retry_ms = value.parse().ok();
+                if self.retry_ms.is_some() {
+                    self.reconnection_ms = self.retry_ms;
+                }
             }
             _ => {}
         }

@@ -1589,6 +1589,28 @@ mcpTest(
 );
 
 mcpTest(
+  'never_retry_at_most_once_a_write_whose_answer_breaks_off_at_a_server_that_cannot_resume_is_reported_as_maybe_done',
+  (url) => [{ name: 'docs', url }],
+  async (session) => {
+    const { panel, mock, mcp } = session;
+    await keptCatalog(panel, 'docs', DEMO_TOOLS.length);
+    await scriptModel(mock, [call('docs__create_ticket', { subject: 'Refund' }), { text: 'I will check first.' }]);
+    // The server numbers no events: the connection drops before the
+    // answer, and nothing can be asked for again.
+    mcp.cutNextCallStream({ afterEvents: 0 });
+    await submitTask(panel, 'Open a ticket');
+    await answerApprovalInPanel(panel, 'acceptOnce');
+    const final = await waitForSettledTurn(panel);
+    assert.equal(final.state, 'completed', transcriptLines(final).join('\n'));
+    const [result] = resultsOfCalls(mock.requests().at(-1), 'docs__create_ticket');
+    assert.match(result, /The MCP server "docs" accepted the request, then its answer broke off \(.*\)\./);
+    assert.match(result, /Whether the call did anything is unknown: check .* before calling it again; do not repeat it blindly\./);
+    assert.doesNotMatch(result, /could not be reached/);
+    assert.equal(mcp.calls().length, 1, 'sent once');
+  },
+);
+
+mcpTest(
   'a_call_s_answer_stream_that_breaks_is_resumed_after_its_last_event_and_the_call_runs_once',
   (url) => [{ name: 'docs', url }],
   async (session) => {
@@ -1900,4 +1922,48 @@ mcpTest(
     assert.deepEqual(await consoleErrors(session), []);
   },
   { resumable: true, getStreamPolling: { closeAfterMs: 300, retryMs: 3000 } },
+);
+
+sharedIsolatedTest(
+  test,
+  'a_server_that_redirects_gets_no_request_with_its_headers_sent_on_and_one_without_headers_is_followed',
+  {
+    launch: async (session) => {
+      session.mcp = await startMockMcp();
+      session.closers.push(() => session.mcp.close());
+      // In front of the mock: every request is redirected to it (307 keeps
+      // the method, the body, and a browser keeps custom headers too).
+      session.redirected = [];
+      const redirector = http.createServer((req, res) => {
+        session.redirected.push({ method: req.method, path: req.url, key: req.headers['x-team-key'] ?? null });
+        res.writeHead(307, { Location: session.mcp.url, 'Access-Control-Allow-Origin': '*' });
+        res.end();
+      });
+      await new Promise((resolve) => redirector.listen(0, '127.0.0.1', resolve));
+      session.closers.push(() => new Promise((resolve) => redirector.close(resolve)));
+      const origin = `http://127.0.0.1:${redirector.address().port}`;
+      return {
+        extensionPath: extensionWithServers([
+          { name: 'docs', url: `${origin}/keyed/mcp`, headers: { 'X-Team-Key': 'team-secret-4711' } },
+          { name: 'open', url: `${origin}/open/mcp` },
+        ]),
+      };
+    },
+  },
+  async (session) => {
+    const { panel, mcp } = session;
+    // Both settled: `open` connected, `docs` connected too or not reachable.
+    const [docs, open] = await waitFor(async () => {
+      const shown = await shownServers(panel);
+      return shown?.length === 2 && shown[1].state === 'ready' && ['ready', 'unreachable'].includes(shown[0].state) ? shown : null;
+    }, { message: 'Settings to list both servers as settled' });
+    assert.equal(docs.state, 'unreachable', 'docs was not followed');
+    assert.match(docs.text, /^docs — Not reachable: The MCP server "docs" could not be reached \(http:\/\/127\.0\.0\.1:\d+\/keyed\/mcp answered with a redirect to another address, which was not followed: its headers and sign-in go only to the address configured for it\)\./);
+    assert.match(open.text, /^open — Connected/);
+    assert.ok(session.redirected.some((r) => r.path === '/keyed/mcp' && r.key === 'team-secret-4711'), 'precondition: docs asked at its own address, with its header');
+    const keyed = mcp.log().filter((e) => e.headers?.['x-team-key'] !== undefined);
+    assert.deepEqual(keyed, [], 'the header never reached the address redirected to');
+    assert.ok(mcp.log().some((e) => e.method === 'initialize'), 'the server without headers was followed there');
+  },
+  { timeout: TEST_TIMEOUT },
 );

@@ -2248,6 +2248,36 @@ async function editMessage(message, text, mock, requests) {
 // the OpenAI wire format, stay with the message in IndexedDB and in the
 // transcript after a reload, and an edit of the message sends them again.
 isolatedTest(
+  'esc_closes_the_file_viewer_or_leaves_a_settings_field_without_stopping_the_turn',
+  { script: [{ stallMs: 600000, text: 'Working on it' }] },
+  async (session) => {
+    const { panel } = session;
+    await panel.setInputFiles('#attach-input', [{ name: 'list.csv', mimeType: 'text/csv', buffer: Buffer.from('sku,qty\nA1,2\n') }]);
+    await waitFor(async () => (await panel.locator('#attachment-list > li').count()) === 1, { timeout: 15000, message: 'the file in the composer' });
+    await submitTask(panel, 'Order these');
+    await waitForRunState(panel, ['streaming_model']);
+    // The viewer closes on Esc; the turn runs on.
+    await panel.locator('#messages [data-kind="user_message"]').first().getByRole('button', { name: 'Open list.csv' }).click();
+    const viewer = panel.locator('#attachment-viewer');
+    await viewer.waitFor({ state: 'visible', timeout: 15000 });
+    await panel.keyboard.press('Escape');
+    await viewer.waitFor({ state: 'hidden', timeout: 15000 });
+    // A Settings field: Esc there is the field's.
+    await panel.click('#settings-toggle');
+    await panel.focus('#settings-model');
+    await panel.keyboard.press('Escape');
+    await panel.click('#settings-toggle');
+    // An Esc that stops sends turn.interrupt at once.
+    assert.equal((await readPanel(panel)).state, 'streaming_model', 'still running');
+    assert.deepEqual(await sentOps(panel, 'turn.interrupt'), [], 'nothing stopped it');
+    // Anywhere else, Esc stops it.
+    await panel.focus('#messages');
+    await panel.keyboard.press('Escape');
+    await waitForRunState(panel, ['interrupted']);
+  },
+);
+
+isolatedTest(
   'files_attached_in_the_composer_reach_the_model_and_stay_with_the_message',
   { script: [{ text: 'I see them.' }, { text: 'Edited, still seen.' }] },
   async (session) => {

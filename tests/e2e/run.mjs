@@ -1160,6 +1160,81 @@ isolatedTest('the_saved_key_goes_only_to_the_address_it_is_saved_for', {}, async
   assert.equal(mock.requests().length, before, 'the old address heard nothing more');
 });
 
+/** The error banner's kind (`data-kind`: the ErrorInfo kind it explains) and its words. */
+async function errorBanner(panel) {
+  return panel.evaluate(() => {
+    const banner = document.getElementById('error-banner');
+    return {
+      kind: banner.hidden ? '' : banner.dataset.kind ?? '',
+      text: document.getElementById('error-text')?.textContent ?? '',
+      detail: document.getElementById('error-detail')?.textContent ?? '',
+    };
+  });
+}
+
+isolatedTest(
+  'a_200_json_error_from_the_provider_is_typed_by_its_words',
+  { script: [{ json: { error: { message: 'Incorrect API key provided', type: 'invalid_request_error', code: 'invalid_api_key' } } }] },
+  async (session) => {
+    // A gateway's `200 {"error":…}` to a streaming request: the body is read,
+    // and the turn ends on what it says, not on "no stream".
+    const { panel, mock } = session;
+    await submitTask(panel, 'Say hello');
+    const failed = await waitForSettledTurn(panel);
+    assert.equal(failed.state, 'failed', describeState(failed));
+    const banner = await errorBanner(panel);
+    assert.equal(banner.kind, 'auth', JSON.stringify(banner));
+    assert.match(banner.detail, /Incorrect API key provided/);
+    assert.doesNotMatch(JSON.stringify({ failed, banner }), /may not support streaming/);
+    assert.deepEqual(mock.requests().map((r) => [r.body.stream, r.outcome]), [[true, 'completed']], 'one request, not retried');
+  },
+);
+
+isolatedTest(
+  'a_provider_redirect_is_not_followed_with_the_key',
+  { provider: 'anthropic', model: 'claude-mock' },
+  async (session) => {
+    // Anthropic's key is the x-api-key header, which a browser keeps on a
+    // redirect to any origin: the request must stop at the address in Settings.
+    const { panel, mock } = session;
+    const other = await startMockLlm({ quiet: true });
+    session.closers.push(() => other.close());
+    other.setScript([{ text: 'Answered at the address redirected to.' }]);
+    mock.setScript([{ redirect: { status: 308, location: `${other.url}/messages` } }]);
+    await submitTask(panel, 'Say hello');
+    const failed = await waitForSettledTurn(panel);
+    assert.equal(failed.state, 'failed', describeState(failed));
+    assert.deepEqual(other.requests(), [], 'the other server never saw the request (nor the key)');
+    assert.deepEqual(mock.requests().map((r) => [r.headers['x-api-key'], r.outcome]), [[TEST_API_KEY, 'redirected']], 'sent once, not retried');
+    const banner = await errorBanner(panel);
+    assert.equal(banner.kind, 'provider_protocol', JSON.stringify(banner));
+    assert.match(banner.detail, /answered with a redirect to another address/);
+    assert.ok(banner.detail.includes(`${mock.url}/messages`), `names the address that redirected: ${banner.detail}`);
+  },
+);
+
+isolatedTest(
+  'an_api_key_echoed_in_a_provider_error_is_never_stored_or_shown',
+  { script: [{ error: { status: 401, body: `Invalid API key: ${TEST_API_KEY}. Check the key ${TEST_API_KEY}.` } }] },
+  async (session) => {
+    const { panel, mock, browser } = session;
+    await submitTask(panel, 'Say hello');
+    const failed = await waitForSettledTurn(panel);
+    assert.equal(failed.state, 'failed', describeState(failed));
+    assert.equal(mock.requests()[0].headers.authorization, `Bearer ${TEST_API_KEY}`, 'precondition: the key was sent, and echoed');
+    const banner = await errorBanner(panel);
+    assert.equal(banner.kind, 'auth', JSON.stringify(banner));
+    assert.match(banner.detail, /Invalid API key: \[your API key\]\. Check the key \[your API key\]\./);
+    const dump = JSON.stringify(await dumpIndexedDb(panel));
+    assert.ok(dump.includes('[your API key]'), 'the error is stored (so the search is meaningful)');
+    assert.ok(!dump.includes(TEST_API_KEY), 'the echoed key is not in IndexedDB');
+    const leaked = ((await portLog(panel)) ?? []).filter((entry) => entry.json && entry.json.includes(TEST_API_KEY));
+    assert.deepEqual(leaked.map((e) => `${e.dir}: ${e.json.slice(0, 200)}`), [], 'nor in an event');
+    assert.deepEqual(browser.consoleLog.filter((entry) => entry.text.includes(TEST_API_KEY)), [], 'nor in the console');
+    assert.ok(!(await panel.locator('body').innerText()).includes(TEST_API_KEY), 'nor on screen');
+  },
+);
+
 isolatedTest('approval_pending_across_sw_kill_answered_after_restart', {}, async (session) => {
   const { panel, shop, mock, context, extensionId } = session;
   await watchConnection(panel);

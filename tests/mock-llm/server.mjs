@@ -30,7 +30,7 @@
 //                             { index, format: openai|anthropic, path, headers,
 //                             body, source: script|policy|validation, step,
 //                             outcome: pending|stalled|completed|error|
-//                             truncated|aborted|rejected }
+//                             truncated|aborted|rejected|redirected }
 //   GET  /__control/state     { pendingSteps, requestCount, inFlight }
 //   POST /__control/reset     empty queue and request log
 //
@@ -59,7 +59,18 @@
 //                                             e.g. { 'retry-after': '1' } or
 //                                             { 'retry-after-ms': '250' } (CORS-exposed);
 //                                             stallMs: send the headers and the body's first
-//                                             byte, the rest only after stallMs
+//                                             byte, the rest only after stallMs;
+//                                             bodyBytes: the body padded with trailing blanks
+//                                             (still the same JSON) to that many bytes, written
+//                                             as fast as the client takes it (outcome `aborted`
+//                                             when the client closes before its end)
+//   { json, status?, headers? }               one JSON document `json` (sent as is) with
+//                                             `status` (default 200) and Content-Type
+//                                             application/json, whatever `stream` says: a
+//                                             gateway's `200 {"error":{…}}`, a server that
+//                                             ignores `stream: true` (outcome `completed`)
+//   { redirect: { location, status? } }       a redirect (status default 307, e.g. 308, 302)
+//                                             to `location`, no body (outcome `redirected`)
 //   { midStreamError: true | { message?, type?, code?, keepOpenMs? }, text? }
 //                                             stream `text`, then an error in the stream
 //                                             (OpenAI: a `data: {"error":{…}}` chunk;
@@ -910,11 +921,55 @@ export async function startMockLlm(options = {}) {
     inFlight += 1;
     notifyWaiters();
     try {
-      if (step.error) {
+      if (step.redirect) {
+        res.writeHead(step.redirect.status ?? 307, {
+          ...corsHeaders(req),
+          Location: step.redirect.location,
+          'Content-Length': 0,
+        });
+        res.end();
+        entry.outcome = 'redirected';
+      } else if (step.json !== undefined) {
+        sendJson(req, res, step.status ?? 200, step.json, step.headers ?? {});
+        entry.outcome = 'completed';
+      } else if (step.error) {
         const status = step.error.status ?? 500;
         const value = errorBody(format, status, step.error.body);
         const extra = step.error.headers ?? {};
-        if (step.error.stallMs != null) {
+        if (step.error.bodyBytes != null) {
+          const bytes = Buffer.from(JSON.stringify(value).padEnd(step.error.bodyBytes, ' '));
+          let closed = false;
+          res.on('close', () => {
+            closed = true;
+          });
+          res.writeHead(status, {
+            ...corsHeaders(req, Object.keys(extra)),
+            'Content-Type': 'application/json',
+            'Content-Length': bytes.length,
+            ...extra,
+          });
+          const CHUNK = 64 * 1024;
+          for (let at = 0; at < bytes.length && !closed; at += CHUNK) {
+            if (res.write(bytes.subarray(at, at + CHUNK))) continue;
+            // Only as fast as the client reads: one that stops reading
+            // and closes is seen here.
+            await new Promise((resolve) => {
+              const done = () => {
+                res.off('drain', done);
+                res.off('close', done);
+                resolve();
+              };
+              res.on('drain', done);
+              res.on('close', done);
+            });
+          }
+          if (closed) {
+            entry.outcome = 'aborted';
+          } else {
+            res.end();
+            entry.outcome = 'error';
+          }
+        } else if (step.error.stallMs != null) {
           // Headers now, the body only after stallMs (unless the client gives up first).
           const text = JSON.stringify(value);
           let closed = false;

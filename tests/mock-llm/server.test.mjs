@@ -61,8 +61,9 @@ async function readSse(response) {
   return { events, rest: buffer };
 }
 
-function completionRequest(body, headers = {}) {
+function completionRequest(body, headers = {}, init = {}) {
   return fetch(`${mock.url}/chat/completions`, {
+    ...init,
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: 'Bearer sk-unit', ...headers },
     body: JSON.stringify({ model: 'mock-1', messages: [{ role: 'user', content: 'hi' }], ...body }),
@@ -528,8 +529,9 @@ const ANTHROPIC_HEADERS = {
   'anthropic-dangerous-direct-browser-access': 'true',
 };
 
-function messagesRequest(body, headers = ANTHROPIC_HEADERS) {
+function messagesRequest(body, headers = ANTHROPIC_HEADERS, init = {}) {
   return fetch(`${mock.url}/messages`, {
+    ...init,
     method: 'POST',
     headers,
     body: JSON.stringify({
@@ -908,4 +910,59 @@ test('error with stallMs sends the headers first and the body later; keepOpenMs 
   const until = Date.now() + 10000;
   while (mock.requests()[1].outcome !== 'aborted' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
   assert.equal(mock.requests()[1].outcome, 'aborted', 'the client had to close the stream');
+});
+
+test('json step: one JSON document with its status to a streaming request, in either format', async () => {
+  const error = { error: { message: 'Incorrect API key provided', type: 'invalid_request_error', code: 'invalid_api_key' } };
+  mock.setScript([
+    { json: error },
+    { json: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }, status: 200, headers: { 'x-request-id': 'r1' } },
+  ]);
+  const first = await completionRequest({ stream: true });
+  assert.equal(first.status, 200);
+  assert.equal(first.headers.get('content-type'), 'application/json');
+  assert.deepEqual(await first.json(), error);
+  const second = await messagesRequest({ stream: true });
+  assert.equal(second.status, 200);
+  assert.equal(second.headers.get('x-request-id'), 'r1');
+  assert.equal((await second.json()).error.type, 'overloaded_error');
+  assert.deepEqual(mock.requests().map((r) => r.outcome), ['completed', 'completed']);
+});
+
+test('redirect step: the status and Location, no body, and nothing else answered', async () => {
+  mock.setScript([
+    { redirect: { location: 'http://127.0.0.1:9/v1/chat/completions' } },
+    { redirect: { location: 'http://127.0.0.1:9/v1/messages', status: 308 } },
+  ]);
+  const first = await completionRequest({ stream: true }, {}, { redirect: 'manual' });
+  assert.equal(first.status, 307);
+  assert.equal(first.headers.get('location'), 'http://127.0.0.1:9/v1/chat/completions');
+  assert.equal(await first.text(), '');
+  const second = await messagesRequest({ stream: true }, ANTHROPIC_HEADERS, { redirect: 'manual' });
+  assert.equal(second.status, 308);
+  assert.equal(second.headers.get('location'), 'http://127.0.0.1:9/v1/messages');
+  assert.deepEqual(mock.requests().map((r) => r.outcome), ['redirected', 'redirected']);
+});
+
+test('error bodyBytes: the error JSON padded to that size; a client that stops reading is recorded as aborted', async () => {
+  mock.setScript([
+    { error: { status: 500, bodyBytes: 300000 } },
+    { error: { status: 500, bodyBytes: 64 * 1024 * 1024 } },
+  ]);
+  const whole = await completionRequest({ stream: true });
+  assert.equal(whole.status, 500);
+  const text = await whole.text();
+  assert.equal(Buffer.byteLength(text), 300000);
+  assert.equal(JSON.parse(text).error.type, 'server_error', 'still the same JSON');
+  assert.equal(mock.requests()[0].outcome, 'error');
+
+  const controller = new AbortController();
+  const endless = await completionRequest({ stream: true }, {}, { signal: controller.signal });
+  const reader = endless.body.getReader();
+  let read = 0;
+  while (read < 64 * 1024) read += (await reader.read()).value.length;
+  controller.abort();
+  const until = Date.now() + 10000;
+  while (mock.requests()[1].outcome !== 'aborted' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(mock.requests()[1].outcome, 'aborted', 'the server stopped writing when the client closed');
 });

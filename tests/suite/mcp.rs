@@ -826,3 +826,36 @@ fn signing_in_to_an_mcp_server_goes_to_the_driver_and_a_server_asking_for_it_is_
         .contains("access_denied"));
     assert_eq!(listed[0]["since"], 1, "still the same state since 1");
 }
+
+#[test]
+fn never_retry_at_most_once_an_approved_mcp_call_goes_only_to_the_address_the_user_was_shown() {
+    let (mut sim, conn, thread) = started(531);
+    let approval = approval_requests(&sim).remove(0);
+    assert_eq!(
+        approval.server_url.as_deref(),
+        Some("http://127.0.0.1:9000/mcp")
+    );
+    // While the card waits, the user removes "docs" and adds a server of
+    // the same name elsewhere, which lists the same tools.
+    let elsewhere = docs_server("https://elsewhere.example/mcp");
+    let problems = sim
+        .engine
+        .handle_mcp_tools("docs", mcp_descriptors(&elsewhere, &listed()));
+    assert!(problems.is_empty(), "{problems:?}");
+    sim.send(
+        conn,
+        approval_response("r1", &thread, &approval.id, ApprovalDecision::AcceptOnce),
+    );
+    sim.run(10_000);
+    assert_eq!(ran(&sim, "docs__search"), 0, "sent nowhere");
+    let (status, content) = result_of(&sim, "docs__search");
+    assert_eq!(status, ToolStatus::Error);
+    assert!(
+        content.contains(
+            "\"docs\" is now at https://elsewhere.example/mcp, not at http://127.0.0.1:9000/mcp where the user approved"
+        ),
+        "{content}"
+    );
+    assert!(content.contains("nothing was sent"), "{content}");
+    check_invariants(&sim, &[]).unwrap();
+}
